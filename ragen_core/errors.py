@@ -1,0 +1,61 @@
+"""Exception hierarchy for RAGEN.
+
+Every error a user can cause (a misspelt plugin, a broken install, a bad config value) is a
+:class:`RagenError`. Its ``str()`` is a one-line statement of what failed, optionally followed by
+lines that start with ``hint:`` and name one concrete action. The CLI prints exactly that and
+exits with status 2; tracebacks appear only with ``-v`` or ``RAGEN_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+
+class RagenError(Exception):
+    """Base class of every error RAGEN raises on purpose."""
+
+    def __init__(self, message: str, hints: list[str] | tuple[str, ...] = ()) -> None:
+        self.message = message
+        self.hints = [h for h in hints if h]
+        super().__init__(self.__str__())
+
+    def __str__(self) -> str:
+        lines = [self.message] + [f"hint: {h}" for h in self.hints]
+        return "\n".join(lines)
+
+
+class ConfigError(RagenError, ValueError):
+    """A configuration value, key, or file is invalid. The message names the field path."""
+
+
+class RegistryError(RagenError):
+    """Something went wrong finding or loading a plugin."""
+
+
+class PluginNotFoundError(RegistryError, LookupError):
+    """No installed or registered plugin has the requested name.
+
+    A LookupError and not a KeyError: ``str(KeyError(msg))`` wraps the message in quotes.
+    """
+
+
+class PluginLoadError(RegistryError):
+    """The requested plugin is installed but importing or validating it failed."""
+
+
+class DuplicatePluginError(RegistryError):
+    """Two different distributions (or registrations) provide the same kind and name."""
+
+
+class IncompatiblePluginError(RegistryError):
+    """The plugin's declared ragen-core requirement or API version does not match this core."""
+
+
+class PluginConfigError(ConfigError, RegistryError):
+    """A plugin's config failed pydantic validation; the message carries the field path."""
+
+
+class EnvError(RagenError):
+    """An environment misbehaved (e.g. returned a NaN reward); names the env and the seed."""
+
+
+class ResourceError(RagenError):
+    """The run cannot fit the hardware (memory, context length); raised before rollout starts."""

@@ -1,0 +1,1 @@
+"""One module per plugin interface: env, advantage, algorithm, rollout_filter, diagnostic, engine."""

@@ -1,0 +1,60 @@
+"""Algorithm bundle interface: an advantage estimator plus the policy-loss settings.
+
+An algorithm plugin (``ppo``, ``grpo``, ``drgrpo``, ``dapo``) is mostly a preset: which estimator,
+whether a critic is trained, how the clipped surrogate is aggregated. The loss maths itself is
+shared and lives in :mod:`ragen_core.trainer.losses` so that every algorithm uses the same,
+tested implementation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ragen_core.specs import PluginConfig
+
+LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
+
+
+class AlgorithmConfig(PluginConfig):
+    """Policy-optimisation settings shared by every algorithm (defaults from spec section 2)."""
+
+    estimator: str = "grpo"
+    """Name of the advantage estimator plugin."""
+    estimator_config: dict[str, Any] = Field(default_factory=dict)
+    """Config passed to the estimator."""
+    use_critic: bool = False
+    """Train a value head (GAE-style estimators need it)."""
+    clip_ratio_low: float = Field(default=0.2, ge=0)
+    clip_ratio_high: float = Field(default=0.28, ge=0)
+    clip_ratio_c: float = Field(default=3.0, gt=1)
+    """Dual-clip constant for negative advantages."""
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coeff: float = 0.001
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: KLType = "k1"
+    use_kl_in_reward: bool = False
+    kl_in_reward_coef: float = 0.0
+    kl_in_reward_type: KLType = "k1"
+    cliprange_value: float = 0.5
+    """Critic value clipping range."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal before the update."""
+    global_token_norm: bool = True
+    """Normalise ``token-mean`` by the mini-batch's token count, not per micro-batch (fixes L9)."""
+
+
+class Algorithm:
+    """An estimator plus loss settings. Plugins usually subclass only to change defaults."""
+
+    config_class: type[AlgorithmConfig] = AlgorithmConfig
+
+    def __init__(self, config: AlgorithmConfig | None = None, **overrides: Any) -> None:
+        self.config = config if config is not None else self.config_class(**overrides)
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.config.use_critic

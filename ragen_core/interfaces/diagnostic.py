@@ -1,0 +1,32 @@
+"""Diagnostic interface: observers that compute metrics from rollouts without changing them.
+
+Diagnostics receive lifecycle events through pluggy hooks (:mod:`ragen_core.hookspecs`). A
+diagnostic plugin object implements any of the ``ragen_on_*`` hooks with ``@hookimpl``; the
+dict it returns from ``ragen_on_rollout_end`` is merged into the step's metrics under
+``diag/<name>/...`` or its own documented namespace (``collapse_*``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ragen_core.specs import PluginConfig
+
+
+class DiagnosticConfig(PluginConfig):
+    compute_freq: int = Field(default=5, ge=1)
+    """Run at step 1 and whenever ``step % compute_freq == 0``."""
+
+
+class Diagnostic:
+    """Base class; subclasses add ``@hookimpl`` methods."""
+
+    config_class: type[DiagnosticConfig] = DiagnosticConfig
+
+    def __init__(self, config: DiagnosticConfig | None = None, **overrides: Any) -> None:
+        self.config = config if config is not None else self.config_class(**overrides)
+
+    def scheduled(self, step: int) -> bool:
+        return step == 1 or (step > 0 and step % self.config.compute_freq == 0)

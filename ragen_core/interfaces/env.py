@@ -1,0 +1,141 @@
+"""The environment interface: text observation in, one parsed action string out.
+
+An environment is a Gym-like object that speaks text. The rollout layer (not the env) turns a
+model reply into action strings (``<answer>Up || Left</answer>`` -> ``["Up", "Left"]``), maps them
+through the env's action vocabulary when it has one, enforces the per-turn and per-episode
+action limits, and applies the format penalty. The env only ever sees one action string at a
+time and must treat *any* string as input: unknown or malformed actions are invalid moves
+reported through ``info["action_is_valid"] = False``, never exceptions.
+
+Seeding contract (fixes the reference's group-invariant bug, spec 17 L29): ``reset(seed, member)``
+must produce the *same initial observation* for every ``member`` of a group sharing ``seed``;
+``member`` may only influence stochastic dynamics (slippery ice, stochastic arm payouts). Use
+:func:`ragen_core.seeding.make_rng` to derive independent generators; never touch the global
+``random``/``numpy.random`` state.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+from pydantic import Field
+
+from ragen_core.specs import PluginConfig
+
+
+class EnvConfig(PluginConfig):
+    """Settings every environment has. Env packages subclass this and add their own fields."""
+
+    max_actions_per_episode: int = Field(default=10, ge=1)
+    """Hard cap on executed actions per episode (the reference's ``max_actions_per_traj``)."""
+    max_actions_per_turn: int = Field(default=2, ge=1)
+    """Actions beyond this many in one reply are dropped (the reference's agent-proxy default 2)."""
+    max_turns: int = Field(default=5, ge=1)
+    """Model turns per episode."""
+    max_tokens: int = Field(default=100, ge=1)
+    """Response-length hint shown in the prompt ("max response length: N words (tokens)")."""
+
+
+class StepResult(NamedTuple):
+    """What :meth:`Env.step` returns; unpacks like Gym's ``(obs, reward, done, info)``."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+
+class Env(ABC):
+    """Base class of every RAGEN environment.
+
+    Subclasses set ``config_class`` and implement :meth:`reset`, :meth:`step`, :meth:`render`
+    and :meth:`instruction`. Optional: :attr:`action_names` (a fixed action vocabulary the
+    rollout layer maps replies onto, case-insensitively), :meth:`oracle_actions` (a solver used
+    by conformance and oracle tests), :meth:`render_image`.
+
+    Call order: ``__init__(config)`` -> ``reset(seed, ...)`` -> ``step(action)`` * n ->
+    ``reset`` again or ``close()``. ``close`` must be idempotent.
+    """
+
+    config_class: type[EnvConfig] = EnvConfig
+    #: Separator between several actions in one ``<answer>``; ``None`` for envs whose answer is
+    #: one free-form string that may itself contain the separator (code, proofs, expressions).
+    action_sep: str | None = "||"
+
+    def __init__(self, config: EnvConfig | None = None, **overrides: Any) -> None:
+        if config is None:
+            config = self.config_class(**overrides)
+        elif overrides:
+            config = config.model_copy(update=overrides)
+        self.config = config
+        self.seed: int | None = None
+
+    # ----------------------------------------------------------------- required
+    @abstractmethod
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        """Start a new episode and return the first observation text.
+
+        Args:
+            seed: The task-instance seed. Same seed -> same initial state and observation,
+                whatever ``member`` is.
+            member: Index of this env inside its group; may seed stochastic dynamics only.
+            mode: ``"train"`` or ``"val"``; envs with data splits pick the split from it.
+        """
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action string and return ``(observation, reward, done, info)``.
+
+        ``info`` should carry ``success`` (bool), ``action_is_valid`` and
+        ``action_is_effective``. Rewards must be finite floats. Never raise on bad input.
+        """
+
+    @abstractmethod
+    def render(self) -> str:
+        """Current observation as text."""
+
+    @abstractmethod
+    def instruction(self) -> str:
+        """Task instruction for the system prompt, built from *this* instance's config.
+
+        Include symbol legends and the action list where the env has them (the reference built
+        these from default configs only, spec 17 L30).
+        """
+
+    # ----------------------------------------------------------------- optional
+    @property
+    def action_names(self) -> list[str] | None:
+        """Fixed action vocabulary (e.g. ``["Up", "Down", "Left", "Right"]``) or ``None``."""
+        return None
+
+    def oracle_actions(self) -> list[str] | None:
+        """Action strings that solve the episode from the *current* state, or ``None``.
+
+        Used by conformance and oracle tests to prove a perfect agent reaches full reward
+        through the same text interface the LLM uses.
+        """
+        return None
+
+    def render_image(self) -> Any:
+        """RGB ``numpy`` array of the current state, for visual agents (optional)."""
+        raise NotImplementedError(f"{type(self).__name__} has no image rendering")
+
+    def close(self) -> None:
+        """Release resources. Idempotent."""
+
+    # ----------------------------------------------------------------- helpers
+    @staticmethod
+    def finite(reward: float) -> float:
+        """Return ``reward`` as float; raise ValueError if it is NaN or infinite."""
+        value = float(reward)
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite reward {reward!r}")
+        return value
+
+    def __enter__(self) -> Env:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,63 @@
+"""Rollout filter interface: choose which prompt groups train this step.
+
+Filters work on explicit group ids (not on positional reshapes, fixing spec 17 L18) and return
+the kept group ids plus per-group loss weights (1.0 for hard filters; soft filters down-weight
+instead of dropping) and metrics. A filter never mutates its input.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from pydantic import Field
+
+from ragen_core.specs import PluginConfig
+
+
+@dataclass(frozen=True)
+class GroupedRollouts:
+    """Per-episode quantities of one rollout batch; index i is one episode."""
+
+    group_ids: Sequence[int]
+    rewards: Sequence[float]
+    """Episode reward (task reward plus format penalty, after any normalisation)."""
+    entropies: Sequence[float] | None = None
+    """Mean per-token policy entropy of the episode's generated tokens."""
+    lengths: Sequence[float] | None = None
+    """Number of generated tokens in the episode."""
+
+
+@dataclass
+class FilterResult:
+    kept_groups: list[int]
+    """Kept group ids, in order of first appearance in the input."""
+    group_weights: dict[int, float] = field(default_factory=dict)
+    """Loss weight per kept group (hard filters: all 1.0)."""
+    dropped: dict[int, str] = field(default_factory=dict)
+    """Dropped group id -> short reason ("zero variance", "below top-p mass", ...)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """``rollout/...`` metrics of spec 9.5."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.kept_groups
+
+
+class FilterConfig(PluginConfig):
+    """Settings shared by every filter."""
+
+    empty_stop_steps: int = Field(default=5, ge=0)
+    """Stop training after this many consecutive empty-after-filter steps; 0 disables."""
+
+
+class RolloutFilter(ABC):
+    config_class: type[FilterConfig] = FilterConfig
+
+    def __init__(self, config: FilterConfig | None = None, **overrides: Any) -> None:
+        self.config = config if config is not None else self.config_class(**overrides)
+
+    @abstractmethod
+    def select(self, rollouts: GroupedRollouts) -> FilterResult:
+        """Return the groups to train on. Deterministic; handles an empty batch."""

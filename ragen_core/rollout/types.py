@@ -1,0 +1,85 @@
+"""Plain-Python records of what happened during a rollout.
+
+Token ids are the truth: ``Turn.prompt_ids`` is exactly the context the engine was given and
+``Turn.response_ids`` exactly what it sampled. Text fields are for parsing and for humans.
+These records are what hooks, filters, diagnostics, ``ragen eval`` exports and the training
+batch builder consume; they are JSON-serialisable via :meth:`Trajectory.to_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    prompt_ids: list[int]
+    """Full context the model saw for this turn (chat template + generation prefix)."""
+    response_ids: list[int]
+    """Exactly the sampled token ids (including EOS if sampled)."""
+    response_text: str
+    """Decoded reply with the generation prefix (``<think>``) put back in front."""
+    reasoning: str | None = None
+    """Text inside ``<think>...</think>`` (None if the reply had no valid think block)."""
+    reasoning_ids: list[int] | None = None
+    """``reasoning`` tokenised without special tokens (the Z of the collapse diagnostics)."""
+    answer: str | None = None
+    """Text inside ``<answer>...</answer>`` or None when the reply did not parse."""
+    actions: list[str] = field(default_factory=list)
+    """Actions that were executed this turn."""
+    reward: float = 0.0
+    """Sum of env rewards of this turn's actions (format penalty excluded)."""
+    penalty: float = 0.0
+    """Format penalty charged for this turn (<= 0)."""
+    valid: bool = False
+    """The reply parsed and every parsed action was known."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Info of the last executed action, plus rollout flags."""
+    observation: str = ""
+    """The observation text shown before this turn."""
+    response_logprobs: list[float] | None = None
+
+
+@dataclass
+class Trajectory:
+    env: str
+    """Env plugin name."""
+    tag: str
+    """Env instance label (preset name or env name) used in metric keys."""
+    group_id: int
+    member: int
+    seed: int
+    env_id: int
+    system_prompt: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    success: bool = False
+    final_observation: str = ""
+
+    @property
+    def env_reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def penalty(self) -> float:
+        return float(sum(t.penalty for t in self.turns))
+
+    @property
+    def total_reward(self) -> float:
+        """Episode score used for training: env rewards plus format penalties."""
+        return self.env_reward + self.penalty
+
+    @property
+    def num_actions(self) -> int:
+        return sum(len(t.actions) for t in self.turns)
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(len(t.response_ids) for t in self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(total_reward=self.total_reward, env_reward=self.env_reward, penalty=self.penalty)
+        return data

@@ -1,0 +1,156 @@
+"""Plugin specs: the light, importable description of every plugin.
+
+An entry point targets a module-level spec instance (``ragen_env_sokoban.plugin:SPEC``), never
+the heavy implementation. A spec names the plugin, documents it, carries its pydantic config
+model and a ``"package.module:attr"`` factory string that is imported only when the plugin is
+built. Loading a spec must therefore never import torch, transformers, vllm or ray.
+
+Specs and configs round-trip through JSON and pickle, so a plugin can be rebuilt in another
+process (a Ray worker, an HTTP env server) from ``(kind, name, config JSON)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+#: Entry-point group owned by the core for each plugin kind.
+GROUPS: dict[str, str] = {
+    "env": "ragen_core.envs",
+    "estimator": "ragen_core.advantage_estimators",
+    "algorithm": "ragen_core.algorithms",
+    "filter": "ragen_core.rollout_filters",
+    "diagnostic": "ragen_core.diagnostics",
+    "engine": "ragen_core.engines",
+}
+
+Kind = Literal["env", "estimator", "algorithm", "filter", "diagnostic", "engine"]
+
+NAME_PATTERN = r"^[a-z][a-z0-9-]*$"
+
+
+def normalize_name(name: str) -> str:
+    """User-facing plugin names are case-insensitive and treat ``_`` like ``-``."""
+    return name.strip().lower().replace("_", "-")
+
+
+def import_string(target: str) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected 'package.module:attribute', got {target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin config: typed fields, defaults, attribute docstrings, no extras.
+
+    ``extra="forbid"`` makes a misspelt key an error that names the field path instead of a
+    silently ignored setting.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class PluginSpec(BaseModel):
+    """What the registry knows about one plugin before building it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    kind: ClassVar[str] = "plugin"
+
+    name: str = Field(pattern=NAME_PATTERN)
+    """User-visible name (``sokoban``, ``grpo``, ``snr-topp``); must be in normal form."""
+    summary: str = ""
+    """One line shown by ``ragen plugins``."""
+    config_model: type[PluginConfig] = PluginConfig
+    """Pydantic model of the plugin's settings."""
+    factory: str
+    """``"package.module:attr"`` of the class or function that builds the plugin from its config."""
+    api_version: int = 1
+    """The core ``API_VERSION`` this plugin was written against."""
+    aliases: tuple[str, ...] = ()
+    """Other accepted names (e.g. the reference's config spelling)."""
+    presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Named config overrides (e.g. the reference's env tags ``CoordSokoban``)."""
+    needs_gpu: bool = False
+    picklable: bool = True
+
+    @field_validator("config_model", mode="before")
+    @classmethod
+    def _resolve_config_model(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = import_string(value)
+        return value
+
+    @field_serializer("config_model")
+    def _serialize_config_model(self, value: type[PluginConfig]) -> str:
+        return f"{value.__module__}:{value.__qualname__}"
+
+    def make_config(self, values: dict[str, Any] | None = None, preset: str | None = None) -> PluginConfig:
+        """Validate ``values`` (over an optional preset) into this plugin's config model."""
+        merged: dict[str, Any] = {}
+        if preset is not None:
+            merged.update(self.presets[preset])
+        merged.update(values or {})
+        return self.config_model.model_validate(merged)
+
+    def load_factory(self) -> Any:
+        """Import the heavy implementation. Only the registry's ``make`` path calls this."""
+        return import_string(self.factory)
+
+
+class EnvSpec(PluginSpec):
+    """Spec of an environment plugin (entry-point group ``ragen_core.envs``)."""
+
+    kind: ClassVar[str] = "env"
+    async_step: bool = False
+    """True when ``step`` may block on I/O (server-backed envs) and is safe to run in threads."""
+    multimodal: bool = False
+
+
+class EstimatorSpec(PluginSpec):
+    """Spec of an advantage estimator (group ``ragen_core.advantage_estimators``)."""
+
+    kind: ClassVar[str] = "estimator"
+    needs_critic: bool = False
+
+
+class AlgorithmSpec(PluginSpec):
+    """Spec of an algorithm bundle: estimator plus policy-loss settings (``ragen_core.algorithms``)."""
+
+    kind: ClassVar[str] = "algorithm"
+    needs_critic: bool = False
+
+
+class FilterSpec(PluginSpec):
+    """Spec of a rollout filter (group ``ragen_core.rollout_filters``)."""
+
+    kind: ClassVar[str] = "filter"
+
+
+class DiagnosticSpec(PluginSpec):
+    """Spec of a diagnostic that observes training through lifecycle hooks."""
+
+    kind: ClassVar[str] = "diagnostic"
+
+
+class EngineSpec(PluginSpec):
+    """Spec of a rollout engine (HF transformers generate, vLLM, ...)."""
+
+    kind: ClassVar[str] = "engine"
+
+
+SPEC_CLASSES: dict[str, type[PluginSpec]] = {
+    "env": EnvSpec,
+    "estimator": EstimatorSpec,
+    "algorithm": AlgorithmSpec,
+    "filter": FilterSpec,
+    "diagnostic": DiagnosticSpec,
+    "engine": EngineSpec,
+}
