@@ -1,0 +1,1 @@
+"""The ``ragen`` command line. Thin: parses arguments and calls the public API."""
