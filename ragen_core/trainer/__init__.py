@@ -1,0 +1,1 @@
+"""StarPO trainer: rollout -> diagnostics -> filter -> advantages -> update -> checkpoint."""
