@@ -1,0 +1,399 @@
+"""Plugin registry: find plugins from metadata, load only the one asked for.
+
+Two phases, kept apart (flake8's finder, stevedore's named loading):
+
+* **find** reads entry-point metadata only (``importlib.metadata``), once per process, and never
+  imports plugin code. ``ragen plugins`` uses only this phase, so it is fast and keeps working
+  when every plugin is broken.
+* **load** imports exactly the requested entry point, after checking the name, duplicates and
+  the distribution's declared ``ragen-core`` requirement. Plugins the user did not select are
+  never imported, so they cannot break a command.
+
+Errors name the kind, the plugin, the distribution and its version, and add ``hint:`` lines
+(see :mod:`ragen_core.errors`).
+
+Environment variables: ``RAGEN_DISABLE_PLUGINS=name-or-dist,...`` hides plugins;
+``RAGEN_LOAD_PLUGINS=name-or-dist,...`` hides everything else (entries of the distribution
+``ragen-core`` itself are always kept).
+
+Tests build an isolated :class:`Registry` with an injected entry-point source instead of
+patching global state (stevedore's ``make_test_instance``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ragen_core.errors import (
+    DuplicatePluginError,
+    IncompatiblePluginError,
+    PluginConfigError,
+    PluginLoadError,
+    PluginNotFoundError,
+)
+from ragen_core.specs import GROUPS, SPEC_CLASSES, PluginConfig, PluginSpec, normalize_name
+
+IN_PROCESS = "<in-process>"
+CORE_DIST = "ragen-core"
+
+#: A source returns the entry points of one group: objects with ``name``, ``value``, ``load()``
+#: and optionally ``dist`` (``importlib.metadata.EntryPoint`` qualifies).
+EntryPointSource = Callable[[str], Iterable[Any]]
+
+
+def _importlib_source(group: str) -> Iterable[Any]:
+    from importlib.metadata import entry_points
+
+    return entry_points(group=group)
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """What is known about a plugin without importing it."""
+
+    kind: str
+    name: str
+    value: str
+    dist_name: str
+    dist_version: str
+    requires: tuple[str, ...] = ()
+    location: str = ""
+    entry_point: Any = None
+    spec: PluginSpec | None = None  # set for in-process registrations
+
+    @property
+    def origin(self) -> str:
+        return f"{self.dist_name} {self.dist_version}".strip()
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.dist_name}:{self.name}"
+
+
+def _kind_of(kind: str) -> str:
+    k = kind.rstrip("s") if kind.rstrip("s") in GROUPS else kind
+    if k not in GROUPS:
+        raise PluginNotFoundError(f"unknown plugin kind {kind!r}", [f"kinds: {', '.join(GROUPS)}"])
+    return k
+
+
+def _env_list(var: str) -> set[str]:
+    return {normalize_name(x) for x in os.environ.get(var, "").split(",") if x.strip()}
+
+
+class Registry:
+    """Finds and loads plugins of every kind. Thread-safe; caches metadata in memory."""
+
+    def __init__(self, source: EntryPointSource | None = None) -> None:
+        self._source = source or _importlib_source
+        self._found: dict[str, list[PluginEntry]] = {}
+        self._local: dict[str, list[PluginEntry]] = {k: [] for k in GROUPS}
+        self._loaded: dict[tuple[str, str, str], PluginSpec] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ find
+    def _discover(self, kind: str) -> list[PluginEntry]:
+        if kind in self._found:
+            return self._found[kind]
+        entries: list[PluginEntry] = []
+        seen: set[tuple[str, str, str]] = set()
+        for ep in self._source(GROUPS[kind]):
+            dist = getattr(ep, "dist", None)
+            dist_name = normalize_name(getattr(dist, "name", None) or (dist.metadata["Name"] if dist else "") or "unknown")
+            dist_version = getattr(dist, "version", "") or ""
+            key = (dist_name, normalize_name(ep.name), ep.value)
+            if key in seen:  # the same dist seen twice (lib/lib64, editable metadata): merge silently
+                continue
+            seen.add(key)
+            location = ""
+            if dist is not None:
+                try:
+                    location = str(dist.locate_file(""))
+                except Exception:  # some finders cannot locate files; the path is only informative
+                    location = ""
+            entries.append(
+                PluginEntry(
+                    kind=kind,
+                    name=normalize_name(ep.name),
+                    value=ep.value,
+                    dist_name=dist_name,
+                    dist_version=dist_version,
+                    requires=tuple(getattr(dist, "requires", None) or ()),
+                    location=location,
+                    entry_point=ep,
+                )
+            )
+        self._found[kind] = entries
+        return entries
+
+    def entries(self, kind: str, *, include_disabled: bool = False) -> list[PluginEntry]:
+        """All known plugins of ``kind`` (installed and registered in-process), metadata only."""
+        kind = _kind_of(kind)
+        with self._lock:
+            items = self._discover(kind) + self._local[kind]
+        if include_disabled:
+            return list(items)
+        return [e for e in items if self.enabled(e)]
+
+    @staticmethod
+    def enabled(entry: PluginEntry) -> bool:
+        deny = _env_list("RAGEN_DISABLE_PLUGINS")
+        allow = _env_list("RAGEN_LOAD_PLUGINS")
+        ids = {entry.name, entry.dist_name, normalize_name(entry.qualified)}
+        if ids & deny:
+            return False
+        if allow and entry.dist_name != CORE_DIST and not ids & allow:
+            return False
+        return True
+
+    def names(self, kind: str) -> list[str]:
+        """Sorted unique names of the enabled plugins of ``kind``."""
+        return sorted({e.name for e in self.entries(kind)})
+
+    def find(self, kind: str, name: str) -> PluginEntry:
+        """Resolve ``name`` or ``dist:name`` to exactly one entry, or raise with hints."""
+        kind = _kind_of(kind)
+        dist_sel: str | None = None
+        raw = name
+        if ":" in name:
+            dist_sel, _, name = name.partition(":")
+            dist_sel = normalize_name(dist_sel)
+        name = normalize_name(name)
+        all_entries = self.entries(kind, include_disabled=True)
+        matches = [e for e in all_entries if e.name == name and (dist_sel is None or e.dist_name == dist_sel)]
+        enabled = [e for e in matches if self.enabled(e)]
+        if not enabled:
+            if matches:
+                raise PluginNotFoundError(
+                    f"{kind} {name!r} from {matches[0].origin} is disabled by RAGEN_DISABLE_PLUGINS/RAGEN_LOAD_PLUGINS",
+                    ["change those environment variables to enable it"],
+                )
+            available = self.entries(kind)
+            names = sorted({e.name for e in available})
+            hints: list[str] = []
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"did you mean {close[0]!r}?")
+            if names:
+                listing = ", ".join(f"{e.name} ({e.origin})" for e in sorted(available, key=lambda e: e.name))
+                hints.append(f"installed {kind}s: {listing}")
+            else:
+                hints.append(f"no {kind} plugins are installed")
+            hints.append(f"third-party {kind}s install as 'pip install ragen-{kind}-<name>'; see 'ragen plugins'")
+            raise PluginNotFoundError(f"no {kind} named {raw!r} (entry-point group {GROUPS[kind]})", hints)
+        # Entries with the same dist and value are one plugin; anything else is a true conflict.
+        distinct = {(e.dist_name, e.value): e for e in enabled}
+        if len(distinct) > 1:
+            listing = ", ".join(f"{e.origin} ({e.value})" for e in distinct.values())
+            first = next(iter(distinct.values()))
+            raise DuplicatePluginError(
+                f"{kind} {name!r} is provided by {len(distinct)} distributions: {listing}",
+                [
+                    f"select one with '{first.qualified}', or set RAGEN_DISABLE_PLUGINS="
+                    + ",".join(e.dist_name for e in list(distinct.values())[1:])
+                ],
+            )
+        return next(iter(distinct.values()))
+
+    # ------------------------------------------------------------------ load
+    def _check_compat(self, entry: PluginEntry) -> None:
+        """Compare the dist's ``Requires-Dist: ragen-core...`` with the installed core (before import)."""
+        from packaging.requirements import InvalidRequirement, Requirement
+        from packaging.version import Version
+
+        from ragen_core import __version__ as core_version
+
+        for line in entry.requires:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if normalize_name(req.name) != CORE_DIST or req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            if req.specifier and not req.specifier.contains(Version(core_version), prereleases=True):
+                raise IncompatiblePluginError(
+                    f"{entry.kind} {entry.name!r}: {entry.origin} requires ragen-core{req.specifier}; installed ragen-core is {core_version}",
+                    [f"upgrade {entry.dist_name}, or install 'ragen-core{req.specifier}'"],
+                )
+
+    def get_spec(self, kind: str, name: str) -> PluginSpec:
+        """Import and validate the light spec of one plugin (never its heavy implementation)."""
+        entry = self.find(kind, name)
+        key = (entry.kind, entry.dist_name, entry.name)
+        with self._lock:
+            if key in self._loaded:
+                return self._loaded[key]
+        if entry.spec is not None:
+            spec = entry.spec
+        else:
+            self._check_compat(entry)
+            try:
+                spec = entry.entry_point.load()
+            except Exception as exc:  # any import-time failure of the requested plugin is fatal for it
+                missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+                hint = (
+                    f"pip install '{entry.dist_name}' (or its extras) so that module {missing!r} is available"
+                    if missing
+                    else f"reinstall or fix {entry.dist_name}"
+                )
+                raise PluginLoadError(
+                    f"{entry.kind} {entry.name!r} from {entry.origin} failed to import: {type(exc).__name__}: {exc}",
+                    [f"{hint}   (entry point: {entry.value})"],
+                ) from exc
+            spec = self._validate_spec(entry, spec)
+        with self._lock:
+            self._loaded[key] = spec
+        return spec
+
+    @staticmethod
+    def _validate_spec(entry: PluginEntry, spec: Any) -> PluginSpec:
+        from ragen_core import API_VERSION
+
+        expected = SPEC_CLASSES[entry.kind]
+        if not isinstance(spec, expected):
+            raise PluginLoadError(
+                f"{entry.kind} {entry.name!r} from {entry.origin}: entry point {entry.value} is a "
+                f"{type(spec).__name__}, expected a {expected.__name__}",
+                [f"point the entry point at a module-level {expected.__name__} instance"],
+            )
+        if spec.api_version != API_VERSION:
+            raise IncompatiblePluginError(
+                f"{entry.kind} {entry.name!r} from {entry.origin} targets plugin API {spec.api_version}; this ragen-core provides API {API_VERSION}",
+                [f"upgrade {entry.dist_name} or install a ragen-core with API {spec.api_version}"],
+            )
+        if entry.name != spec.name and entry.name not in spec.aliases:
+            raise PluginLoadError(
+                f"{entry.kind} {entry.name!r} from {entry.origin}: entry-point name differs from spec name {spec.name!r}",
+                [f"rename the entry point to {spec.name!r} or list {entry.name!r} in the spec's aliases"],
+            )
+        return spec
+
+    def make_config(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None) -> PluginConfig:
+        """Validate ``config`` against the plugin's config model (errors name the field path)."""
+        spec = self.get_spec(kind, name)
+        if isinstance(config, PluginConfig):
+            if preset is None and isinstance(config, spec.config_model):
+                return config
+            config = config.model_dump()
+        if preset is not None and preset not in spec.presets:
+            close = difflib.get_close_matches(preset, list(spec.presets), n=1, cutoff=0.5)
+            hints = [f"did you mean {close[0]!r}?"] if close else []
+            hints.append(f"presets of {kind} {spec.name!r}: {', '.join(spec.presets) or '(none)'}")
+            raise PluginConfigError(f"{kind} {spec.name!r} has no preset {preset!r}", hints)
+        from pydantic import ValidationError
+
+        try:
+            return spec.make_config(dict(config or {}), preset=preset)
+        except ValidationError as exc:
+            raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}") from None
+
+    def make(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:
+        """Build a plugin: validate its config, import its factory, call ``factory(config)``."""
+        cfg = self.make_config(kind, name, config, preset=preset)
+        spec = self.get_spec(kind, name)
+        entry = self.find(kind, name)
+        try:
+            factory = spec.load_factory()
+        except Exception as exc:
+            missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+            raise PluginLoadError(
+                f"{kind} {spec.name!r} from {entry.origin} failed to import its implementation {spec.factory}: {type(exc).__name__}: {exc}",
+                [f"pip install the missing dependency {missing!r}" if missing else f"reinstall or fix {entry.dist_name}"],
+            ) from exc
+        return factory(cfg, **kwargs)
+
+    def register(self, spec: PluginSpec, *, dist: str = IN_PROCESS, version: str = "") -> PluginEntry:
+        """Register a spec in-process (notebooks, tests). Takes part in the duplicate check."""
+        kind = spec.kind
+        if kind not in GROUPS:
+            raise TypeError(f"cannot register {type(spec).__name__}: not a plugin spec kind")
+        entry = PluginEntry(kind=kind, name=spec.name, value=f"{dist}:{spec.name}", dist_name=normalize_name(dist), dist_version=version, spec=spec)
+        with self._lock:
+            self._local[kind] = [e for e in self._local[kind] if not (e.name == spec.name and e.dist_name == entry.dist_name)]
+            self._local[kind].append(entry)
+            self._loaded.pop((kind, entry.dist_name, entry.name), None)
+        return entry
+
+    def unregister(self, kind: str, name: str, *, dist: str = IN_PROCESS) -> None:
+        kind = _kind_of(kind)
+        name, dist = normalize_name(name), normalize_name(dist)
+        with self._lock:
+            self._local[kind] = [e for e in self._local[kind] if not (e.name == name and e.dist_name == dist)]
+            self._loaded.pop((kind, dist, name), None)
+
+    def clear_cache(self) -> None:
+        """Forget discovered metadata and loaded specs (after installing a plugin in-process)."""
+        with self._lock:
+            self._found.clear()
+            self._loaded.clear()
+
+
+def config_error_from_validation(exc: Any, prefix: str = "") -> PluginConfigError:
+    """Turn a pydantic ValidationError into a one-line error naming the first bad field path."""
+    errors = exc.errors()
+    parts = []
+    for err in errors[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        path = ".".join(p for p in (prefix, loc) if p)
+        if err.get("type") == "extra_forbidden":
+            parts.append(f"{path}: unknown key")
+        else:
+            parts.append(f"{path}: {err.get('msg')} (got {err.get('input')!r})")
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    hint = "check the spelling against 'ragen plugins show KIND NAME'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
+    return PluginConfigError("invalid config: " + "; ".join(parts) + more, [hint])
+
+
+# ---------------------------------------------------------------------- module-level API
+_default: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> Registry:
+    """The process-wide registry, built lazily on first use (importing this module finds nothing)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Registry()
+        return _default
+
+
+def names(kind: str) -> list[str]:
+    return default_registry().names(kind)
+
+
+def entries(kind: str, *, include_disabled: bool = False) -> list[PluginEntry]:
+    return default_registry().entries(kind, include_disabled=include_disabled)
+
+
+def find(kind: str, name: str) -> PluginEntry:
+    return default_registry().find(kind, name)
+
+
+def get_spec(kind: str, name: str) -> PluginSpec:
+    return default_registry().get_spec(kind, name)
+
+
+def make_config(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None) -> PluginConfig:
+    return default_registry().make_config(kind, name, config, preset=preset)
+
+
+def make(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:
+    return default_registry().make(kind, name, config, preset=preset, **kwargs)
+
+
+def make_env(name: str, *, preset: str | None = None, **config: Any) -> Any:
+    """Build an environment by name: ``make_env("sokoban", preset="CoordSokoban", max_turns=3)``."""
+    return default_registry().make("env", name, config, preset=preset)
+
+
+def register(spec: PluginSpec, *, dist: str = IN_PROCESS, version: str = "") -> PluginEntry:
+    return default_registry().register(spec, dist=dist, version=version)
+
+
+def unregister(kind: str, name: str, *, dist: str = IN_PROCESS) -> None:
+    default_registry().unregister(kind, name, dist=dist)

@@ -1,0 +1,124 @@
+"""Conformance checks for specs, advantage estimators, rollout filters and diagnostics."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import pickle
+import subprocess
+import sys
+from typing import Any
+
+from ragen_core.specs import PluginConfig, PluginSpec
+
+HEAVY_MODULES = ("torch", "transformers", "vllm", "ray")
+
+
+def check_spec_roundtrip(spec: PluginSpec, config: PluginConfig | None = None) -> None:
+    """Spec and config survive JSON and pickle (needed to rebuild plugins in other processes)."""
+    data = json.loads(spec.model_dump_json())
+    again = type(spec).model_validate(data)
+    assert again == spec, f"{spec.kind} {spec.name!r}: spec does not round-trip through JSON"
+    assert pickle.loads(pickle.dumps(spec)) == spec, f"{spec.kind} {spec.name!r}: spec does not round-trip through pickle"
+    config = config if config is not None else spec.config_model()
+    assert isinstance(config, spec.config_model)
+    cfg_json = config.model_dump_json()
+    assert spec.config_model.model_validate_json(cfg_json) == config, f"{spec.kind} {spec.name!r}: config does not round-trip through JSON"
+    assert pickle.loads(pickle.dumps(config)) == config, f"{spec.kind} {spec.name!r}: config does not round-trip through pickle"
+
+
+def check_spec_is_light(kind: str, name: str) -> None:
+    """In a fresh interpreter, loading the spec imports none of torch/transformers/vllm/ray."""
+    code = (
+        "import sys\n"
+        "from ragen_core import registry\n"
+        f"spec = registry.get_spec({kind!r}, {name!r})\n"
+        "spec.config_model()\n"
+        f"print(','.join(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{kind} {name!r}: loading the spec failed in a subprocess: {out.stderr.strip()[-500:]}"
+    heavy = out.stdout.strip()
+    assert not heavy, f"{kind} {name!r}: loading the spec imported {heavy}; move heavy imports into the factory module"
+
+
+def check_filter(filter_obj: Any, *, seed: int = 0) -> None:
+    """A filter returns a subset of the groups, handles an empty batch, never mutates input, is deterministic."""
+    import random
+
+    from ragen_core.interfaces.rollout_filter import FilterResult, GroupedRollouts
+
+    rng = random.Random(seed)
+    empty = filter_obj.select(GroupedRollouts(group_ids=[], rewards=[], entropies=[], lengths=[]))
+    assert isinstance(empty, FilterResult) and empty.kept_groups == [], "filter must return an empty FilterResult for an empty batch"
+    for trial in range(20):
+        n_groups, size = rng.randint(1, 8), rng.randint(1, 6)
+        gids = [g * 10 + 3 for g in range(n_groups) for _ in range(size)]
+        rewards = [rng.choice([0.0, 1.0, rng.uniform(-2, 11)]) if trial % 3 else 1.0 for _ in gids]
+        ents = [rng.uniform(0, 3) for _ in gids]
+        lens = [float(rng.randint(1, 50)) for _ in gids]
+        batch = GroupedRollouts(group_ids=list(gids), rewards=list(rewards), entropies=list(ents), lengths=list(lens))
+        before = copy.deepcopy(batch)
+        r1 = filter_obj.select(batch)
+        r2 = filter_obj.select(batch)
+        assert batch == before, "filter mutated its input"
+        assert isinstance(r1, FilterResult)
+        assert set(r1.kept_groups) <= set(gids), "filter returned groups that are not in the batch"
+        assert len(set(r1.kept_groups)) == len(r1.kept_groups), "filter returned a group twice"
+        assert r1.kept_groups == r2.kept_groups and r1.group_weights == r2.group_weights, "filter is not deterministic"
+        for g, w in r1.group_weights.items():
+            assert g in r1.kept_groups and math.isfinite(w) and w >= 0, "group weights must be finite, >= 0, for kept groups"
+        for k, v in r1.metrics.items():
+            assert isinstance(v, (int, float)) and math.isfinite(v), f"filter metric {k} is not a finite number"
+
+
+def check_estimator(estimator: Any, *, needs_values: bool | None = None) -> None:
+    """Estimators keep shape/dtype, zero outside the mask, no NaN on flat groups, are pure and deterministic."""
+    import torch
+
+    from ragen_core.interfaces.advantage import AdvantageInputs, AdvantageOutputs
+
+    if needs_values is None:
+        needs_values = bool(getattr(estimator, "needs_critic", False))
+    g = torch.Generator().manual_seed(0)
+    B, T = 6, 9
+    mask = torch.zeros(B, T)
+    for i in range(B):
+        mask[i, 2 : 3 + i] = 1.0
+    rewards = torch.zeros(B, T)
+    last = mask.cumsum(1).argmax(1)
+    for i in range(B):
+        rewards[i, last[i]] = float(i % 2)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    values = torch.randn(B, T, generator=g) if needs_values else None
+    for flat in (False, True):
+        r = torch.zeros_like(rewards) if flat else rewards
+        inputs = AdvantageInputs(token_rewards=r, response_mask=mask, group_ids=groups, values=values)
+        snapshot = (r.clone(), mask.clone(), groups.clone(), None if values is None else values.clone())
+        out = estimator(inputs)
+        out2 = estimator(inputs)
+        assert isinstance(out, AdvantageOutputs)
+        assert out.advantages.shape == r.shape and out.returns.shape == r.shape, "advantages/returns must have the rewards' shape"
+        assert out.advantages.dtype == r.dtype, "advantages must keep the rewards' dtype"
+        assert torch.isfinite(out.advantages).all() and torch.isfinite(out.returns).all(), "estimator produced NaN/inf"
+        assert torch.equal(out.advantages, out2.advantages), "estimator is not deterministic"
+        assert (out.advantages[mask == 0] == 0).all(), "advantages must be zero outside the response mask"
+        assert torch.equal(r, snapshot[0]) and torch.equal(mask, snapshot[1]) and torch.equal(groups, snapshot[2]), "estimator mutated its inputs"
+        if values is not None:
+            assert torch.equal(values, snapshot[3]), "estimator mutated the values"
+
+
+def check_diagnostic(diagnostic: Any, trajectories: list[Any], context: Any, *, step: int = 1) -> dict[str, float]:
+    """A diagnostic is a pure observer returning ``dict[str, float]`` of finite numbers."""
+    before = copy.deepcopy(trajectories)
+    hook = getattr(diagnostic, "ragen_on_rollout_end", None)
+    assert callable(hook), "a diagnostic must implement ragen_on_rollout_end"
+    metrics = hook(trajectories=trajectories, step=step, context=context)
+    assert trajectories == before, "diagnostic mutated the trajectories"
+    metrics = metrics or {}
+    assert isinstance(metrics, dict)
+    for k, v in metrics.items():
+        assert isinstance(k, str) and "/" in k, f"diagnostic metric key {k!r} must be namespaced ('family/metric')"
+        assert isinstance(v, (int, float)) and math.isfinite(v), f"diagnostic metric {k} = {v!r} is not a finite number"
+    return metrics
