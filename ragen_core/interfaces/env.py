@@ -118,6 +118,19 @@ class Env(ABC):
         """
         return None
 
+    def random_action(self, rng: Any) -> str | None:
+        """A uniformly random *legal* action string for the current state, or ``None``.
+
+        Used by ``ragen env play --agent random`` and by the warm-start stage, which wraps random
+        legal actions in the reply format (never oracle solutions). ``rng`` is a
+        ``numpy.random.Generator``. The default picks from :attr:`action_names`; free-text envs
+        (Countdown, Sudoku) should override it.
+        """
+        names = self.action_names
+        if not names:
+            return None
+        return str(names[int(rng.integers(len(names)))])
+
     def render_image(self) -> Any:
         """RGB ``numpy`` array of the current state, for visual agents (optional)."""
         raise NotImplementedError(f"{type(self).__name__} has no image rendering")
