@@ -1,0 +1,162 @@
+"""Pydantic configs of the rollout filters (one model per user-facing filter name).
+
+Every model subclasses :class:`ragen_core.interfaces.rollout_filter.FilterConfig` (which adds
+``empty_stop_steps``). Defaults follow spec 2.3 and the recommended presets of spec 9.8. Metric
+and strategy names accept the reference spellings (``reward_std``, ``top-p``) and are
+normalised to one canonical value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from ragen_core.interfaces.rollout_filter import FilterConfig
+
+Metric = Literal["reward_variance", "reward", "reward_sum", "entropy", "entropy_variance", "length"]
+LossScaling = Literal["none", "linear", "sqrt"]
+
+METRIC_ALIASES: dict[str, str] = {"reward_std": "reward_variance", "entropy_std": "entropy_variance"}
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip().lower().replace("-", "_")
+    return value
+
+
+def _dashed(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip().lower().replace("_", "-")
+    return value
+
+
+class ScoreConfig(FilterConfig):
+    """How group scores are computed and how the result is weighted (shared by all filters)."""
+
+    metric: Metric = "reward_variance"
+    """Group score: ``reward_variance`` (in-group reward spread; alias ``reward_std``), ``reward``
+    (mean), ``reward_sum``, ``entropy`` (mean), ``entropy_variance`` (alias ``entropy_std``),
+    ``length`` (mean)."""
+    statistic: Literal["std", "var"] = "std"
+    """Spread statistic of the ``*_variance`` metrics: ``std`` (reference) or ``var`` (spec L14)."""
+    ddof: int = Field(default=1, ge=0)
+    """Delta degrees of freedom of the spread; 1 = unbiased, as the reference."""
+    num_groups: int | None = Field(default=None, ge=1)
+    """Configured number of prompt groups per step (``env_groups``); used by fractional top-k
+    and the kept ratio. None = the number of groups present in the batch."""
+    loss_scaling: LossScaling = "none"
+    """Scale kept groups' weights by the kept ratio (``linear``) or its square root (``sqrt``);
+    the trainer multiplies advantages by the group weight (spec 9.7)."""
+    flat_rtol: float = Field(default=1e-9, ge=0.0)
+    """Relative tolerance under which a group's values count as identical (spread exactly 0)."""
+
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _metric_alias(cls, value: Any) -> Any:
+        value = _canonical(value)
+        return METRIC_ALIASES.get(value, value)
+
+    @field_validator("loss_scaling", "statistic", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class OrderedConfig(ScoreConfig):
+    """Adds the ranking direction and zero handling used by every hard filter."""
+
+    order: Literal["largest", "smallest"] = "largest"
+    """Keep the groups with the largest scores (default) or the smallest."""
+    include_zero: bool = True
+    """Whether groups with ``|score| <= 1e-10`` are candidates at all."""
+
+    @field_validator("order", mode="before")
+    @classmethod
+    def _order(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+
+class NoFilterConfig(ScoreConfig):
+    """``none``: keep every group; metrics are still computed from ``metric``."""
+
+
+class TopPConfig(OrderedConfig):
+    """``snr-topp``: linear top-p 0.9 without zero-score groups (the docs' recommendation)."""
+
+    value: float = Field(default=0.9, ge=0.0)
+    """Share of the score mass to keep; ``>= 1`` keeps every candidate."""
+    prob_mode: Literal["linear", "softmax"] = "linear"
+    """``linear``: mass = share of summed scores (scale-free); ``softmax``: mass of softmax(scores)."""
+    selection_eps: float = 0.01
+    """Slack subtracted from the linear threshold; batches with ``value * sum <= eps`` keep nothing."""
+    include_zero: bool = False
+    on_all_zero: Literal["empty", "keep-all"] = "empty"
+    """When every group scores zero: ``empty`` keeps none (reference), ``keep-all`` keeps all (L16)."""
+
+    @field_validator("prob_mode", "on_all_zero", mode="before")
+    @classmethod
+    def _lower_mode(cls, value: Any) -> Any:
+        return _dashed(value)
+
+
+class TopPSoftmaxConfig(TopPConfig):
+    """``snr-topp-softmax``: softmax top-p 0.9 without zero-score groups (scale-dependent, L15)."""
+
+    prob_mode: Literal["linear", "softmax"] = "softmax"
+
+
+class TopKConfig(OrderedConfig):
+    """``snr-topk``: keep ``int(value * num_groups)`` groups (at least 1)."""
+
+    value: float = Field(default=0.25, ge=0.0)
+    """Fraction of the configured number of groups to keep."""
+
+
+class TopKAbsConfig(OrderedConfig):
+    """``snr-topk-abs``: keep a fixed number of groups (at least 1)."""
+
+    value: int = Field(default=4, ge=0)
+    """Number of groups to keep (clamped to the candidates, at least 1)."""
+
+
+class MinPConfig(OrderedConfig):
+    """``snr-minp``: keep groups scoring at least ``value`` times the best score."""
+
+    value: float = Field(default=0.1, ge=0.0)
+    """Relative cut: largest keeps ``score >= max * value``; smallest keeps ``score <= min / value``."""
+    include_zero: bool = False
+
+
+class SoftConfig(ScoreConfig):
+    """``snr-soft``: keep every group, weight each by ``score / max score``."""
+
+    weight_eps: float = Field(default=0.0, ge=0.0)
+    """Added to the max score in the denominator (1e-6 reproduces the reference's GRPO
+    ``soft_advantage_reweight``)."""
+
+
+class ReferenceConfig(OrderedConfig):
+    """``reference``: every knob of the reference filter, with its defaults (no filtering)."""
+
+    strategy: Literal["top_p", "top_k", "top_k_abs", "min_p"] = "top_p"
+    """Selection rule (``top-p`` spellings accepted)."""
+    value: float = Field(default=1.0, ge=0.0)
+    """Meaning depends on ``strategy`` (mass, fraction, count or relative cut)."""
+    prob_mode: Literal["linear", "softmax"] = "linear"
+    """Top-p mass computation (``linear`` or ``softmax``)."""
+    selection_eps: float = 0.01
+    """Linear top-p threshold slack."""
+    on_all_zero: Literal["empty", "keep-all"] = "empty"
+    """When every group scores zero: ``empty`` (reference) or ``keep-all`` (L16)."""
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategy(cls, value: Any) -> Any:
+        return _canonical(value)
+
+    @field_validator("prob_mode", "on_all_zero", mode="before")
+    @classmethod
+    def _modes(cls, value: Any) -> Any:
+        return _dashed(value)
