@@ -234,15 +234,9 @@ class Registry:
             try:
                 spec = entry.entry_point.load()
             except Exception as exc:  # any import-time failure of the requested plugin is fatal for it
-                missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
-                hint = (
-                    f"pip install '{entry.dist_name}' (or its extras) so that module {missing!r} is available"
-                    if missing
-                    else f"reinstall or fix {entry.dist_name}"
-                )
                 raise PluginLoadError(
                     f"{entry.kind} {entry.name!r} from {entry.origin} failed to import: {type(exc).__name__}: {exc}",
-                    [f"{hint}   (entry point: {entry.value})"],
+                    [f"{_import_hint(exc, entry.value, entry.dist_name)}   (entry point: {entry.value})"],
                 ) from exc
             spec = self._validate_spec(entry, spec)
         with self._lock:
@@ -299,10 +293,9 @@ class Registry:
         try:
             factory = spec.load_factory()
         except Exception as exc:
-            missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
             raise PluginLoadError(
                 f"{kind} {spec.name!r} from {entry.origin} failed to import its implementation {spec.factory}: {type(exc).__name__}: {exc}",
-                [f"pip install the missing dependency {missing!r}" if missing else f"reinstall or fix {entry.dist_name}"],
+                [_import_hint(exc, spec.factory, entry.dist_name)],
             ) from exc
         return factory(cfg, **kwargs)
 
@@ -330,6 +323,17 @@ class Registry:
         with self._lock:
             self._found.clear()
             self._loaded.clear()
+
+
+def _import_hint(exc: BaseException, target: str, dist: str) -> str:
+    """One concrete action for an import failure: install the missing dependency or reinstall."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    if not missing:
+        return f"fix or reinstall {dist}; run with -v for the traceback"
+    own = target.partition(":")[0].split(".")[0]
+    if missing.split(".")[0] == own:
+        return f"reinstall {dist}: its own module {missing!r} is missing (after editing entry points run 'pip install -e' again)"
+    return f"pip install {missing.split('.')[0]}   (a dependency of {dist}; check its extras)"
 
 
 def config_error_from_validation(exc: Any, prefix: str = "") -> PluginConfigError:

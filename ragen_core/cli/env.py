@@ -1,0 +1,114 @@
+"""``ragen env``: see and debug environments without a model.
+
+``ragen env play NAME`` lets a person (or a random agent) play an env in the terminal through the
+same text interface the LLM uses: the instruction, the observation, one reply per turn (action
+names joined by ``||``, or a full ``<answer>...</answer>`` reply), rewards and the final result.
+``ragen env list`` lists env names with their presets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, TextIO
+
+from ragen_core.errors import RagenError
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["play", "list"], help="play an env, or list envs")
+    parser.add_argument("name", nargs="?", help="env name (play)")
+    parser.add_argument("--preset", help="named preset of the env (e.g. CoordSokoban)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    parser.add_argument("--agent", choices=["human", "random"], default="human", help="who plays (default: human)")
+    parser.add_argument("--episodes", type=int, default=1, help="episodes to play")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="env config override (repeatable)")
+
+
+def split_reply(text: str, env: Any) -> list[str]:
+    """Turn a typed reply into action strings, mapped case-insensitively onto the vocabulary."""
+    match = _ANSWER.search(text)
+    body = match.group(1) if match else text
+    sep = env.action_sep
+    parts = [p.strip() for p in body.split(sep)] if sep else [body.strip()]
+    parts = [p for p in parts if p]
+    names = env.action_names
+    if names:
+        lookup = {n.lower(): n for n in names}
+        return [lookup.get(p.lower(), p) for p in parts]
+    return parts
+
+
+def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any) -> dict[str, Any]:
+    """Play one episode; returns ``{"reward", "success", "actions"}``."""
+    cfg = env.config
+    obs = env.reset(seed)
+    print(f"=== {type(env).__name__} seed={seed} ===", file=out)
+    if env.instruction():
+        print(env.instruction(), file=out)
+    total, actions_done, success = 0.0, 0, False
+    limit_actions, limit_turns = cfg.max_actions_per_episode, cfg.max_turns
+    for turn in range(1, limit_turns + 1):
+        print(f"\n--- turn {turn} ({limit_actions - actions_done} actions left) ---\n{obs}", file=out)
+        if env.action_names:
+            print(f"actions: {', '.join(env.action_names)}" + (f"  (join several with ' {env.action_sep} ')" if env.action_sep else ""), file=out)
+        if agent == "random":
+            action = env.random_action(rng)
+            reply = action if action is not None else ""
+            print(f"> {reply}", file=out)
+        else:
+            print("> ", end="", file=out, flush=True)
+            line = inp.readline()
+            if not line or line.strip().lower() in {"q", "quit", "exit"}:
+                print("\n(quit)", file=out)
+                break
+            reply = line.rstrip("\n")
+        actions = split_reply(reply, env)[: cfg.max_actions_per_turn]
+        if not actions:
+            print("(no action: nothing happens; the trainer would charge the format penalty)", file=out)
+            continue
+        done = False
+        for action in actions[: limit_actions - actions_done]:
+            obs, reward, done, info = env.step(action)
+            actions_done += 1
+            total += reward
+            valid = info.get("action_is_valid", True)
+            print(f"  {action!r}: reward {reward:+.2f}{'' if valid else '  (invalid action)'}", file=out)
+            success = bool(info.get("success", False))
+            if done:
+                break
+        if done or actions_done >= limit_actions:
+            print(f"\n{obs}", file=out)
+            break
+    print(f"\nepisode over: total reward {total:+.2f}, success {success}", file=out)
+    return {"reward": total, "success": success, "actions": actions_done}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ragen_core import registry
+    from ragen_core.config import apply_overrides
+    from ragen_core.seeding import make_rng
+
+    if args.action == "list":
+        for name in registry.names("env"):
+            entry = registry.find("env", name)
+            try:
+                presets = ", ".join(registry.get_spec("env", name).presets)
+            except RagenError as exc:
+                presets = f"(broken: {str(exc).splitlines()[0]})"
+            print(f"{name:<16} {entry.origin:<30} {presets}")
+        return 0
+    if not args.name:
+        raise RagenError("'ragen env play' needs an env name", ["example: ragen env play sokoban", "list them with 'ragen env list'"])
+    overrides = apply_overrides({}, args.set)
+    env = registry.make("env", args.name, overrides, preset=args.preset)
+    rng = make_rng(args.seed, "play")
+    try:
+        for episode in range(args.episodes):
+            play(env, seed=args.seed + episode, agent=args.agent, out=sys.stdout, inp=sys.stdin, rng=rng)
+    finally:
+        env.close()
+    return 0

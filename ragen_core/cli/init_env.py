@@ -1,0 +1,68 @@
+"""``ragen init-env NAME``: scaffold a third-party environment package.
+
+Copies ``ragen_core/templates/ragen-env-template`` into ``./ragen-env-NAME`` with the names
+filled in. The result installs with ``pip install -e ragen-env-NAME``, is listed by
+``ragen plugins``, passes the conformance kit and can be played with ``ragen env play NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from ragen_core.errors import RagenError
+from ragen_core.specs import NAME_PATTERN
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "ragen-env-template"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="env name, lower case, e.g. mygrid")
+    parser.add_argument("--dir", default=".", help="parent folder of the new package (default: current folder)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing folder")
+
+
+def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Path:
+    """Create ``<parent>/ragen-env-<name>`` from the template and return its path."""
+    if not re.match(NAME_PATTERN, name):
+        raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter", ["example: ragen init-env mygrid"])
+    from ragen_core import __version__
+
+    major = int(__version__.split(".")[0])
+    minor = ".".join(__version__.split(".")[:2])
+    values = {
+        "name": name,
+        "dist": f"ragen-env-{name}",
+        "pkg": f"ragen_env_{name.replace('-', '_')}",
+        "Class": "".join(part.capitalize() for part in name.split("-")),
+        "core_min": minor,
+        "core_next": str(major + 1),
+    }
+    target = Path(parent) / values["dist"]
+    if target.exists() and not force:
+        raise RagenError(f"{target} already exists", ["choose another name or pass --force"])
+    for src in sorted(TEMPLATE.rglob("*")):
+        if src.is_dir() or "__pycache__" in src.parts:
+            continue
+        rel = str(src.relative_to(TEMPLATE)).replace("__pkg__", values["pkg"])
+        text = src.read_text(encoding="utf-8")
+        if rel.endswith(".tmpl"):
+            rel = rel[: -len(".tmpl")]
+            for key, value in values.items():
+                text = text.replace("{{" + key + "}}", value)
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text, encoding="utf-8")
+    return target
+
+
+def run(args: argparse.Namespace) -> int:
+    target = scaffold(args.name, args.dir, force=args.force)
+    print(f"created {target}")
+    print("next steps:")
+    print(f"  pip install -e {target}")
+    print(f"  ragen plugins              # lists '{args.name}'")
+    print(f"  ragen env play {args.name}")
+    print(f"  pytest {target}/tests")
+    return 0

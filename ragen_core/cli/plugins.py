@@ -1,0 +1,132 @@
+"""``ragen plugins``: list, check and describe installed plugins.
+
+``ragen plugins`` reads entry-point metadata only: it never imports a plugin, so it is fast and
+keeps working when plugins are broken (it is the recovery path). ``ragen plugins check`` imports
+every plugin's spec and validates it; ``--strict`` (or ``RAGEN_STRICT_PLUGINS=1``) makes any
+failure exit non-zero, for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from typing import Any
+
+from ragen_core.errors import RagenError
+from ragen_core.specs import GROUPS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=["list", "check", "show"], default="list", help="list (default), check, or show")
+    parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
+    parser.add_argument("--kind", choices=list(GROUPS), help="only this kind")
+    parser.add_argument("--strict", action="store_true", help="'check': exit 1 if any plugin fails")
+    parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
+
+
+def _metadata_status(reg: Any, entry: Any, counts: Counter[tuple[str, str]]) -> str:
+    if not reg.enabled(entry):
+        return "disabled"
+    if counts[(entry.kind, entry.name)] > 1:
+        return "duplicate"
+    try:
+        reg._check_compat(entry)
+    except RagenError:
+        return "incompatible"
+    return "ok"
+
+
+def _rows(reg: Any, kinds: list[str]) -> list[tuple[Any, str]]:
+    rows = []
+    for kind in kinds:
+        entries = reg.entries(kind, include_disabled=True)
+        distinct = {(e.kind, e.name, e.dist_name, e.value) for e in entries if reg.enabled(e)}
+        counts = Counter((k, n) for (k, n, _, _) in distinct)
+        for e in sorted(entries, key=lambda e: (e.name, e.dist_name)):
+            rows.append((e, _metadata_status(reg, e, counts)))
+    return rows
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header).rstrip())
+    for r in rows:
+        print(fmt.format(*r).rstrip())
+
+
+def list_plugins(args: argparse.Namespace) -> int:
+    from ragen_core import registry
+
+    reg = registry.default_registry()
+    kinds = [args.kind] if args.kind else list(GROUPS)
+    rows = _rows(reg, kinds)
+    header = ["KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS", "ENTRY POINT"] + (["LOCATION"] if args.paths else [])
+    table = [[e.kind, e.name, e.dist_name, e.dist_version, status, e.value] + ([e.location] if args.paths else []) for e, status in rows]
+    if not table:
+        print("no plugins installed (pip install ragen-env-<name>, or see README)")
+        return 0
+    _print_table(header, table)
+    return 0
+
+
+def check_plugins(args: argparse.Namespace) -> int:
+    from ragen_core import registry
+
+    reg = registry.default_registry()
+    strict = args.strict or os.environ.get("RAGEN_STRICT_PLUGINS") == "1"
+    kinds = [args.kind] if args.kind else list(GROUPS)
+    table, failures = [], 0
+    for e, status in _rows(reg, kinds):
+        if status == "disabled":
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", ""])
+            continue
+        try:
+            spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
+            spec.config_model()
+            for preset in spec.presets:
+                reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", spec.summary[:60]])
+        except Exception as exc:  # report every plugin's failure on its own row
+            failures += 1
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
+    _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
+    print(f"\n{len(table) - failures} ok, {failures} failed")
+    return 1 if failures and strict else 0
+
+
+def show_plugin(args: argparse.Namespace) -> int:
+    from ragen_core import registry
+
+    if len(args.target) != 2:
+        raise RagenError("'ragen plugins show' needs KIND and NAME", ["example: ragen plugins show env sokoban"])
+    kind, name = args.target
+    spec = registry.get_spec(kind, name)
+    entry = registry.find(kind, name)
+    print(f"{spec.kind} {spec.name} — {spec.summary}")
+    print(f"distribution: {entry.origin}   entry point: {entry.value}   factory: {spec.factory}")
+    if spec.aliases:
+        print(f"aliases: {', '.join(spec.aliases)}")
+    if spec.presets:
+        print(f"presets: {', '.join(spec.presets)}")
+    print("\nconfig fields:")
+    rows = []
+    for field_name, field in spec.config_model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        rows.append([field_name, str(field.annotation).replace("typing.", ""), repr(default)[:30], (field.description or "").split("\n")[0][:80]])
+    _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        return check_plugins(args)
+    if args.action == "show":
+        return show_plugin(args)
+    if args.target:
+        print(f"unexpected arguments: {' '.join(args.target)}", file=sys.stderr)
+        return 2
+    return list_plugins(args)
