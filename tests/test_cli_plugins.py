@@ -1,0 +1,118 @@
+"""The ``ragen`` CLI's spine commands, run as a user would (subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragen_core.testing import fake_entry_points
+
+HEAVY = ("torch", "transformers", "vllm", "ray")
+
+
+def ragen(*args: str, env: dict[str, str] | None = None, stdin: str = "", cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())", *args],
+        capture_output=True, text=True, env=full_env, input=stdin, timeout=300, cwd=cwd,
+    )
+
+
+def test_plugins_lists_without_heavy_imports():
+    code = (
+        "import sys, io, contextlib\n"
+        "from ragen_core.cli.main import main\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        "    rc = main(['plugins'])\n"
+        f"print(rc, ','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rc, heavy = (out.stdout.strip().split(" ") + [""])[:2]
+    assert rc == "0"
+    assert heavy == "", f"'ragen plugins' imported {heavy}"
+
+
+def test_plugins_works_with_broken_plugins_and_shows_status(tmp_path):
+    fake_entry_points(tmp_path, "fake-broken", {"ragen_core.envs": {"brokenenv": "fakeplug_nope:SPEC"}}, add_to_path=False)
+    fake_entry_points(tmp_path, "fake-old", {"ragen_core.envs": {"oldenv": "fakeplug_nope:SPEC"}}, requires=["ragen-core<0.0.1"], add_to_path=False)
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = ragen("plugins", env=env)
+    assert out.returncode == 0, out.stderr
+    lines = {line.split()[1]: line for line in out.stdout.splitlines()[1:] if line.strip()}
+    assert "brokenenv" in lines and " ok " in lines["brokenenv"]  # listing imports nothing, so it cannot tell
+    assert "incompatible" in lines["oldenv"]
+    check = ragen("plugins", "check", "--strict", env=env)
+    assert check.returncode == 1
+    assert "FAILED" in check.stdout and "brokenenv" in check.stdout
+    relaxed = ragen("plugins", "check", env=env)
+    assert relaxed.returncode == 0
+
+
+def test_unknown_env_is_one_line_error_exit_2():
+    out = ragen("env", "play", "sokobann", "--agent", "random")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith("PluginNotFoundError: no env named 'sokobann'")
+    assert all(line.startswith("hint: ") for line in lines[1:])
+    assert "Traceback" not in out.stderr
+
+
+def test_verbose_shows_traceback():
+    out = ragen("-v", "env", "play", "sokobann")
+    assert out.returncode == 2 and "Traceback" in out.stderr
+
+
+def test_bad_override_value_names_field(tmp_path):
+    spec_src = (
+        "from ragen_core import EnvSpec, EnvConfig\n"
+        "class C(EnvConfig):\n    size: int = 3\n"
+        "SPEC = EnvSpec(name='cfgenv', factory='x:y', config_model=C)\n"
+    )
+    fake_entry_points(tmp_path, "fake-cfg", {"ragen_core.envs": {"cfgenv": "fakeplug_cfg:SPEC"}}, modules={"fakeplug_cfg.py": spec_src}, add_to_path=False)
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = ragen("env", "play", "cfgenv", "--set", "size=big", env=env)
+    assert out.returncode == 2
+    assert out.stderr.startswith("PluginConfigError: invalid config: env.cfgenv.size: Input should be a valid integer")
+
+
+def test_init_env_package_installs_lists_passes_conformance_and_plays(tmp_path):
+    made = ragen("init-env", "mygrid", "--dir", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    pkg = tmp_path / "ragen-env-mygrid"
+    assert (pkg / "pyproject.toml").is_file()
+    site = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site), str(pkg)],
+        capture_output=True, text=True, timeout=300,
+    )
+    if install.returncode != 0 and "hatchling" in install.stderr:
+        pytest.skip("hatchling is not installed in this environment")
+    assert install.returncode == 0, install.stderr
+    env = {"PYTHONPATH": str(site) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    listed = ragen("plugins", "--kind", "env", env=env)
+    assert any(line.split()[1:3] == ["mygrid", "ragen-env-mygrid"] for line in listed.stdout.splitlines()[1:])
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(pkg / "tests")],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, **env), cwd=str(tmp_path),
+    )
+    assert tests.returncode == 0, tests.stdout[-2000:]
+    assert " passed" in tests.stdout and "failed" not in tests.stdout
+    played = ragen("env", "play", "mygrid", "--seed", "3", env=env, stdin="Right\nRight\nLeft\nq\n")
+    assert played.returncode == 0, played.stderr
+    assert "episode over" in played.stdout
+    oracle_run = ragen("env", "play", "mygrid", "--seed", "3", env=env, stdin="Left || Left\nLeft || Left\nLeft || Left\nRight || Right\nRight || Right\n")
+    assert "episode over" in oracle_run.stdout
+
+
+def test_init_env_rejects_bad_names_and_existing_dirs(tmp_path):
+    bad = ragen("init-env", "My Grid", "--dir", str(tmp_path))
+    assert bad.returncode == 2 and "invalid env name" in bad.stderr
+    assert ragen("init-env", "grid2", "--dir", str(tmp_path)).returncode == 0
+    again = ragen("init-env", "grid2", "--dir", str(tmp_path))
+    assert again.returncode == 2 and "already exists" in again.stderr

@@ -1,0 +1,211 @@
+"""Registry behaviour with throwaway dist-info folders (no installs): every failure path."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+
+from ragen_core import EnvSpec, registry
+from ragen_core.errors import (
+    DuplicatePluginError,
+    IncompatiblePluginError,
+    PluginConfigError,
+    PluginLoadError,
+    PluginNotFoundError,
+)
+from ragen_core.registry import Registry
+from ragen_core.testing import fake_entry_points
+
+GROUP = "ragen_core.envs"
+
+SPEC_MODULE = '''
+from ragen_core import EnvSpec, EnvConfig
+
+class Cfg(EnvConfig):
+    size: int = 3
+    """Grid size."""
+
+SPEC = EnvSpec(name="{name}", summary="test env", config_model=Cfg, factory="{mod}:make")
+
+def make(config):
+    return ("built", config.size)
+'''
+
+
+def _spec_module(name: str, mod: str) -> str:
+    return SPEC_MODULE.format(name=name, mod=mod)
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch):
+    """A registry that sees only the fake dists written under tmp_path."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def source(group):
+        return [ep for ep in entry_points(group=group) if ep.dist is not None and str(tmp_path) in str(ep.dist.locate_file(""))]
+
+    yield tmp_path, Registry(source=source)
+    for mod in [m for m in sys.modules if m.startswith("fakeplug")]:
+        del sys.modules[mod]
+    importlib.invalidate_caches()
+
+
+def _add(tmp_path, dist, name, mod, *, requires=(), value=None, source=True):
+    modules = {f"{mod.replace('.', '/')}.py": _spec_module(name, mod)} if source else {}
+    fake_entry_points(tmp_path, dist, {GROUP: {name: value or f"{mod}:SPEC"}}, requires=requires, modules=modules, add_to_path=False)
+    importlib.invalidate_caches()
+
+
+def test_discovery_reads_metadata_without_importing(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-grid", "grid", "fakeplug_grid")
+    assert reg.names("env") == ["grid"]
+    assert "fakeplug_grid" not in sys.modules
+    entry = reg.find("env", "grid")
+    assert (entry.dist_name, entry.dist_version, entry.value) == ("fake-grid", "0.0.1", "fakeplug_grid:SPEC")
+
+
+def test_load_builds_from_config(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-grid", "grid", "fakeplug_grid")
+    assert reg.make("env", "grid", {"size": 5}) == ("built", 5)
+    assert reg.make("env", "GRID") == ("built", 3)  # names are case-insensitive
+
+
+def test_not_found_suggests_close_name(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-sokoban", "sokoban", "fakeplug_sok")
+    with pytest.raises(PluginNotFoundError) as err:
+        reg.get_spec("env", "sokobn")
+    text = str(err.value)
+    assert text.splitlines()[0] == "no env named 'sokobn' (entry-point group ragen_core.envs)"
+    assert "hint: did you mean 'sokoban'?" in text
+    assert "sokoban (fake-sokoban 0.0.1)" in text
+
+
+def test_broken_import_names_dist_version_and_missing_module(sandbox):
+    tmp, reg = sandbox
+    fake_entry_points(
+        tmp, "fake-broken", {GROUP: {"broken": "fakeplug_broken:SPEC"}}, version="2.3.4",
+        modules={"fakeplug_broken.py": "import selenium_not_installed_xyz\n"}, add_to_path=False,
+    )
+    importlib.invalidate_caches()
+    with pytest.raises(PluginLoadError) as err:
+        reg.get_spec("env", "broken")
+    first, *hints = str(err.value).splitlines()
+    assert "env 'broken' from fake-broken 2.3.4 failed to import" in first
+    assert "ModuleNotFoundError" in first
+    assert hints and hints[0].startswith("hint: pip install selenium_not_installed_xyz")
+
+
+def test_duplicate_names_need_dist_qualification(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-one", "grid", "fakeplug_one")
+    _add(tmp, "fake-two", "grid", "fakeplug_two")
+    with pytest.raises(DuplicatePluginError) as err:
+        reg.get_spec("env", "grid")
+    text = str(err.value)
+    assert "env 'grid' is provided by 2 distributions" in text
+    assert "fake-one 0.0.1" in text and "fake-two 0.0.1" in text
+    assert "hint: select one with 'fake-one:grid'" in text
+    assert reg.get_spec("env", "fake-two:grid").factory == "fakeplug_two:make"
+
+
+def test_identical_duplicates_are_merged():
+    class Twice:
+        def __init__(self, inner):
+            self.inner = inner
+
+    ep = next(iter(entry_points(group="ragen_core.engines")), None)
+    if ep is None:
+        pytest.skip("no installed engine entry point to duplicate")
+    reg = Registry(source=lambda group: [ep, ep] if group == "ragen_core.engines" else [])
+    assert len(reg.entries("engine")) == 1
+
+
+def test_disable_plugins_env_var(sandbox, monkeypatch):
+    tmp, reg = sandbox
+    _add(tmp, "fake-one", "grid", "fakeplug_one")
+    _add(tmp, "fake-two", "grid", "fakeplug_two")
+    monkeypatch.setenv("RAGEN_DISABLE_PLUGINS", "fake-two")
+    assert reg.get_spec("env", "grid").factory == "fakeplug_one:make"
+
+
+def test_incompatible_core_requirement_is_refused_before_import(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-old", "old", "fakeplug_old", requires=["ragen-core<0.1"])
+    with pytest.raises(IncompatiblePluginError) as err:
+        reg.get_spec("env", "old")
+    text = str(err.value)
+    assert "fake-old 0.0.1 requires ragen-core<0.1; installed ragen-core is" in text
+    assert "hint: upgrade fake-old" in text
+    assert "fakeplug_old" not in sys.modules
+
+
+def test_api_version_mismatch(sandbox):
+    tmp, reg = sandbox
+    src = _spec_module("future", "fakeplug_future").replace('factory="fakeplug_future:make")', 'factory="fakeplug_future:make", api_version=99)')
+    fake_entry_points(tmp, "fake-future", {GROUP: {"future": "fakeplug_future:SPEC"}}, modules={"fakeplug_future.py": src}, add_to_path=False)
+    importlib.invalidate_caches()
+    with pytest.raises(IncompatiblePluginError, match="targets plugin API 99"):
+        reg.get_spec("env", "future")
+
+
+def test_wrong_spec_type_and_name_mismatch(sandbox):
+    tmp, reg = sandbox
+    fake_entry_points(tmp, "fake-bad", {GROUP: {"bad": "fakeplug_bad:SPEC"}}, modules={"fakeplug_bad.py": "SPEC = 42\n"}, add_to_path=False)
+    _add(tmp, "fake-mis", "misnamed", "fakeplug_mis", value="fakeplug_mis:SPEC")
+    (tmp / "fakeplug_mis.py").write_text(_spec_module("other", "fakeplug_mis"))
+    importlib.invalidate_caches()
+    with pytest.raises(PluginLoadError, match="is a int, expected a EnvSpec"):
+        reg.get_spec("env", "bad")
+    with pytest.raises(PluginLoadError, match="differs from spec name 'other'"):
+        reg.get_spec("env", "misnamed")
+
+
+def test_bad_config_names_the_field_path(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-grid", "grid", "fakeplug_grid")
+    with pytest.raises(PluginConfigError) as err:
+        reg.make("env", "grid", {"size": "large"})
+    assert str(err.value).startswith("invalid config: env.grid.size: Input should be a valid integer")
+    with pytest.raises(PluginConfigError) as err:
+        reg.make("env", "grid", {"sise": 3})
+    assert "env.grid.sise: unknown key" in str(err.value)
+    with pytest.raises(PluginConfigError, match="has no preset 'Huge'"):
+        reg.make("env", "grid", preset="Huge")
+
+
+def test_unrelated_broken_plugin_does_not_affect_loading(sandbox):
+    tmp, reg = sandbox
+    fake_entry_points(tmp, "fake-broken", {GROUP: {"broken": "fakeplug_broken2:SPEC"}}, modules={"fakeplug_broken2.py": "raise RuntimeError('boom')\n"}, add_to_path=False)
+    _add(tmp, "fake-grid", "grid", "fakeplug_grid")
+    assert reg.make("env", "grid") == ("built", 3)
+    assert "fakeplug_broken2" not in sys.modules
+    assert reg.names("env") == ["broken", "grid"]
+
+
+def test_in_process_registration_and_duplicate_check(sandbox):
+    tmp, reg = sandbox
+    _add(tmp, "fake-grid", "grid", "fakeplug_grid")
+    spec = EnvSpec(name="grid", summary="mine", factory="builtins:dict")
+    reg.register(spec)
+    with pytest.raises(DuplicatePluginError):
+        reg.get_spec("env", "grid")
+    assert reg.get_spec("env", "<in-process>:grid") is spec
+    reg.unregister("env", "grid")
+    assert reg.get_spec("env", "grid").summary == "test env"
+
+
+def test_module_api_mirrors_registry():
+    spec = EnvSpec(name="tmp-module-api", summary="x", factory="builtins:dict")
+    registry.register(spec)
+    try:
+        assert "tmp-module-api" in registry.names("env")
+        assert registry.get_spec("env", "tmp_module_api") is spec  # '_' normalises to '-'
+    finally:
+        registry.unregister("env", "tmp-module-api")
+    assert "tmp-module-api" not in registry.names("env")
