@@ -1,0 +1,82 @@
+"""Gymnasium face of RAGEN environments: text observations in, text actions out.
+
+Gym users get every installed RAGEN env without learning our API::
+
+    import gymnasium
+    env = gymnasium.make("ragen_core.gym:ragen/sokoban", preset="CoordSokoban")
+    obs, info = env.reset(seed=3)
+    obs, reward, terminated, truncated, info = env.step("Up")
+
+The ``module:env-id`` form makes Gymnasium import this module, which registers ``ragen/<name>``
+for every installed env from entry-point metadata only (no plugin is imported until ``make``).
+``terminated`` is the env's ``done``; ``truncated`` becomes True when the per-episode action cap
+(``max_actions_per_episode``) is exhausted without ``done``. Integer actions index into the env's
+``action_names`` when it has a fixed vocabulary.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import gymnasium
+from gymnasium import spaces
+
+from ragen_core import registry
+
+CHARSET = string.printable + "√✓·█░▒▓←↑→↓"
+
+
+class RagenGymEnv(gymnasium.Env):  # type: ignore[misc]
+    """Wraps a :class:`ragen_core.Env` built by name as a ``gymnasium.Env``."""
+
+    metadata = {"render_modes": ["ansi", "rgb_array"]}
+
+    def __init__(self, env_name: str, preset: str | None = None, render_mode: str | None = None, **config: Any) -> None:
+        self.inner = registry.make_env(env_name, preset=preset, **config)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(max_length=1_000_000, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=10_000, charset=CHARSET)
+        self._actions = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is None:
+            seed = int(self.np_random.integers(0, 2**31 - 1))
+        options = options or {}
+        obs = self.inner.reset(seed, member=int(options.get("member", 0)), mode=str(options.get("mode", "train")))
+        self._actions = 0
+        return obs, {"instruction": self.inner.instruction(), "action_names": self.inner.action_names}
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            names = self.inner.action_names
+            if names is None:
+                raise TypeError(f"{type(self.inner).__name__} takes text actions, got {type(action).__name__}")
+            action = names[int(action)]
+        obs, reward, done, info = self.inner.step(action)
+        self._actions += 1
+        truncated = not done and self._actions >= self.inner.config.max_actions_per_episode
+        return obs, float(reward), bool(done), bool(truncated), dict(info)
+
+    def render(self) -> Any:
+        if self.render_mode == "rgb_array":
+            return self.inner.render_image()
+        return self.inner.render()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def register_envs() -> list[str]:
+    """Register ``ragen/<name>`` with Gymnasium for every installed env (metadata only)."""
+    ids = []
+    for name in registry.names("env"):
+        env_id = f"ragen/{name}"
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point="ragen_core.gym:RagenGymEnv", kwargs={"env_name": name}, disable_env_checker=True)
+        ids.append(env_id)
+    return ids
+
+
+register_envs()

@@ -1,0 +1,85 @@
+"""A tiny deterministic env for core tests: walk a corridor to the goal.
+
+Not installed as an entry point; tests register it in-process with :func:`register_toy_env`
+so core tests never depend on env packages.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.seeding import make_rng
+from ragen_core.specs import EnvSpec
+
+TOY_ENV_NAME = "toy-corridor"
+
+
+class CorridorConfig(EnvConfig):
+    length: int = Field(default=5, ge=2)
+    """Cells in the corridor."""
+    slip: float = Field(default=0.0, ge=0, le=1)
+    """Probability that a move does nothing (seeded by seed and member)."""
+
+
+class CorridorEnv(Env):
+    """``P`` walks over ``_`` towards ``G`` with ``Left``/``Right``; reaching G pays 1.0."""
+
+    config_class = CorridorConfig
+
+    def __init__(self, config: CorridorConfig | None = None, **overrides: object) -> None:
+        super().__init__(config, **overrides)
+        self.player, self.goal = 0, 1
+        self._rng = make_rng(0)
+
+    @property
+    def action_names(self) -> list[str]:
+        return ["Left", "Right"]
+
+    def instruction(self) -> str:
+        return "Walk to G. Actions: Left, Right. Example: <answer>Right || Right</answer>"
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        cells = make_rng(seed, "corridor").choice(self.config.length, size=2, replace=False)
+        self.player, self.goal = int(cells[0]), int(cells[1])
+        self._rng = make_rng(seed, member, "slip")
+        self.seed = seed
+        return self.render()
+
+    def render(self) -> str:
+        row = ["_"] * self.config.length
+        row[self.goal] = "G"
+        row[self.player] = "P"
+        return "".join(row)
+
+    def step(self, action: str) -> StepResult:
+        move = {"left": -1, "right": 1}.get(action.strip().lower())
+        if move is None:
+            return StepResult(self.render(), 0.0, False, {"success": False, "action_is_valid": False, "action_is_effective": False})
+        before = self.player
+        if self._rng.random() >= self.config.slip:
+            self.player = min(max(self.player + move, 0), self.config.length - 1)
+        success = self.player == self.goal
+        info = {"success": success, "action_is_valid": True, "action_is_effective": self.player != before}
+        return StepResult(self.render(), 1.0 if success else 0.0, success, info)
+
+    def oracle_actions(self) -> list[str]:
+        d = self.goal - self.player
+        return ["Right" if d > 0 else "Left"] * abs(d)
+
+
+TOY_ENV_SPEC = EnvSpec(
+    name=TOY_ENV_NAME,
+    summary="Walk a corridor to the goal (core test env)",
+    config_model=CorridorConfig,
+    factory="ragen_core.testing.toy_env:CorridorEnv",
+    presets={"Long": {"length": 9}},
+)
+
+
+def register_toy_env() -> str:
+    """Register the corridor env in the default registry (idempotent); returns its name."""
+    from ragen_core import registry
+
+    registry.register(TOY_ENV_SPEC)
+    return TOY_ENV_NAME

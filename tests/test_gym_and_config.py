@@ -1,0 +1,118 @@
+"""Gymnasium face, YAML/dotted-override config loading, and the core env helpers."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragen_core import registry
+from ragen_core.config import apply_overrides, load_config, parse_override
+from ragen_core.errors import ConfigError
+from ragen_core.testing import check_env
+from ragen_core.testing.toy_env import register_toy_env
+
+
+@pytest.fixture(scope="module")
+def toy():
+    name = register_toy_env()
+    yield name
+    registry.unregister("env", name)
+
+
+def test_toy_env_passes_conformance_except_subprocess_import(toy):
+    # the light-import check needs an installed entry point; the toy env is registered in-process
+    check_env(toy, skip=("light-import",))
+    check_env(toy, preset="Long", skip=("light-import",))
+
+
+def test_gymnasium_make_text_interface(toy):
+    import ragen_core.gym as rgym
+
+    assert f"ragen/{toy}" in rgym.register_envs()
+    env = gymnasium.make(f"ragen/{toy}", preset="Long")
+    obs, info = env.reset(seed=4)
+    assert obs == registry.make_env(toy, preset="Long").reset(4)
+    assert info["action_names"] == ["Left", "Right"]
+    inner = env.unwrapped.inner
+    for action in inner.oracle_actions():
+        obs, reward, terminated, truncated, info = env.step(action)
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+    env.reset(seed=4)
+    obs_int = env.step(1)  # integer actions index action_names
+    assert isinstance(obs_int[0], str)
+
+
+def test_gymnasium_truncates_at_action_cap(toy):
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}", max_actions_per_episode=2)
+    env.reset(seed=1)
+    results = [env.step("Jump") for _ in range(2)]
+    assert [r[3] for r in results] == [False, True]
+
+
+class Inner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group_size: int = Field(default=16, gt=0)
+    mode: str = "full"
+
+
+class Outer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    env: str = "bandit"
+    steps: int = 10
+    rollout: Inner = Inner()
+    env_config: dict = {}
+
+
+def test_yaml_files_merge_then_overrides(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("env: sokoban\nrollout:\n  group_size: 8\n  mode: full\n")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("rollout:\n  group_size: 4\nenv_config:\n  num_boxes: 2\n")
+    cfg = load_config(Outer, [base, exp], ["steps=3", "rollout.mode=last-k", "env_config.dim_room=[8,8]"])
+    assert cfg.env == "sokoban" and cfg.steps == 3
+    assert cfg.rollout.group_size == 4 and cfg.rollout.mode == "last-k"
+    assert cfg.env_config == {"num_boxes": 2, "dim_room": [8, 8]}
+    again = Outer.model_validate_json(cfg.model_dump_json())
+    assert again == cfg and pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rollout.group_size=-1"], "invalid config: rollout.group_size: Input should be greater than 0 (got -1)"),
+        (["rollout.grup_size=4"], "invalid config: rollout.grup_size: unknown key"),
+        (["steps=many"], "invalid config: steps: Input should be a valid integer"),
+        (["steps"], "bad override 'steps': expected dotted.key=value"),
+        (["env=bandit", "env.name=x"], "bad override 'env.name=x': env is not a section"),
+    ],
+)
+def test_bad_config_errors_name_the_field(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(Outer, [], overrides)
+    assert str(err.value).splitlines()[0].startswith(message)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rollout:\n  group_size: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"malformed YAML in .*bad.yaml at line"):
+        load_config(Outer, [bad])
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(Outer, [tmp_path / "nope.yaml"])
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must contain a mapping"):
+        load_config(Outer, [top])
+
+
+def test_override_values_parse_as_yaml_scalars():
+    assert parse_override("a.b=8") == (["a", "b"], 8)
+    assert parse_override("a=true") == (["a"], True)
+    assert parse_override("a='8'") == (["a"], "8")
+    assert parse_override("a=null") == (["a"], None)
+    assert apply_overrides({"a": {"x": 1}}, ["a.y=2"]) == {"a": {"x": 1, "y": 2}}
