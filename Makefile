@@ -1,0 +1,29 @@
+# Developer entry points. `make test` and `make run` set up .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PACKAGE_FILES := requirements-dev.txt pyproject.toml $(wildcard ragen-env-*/pyproject.toml ragen-filters/pyproject.toml plugins/*/pyproject.toml)
+STEPS ?= 30
+PYTEST_ARGS ?=
+
+.PHONY: setup test run bench clean
+
+setup: $(STAMP)
+
+$(STAMP): $(PACKAGE_FILES)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0 hatchling editables
+	$(BIN)/python -m pip install -q --no-build-isolation -r requirements-dev.txt
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/ragen plugins check --strict
+	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+
+run: setup
+	$(BIN)/ragen run --env bandit --steps $(STEPS)
+
+clean:
+	rm -rf $(VENV) runs
