@@ -92,6 +92,7 @@ class TopPConfig(OrderedConfig):
     selection_eps: float = 0.01
     """Slack subtracted from the linear threshold; batches with ``value * sum <= eps`` keep nothing."""
     include_zero: bool = False
+    """Whether zero-score groups are candidates (off: flat groups are always dropped)."""
     on_all_zero: Literal["empty", "keep-all"] = "empty"
     """When every group scores zero: ``empty`` keeps none (reference), ``keep-all`` keeps all (L16)."""
 
@@ -105,6 +106,7 @@ class TopPSoftmaxConfig(TopPConfig):
     """``snr-topp-softmax``: softmax top-p 0.9 without zero-score groups (scale-dependent, L15)."""
 
     prob_mode: Literal["linear", "softmax"] = "softmax"
+    """Softmax mass: mild on 0/1 rewards, strong on Sokoban-scale rewards (spec 17.2 L15)."""
 
 
 class TopKConfig(OrderedConfig):
@@ -127,6 +129,7 @@ class MinPConfig(OrderedConfig):
     value: float = Field(default=0.1, ge=0.0)
     """Relative cut: largest keeps ``score >= max * value``; smallest keeps ``score <= min / value``."""
     include_zero: bool = False
+    """Whether zero-score groups are candidates (off: flat groups are always dropped)."""
 
 
 class SoftConfig(ScoreConfig):

@@ -91,7 +91,7 @@ def group_stats(
     ddof: int = 1,
     flat_rtol: float = FLAT_RTOL,
 ) -> GroupStats:
-    """Compute std, variance, mean, max and sum of ``values`` for every group.
+    """Compute std, variance, mean, max and sum of ``values`` for every group (vectorised).
 
     Args:
         values: One number per episode (aligned with the ids the index was built from).
@@ -101,27 +101,33 @@ def group_stats(
         flat_rtol: Relative tolerance for the flat-group test; a flat group has spread exactly 0.
 
     Returns:
-        The per-group statistics. Non-finite inputs propagate as NaN/inf into their group.
+        The per-group statistics. A group holding a NaN or inf gets NaN spread and a non-finite
+        mean/max/sum, so selection treats it as unusable.
     """
     arr = np.asarray(values, dtype=np.float64)
     n = len(index)
-    std = np.zeros(n)
-    var = np.zeros(n)
-    mean = np.zeros(n)
-    mx = np.zeros(n)
-    total = np.zeros(n)
-    flat = np.zeros(n, dtype=bool)
+    if n == 0:
+        empty = np.zeros(0)
+        return GroupStats(std=empty, var=empty, mean=empty, max=empty, sum=empty, flat=np.zeros(0, dtype=bool))
+    inverse = np.empty(arr.size, dtype=np.int64)
     for g, members in enumerate(index.members):
-        vals = arr[members]
-        with np.errstate(invalid="ignore", over="ignore"):
-            mean[g] = vals.mean()
-            mx[g] = vals.max()
-            total[g] = vals.sum()
-            if is_flat(vals, flat_rtol):
-                flat[g] = True
-            elif vals.size > ddof:
-                var[g] = vals.var(ddof=ddof)
-                std[g] = math.sqrt(var[g]) if var[g] >= 0 else float("nan")
-            if not np.all(np.isfinite(vals)):
-                var[g] = std[g] = float("nan")
+        inverse[members] = g
+    counts = np.bincount(inverse, minlength=n).astype(np.float64)
+    bad = np.bincount(inverse, weights=(~np.isfinite(arr)).astype(np.float64), minlength=n) > 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.bincount(inverse, weights=arr, minlength=n)
+        mean = total / counts
+        mx = np.full(n, -np.inf)
+        np.maximum.at(mx, inverse, arr)
+        mn = np.full(n, np.inf)
+        np.minimum.at(mn, inverse, arr)
+        # Two-pass variance: squared deviations from the group mean, summed per group.
+        deviation = arr - mean[inverse]
+        squares = np.bincount(inverse, weights=deviation * deviation, minlength=n)
+        var = np.where(counts > ddof, squares / np.maximum(counts - ddof, 1.0), 0.0)
+        scale = np.maximum(1.0, np.maximum(np.abs(mn), np.abs(mx)))
+        flat = ~bad & ((counts <= 1) | (mx - mn <= flat_rtol * scale))
+    var[flat] = 0.0
+    var[bad] = np.nan
+    std = np.sqrt(var)
     return GroupStats(std=std, var=var, mean=mean, max=mx, sum=total, flat=flat)
