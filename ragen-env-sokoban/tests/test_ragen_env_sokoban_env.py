@@ -7,10 +7,11 @@ import pickle
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from ragen_core import registry
-from ragen_core.errors import EnvError
 from ragen_env_sokoban.config import SokobanConfig
 from ragen_env_sokoban.env import SokobanEnv
+
+from ragen_core import registry
+from ragen_core.errors import EnvError
 
 # The level of the spec's worked example (18.1 / 13.1).
 EXAMPLE = ["######", "#O####", "#__###", "#X_###", "#_P_##", "######"]
@@ -26,7 +27,11 @@ def test_push_onto_target_solves_with_10_9():
     env = env_with(["#######", "#_PX_O#", "#######"])
     obs, reward, done, info = env.step("Right")
     assert reward == pytest.approx(-0.1)
-    assert not done and info == {"success": False, "action_is_valid": True, "action_is_effective": True}
+    assert not done and info == {
+        "success": False,
+        "action_is_valid": True,
+        "action_is_effective": True,
+    }
     assert obs == "#######\n#__PXO#\n#######"
     obs, reward, done, info = env.step("Right")
     assert reward == pytest.approx(10.9)
@@ -58,7 +63,11 @@ def test_wall_bump_and_blocked_push_are_ineffective():
     before = env.render()
     _, reward, done, info = env.step("Left")  # wall
     assert reward == pytest.approx(-0.1) and not done
-    assert info == {"success": False, "action_is_valid": True, "action_is_effective": False}
+    assert info == {
+        "success": False,
+        "action_is_valid": True,
+        "action_is_effective": False,
+    }
     _, reward, _, info = env.step("Right")  # box against box
     assert reward == pytest.approx(-0.1) and not info["action_is_effective"]
     _, reward, _, info = env.step("Up")  # wall again
@@ -82,7 +91,11 @@ def test_worked_example_coord_sokoban():
     assert sum(r.reward for r in turn) == pytest.approx(-0.2)
     obs, reward, done, info = env.step("Up")
     assert reward == pytest.approx(10.9) and done and info["success"]
-    assert obs.splitlines()[2:5] == ["Boxes on target: (1, 1)", "Player: (2, 1)", "Grid Map: "]
+    assert obs.splitlines()[2:5] == [
+        "Boxes on target: (1, 1)",
+        "Player: (2, 1)",
+        "Grid Map: ",
+    ]
 
 
 def test_coord_format_categories_and_walls_option():
@@ -95,17 +108,39 @@ def test_coord_format_categories_and_walls_option():
         "Boxes on target: (1, 2)\n"
         "Player on target: (1, 1)"
     )
-    walls = env_with(room, observation_format="coord", include_walls=True).render().splitlines()[1]
-    assert walls.startswith("Walls: (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 4), (2, 0)")
+    walls = (
+        env_with(room, observation_format="coord", include_walls=True)
+        .render()
+        .splitlines()[1]
+    )
+    assert walls.startswith(
+        "Walls: (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 4), (2, 0)"
+    )
 
 
 def test_grid_uses_instance_lookup():
     lookup = {0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
-    vocab = dict(zip("W.GCBA@", ["wall", "empty", "target", "box on target", "box", "player", "player on target"]))
+    vocab = dict(
+        zip(
+            "W.GCBA@",
+            [
+                "wall",
+                "empty",
+                "target",
+                "box on target",
+                "box",
+                "player",
+                "player on target",
+            ],
+        )
+    )
     env = SokobanEnv(SokobanConfig(grid_lookup=lookup, grid_vocab=vocab))
     env.load_room(["WWWWW", "W@CBW", "W.G.W", "WWWWW"])
     assert env.render() == "WWWWW\nW@CBW\nW.G.W\nWWWWW"
-    assert "W: wall, .: empty, G: target, C: box on target, B: box, A: player, @: player on target" in env.instruction()
+    assert (
+        "W: wall, .: empty, G: target, C: box on target, B: box, A: player, @: player on target"
+        in env.instruction()
+    )
 
 
 def test_unknown_actions_change_nothing():
@@ -114,7 +149,11 @@ def test_unknown_actions_change_nothing():
     for action in ["jump", "", "up!", "Up || Left", 0, 5, True, None, 2.0]:
         obs, reward, done, info = env.step(action)  # type: ignore[arg-type]
         assert (obs, reward, done) == (before, 0.0, False)
-        assert info == {"success": False, "action_is_valid": False, "action_is_effective": False}
+        assert info == {
+            "success": False,
+            "action_is_valid": False,
+            "action_is_effective": False,
+        }
     # case-insensitive names and the reference's integer ids are accepted
     assert env.step("  lEfT ").info["action_is_effective"]
     assert env.step(4).info["action_is_valid"]  # 4 = Right
@@ -125,12 +164,19 @@ def test_max_steps_ends_episode_and_later_steps_are_noops():
     dones = [env.step("Down").done for _ in range(3)]  # bumps into the wall below
     assert dones == [False, False, True]
     obs, reward, done, info = env.step("Left")
-    assert (reward, done, info["success"], info["action_is_effective"]) == (0.0, True, False, False)
+    assert (reward, done, info["success"], info["action_is_effective"]) == (
+        0.0,
+        True,
+        False,
+        False,
+    )
     assert obs == env_with(EXAMPLE).render()
 
 
 def test_instruction_follows_instance_config():
-    text = SokobanEnv(SokobanConfig(dim_room=(8, 7), observation_format="grid_coord")).instruction()
+    text = SokobanEnv(
+        SokobanConfig(dim_room=(8, 7), observation_format="grid_coord")
+    ).instruction()
     assert "(0, 0)" in text and "(7, 6)" in text and "(5, 5)" not in text
     assert "<answer>Right || Right || Up</answer>" in text
     assert "Up, Down, Left, Right" in text and "up to 10 actions" in text
@@ -145,8 +191,14 @@ def test_render_image_tiles():
     env = env_with(EXAMPLE, render_mode="rgb_array")
     img = env.render_image()
     assert img.shape == (96, 96, 3) and img.dtype == np.uint8
-    player_tile, box_tile, wall_tile = img[64:80, 32:48], img[48:64, 16:32], img[0:16, 0:16]
-    assert not np.array_equal(player_tile, box_tile) and not np.array_equal(box_tile, wall_tile)
+    player_tile, box_tile, wall_tile = (
+        img[64:80, 32:48],
+        img[48:64, 16:32],
+        img[0:16, 0:16],
+    )
+    assert not np.array_equal(player_tile, box_tile) and not np.array_equal(
+        box_tile, wall_tile
+    )
     assert isinstance(env.render(), str)  # text observation stays available
 
 
@@ -163,14 +215,25 @@ def test_config_validation():
     with pytest.raises(ValidationError):
         SokobanConfig(observation_format="image")
     with pytest.raises(ValidationError):
-        SokobanConfig(grid_lookup={0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"})  # vocab mismatch
+        SokobanConfig(
+            grid_lookup={0: "W", 1: ".", 2: "G", 3: "C", 4: "B", 5: "A", 6: "@"}
+        )  # vocab mismatch
     with pytest.raises(ValidationError):
         SokobanConfig(dim_room=(4, 4), num_boxes=3)
     with pytest.raises(ValidationError):
         SokobanConfig(max_step=3)  # typo
 
 
-@pytest.mark.parametrize("preset", ["SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab", "CoordSokoban", "VisualSimpleSokoban"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "SimpleSokoban",
+        "LargerSokoban",
+        "SokobanDifferentGridVocab",
+        "CoordSokoban",
+        "VisualSimpleSokoban",
+    ],
+)
 def test_presets_build_and_roundtrip(preset):
     env = registry.make("env", "sokoban", preset=preset)
     cfg = env.config

@@ -10,10 +10,19 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
+
 from ragen_core.interfaces.env import EnvConfig
 
 #: Cell code -> symbol, codes as in spec 13.1 (6 = player standing on a target).
-DEFAULT_GRID_LOOKUP: dict[int, str] = {0: "#", 1: "_", 2: "O", 3: "√", 4: "X", 5: "P", 6: "S"}
+DEFAULT_GRID_LOOKUP: dict[int, str] = {
+    0: "#",
+    1: "_",
+    2: "O",
+    3: "√",
+    4: "X",
+    5: "P",
+    6: "S",
+}
 
 #: Symbol -> meaning, shown as the legend in the instruction.
 DEFAULT_GRID_VOCAB: dict[str, str] = {
@@ -39,7 +48,9 @@ class SokobanConfig(EnvConfig):
     search_depth: int = Field(default=300, ge=3)
     """Reverse-play depth bound (the reference TTL): start states are at most this minus 2 moves
     from the solved room. Small values give easier rooms and more failed attempts."""
-    grid_lookup: dict[int, str] = Field(default_factory=lambda: dict(DEFAULT_GRID_LOOKUP))
+    grid_lookup: dict[int, str] = Field(
+        default_factory=lambda: dict(DEFAULT_GRID_LOOKUP)
+    )
     """Cell code (0 wall, 1 empty, 2 target, 3 box on target, 4 box, 5 player, 6 player on
     target) -> one-character symbol used by the text grid."""
     grid_vocab: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_GRID_VOCAB))
@@ -63,10 +74,14 @@ class SokobanConfig(EnvConfig):
                 f"(interior has {(rows - 2) * (cols - 2)} cells)"
             )
         if set(self.grid_lookup) != set(range(7)):
-            raise ValueError(f"grid_lookup needs exactly the cell codes 0..6, got {sorted(self.grid_lookup)}")
+            raise ValueError(
+                f"grid_lookup needs exactly the cell codes 0..6, got {sorted(self.grid_lookup)}"
+            )
         symbols = list(self.grid_lookup.values())
         if any(len(s) != 1 for s in symbols) or len(set(symbols)) != 7:
-            raise ValueError(f"grid_lookup symbols must be 7 distinct single characters, got {symbols}")
+            raise ValueError(
+                f"grid_lookup symbols must be 7 distinct single characters, got {symbols}"
+            )
         if set(self.grid_vocab) != set(symbols):
             raise ValueError(
                 f"grid_vocab keys {sorted(self.grid_vocab)} must be the grid_lookup symbols {sorted(symbols)}"

@@ -28,9 +28,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
-
 from ragen_env_sokoban.config import SokobanConfig
 from ragen_env_sokoban.generator import (
     BOX,
@@ -53,7 +53,9 @@ _ACTION_INDEX = {name.lower(): i for i, name in enumerate(ACTION_NAMES)}
 
 
 @lru_cache(maxsize=4096)
-def _cached_room(seed: int, dim_room: tuple[int, int], num_boxes: int, search_depth: int) -> Room:
+def _cached_room(
+    seed: int, dim_room: tuple[int, int], num_boxes: int, search_depth: int
+) -> Room:
     # Groups reset K members with one seed; generating once per seed keeps that cheap.
     return generate_room(seed, dim_room, num_boxes, search_depth)
 
@@ -83,12 +85,16 @@ class SokobanEnv(Env):
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         """Load the room of ``seed`` (``member`` and ``mode`` do not change it)."""
         cfg = self.config
-        room = _cached_room(int(seed), tuple(cfg.dim_room), cfg.num_boxes, cfg.search_depth)
+        room = _cached_room(
+            int(seed), tuple(cfg.dim_room), cfg.num_boxes, cfg.search_depth
+        )
         self.seed = int(seed)
         self._load(room)
         return self.render()
 
-    def load_room(self, grid: str | Sequence[str] | Sequence[Sequence[int]] | np.ndarray) -> str:
+    def load_room(
+        self, grid: str | Sequence[str] | Sequence[Sequence[int]] | np.ndarray
+    ) -> str:
         """Start an episode on a hand-built room and return its observation.
 
         Args:
@@ -118,7 +124,9 @@ class SokobanEnv(Env):
         players = [i for i, c in enumerate(codes) if c in (PLAYER, PLAYER_ON_TARGET)]
         boxes = tuple(i for i, c in enumerate(codes) if c in (BOX, BOX_ON_TARGET))
         on_target = {TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET}
-        structure = tuple(WALL if c == WALL else TARGET if c in on_target else FLOOR for c in codes)
+        structure = tuple(
+            WALL if c == WALL else TARGET if c in on_target else FLOOR for c in codes
+        )
         if len(players) != 1:
             raise ValueError(f"room needs exactly one player, found {len(players)}")
         if not boxes or len(boxes) > structure.count(TARGET):
@@ -131,14 +139,19 @@ class SokobanEnv(Env):
         self._structure = room.structure
         self._cols = room.cols
         self._boxes = sum(1 << b for b in room.boxes)
-        self._target_mask = sum(1 << i for i, c in enumerate(room.structure) if c == TARGET)
+        self._target_mask = sum(
+            1 << i for i, c in enumerate(room.structure) if c == TARGET
+        )
         self._player = room.player
         self._steps = 0
         self._done = self._all_on_target()
 
     def _require_room(self) -> None:
         if self._player < 0:
-            raise EnvError("SokobanEnv has no room yet", ["call reset(seed) or load_room(grid) first"])
+            raise EnvError(
+                "SokobanEnv has no room yet",
+                ["call reset(seed) or load_room(grid) first"],
+            )
 
     def _on_target(self) -> int:
         return (self._boxes & self._target_mask).bit_count()
@@ -160,7 +173,11 @@ class SokobanEnv(Env):
         self._require_room()
         index = self._parse(action)
         if index is None or self._done:
-            info = {"success": self._all_on_target(), "action_is_valid": index is not None, "action_is_effective": False}
+            info = {
+                "success": self._all_on_target(),
+                "action_is_valid": index is not None,
+                "action_is_effective": False,
+            }
             return StepResult(self.render(), 0.0, self._done, info)
         delta = (-self._cols, self._cols, -1, 1)[index]
         n = len(self._structure)
@@ -170,7 +187,11 @@ class SokobanEnv(Env):
         if 0 <= q < n and self._structure[q] != WALL:
             if self._boxes >> q & 1:
                 r = q + delta
-                if 0 <= r < n and self._structure[r] != WALL and not self._boxes >> r & 1:
+                if (
+                    0 <= r < n
+                    and self._structure[r] != WALL
+                    and not self._boxes >> r & 1
+                ):
                     self._boxes ^= (1 << q) | (1 << r)
                     self._player = q
             else:
@@ -186,7 +207,11 @@ class SokobanEnv(Env):
         if success:
             reward += 10.0
         self._done = success or self._steps >= self.config.max_steps
-        info = {"success": success, "action_is_valid": True, "action_is_effective": self._player != p}
+        info = {
+            "success": success,
+            "action_is_valid": True,
+            "action_is_effective": self._player != p,
+        }
         return StepResult(self.render(), reward, self._done, info)
 
     # ------------------------------------------------------------------ views
@@ -203,7 +228,9 @@ class SokobanEnv(Env):
             boxes ^= low
             i = low.bit_length() - 1
             codes[i] = BOX_ON_TARGET if codes[i] == TARGET else BOX
-        codes[self._player] = PLAYER_ON_TARGET if codes[self._player] == TARGET else PLAYER
+        codes[self._player] = (
+            PLAYER_ON_TARGET if codes[self._player] == TARGET else PLAYER
+        )
         return codes
 
     def render(self) -> str:
@@ -211,7 +238,11 @@ class SokobanEnv(Env):
         self._require_room()
         cfg = self.config
         return render_text(
-            self._codes(), self._cols, cfg.observation_format, cfg.grid_lookup, include_walls=cfg.include_walls
+            self._codes(),
+            self._cols,
+            cfg.observation_format,
+            cfg.grid_lookup,
+            include_walls=cfg.include_walls,
         )
 
     def render_image(self) -> np.ndarray:
@@ -236,7 +267,11 @@ class SokobanEnv(Env):
             "pull a box, so a box stuck in a corner stays stuck. "
         )
         if fmt in ("coord", "grid_coord"):
-            shown = "a symbol grid and coordinate lists" if fmt == "grid_coord" else "coordinate lists"
+            shown = (
+                "a symbol grid and coordinate lists"
+                if fmt == "grid_coord"
+                else "coordinate lists"
+            )
             text += (
                 f"Each state is given as {shown}: zero-indexed (row, col) positions of the player, "
                 f"the boxes and the targets, from (0, 0) in the top-left corner to ({rows - 1}, {cols - 1}) "
@@ -245,12 +280,14 @@ class SokobanEnv(Env):
             )
         text += "Reply with your moves in order, for example: <answer>Right || Right || Up</answer>\n"
         if fmt in ("grid", "grid_coord"):
-            legend = ", ".join(f"{symbol}: {meaning}" for symbol, meaning in cfg.grid_vocab.items())
+            legend = ", ".join(
+                f"{symbol}: {meaning}" for symbol, meaning in cfg.grid_vocab.items()
+            )
             text += f"\nWhat the grid symbols mean:\n{legend}\n"
         text += (
             f"\nAvailable actions:\n{', '.join(ACTION_NAMES)}\n"
             f"\nYou may take up to {cfg.max_actions_per_episode} actions in the whole episode "
-            f"(at most {cfg.max_actions_per_turn} per reply), separated by \" || \".\n"
+            f'(at most {cfg.max_actions_per_turn} per reply), separated by " || ".\n'
         )
         return text
 

@@ -136,7 +136,9 @@ def reverse_search(
     start_bm = target_mask
     seen: dict[int, int] = {start_bm: 1 << player}
     # frontier entries: (boxes tuple, box bitboard, swaps, last pulled box index, player set)
-    frontier: list[tuple[tuple[int, ...], int, int, int, int]] = [(tuple(targets), start_bm, 0, -1, 1 << player)]
+    frontier: list[tuple[tuple[int, ...], int, int, int, int]] = [
+        (tuple(targets), start_bm, 0, -1, 1 << player)
+    ]
     best: tuple[int, tuple[int, ...], int] = (0, tuple(targets), player)
     states = 1
     for _level in range(max(search_depth - 2, 0)):
@@ -197,7 +199,11 @@ def _perturb(player: int, open_cells: int, cols: int, score: int, rng: Random) -
     for step in range(3):
         if step and rng.random() >= 0.5:
             break
-        options = [player + d for d in (-cols, cols, -1, 1) if (open_cells & ~visited) >> (player + d) & 1]
+        options = [
+            player + d
+            for d in (-cols, cols, -1, 1)
+            if (open_cells & ~visited) >> (player + d) & 1
+        ]
         if not options:
             break
         player = options[int(rng.random() * len(options))]
@@ -205,7 +211,9 @@ def _perturb(player: int, open_cells: int, cols: int, score: int, rng: Random) -
     return player
 
 
-def _attempt(rows: int, cols: int, num_boxes: int, search_depth: int, rng: Random) -> Room | None:
+def _attempt(
+    rows: int, cols: int, num_boxes: int, search_depth: int, rng: Random
+) -> Room | None:
     floor = _topology(rows, cols, rng)
     cells = bits(floor)
     if len(cells) <= num_boxes + 1:
@@ -219,12 +227,18 @@ def _attempt(rows: int, cols: int, num_boxes: int, search_depth: int, rng: Rando
     player = _perturb(player, floor & ~box_mask, cols, score, rng)
     target_set = set(targets)
     structure = tuple(
-        (TARGET if i in target_set else FLOOR) if floor >> i & 1 else WALL for i in range(rows * cols)
+        (TARGET if i in target_set else FLOOR) if floor >> i & 1 else WALL
+        for i in range(rows * cols)
     )
     return Room(rows, cols, structure, tuple(sorted(boxes)), player, score)
 
 
-def generate_room(seed: int, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1, search_depth: int = 300) -> Room:
+def generate_room(
+    seed: int,
+    dim_room: tuple[int, int] = (6, 6),
+    num_boxes: int = 1,
+    search_depth: int = 300,
+) -> Room:
     """Generate the room of ``seed``: same arguments, same room, in any process.
 
     Up to 4 attempts (topology, placement, reverse play) share one generator seeded from

@@ -24,10 +24,14 @@ _COORD_CATEGORIES: tuple[tuple[str, int], ...] = (
 def render_grid(codes: Sequence[int], cols: int, lookup: Mapping[int, str]) -> str:
     """One line of symbols per row, rows joined by newlines."""
     symbols = [lookup[c] for c in codes]
-    return "\n".join("".join(symbols[i : i + cols]) for i in range(0, len(symbols), cols))
+    return "\n".join(
+        "".join(symbols[i : i + cols]) for i in range(0, len(symbols), cols)
+    )
 
 
-def render_coord(codes: Sequence[int], cols: int, *, include_walls: bool = False) -> str:
+def render_coord(
+    codes: Sequence[int], cols: int, *, include_walls: bool = False
+) -> str:
     """Board size line, then one ``Label: (r, c), ...`` line per non-empty category."""
     rows = len(codes) // cols
     lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed)."]
@@ -41,7 +45,12 @@ def render_coord(codes: Sequence[int], cols: int, *, include_walls: bool = False
 
 
 def render_text(
-    codes: Sequence[int], cols: int, fmt: str, lookup: Mapping[int, str], *, include_walls: bool = False
+    codes: Sequence[int],
+    cols: int,
+    fmt: str,
+    lookup: Mapping[int, str],
+    *,
+    include_walls: bool = False,
 ) -> str:
     """The observation text for ``fmt`` in ``grid``, ``coord`` or ``grid_coord``."""
     if fmt == "grid":
@@ -86,4 +95,6 @@ def render_rgb(codes: Sequence[int], cols: int, tile: int = 16) -> np.ndarray:
         bank = _BANKS[tile] = _tile_bank(tile)
     grid = np.asarray(codes, dtype=np.intp).reshape(-1, cols)
     rows = grid.shape[0]
-    return np.ascontiguousarray(bank[grid].transpose(0, 2, 1, 3, 4).reshape(rows * tile, cols * tile, 3))
+    return np.ascontiguousarray(
+        bank[grid].transpose(0, 2, 1, 3, 4).reshape(rows * tile, cols * tile, 3)
+    )
