@@ -12,9 +12,9 @@ from __future__ import annotations
 import timeit
 
 import numpy as np
+from ragen_filters.filters import SoftFilter, TopKFilter, TopPFilter, TopPSoftmaxFilter
 
 from ragen_core.interfaces.rollout_filter import GroupedRollouts
-from ragen_filters.filters import SoftFilter, TopKFilter, TopPFilter, TopPSoftmaxFilter
 
 
 def baseline(rewards: np.ndarray, groups: int, value: float = 0.9, eps: float = 0.01) -> list[int]:
@@ -37,9 +37,9 @@ def main() -> None:
         rewards = rng.choice([0.0, 1.0, 10.9], size=groups * size)
         batch = GroupedRollouts(group_ids=np.repeat(np.arange(groups), size).tolist(), rewards=rewards.tolist())
         n = 200 if groups <= 128 else 40
-        base = timeit.timeit(lambda: baseline(rewards, groups), number=n) / n * 1e6
+        base = timeit.timeit(lambda r=rewards, g=groups: baseline(r, g), number=n) / n * 1e6
         for filt in (TopPFilter(), TopPSoftmaxFilter(), TopKFilter(), SoftFilter()):
-            t = timeit.timeit(lambda: filt.select(batch), number=n) / n * 1e6
+            t = timeit.timeit(lambda f=filt, b=batch: f.select(b), number=n) / n * 1e6
             name = type(filt).__name__
             print(f"{groups:>4}x{size:<5} {name:>18} {t:>10.1f} {base:>12.1f} {t / base:>7.1f}")
 

@@ -6,9 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
-from ragen_core.errors import ConfigError
-from ragen_core.interfaces.rollout_filter import FilterConfig, GroupedRollouts
 from ragen_filters.filters import (
     KeepAllFilter,
     MinPFilter,
@@ -19,6 +16,9 @@ from ragen_filters.filters import (
     TopPFilter,
     TopPSoftmaxFilter,
 )
+
+from ragen_core.errors import ConfigError
+from ragen_core.interfaces.rollout_filter import FilterConfig, GroupedRollouts
 
 SQRT2 = math.sqrt(2.0)
 

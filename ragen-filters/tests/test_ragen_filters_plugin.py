@@ -11,10 +11,9 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ragen_filters import EmptyStreak, plugin
 
 from ragen_core.interfaces.rollout_filter import FilterResult, GroupedRollouts
-from ragen_filters import EmptyStreak
-from ragen_filters import plugin
 
 NAMES = ["none", "snr-topp", "snr-topp-softmax", "snr-topk", "snr-topk-abs", "snr-minp", "snr-soft", "reference"]
 ALIASES = {"top-p": "snr-topp", "top-k": "snr-topk", "top-k-abs": "snr-topk-abs", "min-p": "snr-minp"}

@@ -7,7 +7,6 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from ragen_filters.selection import select_groups, select_with_reasons
 
 

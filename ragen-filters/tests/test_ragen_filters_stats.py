@@ -7,7 +7,6 @@ import math
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from ragen_filters.stats import GroupIndex, group_stats, is_flat
 
 

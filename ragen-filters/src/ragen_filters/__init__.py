@@ -29,7 +29,21 @@ _EXPORTS = {
     "SoftFilter": "ragen_filters.filters",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "EmptyStreak",
+    "GroupIndex",
+    "KeepAllFilter",
+    "MinPFilter",
+    "ReferenceFilter",
+    "SoftFilter",
+    "TopKAbsFilter",
+    "TopKFilter",
+    "TopPFilter",
+    "TopPSoftmaxFilter",
+    "group_stats",
+    "select_groups",
+    "select_with_reasons",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,12 @@ import math
 from typing import Any, ClassVar
 
 from ragen_core.errors import ConfigError
-from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, GroupedRollouts, RolloutFilter
+from ragen_core.interfaces.rollout_filter import (
+    FilterConfig,
+    FilterResult,
+    GroupedRollouts,
+    RolloutFilter,
+)
 from ragen_core.specs import PluginConfig
 from ragen_filters.config import (
     MinPConfig,

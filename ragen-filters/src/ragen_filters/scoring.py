@@ -8,8 +8,8 @@ episode lengths. Metric keys follow spec 9.5 exactly (``rollout/in_group_std`` .
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -126,9 +126,14 @@ def batch_metrics(batch: ScoredBatch, kept_positions: Sequence[int], zero_count:
 
 
 def loss_scale(mode: str, kept_ratio: float) -> float:
-    """Factor applied to kept groups' weights (spec 9.7): 1, the kept ratio, or its root."""
+    """Factor applied to kept groups' weights (spec 9.7): 1, the kept ratio, or its root.
+
+    The ratio is clamped to 1 so a batch with more groups than the configured ``num_groups``
+    never scales weights up.
+    """
+    ratio = min(max(kept_ratio, 0.0), 1.0)
     if mode == "linear":
-        return kept_ratio
+        return ratio
     if mode == "sqrt":
-        return math.sqrt(kept_ratio)
+        return math.sqrt(ratio)
     return 1.0

@@ -12,8 +12,9 @@ order.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 Strategy = Literal["top_p", "top_k", "top_k_abs", "min_p"]
 ProbMode = Literal["linear", "softmax"]
