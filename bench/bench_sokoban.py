@@ -163,6 +163,21 @@ def main(argv: list[str] | None = None) -> None:
         f"  ours, 8x8 2 boxes depth 10 (LargerSokoban):              {larger:10.0f} rooms/s"
     )
 
+    for label, dims, boxes, depth in (
+        ("6x6 1 box", (6, 6), 1, 300),
+        ("8x8 2 boxes depth 10", (8, 8), 2, 10),
+    ):
+        env = SokobanEnv(dim_room=dims, num_boxes=boxes, search_depth=depth)
+        lengths = []
+        for seed in range(500):
+            env.reset(seed)
+            lengths.append(env.optimal_moves())
+        over = sum(n > env.config.max_actions_per_episode for n in lengths)
+        print(
+            f"optimal solution length, {label}, seeds 0-499: mean {np.mean(lengths):.2f}, "
+            f"max {max(lengths)}, {over} rooms need more than {env.config.max_actions_per_episode} actions"
+        )
+
     env = SokobanEnv()
     actions = ["Up", "Left", "Down", "Right", "Right", "Up", "Left", "Down"]
     env.reset(0)
