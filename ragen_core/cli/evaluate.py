@@ -1,0 +1,154 @@
+"""``ragen eval``: evaluate a model on an environment and export every trajectory.
+
+Examples::
+
+    ragen eval --env bandit --model runs/bandit-grpo-X/checkpoints/step_20 --groups 32 --group-size 4
+    ragen eval --env sokoban --preset CoordSokoban --model runs/sokoban-ppo-X --out val.jsonl
+
+``--model`` accepts ``tiny``, a model folder, or a run directory (its latest checkpoint is used).
+Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
+writes one JSON line per trajectory (spec 14.3, fixed variant):
+
+``{"custom_id", "env", "tag", "group_id", "member", "seed", "system_prompt",
+"messages": [system, user (observation 1), assistant (reply 1, with "actions", "reward",
+"penalty", "valid"), user (observation 2), ...], "context": exact decoded token sequence,
+"success", "return", "env_reward", "penalty", "num_turns", "num_actions", "terminated", "truncated"}``
+
+Each assistant message carries the reward its own actions earned (no off-by-one), ``return`` is
+the episode total including penalties, and ``success`` is the real flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, help="env plugin name")
+    parser.add_argument("--preset", help="env preset")
+    parser.add_argument("--model", default="tiny", help="'tiny', a model folder, or a run directory")
+    parser.add_argument("--groups", type=int, default=16, help="number of groups (distinct seeds)")
+    parser.add_argument("--group-size", type=int, default=1, help="episodes per group (k of pass@k)")
+    parser.add_argument("--seed", type=int, default=123, help="base seed of the evaluation set")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.5)")
+    parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="generation budget per turn")
+    parser.add_argument("--out", metavar="FILE.jsonl", help="write every trajectory as JSON lines")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="run config for env/rollout settings")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted RunConfig overrides (env_config.*, rollout.*)")
+
+
+def resolve_model(model: str) -> str:
+    """A run directory resolves to its latest checkpoint folder."""
+    from ragen_core.trainer.checkpoint import latest_checkpoint
+
+    path = Path(model)
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(f"run directory {path} has no checkpoint yet")
+        return str(found[1])
+    return model
+
+
+def trajectory_record(index: int, traj: Any, tokenizer: Any = None) -> dict[str, Any]:
+    """The JSONL record of one trajectory (see the module docstring)."""
+    messages: list[dict[str, Any]] = []
+    if traj.system_prompt:
+        messages.append({"role": "system", "content": traj.system_prompt})
+    for turn in traj.turns:
+        messages.append({"role": "user", "content": turn.observation})
+        messages.append({
+            "role": "assistant",
+            "content": turn.response_text,
+            "actions": list(turn.actions),
+            "reward": float(turn.reward),
+            "penalty": float(turn.penalty),
+            "valid": bool(turn.valid),
+        })
+    context = None
+    if tokenizer is not None and traj.turns:
+        last = traj.turns[-1]
+        context = tokenizer.decode(list(last.prompt_ids) + list(last.response_ids))
+    return {
+        "custom_id": f"traj_{index}",
+        "env": traj.env,
+        "tag": traj.tag,
+        "group_id": traj.group_id,
+        "member": traj.member,
+        "seed": traj.seed,
+        "system_prompt": traj.system_prompt,
+        "messages": messages,
+        "final_observation": traj.final_observation,
+        "context": context,
+        "success": bool(traj.success),
+        "return": float(traj.total_reward),
+        "env_reward": float(traj.env_reward),
+        "penalty": float(traj.penalty),
+        "num_turns": len(traj.turns),
+        "num_actions": traj.num_actions,
+        "terminated": bool(traj.terminated),
+        "truncated": bool(traj.truncated),
+    }
+
+
+def summarize(trajs: list[Any]) -> dict[str, float]:
+    """Success rate, mean reward, pass@k over groups (k = largest group size)."""
+    groups: dict[int, list[Any]] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t)
+    k = max((len(g) for g in groups.values()), default=1)
+    n = max(len(trajs), 1)
+    return {
+        "episodes": float(len(trajs)),
+        "success": sum(t.success for t in trajs) / n,
+        "mean_reward": sum(t.total_reward for t in trajs) / n,
+        "mean_env_reward": sum(t.env_reward for t in trajs) / n,
+        f"pass@{k}": sum(any(t.success for t in g) for g in groups.values()) / max(len(groups), 1),
+        "valid_turn_rate": sum(turn.valid for t in trajs for turn in t.turns) / max(sum(len(t.turns) for t in trajs), 1),
+    }
+
+
+def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> tuple[list[Any], dict[str, float], Any]:
+    """Roll out ``groups x group_size`` validation episodes; returns (trajectories, summary, tokenizer)."""
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.setup import make_engine, make_runner, resolve_device, sampling_params
+
+    device = resolve_device(config.device)
+    model, tokenizer = load_model_and_tokenizer(resolve_model(model_path), device=device)
+    engine = make_engine(config, model, tokenizer)
+    runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
+    trajs = runner.run(mode="val", sampling=sampling_params(config.sampling.val))
+    return trajs, summarize(trajs), tokenizer
+
+
+def run(args: argparse.Namespace) -> int:
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+
+    flags = [f"env={args.env}", f"model={args.model}", f"seed_val={args.seed}"]
+    if args.preset:
+        flags.append(f"preset={args.preset}")
+    if args.temperature is not None:
+        flags.append(f"sampling.val.temperature={args.temperature}")
+    if args.greedy:
+        flags.append("sampling.val.do_sample=false")
+    if args.max_new_tokens is not None:
+        flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
+    config = load_config(RunConfig, args.config, flags + list(args.overrides))
+    trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)
+    for key, value in summary.items():
+        print(f"{key}: {value:.4f}" if key != "episodes" else f"{key}: {int(value)}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8") as fh:
+            for i, traj in enumerate(trajs):
+                fh.write(json.dumps(trajectory_record(i, traj, tokenizer), default=str) + "\n")
+        print(f"wrote {len(trajs)} trajectories to {out}")
+    return 0

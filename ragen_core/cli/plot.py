@@ -1,0 +1,100 @@
+"""``ragen plot RUN_DIR``: learning curves of a run as PNG files in ``RUN_DIR/plots``.
+
+One figure per metric family that the run logged (success and reward of train and validation,
+actor losses, entropy, filter kept ratio, timing), plus ``summary.png`` with the four most useful
+panels. Uses matplotlib's non-interactive Agg backend (works on headless machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+PANELS: list[tuple[str, str]] = [
+    ("success", r"^(train|val-env)/(.+/)?success$"),
+    ("reward", r"^(train|val-env)/reward$|^(train|val-env)/[^/]+/episodic_return$"),
+    ("actor_loss", r"^actor/(pg_loss|entropy|ppo_kl|grad_norm)$"),
+    ("critic", r"^critic/(vf_loss|score/mean)$"),
+    ("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|empty_after_filter)$"),
+    ("validity", r"^(train|val-env)/[^/]+/action_is_valid$"),
+    ("timing", r"^timing_s/(step|gen|update_actor|update_critic)$"),
+    ("collapse", r"^collapse.*"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="run directory containing metrics.jsonl")
+    parser.add_argument("--out", help="output folder (default RUN_DIR/plots)")
+
+
+def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    xs, ys = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, (int, float)):
+            xs.append(int(row.get("step", len(xs))))
+            ys.append(float(value))
+    return xs, ys
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Write the PNG files; returns their paths (empty when no metrics were logged)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer.loggers import read_metrics
+
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if not rows:
+        raise ConfigError(f"no metrics in {run_dir / 'metrics.jsonl'}", ["pass a run directory written by 'ragen run'"])
+    out_dir = Path(out) if out else run_dir / "plots"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for row in rows for k in row if k != "step"})
+    written: list[Path] = []
+    panels: list[tuple[str, list[str]]] = []
+    for name, pattern in PANELS:
+        chosen = [k for k in keys if re.match(pattern, k)]
+        if chosen:
+            panels.append((name, chosen))
+    for name, chosen in panels:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key in chosen[:12]:
+            xs, ys = series(rows, key)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+        ax.set_xlabel("step")
+        ax.set_title(f"{run_dir.name}: {name}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    if panels:
+        fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+        for ax, (name, chosen) in zip(axes.flat, panels[:4]):
+            for key in chosen[:6]:
+                xs, ys = series(rows, key)
+                ax.plot(xs, ys, label=key)
+            ax.set_title(name)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+        fig.tight_layout()
+        path = out_dir / "summary.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    written = plot_run(args.run_dir, args.out)
+    for path in written:
+        print(path)
+    return 0

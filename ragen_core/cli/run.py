@@ -1,0 +1,75 @@
+"""``ragen run``: train an agent with StarPO.
+
+Examples::
+
+    ragen run --env bandit                         # tiny model, GRPO, CPU-friendly defaults
+    ragen run --env sokoban --algo ppo --filter snr-topp --steps 200 rollout.group_size=16
+    ragen run --config exp.yaml optim.lr=1e-6
+    ragen run --resume runs/bandit-grpo-20250101-120000 steps=40
+
+Precedence: ``--config`` files (in order) < the flags above < ``dotted.key=value`` overrides.
+With ``--resume RUN_DIR`` the run's own ``config.yaml`` is the base and training continues from
+its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", help="env plugin name (see 'ragen plugins')")
+    parser.add_argument("--preset", help="env preset, e.g. CoordSokoban")
+    parser.add_argument("--algo", help="algorithm plugin: ppo, grpo, drgrpo, dapo (default grpo)")
+    parser.add_argument("--filter", help="rollout filter plugin (default none)")
+    parser.add_argument("--model", help="'tiny' (default) or a local HF model folder")
+    parser.add_argument("--steps", type=int, help="training steps")
+    parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>)")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
+
+
+def build_config(args: argparse.Namespace):  # noqa: ANN201 - returns RunConfig
+    """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
+    from ragen_core.config import load_config
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer.config import RunConfig
+
+    files = list(args.config)
+    if args.resume:
+        base = Path(args.resume) / "config.yaml"
+        if not base.is_file():
+            raise ConfigError(f"--resume: {base} not found", ["pass the run directory that contains config.yaml and checkpoints/"])
+        files.insert(0, str(base))
+    flags: list[str] = []
+    for key in ("env", "preset", "algo", "filter", "model", "steps"):
+        value = getattr(args, key, None)
+        if value is not None:
+            flags.append(f"{key}={value}")
+    if args.run_dir:
+        flags.append(f"run_dir={args.run_dir}")
+    if args.resume:
+        flags.append(f"run_dir={args.resume}")
+    if args.no_progress:
+        flags.append("progress=false")
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
+    if not args.resume and not args.config and args.env is None:
+        raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
+    return load_config(RunConfig, files, flags + list(args.overrides))
+
+
+def run(args: argparse.Namespace) -> int:
+    config = build_config(args)
+    from ragen_core.trainer.trainer import Trainer
+
+    trainer = Trainer(config, resume=bool(args.resume))
+    history = trainer.train()
+    last = history[-1] if history else {}
+    summary = ", ".join(f"{k}={last[k]:.3f}" for k in ("train/reward", "train/success", "val-env/success") if k in last)
+    print(f"run directory: {trainer.run_dir}" + (f" ({summary})" if summary else ""))
+    return 0

@@ -1,0 +1,210 @@
+"""Trajectories -> training tensors, built from the exact sampled token ids (fixes L1, L2, L8).
+
+One row per episode. The row's ``input_ids`` are the episode's token sequence exactly as the
+engine saw and produced it (prompt ids of the first turn, the sampled reply ids, the appended
+observation ids, ...), right-padded. Per-token arrays are aligned with the *shifted* positions
+used for next-token prediction: position ``t`` holds quantities about predicting token ``t+1``
+(logits at ``t``), so arrays have length ``L - 1``.
+
+* ``response_mask[i, t] = 1`` iff token ``t+1`` of row ``i`` was sampled by the model (including
+  an EOS it emitted); role headers, generation prefixes and observations are never trained.
+* ``token_rewards``: the episode score (env rewards + format penalties, optionally normalised) on
+  the position of the episode's last generated token; with ``turn_level=True`` each turn's reward
+  plus that turn's penalty sits on the turn's last generated token instead.
+* ``turn_ends[i]``: shifted position of the last generated token of every turn.
+
+No row is ever duplicated or deleted to reach a batch multiple (L8): mini-batches simply have
+variable size, so padding can never enter group statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ragen_core.rollout.types import Trajectory
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class EpisodeLayout:
+    """Token layout of one episode: ids and where the sampled spans are (unshifted indices)."""
+
+    input_ids: list[int]
+    response_spans: list[tuple[int, int]]
+    """Per turn, ``[start, end)`` token indices of the sampled reply inside ``input_ids``."""
+
+
+def layout_episode(traj: Trajectory) -> EpisodeLayout:
+    """Concatenate an episode's turns into one token sequence.
+
+    Uses the rollout layer's :func:`ragen_core.rollout.layout.episode_layout` when available.
+    Otherwise relies on the append-only prompt contract: turn ``k+1``'s prompt starts with turn
+    ``k``'s prompt followed by its reply; the episode is the last prompt plus the last reply.
+
+    Raises:
+        ValueError: the turns do not form one append-only sequence.
+    """
+    try:
+        from ragen_core.rollout.layout import episode_layout
+    except ImportError:
+        episode_layout = None
+    if episode_layout is not None:
+        ids, spans, _ends = episode_layout(traj)
+        return EpisodeLayout(list(ids), [(int(a), int(b)) for a, b in spans])
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for k, turn in enumerate(traj.turns):
+        prompt = list(turn.prompt_ids)
+        if ids and prompt[: len(ids)] != ids:
+            raise ValueError(f"episode {traj.env_id}: turn {k + 1} prompt does not extend the previous context")
+        ids = prompt
+        start = len(ids)
+        ids = ids + list(turn.response_ids)
+        spans.append((start, len(ids)))
+    return EpisodeLayout(ids, spans)
+
+
+@dataclass
+class TrainBatch:
+    """Tensors of one training batch (``B`` rows, ``L`` tokens, shifted arrays ``L-1``)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    token_rewards: torch.Tensor
+    group_ids: torch.Tensor
+    episode_ids: torch.Tensor
+    scores: torch.Tensor
+    """``[B]`` episode score used for filtering and GRPO (sum of ``token_rewards``)."""
+    turn_ends: list[list[int]]
+    engine_logprobs: torch.Tensor | None = None
+    """``[B, L-1]`` log-probs reported by the engine on sampled positions (0 elsewhere)."""
+    old_log_probs: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    tags: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: Sequence[int]) -> TrainBatch:
+        """A new batch with the given rows (in that order); padding columns are trimmed."""
+        import torch
+
+        idx = torch.as_tensor(list(rows), dtype=torch.long)
+        out: dict[str, Any] = {}
+        for name in ("input_ids", "attention_mask", "response_mask", "token_rewards", "group_ids", "episode_ids", "scores",
+                     "engine_logprobs", "old_log_probs", "ref_log_probs", "values", "advantages", "returns"):
+            value = getattr(self, name)
+            out[name] = None if value is None else value.index_select(0, idx)
+        out["turn_ends"] = [self.turn_ends[i] for i in idx.tolist()]
+        out["tags"] = [self.tags[i] for i in idx.tolist()] if self.tags else []
+        batch = replace(self, **out)
+        return batch.trim()
+
+    def trim(self) -> TrainBatch:
+        """Drop trailing columns that are padding in every row."""
+        if len(self) == 0:
+            return self
+        length = int(self.attention_mask.sum(dim=1).max())
+        if length >= self.input_ids.shape[1]:
+            return self
+        out: dict[str, Any] = {"input_ids": self.input_ids[:, :length], "attention_mask": self.attention_mask[:, :length]}
+        for name in ("response_mask", "token_rewards", "engine_logprobs", "old_log_probs", "ref_log_probs", "values", "advantages", "returns"):
+            value = getattr(self, name)
+            out[name] = None if value is None else value[:, : length - 1]
+        return replace(self, **out)
+
+
+def episode_scores(trajectories: Sequence[Trajectory], normalization: str = "identity", grouping: str = "state") -> list[float]:
+    """Episode totals (env reward + format penalty), normalised per group (spec 5.9)."""
+    from ragen_core.trainer.losses import normalize_scores
+
+    raw = [t.total_reward for t in trajectories]
+    if normalization == "identity" or not raw:
+        return raw
+    if grouping == "state":
+        keys: list[Any] = [t.group_id for t in trajectories]
+    elif grouping == "inductive":
+        keys = [t.tag for t in trajectories]
+    else:
+        keys = [0] * len(trajectories)
+    return [float(x) for x in normalize_scores(raw, keys, normalization).tolist()]
+
+
+def build_batch(
+    trajectories: Sequence[Trajectory],
+    pad_token_id: int,
+    *,
+    turn_level: bool = False,
+    normalization: str = "identity",
+    grouping: str = "state",
+) -> TrainBatch:
+    """Build the training tensors of a list of episodes (see the module docstring).
+
+    Args:
+        trajectories: One entry per episode, in batch order.
+        pad_token_id: Id used for right padding (masked out by ``attention_mask``).
+        turn_level: Place per-turn rewards on each turn's last token (no normalisation).
+        normalization: Episode-score normalisation of spec 5.9 (episode mode only).
+        grouping: Normalisation groups: ``state`` (group id), ``inductive`` (tag), ``batch``.
+    """
+    import torch
+
+    layouts = [layout_episode(t) for t in trajectories]
+    n = len(trajectories)
+    length = max([len(lay.input_ids) for lay in layouts] + [2])
+    input_ids = torch.full((n, length), int(pad_token_id), dtype=torch.long)
+    attention_mask = torch.zeros((n, length), dtype=torch.long)
+    response_mask = torch.zeros((n, length - 1), dtype=torch.float32)
+    token_rewards = torch.zeros((n, length - 1), dtype=torch.float32)
+    engine_lp = torch.zeros((n, length - 1), dtype=torch.float32)
+    have_engine_lp = True
+    scores = episode_scores(trajectories, normalization, grouping)
+    turn_ends: list[list[int]] = []
+    for i, (traj, lay) in enumerate(zip(trajectories, layouts)):
+        ids = lay.input_ids
+        input_ids[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        attention_mask[i, : len(ids)] = 1
+        ends: list[int] = []
+        for turn, (start, end) in zip(traj.turns, lay.response_spans):
+            if end <= start or start < 1:
+                ends.append(max(0, start - 1))
+                continue
+            response_mask[i, start - 1 : end - 1] = 1.0
+            ends.append(end - 2)
+            lps = turn.response_logprobs
+            if lps is not None and len(lps) == end - start:
+                engine_lp[i, start - 1 : end - 1] = torch.as_tensor(lps, dtype=torch.float32)
+            else:
+                have_engine_lp = False
+        turn_ends.append(ends)
+        last = ends[-1] if ends else max(0, len(ids) - 2)
+        if turn_level:
+            for turn, pos in zip(traj.turns, ends):
+                token_rewards[i, pos] += float(turn.reward + turn.penalty)
+        else:
+            token_rewards[i, last] = float(scores[i])
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        token_rewards=token_rewards,
+        group_ids=torch.as_tensor([t.group_id for t in trajectories], dtype=torch.long),
+        episode_ids=torch.arange(n, dtype=torch.long),
+        scores=token_rewards.sum(dim=1),
+        turn_ends=turn_ends,
+        engine_logprobs=engine_lp if (have_engine_lp and n > 0) else None,
+        tags=[t.tag for t in trajectories],
+    )
+
+
+def micro_batches(rows: Sequence[int], size: int) -> list[list[int]]:
+    """Contiguous chunks of ``rows`` with at most ``size`` rows (the last may be smaller)."""
+    rows = list(rows)
+    return [rows[i : i + size] for i in range(0, len(rows), size)]

@@ -1,0 +1,190 @@
+"""The ``ragen run`` configuration: one validated pydantic model for a whole training run.
+
+Defaults are sized for the CPU-friendly ``tiny`` model so that ``ragen run --env bandit`` finishes
+on a laptop: 4 env groups x 8 members (32 episodes per step), 48 new tokens per turn, 20 steps.
+The reference's GPU defaults (spec section 2: 8 x 16 episodes, 400 tokens, lr 1e-6, 200 steps)
+are one YAML file away. Every field has a default and an attribute docstring; unknown keys are
+errors that name the field path (``extra="forbid"``).
+
+The model is loaded with :func:`ragen_core.config.load_config` from YAML files plus dotted
+overrides (``rollout.group_size=16``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class SamplingSection(_Section):
+    """Sampling for one rollout mode (spec 6.2)."""
+
+    temperature: float = Field(default=1.0, ge=0)
+    """Softmax temperature; 0 or ``do_sample: false`` means greedy."""
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = -1
+    """-1 disables top-k."""
+    max_new_tokens: int = Field(default=48, ge=1)
+    """Generation budget per turn (the reference's ``response_length``, 400 on GPU)."""
+    do_sample: bool = True
+
+
+def _val_sampling() -> SamplingSection:
+    return SamplingSection(temperature=0.5)
+
+
+class SamplingConfig(_Section):
+    train: SamplingSection = Field(default_factory=SamplingSection)
+    """Training rollouts: temperature 1.0, top-p 1, no top-k (spec 6.2)."""
+    val: SamplingSection = Field(default_factory=_val_sampling)
+    """Validation and ``ragen eval``: sampled at temperature 0.5 (not greedy)."""
+
+
+class RolloutSection(_Section):
+    """How many episodes each step collects, and prompt-layout settings."""
+
+    env_groups: int = Field(default=4, ge=1)
+    """Prompt groups per training step (reference 8)."""
+    group_size: int = Field(default=8, ge=1)
+    """Episodes per group sharing one seed (reference 16)."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """Model turns per episode; ``None`` uses the env config's ``max_turns``."""
+    max_model_len: int = Field(default=2048, ge=16)
+    """Context cap; the pre-flight check needs prompt + ``max_new_tokens`` to fit."""
+    format_penalty: float = Field(default=-0.1, le=0)
+    """Added once per turn whose reply did not parse or named unknown actions."""
+    enable_think: bool = True
+    """``<think>..</think><answer>..</answer>`` replies (False: answer only)."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Further ``RolloutConfig`` fields passed through verbatim to the rollout runner."""
+
+
+class PeftSection(_Section):
+    """LoRA adapters (needs the optional ``peft`` package)."""
+
+    rank: int = Field(default=0, ge=0)
+    """0 = full fine-tuning (LoRA off)."""
+    alpha: int = Field(default=64, ge=1)
+    target_modules: str | list[str] = "all-linear"
+
+
+class OptimSection(_Section):
+    """Optimiser and update schedule (spec 2.2, 2.4, 8.8)."""
+
+    lr: float = Field(default=1e-4, gt=0)
+    """Actor AdamW learning rate (reference 1e-6 for 3B models; the tiny model needs more)."""
+    critic_lr: float = Field(default=1e-4, gt=0)
+    """Critic AdamW learning rate (reference 1e-5)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(default=0.01, ge=0)
+    ppo_epochs: int = Field(default=1, ge=1)
+    mini_batch_size: int = Field(default=16, ge=1)
+    """Episodes per optimiser step (reference 32); the last mini-batch may be smaller."""
+    micro_batch_size: int = Field(default=4, ge=1)
+    """Episodes per forward/backward; gradients accumulate over a mini-batch."""
+    grad_clip: float = Field(default=1.0, gt=0)
+    """Global-norm clip; a non-finite norm skips the optimiser step."""
+    filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
+    """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
+    peft: PeftSection | None = None
+    """LoRA settings, or ``None`` for full fine-tuning."""
+
+
+class RewardSection(_Section):
+    """Reward placement and normalisation (spec 5.8-5.9)."""
+
+    turn_level: bool = False
+    """Put each turn's reward (plus its penalty) on that turn's last token instead of the episode total on the last token."""
+    normalization: Literal["identity", "mean", "mean_std", "asym_clip"] = "identity"
+    grouping: Literal["state", "inductive", "batch"] = "state"
+
+
+class WarmStartSection(_Section):
+    """Supervised warm start on random legal actions in the reply format (no oracle)."""
+
+    enabled: bool | Literal["auto"] = "auto"
+    """``auto`` = on for the ``tiny`` model only."""
+    episodes: int = Field(default=64, ge=1)
+    """Demonstration episodes to generate."""
+    epochs: int = Field(default=3, ge=1)
+    lr: float = Field(default=1e-3, gt=0)
+    batch_size: int = Field(default=8, ge=1)
+    cache_dir: str = ".ragen_cache/warmstart"
+    """Where warm-started model folders are cached, keyed by env, preset, config hash and seed."""
+
+
+class EarlyStopSection(_Section):
+    """Early-stopping rules of spec section 12."""
+
+    reward_variance_collapse: bool = True
+    low_val_success: bool = True
+    low_val_success_patience: int = Field(default=5, ge=1)
+
+
+class RunConfig(_Section):
+    """Everything a training run needs; written to ``RUN_DIR/config.yaml``."""
+
+    env: str = "bandit"
+    """Env plugin name (``ragen plugins`` lists them)."""
+    env_config: dict[str, Any] = Field(default_factory=dict)
+    """Config of the env plugin (validated by the env's config model)."""
+    preset: str | None = None
+    """Named env preset (e.g. ``CoordSokoban``)."""
+    algo: str = "grpo"
+    algo_config: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the algorithm's config (clip ratios, entropy_coeff, loss_agg_mode, ...)."""
+    filter: str = "none"
+    filter_config: dict[str, Any] = Field(default_factory=dict)
+    model: str = "tiny"
+    """``tiny`` (a small randomly initialised local model) or a local HF model folder."""
+    engine: str = "hf"
+    engine_config: dict[str, Any] = Field(default_factory=dict)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    optim: OptimSection = Field(default_factory=OptimSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
+    warm_start: WarmStartSection = Field(default_factory=WarmStartSection)
+    early_stop: EarlyStopSection = Field(default_factory=EarlyStopSection)
+    steps: int = Field(default=20, ge=1)
+    """Training steps."""
+    save_freq: int = Field(default=10, ge=-1)
+    """Checkpoint every N steps and at the last step; -1 only at the end; 0 never."""
+    test_freq: int = Field(default=5, ge=0)
+    """Validate every N steps and at the last step; 0 disables validation."""
+    val_before_train: bool = False
+    val_groups: int = Field(default=16, ge=1)
+    """Validation groups (group size 1, seeds ``seed_val + g``)."""
+    val_group_size: int = Field(default=1, ge=1)
+    seed: int = 10000
+    """Base seed for training resets and all trainer randomness."""
+    seed_val: int = 123
+    """Base seed of the fixed validation set."""
+    run_dir: str | None = None
+    """Output directory; default ``runs/<env>-<algo>-<timestamp>``."""
+    diagnostics: list[str] = Field(default_factory=list)
+    """Diagnostic plugins to attach (e.g. ``collapse``)."""
+    diagnostics_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Per-diagnostic config, keyed by name."""
+    loggers: list[Literal["jsonl", "tensorboard", "wandb", "console"]] = Field(default_factory=lambda: ["jsonl"])
+    """JSONL is always written; TensorBoard / W&B (offline) when importable."""
+    save_rollouts: bool = False
+    """Write ``rollouts/step_<N>.jsonl`` for every step."""
+    device: str = "auto"
+    """``auto`` = CUDA when available, else CPU."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.optim.micro_batch_size > self.optim.mini_batch_size:
+            raise ValueError("optim.micro_batch_size must not exceed optim.mini_batch_size")
+        return self
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.rollout.env_groups * self.rollout.group_size

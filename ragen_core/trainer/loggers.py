@@ -1,0 +1,124 @@
+"""Metric loggers as pluggy hook implementations (``ragen_on_step_end``).
+
+* :class:`JsonlLogger` — always on: appends ``{"step": N, ...}`` to ``RUN_DIR/metrics.jsonl``
+  and flushes after every line, so a killed run keeps every finished step.
+* :class:`TensorBoardLogger` — when ``tensorboard`` is importable.
+* :class:`WandbLogger` — W&B in *offline* mode (never contacts a server) when ``wandb`` is importable.
+
+A third-party logger is just another object with ``@hookimpl def ragen_on_step_end(...)``
+registered on the trainer's plugin manager.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ragen_core.hookspecs import hookimpl
+
+
+def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool):
+            out[key] = float(value)
+        elif isinstance(value, (int, float)):
+            out[key] = float(value) if math.isfinite(float(value)) else None
+        elif hasattr(value, "item"):
+            out[key] = float(value.item())
+    return out
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Read a ``metrics.jsonl`` file; a torn last line (killed writer) is ignored."""
+    rows: list[dict[str, Any]] = []
+    p = Path(path)
+    if not p.is_file():
+        return rows
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_metrics(path: str | Path, last_step: int) -> None:
+    """Keep only rows with ``step <= last_step`` (used when resuming from a checkpoint)."""
+    p = Path(path)
+    if not p.is_file():
+        return
+    rows = [r for r in read_metrics(p) if int(r.get("step", 0)) <= last_step]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+class JsonlLogger:
+    """Append one JSON object per step to ``metrics.jsonl``."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    @hookimpl
+    def ragen_on_step_end(self, metrics: dict[str, float], step: int) -> None:
+        row = {"step": int(step), **_clean(metrics)}
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+
+
+class TensorBoardLogger:
+    """Scalars to ``RUN_DIR/tensorboard``."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    @hookimpl
+    def ragen_on_step_end(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in _clean(metrics).items():
+            if value is not None:
+                self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    @hookimpl
+    def ragen_on_train_end(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger:
+    """W&B in offline mode; sync later with ``wandb sync RUN_DIR/wandb``."""
+
+    def __init__(self, run_dir: str | Path, config: Any = None) -> None:
+        import wandb
+
+        self.wandb = wandb
+        cfg = config.model_dump(mode="json") if hasattr(config, "model_dump") else None
+        self.run = wandb.init(mode="offline", dir=str(run_dir), config=cfg, project="ragen")
+
+    @hookimpl
+    def ragen_on_step_end(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log({k: v for k, v in _clean(metrics).items() if v is not None}, step=step)
+
+    @hookimpl
+    def ragen_on_train_end(self) -> None:
+        self.run.finish()
+
+
+def make_loggers(names: list[str], run_dir: str | Path, config: Any = None) -> list[Any]:
+    """JSONL always, plus the optional loggers whose packages import; warn about the rest."""
+    loggers: list[Any] = [JsonlLogger(run_dir)]
+    for name in names:
+        if name in ("jsonl", "console"):
+            continue
+        try:
+            loggers.append(TensorBoardLogger(run_dir) if name == "tensorboard" else WandbLogger(run_dir, config))
+        except ImportError:
+            warnings.warn(f"logger {name!r} skipped: its package is not installed (pip install {name})", stacklevel=2)
+    return loggers

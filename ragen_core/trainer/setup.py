@@ -1,0 +1,154 @@
+"""Building the pieces of a run: model, engine, rollout runners, plugins, pre-flight checks.
+
+Kept apart from the loop in :mod:`ragen_core.trainer.trainer` so ``ragen eval`` and the warm
+start can build the same model/engine/runner without a trainer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import ConfigError, ResourceError
+from ragen_core.trainer.config import RunConfig, SamplingSection
+
+
+def resolve_device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sampling_params(section: SamplingSection) -> Any:
+    from ragen_core.interfaces.engine import SamplingParams
+
+    return SamplingParams(**section.model_dump())
+
+
+def make_engine(config: RunConfig, model: Any, tokenizer: Any) -> Any:
+    """The rollout engine, attached to the policy (the HF engine shares the module in-process)."""
+    from ragen_core import registry
+
+    engine = registry.make("engine", config.engine, config.engine_config)
+    if hasattr(engine, "attach"):
+        engine.attach(model, tokenizer)
+    else:
+        engine.sync_weights(model)
+    return engine
+
+
+def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = None, group_size: int | None = None) -> Any:
+    """The rollout runner's config for ``mode`` (fields the runner does not know are dropped)."""
+    from ragen_core.rollout.runner import RolloutConfig
+
+    r = config.rollout
+    if mode == "train":
+        n_groups, size, seed = r.env_groups, r.group_size, config.seed
+    else:
+        n_groups, size, seed = config.val_groups, config.val_group_size, config.seed_val
+    values: dict[str, Any] = {
+        "env_groups": groups if groups is not None else n_groups,
+        "group_size": group_size if group_size is not None else size,
+        "max_turns": r.max_turns,
+        "max_model_len": r.max_model_len,
+        "format_penalty": r.format_penalty,
+        "enable_think": r.enable_think,
+        "seed": seed,
+        "base_seed": seed,
+        "train_seed": config.seed,
+        "val_seed": config.seed_val,
+    }
+    values.update(r.extra)
+    fields = getattr(RolloutConfig, "model_fields", None)
+    if fields is not None:
+        unknown = [k for k in r.extra if k not in fields]
+        if unknown:
+            raise ConfigError(f"invalid config: rollout.extra.{unknown[0]}: unknown RolloutConfig field", [f"known fields: {', '.join(fields)}"])
+        values = {k: v for k, v in values.items() if k in fields and v is not None}
+    return RolloutConfig(**values)
+
+
+def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "train", **sizes: Any) -> Any:
+    from ragen_core.rollout.runner import RolloutRunner
+
+    return RolloutRunner(config.env, dict(config.env_config), config.preset, engine, tokenizer, rollout_config(config, mode, **sizes))
+
+
+def available_memory_bytes(device: str) -> int | None:
+    """Free accelerator memory for CUDA devices, else available system RAM (None if unknown)."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: bool, needs_ref: bool) -> int:
+    """Weights + gradients + two AdamW moments (fp32) per trained model, plus a frozen reference."""
+    trained = n_params * (bytes_per_param + 4 + 8)
+    total = trained * (2 if needs_critic else 1)
+    if needs_ref:
+        total += n_params * bytes_per_param
+    return int(total * 1.2)
+
+
+def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bool, needs_ref: bool, device: str) -> None:
+    """Raise :class:`ResourceError` before any rollout when the run cannot fit.
+
+    Checks: the context cap holds the first prompt plus one reply; the estimated training
+    memory (weights, grads, AdamW states, critic, reference) fits the free device memory.
+    """
+    from ragen_core import registry
+
+    r = config.rollout
+    budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
+    if r.max_model_len <= budget:
+        raise ResourceError(
+            f"rollout.max_model_len={r.max_model_len} leaves no room for a prompt before max_new_tokens={budget}",
+            ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"],
+        )
+    env = registry.make_env(config.env, preset=config.preset, **config.env_config)
+    try:
+        first = env.reset(config.seed)
+        text = env.instruction() + "\n" + first
+    finally:
+        env.close()
+    prompt_len = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if prompt_len + budget > r.max_model_len:
+        raise ResourceError(
+            f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, "
+            f"more than rollout.max_model_len={r.max_model_len}",
+            ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"],
+        )
+    n_params = sum(p.numel() for p in model.parameters())
+    bytes_per = next(model.parameters()).element_size()
+    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref)
+    have = available_memory_bytes(device)
+    if have is not None and need > have:
+        gib = 1024**3
+        raise ResourceError(
+            f"training {n_params / 1e6:.0f}M parameters needs ~{need / gib:.1f} GiB (weights, grads, AdamW"
+            f"{', critic' if needs_critic else ''}{', reference' if needs_ref else ''}) but only {have / gib:.1f} GiB is free on {device}",
+            ["use a smaller model, enable LoRA (optim.peft.rank=16), or an algorithm without a critic (--algo grpo)"],
+        )
+
+
+def default_run_dir(config: RunConfig) -> Path:
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{config.env}-{config.algo}-{stamp}"

@@ -1,0 +1,415 @@
+"""The StarPO training loop (spec 1.3, 7, 8, 9.5-9.7, 12).
+
+Per step: rollout -> ``ragen_on_rollout_end`` hooks (diagnostics, unfiltered batch) -> filter ->
+empty-after-filter handling / early stop -> old log-probs (and reference log-probs only when a KL
+term is active, L7) -> critic values -> advantages (the algorithm's estimator) -> filter group
+weights and loss scaling -> critic update -> actor update (epochs, mini-batches, micro-batch
+gradient accumulation, global-norm clip, non-finite steps skipped) -> ``engine.sync_weights`` ->
+validation every ``test_freq`` -> checkpoint every ``save_freq`` -> metrics + ``ragen_on_step_end``.
+
+The first Ctrl-C finishes the current step, saves a checkpoint and returns; a second one aborts
+immediately. Metrics of a step are logged only after the step completed, so a killed run
+loses at most the steps since its last checkpoint (``--resume`` truncates ``metrics.jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from ragen_core.trainer.batch import TrainBatch, build_batch
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.context import TrainContext
+from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, group_reward_std
+from ragen_core.trainer.update import UpdateMixin
+
+
+class Trainer(UpdateMixin):
+    """Train one policy on one env with one algorithm.
+
+    Args:
+        config: The validated run config.
+        resume: Continue from the latest checkpoint of ``config.run_dir``.
+    """
+
+    def __init__(self, config: RunConfig, *, resume: bool = False) -> None:
+        from ragen_core.trainer.setup import default_run_dir
+
+        self.config = config
+        self.run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
+        self.resume = resume
+        self.start_step = 1
+        self.stop_reason: str | None = None
+        self._interrupts = 0
+        self._built = False
+        self.history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Build model, plugins, engine and runners; run the pre-flight checks."""
+        if self._built:
+            return
+        import torch
+
+        from ragen_core import registry
+        from ragen_core.config import dump_yaml
+        from ragen_core.hookspecs import make_plugin_manager
+        from ragen_core.models import load_model_and_tokenizer
+        from ragen_core.trainer import setup as su
+        from ragen_core.trainer.checkpoint import latest_checkpoint
+        from ragen_core.trainer.loggers import make_loggers, truncate_metrics
+
+        cfg = self.config
+        self.device = su.resolve_device(cfg.device)
+        torch.manual_seed(cfg.seed)
+        self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config)
+        acfg = self.algorithm.config
+        self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config)
+        self.filter = registry.make("filter", cfg.filter, cfg.filter_config)
+        self.needs_critic = bool(acfg.use_critic or getattr(self.estimator, "needs_critic", False))
+        self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
+        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
+        if self.resume and ckpt is None:
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(f"--resume: no checkpoint found under {self.run_dir / 'checkpoints'}")
+        model_path = str(ckpt[1]) if ckpt else cfg.model
+        self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device)
+        su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
+        if ckpt is None and self._warm_start_enabled():
+            from ragen_core.trainer.warmstart import warm_start
+
+            self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
+        self._maybe_lora()
+        self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.critic = self.critic_optimizer = None
+        if self.needs_critic:
+            from ragen_core.trainer.modeling import build_critic
+
+            self.critic = build_critic(self.model).to(self.device)
+            self.critic.eval()
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.ref_model = None
+        if self.needs_ref and not hasattr(self.model, "disable_adapter"):
+            import copy
+
+            self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.engine = su.make_engine(cfg, self.model, self.tokenizer)
+        self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
+        self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val") if cfg.test_freq > 0 or cfg.val_before_train else None
+        self.train_sampling = su.sampling_params(cfg.sampling.train)
+        self.val_sampling = su.sampling_params(cfg.sampling.val)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.empty_streak = 0
+        self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience)
+        self.timing_totals: dict[str, float] = {}
+        if ckpt is not None:
+            self._restore(ckpt[1])
+            truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir / "config.yaml")
+        self._write_plugins_json()
+        self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine, device=self.device)
+        self.pm = make_plugin_manager()
+        for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg)):
+            self.pm.register(logger, name=f"logger-{i}")
+        for name in cfg.diagnostics:
+            diag = registry.make("diagnostic", name, cfg.diagnostics_config.get(name))
+            self.pm.register(diag, name=f"diagnostic-{name}")
+            if ckpt is not None and hasattr(diag, "load_state_dict") and name in self._diag_states:
+                diag.load_state_dict(self._diag_states[name])
+        self._built = True
+
+    def _warm_start_enabled(self) -> bool:
+        ws = self.config.warm_start.enabled
+        return bool(ws) if ws != "auto" else self.config.model in ("tiny", "tiny-qwen-tok")
+
+    def _maybe_lora(self) -> None:
+        peft_cfg = self.config.optim.peft
+        if peft_cfg is None or peft_cfg.rank == 0:
+            return
+        try:
+            import peft
+        except ImportError:
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError("optim.peft.rank > 0 needs the 'peft' package", ["pip install 'ragen-core[lora]'"]) from None
+        lora = peft.LoraConfig(r=peft_cfg.rank, lora_alpha=peft_cfg.alpha, target_modules=peft_cfg.target_modules, task_type="CAUSAL_LM")
+        self.model = peft.get_peft_model(self.model, lora)
+
+    def _write_plugins_json(self) -> None:
+        from ragen_core import registry
+
+        rows = []
+        for kind, name in [("env", self.config.env), ("algorithm", self.config.algo), ("estimator", self.algorithm.config.estimator),
+                           ("filter", self.config.filter)] + [("diagnostic", d) for d in self.config.diagnostics]:
+            try:
+                entry = registry.find(kind, name)
+                rows.append({"kind": kind, "name": entry.name, "dist": entry.dist_name, "version": entry.dist_version})
+            except Exception:  # noqa: BLE001 - informational file only
+                rows.append({"kind": kind, "name": name, "dist": "?", "version": "?"})
+        (self.run_dir / "plugins.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> list[dict[str, float]]:
+        """Run to ``config.steps`` (or an early stop / Ctrl-C); returns the per-step metrics."""
+        self.setup()
+        cfg = self.config
+        self.pm.hook.ragen_on_train_start(config=cfg, run_dir=self.run_dir, context=self.context)
+        old_handler = self._install_sigint()
+        bar = self._progress()
+        t_start = time.perf_counter()
+        step = self.start_step - 1
+        try:
+            if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
+                pre = self.validate(0)
+                self.pm.hook.ragen_on_step_end(metrics=pre, step=0, context=self.context)
+            for step in range(self.start_step, cfg.steps + 1):
+                self.context.step = step
+                metrics = self.train_step(step)
+                self.timing_totals["total"] = time.perf_counter() - t_start
+                metrics["timing_s/total"] = self.timing_totals["total"]
+                self.history.append(metrics)
+                self.pm.hook.ragen_on_step_end(metrics=metrics, step=step, context=self.context)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
+                last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
+                if self._should_save(step, last):
+                    t0 = time.perf_counter()
+                    path = self.save(step)
+                    self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
+                    metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0
+                if self.stop_reason is not None or self._interrupts > 0:
+                    break
+        finally:
+            if bar is not None:
+                bar.close()
+            if old_handler is not None:
+                signal.signal(signal.SIGINT, old_handler)
+            self.pm.hook.ragen_on_train_end(run_dir=self.run_dir, context=self.context)
+        if self.stop_reason:
+            print(f"training stopped early at step {step}: {self.stop_reason}")
+        return self.history
+
+    def _should_save(self, step: int, last: bool) -> bool:
+        freq = self.config.save_freq
+        if freq == 0:
+            return self._interrupts > 0
+        return last or (freq > 0 and step % freq == 0)
+
+    def _install_sigint(self) -> Any:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def handler(signum: int, frame: Any) -> None:
+            self._interrupts += 1
+            if self._interrupts > 1:
+                raise KeyboardInterrupt
+            print("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
+
+        return signal.signal(signal.SIGINT, handler)
+
+    def _progress(self) -> Any:
+        if not self.config.progress:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.config.steps, initial=self.start_step - 1, desc=f"ragen {self.config.env}/{self.config.algo}", unit="step")
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, step: int) -> dict[str, float]:
+        """One StarPO step; returns its metrics (see the module docstring for the order)."""
+        cfg = self.config
+        metrics: dict[str, float] = {}
+        timer = _Timer(metrics)
+        t_step = time.perf_counter()
+        with timer("gen"):
+            trajs = self.runner.run(mode="train", sampling=self.train_sampling)
+        self._save_rollouts(trajs, step)
+        with timer("collapse_metrics"):
+            for result in self.pm.hook.ragen_on_rollout_end(trajectories=trajs, step=step, context=self.context):
+                if result:
+                    metrics.update({k: float(v) for k, v in result.items() if _is_number(v)})
+        metrics.update(episode_metrics(trajs, "train"))
+        batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization, grouping=cfg.reward.grouping)
+        with timer("filter"):
+            result, rows = self._filter(batch, metrics)
+        metrics["train/rollout_attempts"] = 1.0
+        if result.empty:
+            self.empty_streak += 1
+            metrics["rollout/empty_after_filter"] = 1.0
+            metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
+            stop_after = getattr(self.filter.config, "empty_stop_steps", 0)
+            if stop_after and self.empty_streak >= stop_after:
+                self.stop_reason = "early_stopped/empty_filtered_steps"
+                metrics[self.stop_reason] = 1.0
+            metrics["timing_s/step"] = time.perf_counter() - t_step
+            self._maybe_validate(step, metrics)
+            return metrics
+        self.empty_streak = 0
+        metrics["rollout/empty_after_filter"] = 0.0
+        metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
+        rv = metrics.get("rollout/in_group_reward_std", group_reward_std(batch.scores.tolist(), batch.group_ids.tolist()))
+        stop = self.stopper.observe_reward_std(rv)
+        batch = batch.select(rows)
+        metrics["train/batch_size"] = float(len(batch))
+        metrics["train/num_mini_batches"] = float(math.ceil(len(batch) / cfg.optim.mini_batch_size))
+        self._prepare(batch, metrics, timer, result)
+        with timer("update_critic"):
+            if self.critic is not None:
+                metrics.update(self.update_critic(batch))
+        with timer("update_actor"):
+            metrics.update(self.update_actor(batch))
+        self.engine.sync_weights(self.model)
+        self.pm.hook.ragen_on_update_end(stats={k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}, step=step, context=self.context)
+        if stop and self.stop_reason is None:
+            self.stop_reason = stop
+            metrics[stop] = 1.0
+        metrics["timing_s/step"] = time.perf_counter() - t_step
+        self._maybe_validate(step, metrics)
+        for key in ("gen", "update_actor", "update_critic", "testing"):
+            self.timing_totals[key] = self.timing_totals.get(key, 0.0) + metrics.get(f"timing_s/{key}", 0.0)
+        return metrics
+
+    def _filter(self, batch: TrainBatch, metrics: dict[str, float]) -> tuple[Any, list[int]]:
+        from ragen_core.interfaces.rollout_filter import GroupedRollouts
+
+        entropies = None
+        if str(getattr(self.filter.config, "metric", "")).startswith("entropy"):
+            from ragen_core.trainer.modeling import batched_logprobs
+
+            _, ent = batched_logprobs(self.model, batch, list(range(len(batch))), self.config.optim.micro_batch_size, self.train_sampling.temperature, True)
+            m = batch.response_mask
+            entropies = ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+        grouped = GroupedRollouts(
+            group_ids=batch.group_ids.tolist(),
+            rewards=batch.scores.tolist(),
+            entropies=entropies,
+            lengths=batch.response_mask.sum(1).tolist(),
+        )
+        result = self.filter.select(grouped)
+        metrics.update({k: float(v) for k, v in result.metrics.items() if _is_number(v)})
+        n_groups = len(set(grouped.group_ids))
+        metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
+        metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
+        kept = set(result.kept_groups)
+        rows = [i for i, g in enumerate(grouped.group_ids) if g in kept]
+        self._group_weights = dict(result.group_weights)
+        self._kept_ratio = len(result.kept_groups) / max(n_groups, 1)
+        return result, rows
+
+    def _maybe_validate(self, step: int, metrics: dict[str, float]) -> None:
+        cfg = self.config
+        if self.val_runner is None or cfg.test_freq <= 0:
+            return
+        if step % cfg.test_freq == 0 or step == cfg.steps or self.stop_reason is not None or self._interrupts > 0:
+            t0 = time.perf_counter()
+            val = self.validate(step)
+            metrics.update(val)
+            metrics["timing_s/testing"] = time.perf_counter() - t0
+            stop = self.stopper.observe_validation(val)
+            if stop and self.stop_reason is None:
+                self.stop_reason = stop
+                metrics[stop] = 1.0
+
+    def validate(self, step: int) -> dict[str, float]:
+        """One validation rollout (fixed seeds, val sampling); metrics under ``val-env/``."""
+        trajs = self.val_runner.run(mode="val", sampling=self.val_sampling)
+        return episode_metrics(trajs, "val-env")
+
+    def _save_rollouts(self, trajs: list[Any], step: int) -> None:
+        if not self.config.save_rollouts:
+            return
+        out = self.run_dir / "rollouts"
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / f"step_{step}.jsonl").open("w", encoding="utf-8") as fh:
+            for t in trajs:
+                fh.write(json.dumps(t.to_dict(), default=str) + "\n")
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int) -> Path:
+        from ragen_core.trainer.checkpoint import save_checkpoint
+
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "runner": self.runner.state_dict() if hasattr(self.runner, "state_dict") else None,
+            "val_runner": self.val_runner.state_dict() if self.val_runner is not None and hasattr(self.val_runner, "state_dict") else None,
+            "empty_streak": self.empty_streak,
+            "stopper": self.stopper.state_dict(),
+            "timing_totals": dict(self.timing_totals),
+            "diagnostics": {n: p.state_dict() for n, p in self._diagnostic_plugins().items() if hasattr(p, "state_dict")},
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        if self.ref_model is not None:
+            state["ref_model"] = self.ref_model.state_dict()
+        return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, state)
+
+    def _diagnostic_plugins(self) -> dict[str, Any]:
+        pm = getattr(self, "pm", None)
+        out: dict[str, Any] = {}
+        if pm is None:
+            return out
+        for name in self.config.diagnostics:
+            plugin = pm.get_plugin(f"diagnostic-{name}")
+            if plugin is not None:
+                out[name] = plugin
+        return out
+
+    def _restore(self, path: Path) -> None:
+        from ragen_core.trainer.checkpoint import load_state, set_rng_state
+
+        state = load_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.ref_model is not None and "ref_model" in state:
+            self.ref_model.load_state_dict(state["ref_model"])
+        if state.get("runner") is not None and hasattr(self.runner, "load_state_dict"):
+            self.runner.load_state_dict(state["runner"])
+        if state.get("val_runner") is not None and self.val_runner is not None and hasattr(self.val_runner, "load_state_dict"):
+            self.val_runner.load_state_dict(state["val_runner"])
+        self.empty_streak = int(state.get("empty_streak", 0))
+        self.stopper.load_state_dict(state.get("stopper", {}))
+        self.timing_totals = dict(state.get("timing_totals", {}))
+        self._diag_states = dict(state.get("diagnostics", {}))
+        set_rng_state(state["rng"])
+        self.start_step = int(state["step"]) + 1
+
+    _diag_states: dict[str, Any] = {}
+
+
+class _Timer:
+    """``with timer("gen"):`` adds ``timing_s/gen`` to the metrics dict."""
+
+    def __init__(self, metrics: dict[str, float]) -> None:
+        self.metrics = metrics
+        self.key = ""
+        self.t0 = 0.0
+
+    def __call__(self, key: str) -> _Timer:
+        self.key = key
+        return self
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        k = f"timing_s/{self.key}"
+        self.metrics[k] = self.metrics.get(k, 0.0) + time.perf_counter() - self.t0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) or hasattr(value, "item")
