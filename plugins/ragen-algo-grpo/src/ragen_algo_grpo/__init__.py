@@ -1,0 +1,27 @@
+"""Critic-free group-relative RL for RAGEN: ``grpo``, ``drgrpo`` and ``rloo`` estimators and the
+``grpo``, ``drgrpo`` and ``dapo`` algorithms.
+
+Estimators are pure functions in :mod:`ragen_algo_grpo.grpo` and :mod:`ragen_algo_grpo.rloo`;
+DAPO's dynamic sampling and overlong shaping are in :mod:`ragen_algo_grpo.dapo` (these need
+torch and are imported lazily). Importing this package loads only the pydantic configs.
+"""
+
+from __future__ import annotations
+
+from ragen_algo_grpo.config import (
+    DAPOAlgorithmConfig,
+    DrGRPOAlgorithmConfig,
+    DrGRPOConfig,
+    GRPOAlgorithmConfig,
+    GRPOConfig,
+    RLOOConfig,
+)
+
+__all__ = [
+    "DAPOAlgorithmConfig",
+    "DrGRPOAlgorithmConfig",
+    "DrGRPOConfig",
+    "GRPOAlgorithmConfig",
+    "GRPOConfig",
+    "RLOOConfig",
+]
