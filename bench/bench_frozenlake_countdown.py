@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragen_core import registry
 from ragen_core.seeding import make_rng

@@ -7,7 +7,6 @@ import time
 from fractions import Fraction
 
 import pytest
-
 from ragen_env_countdown.arith import (
     ArithmeticParseError,
     equals_target,

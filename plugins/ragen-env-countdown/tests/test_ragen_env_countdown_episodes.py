@@ -11,12 +11,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ragen_env_countdown import problems as problems_mod
+from ragen_env_countdown.arith import (
+    evaluate,
+    plus_minus_solvable,
+    uses_numbers_exactly,
+)
+from ragen_env_countdown.env import CountdownEnv
 
 from ragen_core import registry
 from ragen_core.seeding import make_rng
-from ragen_env_countdown import problems as problems_mod
-from ragen_env_countdown.arith import evaluate, plus_minus_solvable, uses_numbers_exactly
-from ragen_env_countdown.env import CountdownEnv
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "countdown-sample"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared Countdown sample data not available")
@@ -142,7 +146,7 @@ def _solve_through_text(env, seed, mode="train"):
     env.reset(seed, mode=mode)
     (expr,) = env.oracle_actions()
     reply = f"<think>search</think><answer>{expr}</answer>"
-    action = re.search(r"<answer>(.*?)</answer>", reply, re.S).group(1).strip()
+    action = re.search(r"<answer>(.*?)</answer>", reply, re.DOTALL).group(1).strip()
     _, reward, done, info = env.step(action)
     return done and reward == 1.0 and info["success"]
 

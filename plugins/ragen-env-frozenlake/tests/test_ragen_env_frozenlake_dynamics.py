@@ -8,11 +8,11 @@ import re
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from ragen_env_frozenlake.env import FrozenLakeEnv
+from ragen_env_frozenlake.lake import MOVES, generate_map, reachable, shortest_path
 
 from ragen_core import registry
 from ragen_core.seeding import make_rng
-from ragen_env_frozenlake.env import FrozenLakeEnv
-from ragen_env_frozenlake.lake import MOVES, generate_map, reachable, shortest_path
 
 
 def _cells(desc, kind):
@@ -118,7 +118,7 @@ def _play_through_text(env, seed, max_turns, per_turn):
     for turn in range(max_turns):
         chunk = plan[turn * per_turn : (turn + 1) * per_turn]
         reply = f"<think>follow the path</think><answer>{' || '.join(chunk)}</answer>"
-        answer = re.search(r"<answer>(.*?)</answer>", reply, re.S).group(1)
+        answer = re.search(r"<answer>(.*?)</answer>", reply, re.DOTALL).group(1)
         for action in [a.strip() for a in answer.split(env.action_sep)][:per_turn]:
             _, reward, done, info = env.step(action)
             used += 1

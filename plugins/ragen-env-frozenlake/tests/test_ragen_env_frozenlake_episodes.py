@@ -5,11 +5,11 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from ragen_env_frozenlake.config import FrozenLakeConfig
+from ragen_env_frozenlake.env import FrozenLakeEnv
 
 from ragen_core import registry
 from ragen_core.errors import EnvError
-from ragen_env_frozenlake.config import FrozenLakeConfig
-from ragen_env_frozenlake.env import FrozenLakeEnv
 
 # S F H       start (0, 0), goal (2, 2), holes (0, 2) and (2, 0)
 # F F F

@@ -163,7 +163,7 @@ def evaluate(expression: str) -> Fraction:
     return _Parser(expression).parse()
 
 
-def equals_target(value: Fraction, target: int | float) -> bool:
+def equals_target(value: Fraction, target: float) -> bool:
     """The reference's tolerance: ``|value - target| < 1e-5``."""
     return abs(value - Fraction(target)) < Fraction(1, 100_000)
 

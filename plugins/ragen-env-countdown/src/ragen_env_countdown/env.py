@@ -27,7 +27,13 @@ from typing import Any
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
-from ragen_env_countdown.arith import ArithmeticParseError, equals_target, evaluate, solve, uses_numbers_exactly
+from ragen_env_countdown.arith import (
+    ArithmeticParseError,
+    equals_target,
+    evaluate,
+    solve,
+    uses_numbers_exactly,
+)
 from ragen_env_countdown.config import CountdownConfig
 from ragen_env_countdown.problems import Problem, generate, load_problems
 

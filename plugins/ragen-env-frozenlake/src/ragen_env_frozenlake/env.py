@@ -176,12 +176,13 @@ class FrozenLakeEnv(Env):
         """Task text for the system prompt, written from this instance's size and slipperiness."""
         cfg = self.config
         rows, cols = (len(self._desc), len(self._desc[0])) if self._desc else (cfg.size, cfg.size)
-        parts = [
+        intro = (
             f"You stand on a frozen lake laid out as a {rows}x{cols} grid. Walk to the goal cell without "
             "stepping into a hole: a hole ends the episode, and so does reaching the goal, which "
             "is the only move that earns a reward (1 point). Moving into the edge of the board "
             "leaves you where you are."
-        ]
+        )
+        parts = [intro]
         if cfg.deterministic:
             parts.append("The ice is not slippery: every move goes exactly where you aim it.")
         else:
