@@ -348,3 +348,36 @@ def test_normalize_does_not_mutate_input():
     scores = t([1.0, 3.0])
     L.normalize_scores(scores, [0, 0], "mean")
     assert scores.tolist() == [1.0, 3.0]
+
+
+# --------------------------------------------------------------------------------------------
+# properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_floats = st.floats(min_value=-5.0, max_value=5.0, allow_nan=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(_floats, st.booleans()), min_size=1, max_size=12), st.integers(1, 4))
+def test_global_token_count_matches_full_batch_for_any_split(tokens, n_rows):
+    """Summing micro-batch losses normalised by the global count equals the mini-batch token mean."""
+    loss = t([[a * (r + 1) for a, _ in tokens] for r in range(n_rows)])
+    mask = t([[float(m) for _, m in tokens]] * n_rows)
+    full = L.agg_loss(loss, mask, "token-mean")
+    count = float(mask.sum())
+    parts = sum(L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean", global_token_count=count) for i in range(n_rows))
+    assert float(parts) == pytest.approx(float(full), abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(_floats, st.booleans()), min_size=1, max_size=10))
+def test_policy_loss_at_ratio_one_is_minus_advantage(tokens):
+    """On-policy (ρ = 1) nothing is clipped and the loss is agg(−A)."""
+    adv = t([[a for a, _ in tokens]])
+    mask = t([[float(m) for _, m in tokens]])
+    logp = torch.zeros_like(adv)
+    loss, metrics = L.policy_loss(logp, logp, adv, mask)
+    assert loss.item() == pytest.approx(float(L.agg_loss(-adv, mask, "token-mean")), abs=1e-12)
+    assert metrics["pg_clipfrac"] == 0.0 and metrics["pg_clipfrac_lower"] == 0.0 and metrics["ppo_kl"] == 0.0

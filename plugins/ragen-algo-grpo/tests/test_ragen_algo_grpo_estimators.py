@@ -128,3 +128,29 @@ def test_grpo_config_rejects_bad_epsilon():
 
     with pytest.raises(ValidationError):
         GRPOConfig(epsilon=0.0)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(-10, 10), st.integers(0, 3)), min_size=1, max_size=12))
+def test_group_advantages_sum_to_zero(rows):
+    """Dr.GRPO and GRPO advantages sum to 0 within every group of ≥ 2 samples; RLOO is n/(n−1)·Dr.GRPO."""
+    scores = [s for s, _ in rows]
+    groups = torch.tensor([g for _, g in rows])
+    rewards, mask = _rows(scores)
+    dr, _ = grpo_advantages(rewards, mask, groups, norm_by_std=False)
+    gr, _ = grpo_advantages(rewards, mask, groups)
+    lo = rloo_advantages(rewards, mask, groups)
+    for g in set(groups.tolist()):
+        idx = (groups == g).nonzero().flatten()
+        n = idx.numel()
+        if n >= 2:
+            assert dr[idx, 1].sum().item() == pytest.approx(0.0, abs=1e-9)
+            assert gr[idx, 1].sum().item() == pytest.approx(0.0, abs=1e-6)
+            assert lo[idx, 1].tolist() == pytest.approx((dr[idx, 1] * n / (n - 1)).tolist(), abs=1e-9)
+        else:
+            assert dr[idx, 1].item() == pytest.approx(scores[int(idx)])
+    assert torch.isfinite(gr).all()

@@ -119,3 +119,28 @@ def test_gae_inputs_not_mutated_and_dtype_kept():
     assert torch.equal(inputs.token_rewards, before[0]) and torch.equal(inputs.values, before[1])
     assert out.advantages.dtype == torch.float64
     assert set(out.metrics) >= {"raw_adv_mean", "returns_mean"}
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(-3, 3), st.floats(-3, 3), st.booleans()), min_size=1, max_size=10
+    ),
+    st.floats(0.0, 1.0),
+)
+def test_gae_lambda_one_is_discounted_return_minus_value(tokens, gamma):
+    """With λ = 1 the values telescope: A_t = Σ_k γ^k r_{s_k} − V_t over the masked positions s_k ≥ t."""
+    rew = t([[r for r, _, _ in tokens]])
+    val = t([[v for _, v, _ in tokens]])
+    mask = t([[float(m) for _, _, m in tokens]])
+    adv, ret = masked_gae(rew, val, mask, gamma=gamma, lam=1.0)
+    masked = [i for i, (_, _, m) in enumerate(tokens) if m]
+    for j, pos in enumerate(masked):
+        g = sum(gamma**k * tokens[s][0] for k, s in enumerate(masked[j:]))
+        assert adv[0, pos].item() == pytest.approx(g - tokens[pos][1], abs=1e-9)
+        assert ret[0, pos].item() == pytest.approx(g, abs=1e-9)
+    assert all(adv[0, i].item() == 0.0 for i in range(len(tokens)) if i not in masked)
