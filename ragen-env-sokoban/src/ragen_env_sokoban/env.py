@@ -31,6 +31,7 @@ import numpy as np
 
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.seeding import derive_seed
 from ragen_env_sokoban.config import SokobanConfig
 from ragen_env_sokoban.generator import (
     BOX,
@@ -60,6 +61,26 @@ def _cached_room(
     return generate_room(seed, dim_room, num_boxes, search_depth)
 
 
+@lru_cache(maxsize=4096)
+def _budgeted_room(
+    seed: int, dim_room: tuple[int, int], num_boxes: int, search_depth: int, budget: int | None
+) -> Room:
+    """The room of ``seed``; with a budget, the first of a deterministic retry chain whose optimal
+    solution fits it (seed, then ``derive_seed(seed, k)`` for k = 1, 2, ...)."""
+    room = _cached_room(seed, dim_room, num_boxes, search_depth)
+    if budget is None:
+        return room
+    for attempt in range(1, 65):
+        plan = solve(room.structure, room.cols, room.player, list(room.boxes))
+        if plan is not None and len(plan) <= budget:
+            return room
+        room = _cached_room(derive_seed(seed, attempt, "sokoban-budget"), dim_room, num_boxes, search_depth)
+    raise EnvError(
+        f"sokoban: no room of {dim_room} with {num_boxes} boxes solvable within {budget} actions after 64 tries (seed {seed})",
+        ["raise max_actions_per_episode or set solvable_within_budget=false"],
+    )
+
+
 class SokobanEnv(Env):
     """Text Sokoban with the reference's rewards, renders and room family.
 
@@ -85,9 +106,8 @@ class SokobanEnv(Env):
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         """Load the room of ``seed`` (``member`` and ``mode`` do not change it)."""
         cfg = self.config
-        room = _cached_room(
-            int(seed), tuple(cfg.dim_room), cfg.num_boxes, cfg.search_depth
-        )
+        budget = cfg.max_actions_per_episode if cfg.solvable_within_budget else None
+        room = _budgeted_room(int(seed), tuple(cfg.dim_room), cfg.num_boxes, cfg.search_depth, budget)
         self.seed = int(seed)
         self._load(room)
         return self.render()
