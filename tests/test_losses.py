@@ -9,6 +9,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragen_core.errors import ConfigError
 from ragen_core.trainer import losses as L
@@ -37,7 +39,10 @@ def test_masked_mean_and_sum():
 
 def test_masked_mean_empty_mask_is_zero_not_nan():
     assert float(L.masked_mean(t(X), torch.zeros(2, 3))) == 0.0
-    assert L.masked_mean(t(X), t([[0.0, 0, 0], [1, 0, 0]]), dim=-1).tolist() == [0.0, 4.0]
+    assert L.masked_mean(t(X), t([[0.0, 0, 0], [1, 0, 0]]), dim=-1).tolist() == [
+        0.0,
+        4.0,
+    ]
 
 
 def test_masked_var_unbiased():
@@ -58,7 +63,9 @@ def test_masked_whiten():
     assert [w[0, 0].item(), w[0, 1].item(), w[1, 1].item()] == pytest.approx(
         [(-5 / 3) / s, (-2 / 3) / s, (7 / 3) / s]
     )
-    assert [w[0, 0].item(), w[1, 1].item()] == pytest.approx([-0.80064, 1.12090], abs=1e-5)
+    assert [w[0, 0].item(), w[1, 1].item()] == pytest.approx(
+        [-0.80064, 1.12090], abs=1e-5
+    )
     assert float(L.masked_mean(w, t(M))) == pytest.approx(0.0, abs=1e-12)
     assert float(L.masked_var(w, t(M))) == pytest.approx(1.0, abs=1e-6)
     # shift_mean=False adds the mean back: -0.80064 + 8/3
@@ -77,25 +84,37 @@ def test_agg_token_mean():
     # (1 + 2) + (5 + 6 + 7 + 8) = 29 over 6 tokens
     assert float(L.agg_loss(t(LOSS), t(LMASK), "token-mean")) == pytest.approx(29 / 6)
     # global normaliser 10 -> 2.9
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "token-mean", global_token_count=10)) == pytest.approx(2.9)
+    assert float(
+        L.agg_loss(t(LOSS), t(LMASK), "token-mean", global_token_count=10)
+    ) == pytest.approx(2.9)
 
 
 def test_agg_seq_mean_token_mean():
     # row0 mean 1.5, row1 mean 6.5, row2 has no tokens and is excluded -> (1.5 + 6.5)/2 = 4
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-mean")) == pytest.approx(4.0)
+    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-mean")) == pytest.approx(
+        4.0
+    )
     # global sequence count 4 -> 8/4 = 2
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-mean", global_seq_count=4)) == pytest.approx(2.0)
+    assert float(
+        L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-mean", global_seq_count=4)
+    ) == pytest.approx(2.0)
 
 
 def test_agg_seq_mean_token_sum():
     # row sums 3 and 26 -> mean 14.5
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum")) == pytest.approx(14.5)
+    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum")) == pytest.approx(
+        14.5
+    )
 
 
 def test_agg_seq_mean_token_sum_norm():
     # Σ L·m = 29 over the padded length 4 -> 7.25; constant normaliser 100 -> 0.29
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum-norm")) == pytest.approx(7.25)
-    assert float(L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum-norm", norm_constant=100)) == pytest.approx(0.29)
+    assert float(
+        L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum-norm")
+    ) == pytest.approx(7.25)
+    assert float(
+        L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum-norm", norm_constant=100)
+    ) == pytest.approx(0.29)
     with pytest.raises(ConfigError):
         L.agg_loss(t(LOSS), t(LMASK), "seq-mean-token-sum-norm", norm_constant=0)
 
@@ -104,9 +123,14 @@ def test_agg_global_token_count_fixes_micro_batch_dependence():
     # L9: rows 0 and 1 as two micro-batches. Mean of micro-batch means = (1.5 + 6.5)/2 = 4.0,
     # but the mini-batch token mean is 29/6. With the global count the micro losses sum to 29/6.
     loss, mask = t(LOSS), t(LMASK)
-    per_micro = [L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean") for i in (0, 1)]
+    per_micro = [
+        L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean") for i in (0, 1)
+    ]
     assert float(sum(per_micro) / 2) == pytest.approx(4.0)
-    total = sum(L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean", global_token_count=6) for i in (0, 1))
+    total = sum(
+        L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean", global_token_count=6)
+        for i in (0, 1)
+    )
     assert float(total) == pytest.approx(29 / 6)
 
 
@@ -141,7 +165,9 @@ def _policy_inputs():
 
 def test_policy_loss_golden():
     logp, old, adv, mask = _policy_inputs()
-    loss, metrics = L.policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0)
+    loss, metrics = L.policy_loss(
+        logp, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_c=3.0
+    )
     # (-1.28 - 0.5 + 3 + 1.6) / 4 = 2.82 / 4 = 0.705
     assert loss.item() == pytest.approx(0.705)
     assert metrics["pg_loss"] == pytest.approx(0.705)
@@ -157,7 +183,9 @@ def test_policy_loss_golden():
 def test_policy_loss_symmetric_clip_changes_token_a():
     logp, old, adv, mask = _policy_inputs()
     # clip_high 0.2: token a -> L2 = -1.2, so (-1.2 - 0.5 + 3 + 1.6)/4 = 0.725
-    loss, _ = L.policy_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.2, clip_c=3.0)
+    loss, _ = L.policy_loss(
+        logp, old, adv, mask, clip_low=0.2, clip_high=0.2, clip_c=3.0
+    )
     assert loss.item() == pytest.approx(0.725)
 
 
@@ -171,7 +199,9 @@ def test_policy_loss_seq_mean_token_sum():
 def test_policy_loss_log_ratio_clamped():
     # log-ratio 100 would overflow exp in float32; clamped to 20 -> dual clip gives -A·c = 3
     logp = torch.tensor([[100.0]], requires_grad=True)
-    loss, metrics = L.policy_loss(logp, torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1))
+    loss, metrics = L.policy_loss(
+        logp, torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1)
+    )
     assert loss.item() == pytest.approx(3.0)
     assert metrics["ppo_kl"] == pytest.approx(-20.0)
     loss.backward()
@@ -209,7 +239,9 @@ def test_kl_values(kind, expected):
     out = L.kl_penalty(t(KL_LOGP), t(KL_REF), kind)
     assert out.tolist() == pytest.approx(expected, abs=1e-7)
     # the straight-through variant has the same forward value
-    assert L.kl_penalty(t(KL_LOGP), t(KL_REF), kind + "+").tolist() == pytest.approx(expected, abs=1e-7)
+    assert L.kl_penalty(t(KL_LOGP), t(KL_REF), kind + "+").tolist() == pytest.approx(
+        expected, abs=1e-7
+    )
 
 
 def test_k3_clamps():
@@ -219,7 +251,9 @@ def test_k3_clamps():
     assert out.tolist() == [10.0, 10.0]
 
 
-@pytest.mark.parametrize("kind", ["k1+", "abs+", "k2+", "k3+", "low_var_kl+", "kl+", "mse+"])
+@pytest.mark.parametrize(
+    "kind", ["k1+", "abs+", "k2+", "k3+", "low_var_kl+", "kl+", "mse+"]
+)
 def test_kl_straight_through_gradient_is_k2(kind):
     logp = t(KL_LOGP).requires_grad_(True)
     L.kl_penalty(logp, t(KL_REF), kind).sum().backward()
@@ -242,7 +276,9 @@ def test_kl_unknown_names(kind):
 
 def test_kl_in_reward():
     # r - β·k1·m with β = 0.1: d = [-0.5, 1.0], mask [1, 0] -> [1 + 0.05, 2 - 0]
-    rewards, metrics = L.kl_in_reward(t([[1.0, 2.0]]), t([KL_LOGP]), t([KL_REF]), t([[1.0, 0.0]]), 0.1)
+    rewards, metrics = L.kl_in_reward(
+        t([[1.0, 2.0]]), t([KL_LOGP]), t([KL_REF]), t([[1.0, 0.0]]), 0.1
+    )
     assert rewards.tolist()[0] == pytest.approx([1.05, 2.0])
     assert metrics["kl_in_reward"] == pytest.approx(-0.5)
     assert metrics["kl_coef"] == pytest.approx(0.1)
@@ -256,15 +292,30 @@ def test_entropy_golden():
     logits = t(
         [
             [0.0, 0.0, -1e9, -1e9],  # two equal -> ln 2 = 0.693147
-            [1000.0, 1000.0, 1000.0, 1000.0],  # uniform over 4, huge logits -> ln 4 = 1.386294
-            [0.0, math.log(3.0), -1e9, -1e9],  # p = [1/4, 3/4]: 0.25·ln4 + 0.75·ln(4/3) = 0.562335
+            [
+                1000.0,
+                1000.0,
+                1000.0,
+                1000.0,
+            ],  # uniform over 4, huge logits -> ln 4 = 1.386294
+            [
+                0.0,
+                math.log(3.0),
+                -1e9,
+                -1e9,
+            ],  # p = [1/4, 3/4]: 0.25·ln4 + 0.75·ln(4/3) = 0.562335
         ]
     )
-    assert L.entropy_from_logits(logits).tolist() == pytest.approx([0.693147, 1.386294, 0.562335], abs=1e-6)
+    assert L.entropy_from_logits(logits).tolist() == pytest.approx(
+        [0.693147, 1.386294, 0.562335], abs=1e-6
+    )
 
 
 def test_entropy_with_minus_inf_logits_is_finite():
-    logits = torch.tensor([[0.0, float("-inf"), 0.0], [5.0, float("-inf"), float("-inf")]], requires_grad=True)
+    logits = torch.tensor(
+        [[0.0, float("-inf"), 0.0], [5.0, float("-inf"), float("-inf")]],
+        requires_grad=True,
+    )
     h = L.entropy_from_logits(logits)
     # [ln 2, 0]
     assert h.tolist() == pytest.approx([0.693147, 0.0], abs=1e-6)
@@ -281,7 +332,13 @@ def test_value_loss_golden():
     # token1: V=2, V_old=2, R=0: both 4 -> 4 (not clipped)
     # token2: masked out
     # loss = ½ · (2.25 + 4)/2 = 1.5625, clipfrac = 1/2
-    loss, metrics = L.value_loss(t([[1.0, 2.0, 0.0]]), t([[0.0, 2.0, 0.0]]), t([[2.0, 0.0, 5.0]]), t([[1.0, 1.0, 0.0]]), 0.5)
+    loss, metrics = L.value_loss(
+        t([[1.0, 2.0, 0.0]]),
+        t([[0.0, 2.0, 0.0]]),
+        t([[2.0, 0.0, 5.0]]),
+        t([[1.0, 1.0, 0.0]]),
+        0.5,
+    )
     assert loss.item() == pytest.approx(1.5625)
     assert metrics["vf_clipfrac"] == pytest.approx(0.5)
     assert metrics["vf_loss"] == pytest.approx(1.5625)
@@ -303,22 +360,35 @@ def test_value_loss_clipping_never_lowers_loss():
 
 def test_normalize_identity_and_mean():
     scores, groups = [1.0, 3.0, 5.0, 10.0], [0, 0, 1, 1]
-    assert L.normalize_scores(scores, groups, "identity").tolist() == [1.0, 3.0, 5.0, 10.0]
+    assert L.normalize_scores(scores, groups, "identity").tolist() == [
+        1.0,
+        3.0,
+        5.0,
+        10.0,
+    ]
     # group means 2 and 7.5
-    assert L.normalize_scores(scores, groups, "mean").tolist() == pytest.approx([-1.0, 1.0, -2.5, 2.5])
+    assert L.normalize_scores(scores, groups, "mean").tolist() == pytest.approx(
+        [-1.0, 1.0, -2.5, 2.5]
+    )
 
 
 def test_normalize_mean_std():
     # group0: std(1, 3) = sqrt2 -> ±1/(1.4142136 + 1e-6) = ±0.7071063
     # group1: std(5, 10) = sqrt 12.5 = 3.5355339 -> ±2.5/3.5355349 = ±0.7071066
     out = L.normalize_scores(t([1.0, 3.0, 5.0, 10.0]), t([0, 0, 1, 1]), "mean_std")
-    assert out.tolist() == pytest.approx([-0.7071063, 0.7071063, -0.7071066, 0.7071066], abs=1e-7)
+    assert out.tolist() == pytest.approx(
+        [-0.7071063, 0.7071063, -0.7071066, 0.7071066], abs=1e-7
+    )
 
 
 def test_normalize_flat_and_singleton_groups_become_zero():
     # group 0 flat -> 0; group 1 = [1, 3] -> ±0.7071; group 2 singleton -> 0
-    out = L.normalize_scores([2.0, 2.0, 1.0, 3.0, 7.0], ["a", "a", "b", "b", "c"], "mean_std")
-    assert out.tolist() == pytest.approx([0.0, 0.0, -0.7071063, 0.7071063, 0.0], abs=1e-7)
+    out = L.normalize_scores(
+        [2.0, 2.0, 1.0, 3.0, 7.0], ["a", "a", "b", "b", "c"], "mean_std"
+    )
+    assert out.tolist() == pytest.approx(
+        [0.0, 0.0, -0.7071063, 0.7071063, 0.0], abs=1e-7
+    )
 
 
 def test_normalize_asym_clip():
@@ -353,21 +423,27 @@ def test_normalize_does_not_mutate_input():
 # --------------------------------------------------------------------------------------------
 # properties
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _floats = st.floats(min_value=-5.0, max_value=5.0, allow_nan=False)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(_floats, st.booleans()), min_size=1, max_size=12), st.integers(1, 4))
+@given(
+    st.lists(st.tuples(_floats, st.booleans()), min_size=1, max_size=12),
+    st.integers(1, 4),
+)
 def test_global_token_count_matches_full_batch_for_any_split(tokens, n_rows):
     """Summing micro-batch losses normalised by the global count equals the mini-batch token mean."""
     loss = t([[a * (r + 1) for a, _ in tokens] for r in range(n_rows)])
     mask = t([[float(m) for _, m in tokens]] * n_rows)
     full = L.agg_loss(loss, mask, "token-mean")
     count = float(mask.sum())
-    parts = sum(L.agg_loss(loss[i : i + 1], mask[i : i + 1], "token-mean", global_token_count=count) for i in range(n_rows))
+    parts = sum(
+        L.agg_loss(
+            loss[i : i + 1], mask[i : i + 1], "token-mean", global_token_count=count
+        )
+        for i in range(n_rows)
+    )
     assert float(parts) == pytest.approx(float(full), abs=1e-9)
 
 
@@ -379,5 +455,11 @@ def test_policy_loss_at_ratio_one_is_minus_advantage(tokens):
     mask = t([[float(m) for _, m in tokens]])
     logp = torch.zeros_like(adv)
     loss, metrics = L.policy_loss(logp, logp, adv, mask)
-    assert loss.item() == pytest.approx(float(L.agg_loss(-adv, mask, "token-mean")), abs=1e-12)
-    assert metrics["pg_clipfrac"] == 0.0 and metrics["pg_clipfrac_lower"] == 0.0 and metrics["ppo_kl"] == 0.0
+    assert loss.item() == pytest.approx(
+        float(L.agg_loss(-adv, mask, "token-mean")), abs=1e-12
+    )
+    assert (
+        metrics["pg_clipfrac"] == 0.0
+        and metrics["pg_clipfrac_lower"] == 0.0
+        and metrics["ppo_kl"] == 0.0
+    )

@@ -46,10 +46,23 @@ __all__ = [
     "value_loss",
 ]
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
 """Loss aggregation modes accepted by :func:`agg_loss`."""
 
-_KL_BASE = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
+_KL_BASE = {
+    "kl": "k1",
+    "k1": "k1",
+    "abs": "abs",
+    "mse": "k2",
+    "k2": "k2",
+    "low_var_kl": "k3",
+    "k3": "k3",
+}
 KL_KINDS = tuple(sorted(set(_KL_BASE) | {f"{k}+" for k in _KL_BASE}))
 """KL estimator names accepted by :func:`kl_penalty` (exact spelling; ``low-var-kl`` is not one)."""
 
@@ -71,13 +84,17 @@ def _safe_denominator(value: torch.Tensor) -> torch.Tensor:
     return torch.where(value != 0, value, torch.ones_like(value))
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+def masked_sum(
+    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
+) -> torch.Tensor:
     """``Σ values · mask`` over ``dim`` (all elements when ``dim`` is None)."""
     prod = values * mask.to(values.dtype)
     return prod.sum() if dim is None else prod.sum(dim=dim)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+def masked_mean(
+    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
+) -> torch.Tensor:
     """``Σ x·m / Σ m`` over ``dim``; 0 where the mask is empty.
 
     Args:
@@ -86,10 +103,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
         dim: Dimension to reduce; None reduces everything to a scalar.
     """
     m = mask.to(values.dtype)
-    return masked_sum(values, m, dim) / _safe_denominator(m.sum() if dim is None else m.sum(dim=dim))
+    return masked_sum(values, m, dim) / _safe_denominator(
+        m.sum() if dim is None else m.sum(dim=dim)
+    )
 
 
-def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+def masked_var(
+    values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True
+) -> torch.Tensor:
     """Masked variance over all elements: ``Σ m (x − μ)² / (n − 1)`` with ``n = Σ m``.
 
     ``unbiased=False`` divides by ``n``. With ``n ≤ 1`` (unbiased) or ``n = 0`` the variance
@@ -104,7 +125,11 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
 
 
 def masked_whiten(
-    values: torch.Tensor, mask: torch.Tensor, *, shift_mean: bool = True, eps: float = 1e-8
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
 ) -> torch.Tensor:
     """``(x − μ_m) / sqrt(var_m + eps)`` with the masked mean and unbiased masked variance.
 
@@ -157,21 +182,41 @@ def agg_loss(
 
     m = mask.to(loss_mat.dtype)
     if mode == "token-mean":
-        denom = m.sum() if global_token_count is None else torch.as_tensor(global_token_count, dtype=loss_mat.dtype)
+        denom = (
+            m.sum()
+            if global_token_count is None
+            else torch.as_tensor(global_token_count, dtype=loss_mat.dtype)
+        )
         return masked_sum(loss_mat, m) / _safe_denominator(denom)
     if mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
         tokens_per_seq = m.sum(dim=-1)
         seq_sum = masked_sum(loss_mat, m, dim=-1)
-        seq_loss = seq_sum / _safe_denominator(tokens_per_seq) if mode == "seq-mean-token-mean" else seq_sum
+        seq_loss = (
+            seq_sum / _safe_denominator(tokens_per_seq)
+            if mode == "seq-mean-token-mean"
+            else seq_sum
+        )
         has_tokens = (tokens_per_seq > 0).to(loss_mat.dtype)
-        n_seq = has_tokens.sum() if global_seq_count is None else torch.as_tensor(global_seq_count, dtype=loss_mat.dtype)
+        n_seq = (
+            has_tokens.sum()
+            if global_seq_count is None
+            else torch.as_tensor(global_seq_count, dtype=loss_mat.dtype)
+        )
         return (seq_loss * has_tokens).sum() / _safe_denominator(n_seq)
     if mode == "seq-mean-token-sum-norm":
-        l_max = float(norm_constant) if norm_constant is not None else float(loss_mat.shape[-1])
+        l_max = (
+            float(norm_constant)
+            if norm_constant is not None
+            else float(loss_mat.shape[-1])
+        )
         if l_max <= 0:
-            raise ConfigError(f"seq-mean-token-sum-norm needs a positive normaliser, got {l_max}")
+            raise ConfigError(
+                f"seq-mean-token-sum-norm needs a positive normaliser, got {l_max}"
+            )
         return masked_sum(loss_mat, m) / l_max
-    raise ConfigError(f"unknown loss_agg_mode {mode!r}", [f"choose one of: {', '.join(AGG_MODES)}"])
+    raise ConfigError(
+        f"unknown loss_agg_mode {mode!r}", [f"choose one of: {', '.join(AGG_MODES)}"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +261,9 @@ def policy_loss(
 
     if clip_c <= 1.0:
         raise ConfigError(f"clip_ratio_c must be greater than 1, got {clip_c}")
-    log_ratio = torch.clamp(log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = torch.clamp(
+        log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
+    )
     ratio = torch.exp(log_ratio)
     loss1 = -advantages * ratio
     loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -237,13 +284,17 @@ def policy_loss(
         metrics = {
             "pg_loss": float(loss.detach()),
             "pg_clipfrac": float(masked_mean((loss2 > loss1).to(fm.dtype), fm)),
-            "pg_clipfrac_lower": float(masked_mean((negative & (clipped > loss3)).to(fm.dtype), fm)),
+            "pg_clipfrac_lower": float(
+                masked_mean((negative & (clipped > loss3)).to(fm.dtype), fm)
+            ),
             "ppo_kl": float(masked_mean(-log_ratio, fm)),
         }
     return loss, metrics
 
 
-def kl_penalty(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str) -> torch.Tensor:
+def kl_penalty(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kind: str
+) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference (spec 8.6).
 
     With ``d = log π − log π_ref``:
@@ -322,10 +373,14 @@ def value_loss(
     """
     import torch
 
-    clipped_values = old_values + torch.clamp(values - old_values, -cliprange, cliprange)
+    clipped_values = old_values + torch.clamp(
+        values - old_values, -cliprange, cliprange
+    )
     err1 = (values - returns) ** 2
     err2 = (clipped_values - returns) ** 2
-    loss = 0.5 * agg_loss(torch.maximum(err1, err2), mask, agg_mode, global_token_count=global_token_count)
+    loss = 0.5 * agg_loss(
+        torch.maximum(err1, err2), mask, agg_mode, global_token_count=global_token_count
+    )
     with torch.no_grad():
         fm = mask.to(values.dtype)
         metrics = {
@@ -394,10 +449,16 @@ def normalize_scores(
             [f"choose one of: {', '.join(REWARD_NORM_METHODS)}"],
         )
     if isinstance(scores, torch.Tensor):
-        x = scores.detach().clone() if scores.is_floating_point() else scores.to(torch.float32)
+        x = (
+            scores.detach().clone()
+            if scores.is_floating_point()
+            else scores.to(torch.float32)
+        )
     else:
         x = torch.tensor(list(scores), dtype=torch.float32)
-    keys: list[Any] = groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    keys: list[Any] = (
+        groups.tolist() if isinstance(groups, torch.Tensor) else list(groups)
+    )
     if len(keys) != x.shape[0]:
         raise ValueError(f"got {x.shape[0]} scores but {len(keys)} group keys")
     index: dict[Any, list[int]] = {}

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from ragen_algo_grpo.algorithm import DAPOAlgorithm
 from ragen_algo_grpo.config import DAPOAlgorithmConfig
-from ragen_algo_grpo.dapo import apply_overlong_penalty, dynamic_sampling_mask, overlong_penalty
+from ragen_algo_grpo.dapo import (
+    apply_overlong_penalty,
+    dynamic_sampling_mask,
+    overlong_penalty,
+)
+
 from ragen_core.errors import ConfigError
 
 
@@ -15,10 +19,22 @@ def test_dynamic_sampling_drops_flat_groups():
     # group 0 [1, 1] flat -> drop; group 1 [0, 1] -> keep; group 2 singleton -> keep
     scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 3.0])
     groups = torch.tensor([0, 0, 1, 1, 2])
-    assert dynamic_sampling_mask(scores, groups).tolist() == [False, False, True, True, True]
+    assert dynamic_sampling_mask(scores, groups).tolist() == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
     # token rewards [B, T] are summed first
     token = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0], [3.0, 0.0]])
-    assert dynamic_sampling_mask(token, groups).tolist() == [False, False, True, True, True]
+    assert dynamic_sampling_mask(token, groups).tolist() == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
 
 
 def test_dynamic_sampling_counts_episodes_once():
@@ -26,26 +42,41 @@ def test_dynamic_sampling_counts_episodes_once():
     scores = torch.tensor([1.0, 1.0, 2.0, 2.0])
     groups = torch.tensor([0, 0, 1, 1])
     episodes = torch.tensor([7, 7, 8, 9])
-    assert dynamic_sampling_mask(scores, groups, episodes).tolist() == [True, True, False, False]
+    assert dynamic_sampling_mask(scores, groups, episodes).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_overlong_penalty_formula():
     # L = 10, B = 4 -> window starts at 6: ℓ=5 -> 0; 6 -> 0; 8 -> (6−8)/4 = −0.5; 10 -> −1; 12 -> −1
     lengths = torch.tensor([5, 6, 8, 10, 12])
-    assert overlong_penalty(lengths, max_length=10, buffer_len=4).tolist() == pytest.approx([0, 0, -0.5, -1.0, -1.0])
-    assert overlong_penalty(lengths, max_length=10, buffer_len=4, factor=0.5).tolist() == pytest.approx(
-        [0, 0, -0.25, -0.5, -0.5]
-    )
+    assert overlong_penalty(
+        lengths, max_length=10, buffer_len=4
+    ).tolist() == pytest.approx([0, 0, -0.5, -1.0, -1.0])
+    assert overlong_penalty(
+        lengths, max_length=10, buffer_len=4, factor=0.5
+    ).tolist() == pytest.approx([0, 0, -0.25, -0.5, -0.5])
     with pytest.raises(ConfigError):
         overlong_penalty(lengths, max_length=10, buffer_len=0)
 
 
 def test_apply_overlong_penalty_on_last_trained_token():
-    rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    rewards = torch.tensor(
+        [[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]]
+    )
+    mask = torch.tensor(
+        [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]]
+    )
     out = apply_overlong_penalty(rewards, mask, max_length=4, buffer_len=2)
     # L − B = 2: ℓ = 3 -> (2 − 3)/2 = −0.5 on position 2; ℓ = 4 -> −1 on position 3; empty row unchanged
-    assert out.tolist() == [[0.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]
+    assert out.tolist() == [
+        [0.0, 0.0, 0.5, 0.0],
+        [0.0, 0.0, 0.0, 1.0],
+        [0.0, 0.0, 0.0, 0.0],
+    ]
     assert rewards[0, 2].item() == 1.0  # input untouched
 
 
@@ -62,4 +93,9 @@ def test_dapo_algorithm_steps():
     with pytest.raises(ConfigError):
         shaped.shape_rewards(rewards, mask)
     # L = 2 from the trainer's budget, B = 1: ℓ = 2 -> (1 − 2)/1 = −1 on the last token
-    assert shaped.shape_rewards(rewards, mask, max_length=2)[:, 1].tolist() == [0.0, 0.0, -1.0, -1.0]
+    assert shaped.shape_rewards(rewards, mask, max_length=2)[:, 1].tolist() == [
+        0.0,
+        0.0,
+        -1.0,
+        -1.0,
+    ]

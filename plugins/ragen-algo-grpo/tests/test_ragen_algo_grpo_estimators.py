@@ -6,10 +6,12 @@ import math
 
 import pytest
 import torch
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ragen_algo_grpo.config import DrGRPOConfig, GRPOConfig
 from ragen_algo_grpo.grpo import DrGRPOEstimator, GRPOEstimator, grpo_advantages
 from ragen_algo_grpo.rloo import RLOOEstimator, rloo_advantages
+
 from ragen_core.interfaces.advantage import AdvantageInputs
 
 
@@ -35,17 +37,29 @@ def test_grpo_spec_18_2():
     adv, metrics = grpo_advantages(rewards, mask, torch.tensor([0, 0, 0, 0]))
     per_row = adv[:, 1].tolist()
     # ≈ [1.50, −0.47, −0.47, −0.56]; exact: deviation / (σ + 1e-6)
-    assert per_row == pytest.approx([d / (SIGMA_182 + 1e-6) for d in (8.525, -2.675, -2.675, -3.175)])
+    assert per_row == pytest.approx(
+        [d / (SIGMA_182 + 1e-6) for d in (8.525, -2.675, -2.675, -3.175)]
+    )
     assert per_row == pytest.approx([1.4987, -0.4703, -0.4703, -0.5582], abs=1e-4)
     # broadcast over every trained token, zero elsewhere
-    assert adv[0].tolist() == pytest.approx([0.0, per_row[0], per_row[0], per_row[0], 0.0])
+    assert adv[0].tolist() == pytest.approx(
+        [0.0, per_row[0], per_row[0], per_row[0], 0.0]
+    )
     assert metrics == {"num_groups": 1.0, "singleton_groups": 0.0, "flat_groups": 0.0}
 
 
 def test_drgrpo_spec_18_2():
     rewards, mask = _rows(SPEC_182)
-    out = DrGRPOEstimator()(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.zeros(4, dtype=torch.long)))
-    assert out.advantages[:, 2].tolist() == pytest.approx([8.525, -2.675, -2.675, -3.175])
+    out = DrGRPOEstimator()(
+        AdvantageInputs(
+            token_rewards=rewards,
+            response_mask=mask,
+            group_ids=torch.zeros(4, dtype=torch.long),
+        )
+    )
+    assert out.advantages[:, 2].tolist() == pytest.approx(
+        [8.525, -2.675, -2.675, -3.175]
+    )
     assert torch.equal(out.advantages, out.returns)
 
 
@@ -53,11 +67,21 @@ def test_identical_scores_give_zero_and_singleton_gives_score():
     # group 0: three identical scores -> 0; group 1: singleton with S = 7 -> μ = 0, σ = 1
     rewards, mask = _rows([2.0, 2.0, 2.0, 7.0])
     groups = torch.tensor([0, 0, 0, 1])
-    grpo = GRPOEstimator()(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=groups))
+    grpo = GRPOEstimator()(
+        AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=groups)
+    )
     # GRPO singleton: 7 / (1 + 1e-6) = 6.999993
-    assert grpo.advantages[:, 1].tolist() == pytest.approx([0.0, 0.0, 0.0, 7 / (1 + 1e-6)])
-    assert grpo.metrics == {"num_groups": 2.0, "singleton_groups": 1.0, "flat_groups": 1.0}
-    dr = DrGRPOEstimator()(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=groups))
+    assert grpo.advantages[:, 1].tolist() == pytest.approx(
+        [0.0, 0.0, 0.0, 7 / (1 + 1e-6)]
+    )
+    assert grpo.metrics == {
+        "num_groups": 2.0,
+        "singleton_groups": 1.0,
+        "flat_groups": 1.0,
+    }
+    dr = DrGRPOEstimator()(
+        AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=groups)
+    )
     assert dr.advantages[:, 1].tolist() == [0.0, 0.0, 0.0, 7.0]
 
 
@@ -65,10 +89,14 @@ def test_turn_level_rows_are_deduplicated_by_episode():
     # episode 10 has three turn rows (each carries the episode total 1), episode 11 one row (0)
     rewards, mask = _rows([1.0, 1.0, 1.0, 0.0])
     groups = torch.tensor([0, 0, 0, 0])
-    dedup, _ = grpo_advantages(rewards, mask, groups, episode_ids=torch.tensor([10, 10, 10, 11]))
+    dedup, _ = grpo_advantages(
+        rewards, mask, groups, episode_ids=torch.tensor([10, 10, 10, 11])
+    )
     # unique scores {1, 0}: μ = 0.5, σ = sqrt(0.5) = 0.7071068 -> ±0.5/0.7071078 = ±0.7071058
     expected = 0.5 / (math.sqrt(0.5) + 1e-6)
-    assert dedup[:, 1].tolist() == pytest.approx([expected, expected, expected, -expected])
+    assert dedup[:, 1].tolist() == pytest.approx(
+        [expected, expected, expected, -expected]
+    )
     # without de-duplication: [1, 1, 1, 0]: μ = 0.75, σ = sqrt((3·0.0625 + 0.5625)/3) = 0.5
     plain, _ = grpo_advantages(rewards, mask, groups)
     assert plain[:, 1].tolist() == pytest.approx([0.5, 0.5, 0.5, -1.5], abs=1e-5)
@@ -77,7 +105,13 @@ def test_turn_level_rows_are_deduplicated_by_episode():
 def test_episode_dedup_singleton():
     # two rows of one episode form a single-episode group: μ = 0, σ = 1 -> A = S (Dr.GRPO)
     rewards, mask = _rows([3.0, 3.0])
-    adv, metrics = grpo_advantages(rewards, mask, torch.tensor([5, 5]), episode_ids=torch.tensor([1, 1]), norm_by_std=False)
+    adv, metrics = grpo_advantages(
+        rewards,
+        mask,
+        torch.tensor([5, 5]),
+        episode_ids=torch.tensor([1, 1]),
+        norm_by_std=False,
+    )
     assert adv[:, 1].tolist() == [3.0, 3.0]
     assert metrics["singleton_groups"] == 1.0
 
@@ -86,7 +120,11 @@ def test_length_weight():
     # Dr.GRPO on [1, 3] -> [−1, 1]; ℓ = [2, 4] (+1e-6), mean 3 -> weights mean/ℓ = [1.5, 0.75]
     rewards, mask = _rows([1.0, 3.0], lengths=[2, 4])
     est = DrGRPOEstimator(DrGRPOConfig(length_weight=True))
-    out = est(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0])))
+    out = est(
+        AdvantageInputs(
+            token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0])
+        )
+    )
     assert out.advantages[:, 1].tolist() == pytest.approx([-1.5, 0.75], abs=1e-6)
 
 
@@ -95,8 +133,16 @@ def test_soft_reweight():
     # Dr.GRPO advantages [−1, 1, −0.5, 0.5] -> [−1, 1, −0.25, 0.25]
     rewards, mask = _rows([0.0, 2.0, 0.0, 1.0])
     est = DrGRPOEstimator(DrGRPOConfig(soft_reweight=True))
-    out = est(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0, 1, 1])))
-    assert out.advantages[:, 1].tolist() == pytest.approx([-1.0, 1.0, -0.25, 0.25], abs=1e-5)
+    out = est(
+        AdvantageInputs(
+            token_rewards=rewards,
+            response_mask=mask,
+            group_ids=torch.tensor([0, 0, 1, 1]),
+        )
+    )
+    assert out.advantages[:, 1].tolist() == pytest.approx(
+        [-1.0, 1.0, -0.25, 0.25], abs=1e-5
+    )
 
 
 def test_grpo_is_scale_invariant_and_keeps_dtype():
@@ -117,9 +163,15 @@ def test_rloo_by_hand():
     assert adv[:, 1].tolist() == pytest.approx([-3.0, -1.5, 4.5, 5.0])
     # de-duplication: rows 0 and 1 are one episode with score 1 -> group {1, 6}: [−5, −5, 5]
     rewards, mask = _rows([1.0, 1.0, 6.0])
-    adv = rloo_advantages(rewards, mask, torch.tensor([0, 0, 0]), episode_ids=torch.tensor([0, 0, 1]))
+    adv = rloo_advantages(
+        rewards, mask, torch.tensor([0, 0, 0]), episode_ids=torch.tensor([0, 0, 1])
+    )
     assert adv[:, 1].tolist() == pytest.approx([-5.0, -5.0, 5.0])
-    out = RLOOEstimator()(AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0, 0])))
+    out = RLOOEstimator()(
+        AdvantageInputs(
+            token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0, 0])
+        )
+    )
     assert torch.equal(out.advantages, out.returns)
 
 
@@ -130,12 +182,10 @@ def test_grpo_config_rejects_bad_epsilon():
         GRPOConfig(epsilon=0.0)
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(-10, 10), st.integers(0, 3)), min_size=1, max_size=12))
+@given(
+    st.lists(st.tuples(st.floats(-10, 10), st.integers(0, 3)), min_size=1, max_size=12)
+)
 def test_group_advantages_sum_to_zero(rows):
     """Dr.GRPO and GRPO advantages sum to 0 within every group of ≥ 2 samples; RLOO is n/(n−1)·Dr.GRPO."""
     scores = [s for s, _ in rows]
@@ -150,7 +200,9 @@ def test_group_advantages_sum_to_zero(rows):
         if n >= 2:
             assert dr[idx, 1].sum().item() == pytest.approx(0.0, abs=1e-9)
             assert gr[idx, 1].sum().item() == pytest.approx(0.0, abs=1e-6)
-            assert lo[idx, 1].tolist() == pytest.approx((dr[idx, 1] * n / (n - 1)).tolist(), abs=1e-9)
+            assert lo[idx, 1].tolist() == pytest.approx(
+                (dr[idx, 1] * n / (n - 1)).tolist(), abs=1e-9
+            )
         else:
             assert dr[idx, 1].item() == pytest.approx(scores[int(idx)])
     assert torch.isfinite(gr).all()

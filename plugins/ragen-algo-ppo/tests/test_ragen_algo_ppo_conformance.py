@@ -7,7 +7,11 @@ import json
 import pytest
 
 from ragen_core import registry
-from ragen_core.testing import check_estimator, check_spec_is_light, check_spec_roundtrip
+from ragen_core.testing import (
+    check_estimator,
+    check_spec_is_light,
+    check_spec_roundtrip,
+)
 
 ESTIMATORS = ["gae", "bilevel-gae"]
 
@@ -21,7 +25,10 @@ def test_estimator_conformance(name):
     check_estimator(est, needs_values=False)
 
 
-@pytest.mark.parametrize(("kind", "name"), [("estimator", "gae"), ("estimator", "bilevel-gae"), ("algorithm", "ppo")])
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("estimator", "gae"), ("estimator", "bilevel-gae"), ("algorithm", "ppo")],
+)
 def test_spec_roundtrip(kind, name):
     spec = registry.get_spec(kind, name)
     check_spec_roundtrip(spec)
@@ -36,8 +43,16 @@ def test_specs_are_light():
 def test_ppo_defaults_and_json_roundtrip():
     algo = registry.make("algorithm", "ppo")
     cfg = algo.config
-    assert (cfg.estimator, cfg.use_critic, cfg.loss_agg_mode) == ("gae", True, "token-mean")
-    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c) == (0.2, 0.28, 3.0)
+    assert (cfg.estimator, cfg.use_critic, cfg.loss_agg_mode) == (
+        "gae",
+        True,
+        "token-mean",
+    )
+    assert (cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c) == (
+        0.2,
+        0.28,
+        3.0,
+    )
     assert cfg.use_kl_loss is False and algo.needs_critic is True
     again = type(cfg).model_validate(json.loads(cfg.model_dump_json()))
     assert again == cfg

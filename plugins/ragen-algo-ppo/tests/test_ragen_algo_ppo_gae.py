@@ -6,9 +6,11 @@ import math
 
 import pytest
 import torch
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ragen_algo_ppo.config import GAEConfig
 from ragen_algo_ppo.gae import GAEEstimator, masked_gae, whiten_advantages
+
 from ragen_core.interfaces.advantage import AdvantageInputs
 from ragen_core.trainer.losses import masked_mean, masked_var
 
@@ -33,13 +35,20 @@ def test_gae_gamma_lambda_one_gives_r_minus_v():
 
 def test_gae_estimator_whitening_off_and_on():
     inputs = AdvantageInputs(
-        token_rewards=t(REW_183), response_mask=t(MASK_183), group_ids=torch.tensor([0]), values=t(VAL_183)
+        token_rewards=t(REW_183),
+        response_mask=t(MASK_183),
+        group_ids=torch.tensor([0]),
+        values=t(VAL_183),
     )
     off = GAEEstimator(GAEConfig(whiten=False))(inputs)
-    assert off.advantages.tolist()[0] == pytest.approx([0.0, 1.5, 0.0, 1.0, 0.0, 0.5, 0.0])
+    assert off.advantages.tolist()[0] == pytest.approx(
+        [0.0, 1.5, 0.0, 1.0, 0.0, 0.5, 0.0]
+    )
     on = GAEEstimator(GAEConfig(whiten=True))(inputs)
     # raw [1.5, 1.0, 0.5]: mean 1, unbiased var (0.25 + 0 + 0.25)/2 = 0.25 -> std 0.5 -> [1, 0, −1]
-    assert on.advantages.tolist()[0] == pytest.approx([0.0, 1.0, 0.0, 0.0, 0.0, -1.0, 0.0], abs=1e-6)
+    assert on.advantages.tolist()[0] == pytest.approx(
+        [0.0, 1.0, 0.0, 0.0, 0.0, -1.0, 0.0], abs=1e-6
+    )
     # returns are taken before whitening: R = 2 on every trained token
     assert on.returns.tolist()[0] == pytest.approx([0.0, 2.0, 0.0, 2.0, 0.0, 2.0, 0.0])
 
@@ -62,8 +71,12 @@ def test_gae_gamma_09_lambda_095_by_hand():
 def test_gae_observation_tokens_are_skipped():
     # Same trained tokens and rewards; changing rewards/values on unmasked positions changes nothing.
     mask = t([[1.0, 0.0, 0.0, 1.0]])
-    base = masked_gae(t([[0.0, 0.0, 0.0, 1.0]]), t([[0.1, 0.0, 0.0, 0.3]]), mask, gamma=0.9, lam=0.8)
-    noisy = masked_gae(t([[0.0, 4.0, -2.0, 1.0]]), t([[0.1, 5.0, 6.0, 0.3]]), mask, gamma=0.9, lam=0.8)
+    base = masked_gae(
+        t([[0.0, 0.0, 0.0, 1.0]]), t([[0.1, 0.0, 0.0, 0.3]]), mask, gamma=0.9, lam=0.8
+    )
+    noisy = masked_gae(
+        t([[0.0, 4.0, -2.0, 1.0]]), t([[0.1, 5.0, 6.0, 0.3]]), mask, gamma=0.9, lam=0.8
+    )
     assert torch.equal(base[0], noisy[0]) and torch.equal(base[1], noisy[1])
     # t=3: A = 1 − 0.3 = 0.7; t=0: δ = 0.9·0.3 − 0.1 = 0.17, A = 0.17 + 0.72·0.7 = 0.674
     # (γ is applied once across the skipped observation, not once per skipped token)
@@ -71,7 +84,9 @@ def test_gae_observation_tokens_are_skipped():
 
 
 def test_gae_without_values_is_discounted_reward_to_go():
-    adv, ret = masked_gae(t([[0.0, 0.0, 1.0]]), None, t([[1.0, 1.0, 1.0]]), gamma=0.5, lam=1.0)
+    adv, ret = masked_gae(
+        t([[0.0, 0.0, 1.0]]), None, t([[1.0, 1.0, 1.0]]), gamma=0.5, lam=1.0
+    )
     # reward-to-go with γ = 0.5: [0.25, 0.5, 1]
     assert adv.tolist()[0] == pytest.approx([0.25, 0.5, 1.0])
     assert torch.equal(adv, ret)
@@ -116,19 +131,19 @@ def test_gae_inputs_not_mutated_and_dtype_kept():
     inputs = _two_group_inputs()
     before = inputs.token_rewards.clone(), inputs.values.clone()
     out = GAEEstimator()(inputs)
-    assert torch.equal(inputs.token_rewards, before[0]) and torch.equal(inputs.values, before[1])
+    assert torch.equal(inputs.token_rewards, before[0]) and torch.equal(
+        inputs.values, before[1]
+    )
     assert out.advantages.dtype == torch.float64
     assert set(out.metrics) >= {"raw_adv_mean", "returns_mean"}
-
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.floats(-3, 3), st.floats(-3, 3), st.booleans()), min_size=1, max_size=10
+        st.tuples(st.floats(-3, 3), st.floats(-3, 3), st.booleans()),
+        min_size=1,
+        max_size=10,
     ),
     st.floats(0.0, 1.0),
 )

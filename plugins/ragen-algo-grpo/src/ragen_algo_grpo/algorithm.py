@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ragen_algo_grpo.config import (
+    DAPOAlgorithmConfig,
+    DrGRPOAlgorithmConfig,
+    GRPOAlgorithmConfig,
+)
 from ragen_core.interfaces.algorithm import Algorithm
-from ragen_algo_grpo.config import DAPOAlgorithmConfig, DrGRPOAlgorithmConfig, GRPOAlgorithmConfig
 
 if TYPE_CHECKING:
     import torch
@@ -43,7 +47,11 @@ class DAPOAlgorithm(Algorithm):
     config: DAPOAlgorithmConfig
 
     def shape_rewards(
-        self, token_rewards: torch.Tensor, response_mask: torch.Tensor, *, max_length: int | None = None
+        self,
+        token_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        max_length: int | None = None,
     ) -> torch.Tensor:
         """Rewards with the overlong penalty added (unchanged when ``overlong_buffer_len`` is 0).
 
@@ -59,9 +67,15 @@ class DAPOAlgorithm(Algorithm):
         from ragen_algo_grpo.dapo import apply_overlong_penalty
         from ragen_core.errors import ConfigError
 
-        limit = cfg.overlong_max_length if cfg.overlong_max_length is not None else max_length
+        limit = (
+            cfg.overlong_max_length
+            if cfg.overlong_max_length is not None
+            else max_length
+        )
         if limit is None:
-            raise ConfigError("dapo: overlong shaping needs overlong_max_length (or the trainer's response budget)")
+            raise ConfigError(
+                "dapo: overlong shaping needs overlong_max_length (or the trainer's response budget)"
+            )
         return apply_overlong_penalty(
             token_rewards,
             response_mask,
@@ -71,7 +85,10 @@ class DAPOAlgorithm(Algorithm):
         )
 
     def keep_mask(
-        self, token_rewards: torch.Tensor, group_ids: torch.Tensor, episode_ids: torch.Tensor | None = None
+        self,
+        token_rewards: torch.Tensor,
+        group_ids: torch.Tensor,
+        episode_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``[B]`` bool rows to keep; all True when ``dynamic_sampling`` is off."""
         import torch

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 def dynamic_sampling_mask(
-    scores: torch.Tensor, group_ids: torch.Tensor, episode_ids: torch.Tensor | None = None
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    episode_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``[B]`` bool: True for rows to keep (their group has ≥ 2 distinct scores, or 1 episode).
 
@@ -38,7 +40,9 @@ def dynamic_sampling_mask(
 
     s = scores.sum(dim=-1) if scores.dim() == 2 else scores
     groups = group_ids.tolist()
-    episodes = episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))
+    episodes = (
+        episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))
+    )
     seen: dict[object, dict[object, float]] = {}
     for row, (g, e) in enumerate(zip(groups, episodes)):
         seen.setdefault(g, {}).setdefault(e, float(s[row]))
@@ -46,7 +50,9 @@ def dynamic_sampling_mask(
     return torch.tensor([keep_group[g] for g in groups], dtype=torch.bool)
 
 
-def overlong_penalty(lengths: torch.Tensor, *, max_length: int, buffer_len: int, factor: float = 1.0) -> torch.Tensor:
+def overlong_penalty(
+    lengths: torch.Tensor, *, max_length: int, buffer_len: int, factor: float = 1.0
+) -> torch.Tensor:
     """Soft overlong punishment ``p(ℓ)`` per row (formula in the module docstring).
 
     Raises:
@@ -55,7 +61,9 @@ def overlong_penalty(lengths: torch.Tensor, *, max_length: int, buffer_len: int,
     import torch
 
     if not 0 < buffer_len <= max_length:
-        raise ConfigError(f"overlong_buffer_len must be in (0, {max_length}], got {buffer_len}")
+        raise ConfigError(
+            f"overlong_buffer_len must be in (0, {max_length}], got {buffer_len}"
+        )
     ell = lengths.to(torch.float64)
     start = float(max_length - buffer_len)
     inside = factor * (start - ell) / buffer_len
@@ -80,9 +88,15 @@ def apply_overlong_penalty(
 
     active = response_mask > 0
     lengths = active.sum(dim=-1)
-    penalty = overlong_penalty(lengths, max_length=max_length, buffer_len=buffer_len, factor=factor)
+    penalty = overlong_penalty(
+        lengths, max_length=max_length, buffer_len=buffer_len, factor=factor
+    )
     positions = torch.arange(active.shape[-1]).expand_as(active)
-    last = torch.where(active, positions, torch.full_like(positions, -1)).max(dim=-1).values
+    last = (
+        torch.where(active, positions, torch.full_like(positions, -1))
+        .max(dim=-1)
+        .values
+    )
     out = token_rewards.clone()
     rows = (last >= 0).nonzero().flatten()
     out[rows, last[rows]] += penalty[rows].to(out.dtype)

@@ -20,8 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from ragen_algo_grpo.config import DrGRPOConfig, GRPOConfig
+from ragen_core.interfaces.advantage import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -43,12 +47,18 @@ class GroupStats:
     singleton_groups: int
 
 
-def group_stats(scores: torch.Tensor, group_ids: torch.Tensor, episode_ids: torch.Tensor | None = None) -> GroupStats:
+def group_stats(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    episode_ids: torch.Tensor | None = None,
+) -> GroupStats:
     """Group mean/std with episode de-duplication (first row of each episode is its representative)."""
     import torch
 
     groups = group_ids.tolist()
-    episodes = episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))
+    episodes = (
+        episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))
+    )
     reps: dict[object, dict[object, int]] = {}
     for row, (g, e) in enumerate(zip(groups, episodes)):
         reps.setdefault(g, {}).setdefault(e, row)
@@ -109,7 +119,13 @@ def grpo_advantages(
         if soft_reweight:
             adv = adv * stats.std / (stats.std.max() + 1e-6)
         fmask = (response_mask > 0).to(scores.dtype)
-        flat = {g for g, n, s in zip(group_ids.tolist(), stats.count.tolist(), stats.std.tolist()) if n >= 2 and s == 0}
+        flat = {
+            g
+            for g, n, s in zip(
+                group_ids.tolist(), stats.count.tolist(), stats.std.tolist()
+            )
+            if n >= 2 and s == 0
+        }
         metrics = {
             "num_groups": float(stats.num_groups),
             "singleton_groups": float(stats.singleton_groups),

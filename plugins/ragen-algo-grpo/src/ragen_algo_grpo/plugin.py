@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ragen_core.specs import AlgorithmSpec, EstimatorSpec
 from ragen_algo_grpo.config import (
     DAPOAlgorithmConfig,
     DrGRPOAlgorithmConfig,
@@ -11,6 +10,7 @@ from ragen_algo_grpo.config import (
     GRPOConfig,
     RLOOConfig,
 )
+from ragen_core.specs import AlgorithmSpec, EstimatorSpec
 
 GRPO_SPEC = EstimatorSpec(
     name="grpo",
@@ -52,7 +52,11 @@ DAPO_ALGO_SPEC = AlgorithmSpec(
     factory="ragen_algo_grpo.algorithm:DAPOAlgorithm",
     presets={
         # RAGEN's scripts called this "DAPO" but it equals the PPO preset (L11); kept for comparison.
-        "ragen-reference": {"estimator": "gae", "use_critic": True, "dynamic_sampling": False},
+        "ragen-reference": {
+            "estimator": "gae",
+            "use_critic": True,
+            "dynamic_sampling": False,
+        },
         "overlong": {"overlong_buffer_len": 512},
     },
 )

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from ragen_algo_grpo.config import RLOOConfig
 from ragen_algo_grpo.grpo import group_stats, length_weights
+from ragen_core.interfaces.advantage import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -36,7 +40,11 @@ def rloo_advantages(
         scores = token_rewards.sum(dim=-1)
         stats = group_stats(scores, group_ids, episode_ids)
         others = stats.count - 1
-        baseline = torch.where(others > 0, (stats.sum - scores) / others.clamp(min=1), torch.zeros_like(scores))
+        baseline = torch.where(
+            others > 0,
+            (stats.sum - scores) / others.clamp(min=1),
+            torch.zeros_like(scores),
+        )
         adv = scores - baseline
         if length_weight:
             adv = adv * length_weights(response_mask, scores.dtype)

@@ -7,8 +7,8 @@ clip 0.2/0.28, dual clip 3.0, no KL loss.
 
 from __future__ import annotations
 
-from ragen_core.interfaces.algorithm import Algorithm
 from ragen_algo_ppo.config import PPOConfig
+from ragen_core.interfaces.algorithm import Algorithm
 
 
 class PPOAlgorithm(Algorithm):

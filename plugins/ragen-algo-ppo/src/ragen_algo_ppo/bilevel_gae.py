@@ -32,9 +32,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from ragen_algo_ppo.config import BilevelGAEConfig
 from ragen_algo_ppo.gae import _metrics, whiten_advantages
+from ragen_core.interfaces.advantage import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -87,14 +91,21 @@ def bilevel_gae(
         is_end = torch.zeros_like(active)
         target = torch.zeros_like(rewards)
         for i in range(batch):
-            ends = _row_turn_ends(None if turn_ends is None else turn_ends[i], active[i])
+            ends = _row_turn_ends(
+                None if turn_ends is None else turn_ends[i], active[i]
+            )
             bounds = [-1, *ends]
             a_h, v_h_next = 0.0, 0.0
             for k in range(len(ends) - 1, -1, -1):
                 stop = length if k == len(ends) - 1 else bounds[k + 1] + 1
                 r_k = float(rewards[i, bounds[k] + 1 : stop].sum())
                 v_k = float(vals[i, ends[k]])
-                a_h = r_k + high_level_gamma * v_h_next - v_k + high_level_gamma * lam * a_h
+                a_h = (
+                    r_k
+                    + high_level_gamma * v_h_next
+                    - v_k
+                    + high_level_gamma * lam * a_h
+                )
                 target[i, ends[k]] = a_h + v_k
                 is_end[i, ends[k]] = True
                 v_h_next = v_k
@@ -136,4 +147,8 @@ class BilevelGAEEstimator(AdvantageEstimator):
         if cfg.whiten:
             groups = inputs.group_ids if cfg.whiten_scope == "group" else None
             adv = whiten_advantages(raw, inputs.response_mask, groups)
-        return AdvantageOutputs(advantages=adv, returns=returns, metrics=_metrics(raw, returns, inputs.response_mask))
+        return AdvantageOutputs(
+            advantages=adv,
+            returns=returns,
+            metrics=_metrics(raw, returns, inputs.response_mask),
+        )

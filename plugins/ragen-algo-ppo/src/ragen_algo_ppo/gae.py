@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from ragen_algo_ppo.config import GAEConfig
+from ragen_core.interfaces.advantage import (
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +75,11 @@ def masked_gae(
 
 
 def whiten_advantages(
-    advantages: torch.Tensor, response_mask: torch.Tensor, group_ids: torch.Tensor | None = None, *, eps: float = 1e-8
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_ids: torch.Tensor | None = None,
+    *,
+    eps: float = 1e-8,
 ) -> torch.Tensor:
     """Whiten over the masked tokens of the batch, or of each group when ``group_ids`` is given.
 
@@ -103,16 +111,26 @@ class GAEEstimator(AdvantageEstimator):
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutputs:
         cfg = self.config
         raw, returns = masked_gae(
-            inputs.token_rewards, inputs.values, inputs.response_mask, gamma=cfg.gamma, lam=cfg.lam
+            inputs.token_rewards,
+            inputs.values,
+            inputs.response_mask,
+            gamma=cfg.gamma,
+            lam=cfg.lam,
         )
         adv = raw
         if cfg.whiten:
             groups = inputs.group_ids if cfg.whiten_scope == "group" else None
             adv = whiten_advantages(raw, inputs.response_mask, groups)
-        return AdvantageOutputs(advantages=adv, returns=returns, metrics=_metrics(raw, returns, inputs.response_mask))
+        return AdvantageOutputs(
+            advantages=adv,
+            returns=returns,
+            metrics=_metrics(raw, returns, inputs.response_mask),
+        )
 
 
-def _metrics(raw: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def _metrics(
+    raw: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
     from ragen_core.trainer.losses import masked_mean, masked_var
 
     fmask = (mask > 0).to(raw.dtype)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ragen_core.specs import AlgorithmSpec, EstimatorSpec
 from ragen_algo_ppo.config import BilevelGAEConfig, GAEConfig, PPOConfig
+from ragen_core.specs import AlgorithmSpec, EstimatorSpec
 
 GAE_SPEC = EstimatorSpec(
     name="gae",
@@ -28,5 +28,8 @@ PPO_SPEC = AlgorithmSpec(
     config_model=PPOConfig,
     factory="ragen_algo_ppo.algorithm:PPOAlgorithm",
     needs_critic=True,
-    presets={"bilevel": {"estimator": "bilevel-gae"}, "group-whiten": {"estimator_config": {"whiten_scope": "group"}}},
+    presets={
+        "bilevel": {"estimator": "bilevel-gae"},
+        "group-whiten": {"estimator_config": {"whiten_scope": "group"}},
+    },
 )
