@@ -1,0 +1,27 @@
+"""Settings of the built-in engines (light: pydantic only, safe to import from specs)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ragen_core.specs import PluginConfig
+
+
+class HFEngineConfig(PluginConfig):
+    """Settings of the in-process Hugging Face ``transformers`` engine."""
+
+    model: str = "tiny"
+    """Model to load when none is attached: ``tiny``, ``tiny-qwen-tok``, a Hub id or a folder."""
+    device: str = "cpu"
+    """Torch device of the model the engine loads itself (an attached model stays where it is)."""
+    dtype: str | None = None
+    """Weights dtype of a self-loaded model (``float32``, ``bfloat16``, ...); None = checkpoint's."""
+    max_batch_size: int | None = Field(default=None, ge=1)
+    """Generate at most this many prompts at once (memory cap); None = all in one batch."""
+    stop_token_ids: list[int] = Field(default_factory=list)
+    """Extra ids that end a reply, besides the tokenizer's eos and ``<|im_end|>``."""
+    mask_unused_vocab: bool = True
+    """Never sample ids the tokenizer cannot decode (embedding rows beyond ``len(tokenizer)``)."""
+    drop_finished: bool = True
+    """Remove finished rows from the batch and KV cache while the others keep decoding."""
+

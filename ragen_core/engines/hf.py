@@ -1,0 +1,210 @@
+"""In-process Hugging Face engine: batched sampling from token ids with a KV cache.
+
+Why a hand-written decode loop instead of ``model.generate``: the rollout layer needs exactly
+the sampled ids (with the EOS the model emitted, never padding), the log-probability of each
+sampled id under the distribution it was drawn from (after temperature, top-k and top-p), a
+seeded generator that does not touch the global torch RNG, and the freedom to drop finished
+rows from the batch and its KV cache. ``generate`` offers these only piecemeal (scores are
+post-processor logits, finished rows keep decoding padding). The loop is ~40 lines: one
+prefill forward over the left-padded batch, then one forward per new token on the cache.
+
+The engine holds a reference to the policy module, so :meth:`HFEngine.sync_weights` is free:
+the next call samples from whatever weights the module has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ragen_core.engines.config import HFEngineConfig
+from ragen_core.errors import RagenError
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
+from ragen_core.seeding import derive_seed
+
+
+class HFEngine(Engine):
+    """Engine that samples with a ``transformers`` causal LM in the trainer's process.
+
+    Build it from a config (the model is loaded lazily on first use through
+    :func:`ragen_core.models.load_model_and_tokenizer`) or hand it the policy the trainer already
+    holds: ``HFEngine(config, model=policy, tokenizer=tok)`` or ``engine.attach(policy, tok)``.
+    """
+
+    config_class = HFEngineConfig
+    config: HFEngineConfig
+
+    def __init__(
+        self,
+        config: HFEngineConfig | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(config, **overrides)
+        self.model: Any = model
+        self.tokenizer: Any = tokenizer
+
+    # ------------------------------------------------------------------ setup
+    def attach(self, model: Any, tokenizer: Any = None) -> None:
+        """Sample from ``model`` (and decode with ``tokenizer``) from now on."""
+        self.model = model
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+
+    def load(self) -> None:
+        """Load ``config.model`` if no model is attached yet."""
+        if self.model is not None and self.tokenizer is not None:
+            return
+        from ragen_core.models import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(self.config.model, device=self.config.device, dtype=self.config.dtype)
+        if self.model is None:
+            self.model = model
+        if self.tokenizer is None:
+            self.tokenizer = tokenizer
+
+    def sync_weights(self, model: Any) -> None:
+        """Share ``model`` in-process: later calls sample from its current weights."""
+        self.model = model
+
+    def close(self) -> None:
+        self.model = None
+
+    @property
+    def stop_ids(self) -> set[int]:
+        """Ids that end a reply: the tokenizer's eos, ``<|im_end|>`` if known, config extras."""
+        self.load()
+        ids = set(self.config.stop_token_ids)
+        tok = self.tokenizer
+        if tok.eos_token_id is not None:
+            ids.add(int(tok.eos_token_id))
+        im_end = tok.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != tok.unk_token_id:
+            ids.add(im_end)
+        return ids
+
+    # ------------------------------------------------------------- generation
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
+        """Sample one reply per prompt (see :meth:`Engine.generate`).
+
+        Same ``seed``, prompts, params and weights give the same replies. ``logprobs`` are
+        taken under the distribution actually sampled from (temperature, top-k, top-p
+        applied); for greedy decoding they are the model's plain log-softmax.
+        """
+        if not prompts:
+            return []
+        if any(len(p) == 0 for p in prompts):
+            raise RagenError("HFEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
+        self.load()
+        size = self.config.max_batch_size or len(prompts)
+        base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,)).item())
+        out: list[Generation] = []
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                for chunk, start in enumerate(range(0, len(prompts), size)):
+                    out.extend(self._generate_batch(prompts[start : start + size], params, derive_seed(base, chunk)))
+        finally:
+            model.train(was_training)
+        return out
+
+    def _device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Generation]:
+        from transformers import DynamicCache
+
+        model, device = self.model, self._device()
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        stop = torch.tensor(sorted(self.stop_ids), device=device)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else int(stop[0])
+        vocab_limit = len(self.tokenizer) if self.config.mask_unused_vocab else None
+
+        n, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((n, width), pad, dtype=torch.long, device=device)
+        mask = torch.zeros((n, width), dtype=torch.long, device=device)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long, device=device)
+            mask[i, width - len(p) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        cache = DynamicCache(config=model.config)
+        cache_kw = _cache_kwarg(model)
+        logits = model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
+        ).logits[:, -1, :]
+        next_pos = positions[:, -1] + 1
+
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        logps: list[list[float]] = [[] for _ in range(n)]
+        reasons: list[str] = ["length"] * n
+        rows = torch.arange(n, device=device)  # original index of each live batch row
+        alive = torch.ones(n, dtype=torch.bool, device=device)
+        for step in range(params.max_new_tokens):
+            tok, lp = sample_next(logits.float(), params, gen, vocab_limit)
+            for row, t, l, a in zip(rows.tolist(), tok.tolist(), lp.tolist(), alive.tolist()):
+                if a:
+                    tokens[row].append(t)
+                    logps[row].append(l)
+            ended = torch.isin(tok, stop) & alive
+            for row in rows[ended].tolist():
+                reasons[row] = "stop"
+            alive = alive & ~ended
+            if not bool(alive.any()) or step == params.max_new_tokens - 1:
+                break
+            if self.config.drop_finished and not bool(alive.all()):
+                keep = alive.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                rows, tok, mask, next_pos, alive = rows[keep], tok[keep], mask[keep], next_pos[keep], alive[keep]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            logits = model(
+                input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], use_cache=True, **{cache_kw: cache}
+            ).logits[:, -1, :]
+            next_pos = next_pos + 1
+        return [Generation(token_ids=tokens[i], logprobs=logps[i], finish_reason=reasons[i]) for i in range(n)]  # type: ignore[arg-type]
+
+
+def _cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, vocab_limit: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; return ``(ids, log-probs of those ids)``.
+
+    Greedy when ``do_sample`` is False or the temperature is 0. Otherwise the logits are divided
+    by the temperature, restricted to the ``top_k`` best (``-1`` = off) and to the smallest set
+    whose probability reaches ``top_p``; the returned log-probs are those of this final
+    distribution. Ties in greedy decoding resolve to the lowest id.
+    """
+    if vocab_limit is not None and vocab_limit < logits.shape[-1]:
+        logits = logits.clone()
+        logits[:, vocab_limit:] = float("-inf")
+    if not params.do_sample or params.temperature == 0:
+        ids = logits.argmax(dim=-1)
+        return ids, torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
+    x = logits / params.temperature
+    if 0 < params.top_k < x.shape[-1]:
+        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=True)
+        probs = torch.softmax(sorted_x, dim=-1)
+        # Drop a token when the mass before it already reaches top_p (the first always stays).
+        drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
+        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
+        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
+    logp = torch.log_softmax(x, dim=-1)
+    ids = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)

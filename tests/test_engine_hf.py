@@ -1,0 +1,228 @@
+"""HFEngine: batched sampling from ids, exact outputs, seeded determinism, faithful log-probs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ragen_core import registry  # noqa: E402
+from ragen_core.engines.config import HFEngineConfig  # noqa: E402
+from ragen_core.engines.hf import HFEngine, sample_next  # noqa: E402
+from ragen_core.errors import RagenError  # noqa: E402
+from ragen_core.interfaces.engine import SamplingParams  # noqa: E402
+from ragen_core.models import load_model_and_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mt(tmp_path_factory):
+    return load_model_and_tokenizer("tiny", cache_dir=tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture()
+def engine(mt):
+    model, tok = mt
+    return HFEngine(HFEngineConfig(), model=model, tokenizer=tok)
+
+
+def _prompts(tok):
+    texts = ["a", "hello there", "<|im_start|>user\nTurn 1:\nState:\n#_P#<|im_end|>\n<|im_start|>assistant\n<think>"]
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+GREEDY = SamplingParams(do_sample=False, max_new_tokens=8)
+
+
+def test_greedy_batched_equals_single_and_hf_generate(engine, mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    batched = engine.generate(prompts, GREEDY)
+    for p, g in zip(prompts, batched):
+        single = engine.generate([p], GREEDY)[0]
+        assert single.token_ids == g.token_ids
+        ref = model.generate(torch.tensor([p]), max_new_tokens=8, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        assert ref[0, len(p) :].tolist() == g.token_ids
+        assert g.finish_reason == "length" and len(g.token_ids) == 8
+
+
+def test_same_seed_same_samples_other_seed_differs(engine, mt):
+    prompts = _prompts(mt[1]) * 2
+    params = SamplingParams(max_new_tokens=16)
+    a = engine.generate(prompts, params, seed=7)
+    b = engine.generate(prompts, params, seed=7)
+    c = engine.generate(prompts, params, seed=8)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert [g.logprobs for g in a] == [g.logprobs for g in b]
+    assert [g.token_ids for g in a] != [g.token_ids for g in c]
+
+
+def test_global_rng_untouched(engine, mt):
+    state = torch.random.get_rng_state()
+    engine.generate(_prompts(mt[1]), SamplingParams(max_new_tokens=4), seed=1)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_stops_at_stop_id_and_keeps_it(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    free = HFEngine(model=model, tokenizer=tok).generate(prompts, GREEDY)
+    # Make the third greedy token of prompt 0 a stop id: that row ends there, EOS included.
+    stop_id = free[0].token_ids[2]
+    eng = HFEngine(HFEngineConfig(stop_token_ids=[stop_id]), model=model, tokenizer=tok)
+    out = eng.generate(prompts, GREEDY)
+    first = free[0].token_ids.index(stop_id)
+    assert out[0].token_ids == free[0].token_ids[: first + 1]
+    assert out[0].finish_reason == "stop"
+    assert len(out[0].logprobs) == len(out[0].token_ids)
+    for o, f in zip(out[1:], free[1:]):
+        if stop_id in f.token_ids:
+            assert o.token_ids == f.token_ids[: f.token_ids.index(stop_id) + 1]
+        else:
+            assert o.token_ids == f.token_ids and o.finish_reason == "length"
+
+
+def test_drop_finished_does_not_change_greedy_output(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    stop_id = HFEngine(model=model, tokenizer=tok).generate(prompts, GREEDY)[1].token_ids[0]
+    outs = []
+    for drop in (True, False):
+        eng = HFEngine(HFEngineConfig(stop_token_ids=[stop_id], drop_finished=drop), model=model, tokenizer=tok)
+        outs.append([g.token_ids for g in eng.generate(prompts, GREEDY)])
+    assert outs[0] == outs[1]
+    assert outs[0][1] == [stop_id]
+
+
+def test_logprobs_are_under_the_sampling_distribution(engine, mt):
+    model, tok = mt
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=10)
+    prompt = _prompts(tok)[2]
+    g = engine.generate([prompt], params, seed=3)[0]
+    ids = torch.tensor([prompt + g.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    gen = torch.Generator().manual_seed(0)
+    for t, (row, tid) in enumerate(zip(logits, g.token_ids)):
+        # Recompute the truncated, tempered distribution independently of sample_next.
+        x = row / 0.7
+        keep = torch.topk(x, 20).indices
+        probs = torch.softmax(x[keep], dim=-1)
+        order = torch.argsort(probs, descending=True)
+        cum = torch.cumsum(probs[order], 0) - probs[order]
+        nucleus = keep[order[cum < 0.9]]
+        assert tid in nucleus.tolist()
+        expected = torch.log_softmax(x[nucleus], dim=-1)[nucleus.tolist().index(tid)]
+        assert g.logprobs[t] == pytest.approx(float(expected), abs=1e-4)
+    del gen
+
+
+def test_greedy_logprobs_are_model_log_softmax(engine, mt):
+    model, tok = mt
+    prompt = _prompts(tok)[1]
+    g = engine.generate([prompt], SamplingParams(do_sample=False, max_new_tokens=5))[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + g.token_ids])).logits[0, len(prompt) - 1 : -1]
+    lp = torch.log_softmax(logits.float(), -1)
+    for t, tid in enumerate(g.token_ids):
+        assert g.logprobs[t] == pytest.approx(float(lp[t, tid]), abs=1e-4)
+
+
+def test_top_k_one_equals_greedy(engine, mt):
+    prompts = _prompts(mt[1])
+    a = engine.generate(prompts, SamplingParams(top_k=1, max_new_tokens=8), seed=5)
+    b = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=8))
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert all(lp == pytest.approx(0.0, abs=1e-6) for g in a for lp in g.logprobs)
+
+
+def test_temperature_zero_is_greedy(engine, mt):
+    prompts = _prompts(mt[1])
+    a = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=6), seed=1)
+    b = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=6))
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+
+
+def test_sample_next_masks_unused_vocab():
+    logits = torch.tensor([[0.0, 0.0, 50.0, 50.0]])
+    gen = torch.Generator().manual_seed(0)
+    for params in (SamplingParams(do_sample=False), SamplingParams()):
+        ids, _ = sample_next(logits, params, gen, vocab_limit=2)
+        assert ids.item() in (0, 1)
+
+
+def test_top_p_keeps_smallest_nucleus():
+    # probs ~ [0.5, 0.3, 0.2]: top_p 0.6 keeps {0, 1}; renormalised logp of id 0 = log(0.5/0.8).
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(200):
+        ids, lp = sample_next(logits, SamplingParams(top_p=0.6), gen)
+        seen.add(ids.item())
+        if ids.item() == 0:
+            assert lp.item() == pytest.approx(float(torch.log(torch.tensor(0.5 / 0.8))), abs=1e-5)
+    assert seen == {0, 1}
+
+
+def test_max_batch_size_chunks_keep_greedy_results(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    whole = HFEngine(model=model, tokenizer=tok).generate(prompts, GREEDY)
+    chunked = HFEngine(HFEngineConfig(max_batch_size=2), model=model, tokenizer=tok).generate(prompts, GREEDY)
+    assert [g.token_ids for g in whole] == [g.token_ids for g in chunked]
+
+
+def test_sync_weights_switches_model(engine, mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    before = engine.generate(prompts, GREEDY)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)) * 0.5)
+    engine.sync_weights(other)
+    after = engine.generate(prompts, GREEDY)
+    assert [g.token_ids for g in before] != [g.token_ids for g in after]
+    engine.sync_weights(model)
+    assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == [g.token_ids for g in before]
+
+
+def test_training_mode_restored(engine, mt):
+    model, tok = mt
+    model.train()
+    try:
+        engine.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seed=0)
+        assert model.training
+    finally:
+        model.eval()
+
+
+def test_empty_inputs(engine):
+    assert engine.generate([], GREEDY) == []
+    with pytest.raises(RagenError):
+        engine.generate([[]], GREEDY)
+
+
+def test_registry_builds_engine_with_attached_model(mt):
+    model, tok = mt
+    eng = registry.make("engine", "hf", {"max_batch_size": 4}, model=model, tokenizer=tok)
+    assert isinstance(eng, HFEngine)
+    assert eng.config.max_batch_size == 4
+    assert eng.stop_ids == {tok.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_engine_loads_model_lazily(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
+    eng = HFEngine(HFEngineConfig(model="tiny"))
+    assert eng.model is None
+    out = eng.generate([[104, 105]], SamplingParams(max_new_tokens=3), seed=0)
+    assert eng.model is not None and len(out[0].token_ids) <= 3
+
+
+def test_plugin_module_imports_no_torch():
+    code = "import sys, ragen_core.engines.plugin as p; assert p.HF_SPEC.name == 'hf'; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
