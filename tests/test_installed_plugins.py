@@ -1,0 +1,57 @@
+"""Integration: every installed plugin honours its kind's contract (downstream-style check).
+
+Plugin packages prove their own behaviour in their tests; this file proves that whatever is
+installed next to this core is discoverable, light to list, round-trips its spec and config,
+and passes the generic checks of its kind.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.specs import GROUPS
+from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip
+from ragen_core.testing import env_checks, plugin_checks
+
+INSTALLED = [(e.kind, e.name, e.dist_name) for kind in GROUPS for e in registry.entries(kind) if e.spec is None]
+
+
+def test_every_interface_kind_has_a_conformance_check():
+    checks = {
+        "env": env_checks.check_env,
+        "estimator": plugin_checks.check_estimator,
+        "filter": plugin_checks.check_filter,
+        "diagnostic": plugin_checks.check_diagnostic,
+        "algorithm": plugin_checks.check_spec_roundtrip,
+        "engine": plugin_checks.check_spec_roundtrip,
+    }
+    assert set(checks) == set(GROUPS)
+
+
+@pytest.mark.parametrize("kind,name,dist", INSTALLED, ids=[f"{k}-{n}" for k, n, _ in INSTALLED])
+def test_installed_plugin_spec(kind, name, dist):
+    spec = registry.get_spec(kind, f"{dist}:{name}")
+    assert name == spec.name or name in spec.aliases
+    check_spec_roundtrip(spec)
+    for preset in spec.presets:
+        registry.make_config(kind, f"{dist}:{name}", preset=preset)
+
+
+@pytest.mark.parametrize("kind,name,dist", INSTALLED, ids=[f"{k}-{n}" for k, n, _ in INSTALLED])
+def test_installed_plugin_spec_is_light(kind, name, dist):
+    check_spec_is_light(kind, f"{dist}:{name}")
+
+
+FILTERS = [n for k, n, _ in INSTALLED if k == "filter"]
+ESTIMATORS = [n for k, n, _ in INSTALLED if k == "estimator"]
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_installed_filter_conformance(name):
+    check_filter(registry.make("filter", name))
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_installed_estimator_conformance(name):
+    check_estimator(registry.make("estimator", name))
