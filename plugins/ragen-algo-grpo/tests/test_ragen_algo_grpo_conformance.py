@@ -13,7 +13,13 @@ from ragen_core.testing import (
     check_spec_roundtrip,
 )
 
-ESTIMATORS = ["grpo", "drgrpo", "rloo"]
+ESTIMATORS = [
+    "grpo",
+    "drgrpo",
+    "rloo",
+    "reinforce-plus-plus",
+    "reinforce-plus-plus-baseline",
+]
 ALGORITHMS = ["grpo", "drgrpo", "dapo"]
 
 

@@ -10,6 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ragen_algo_grpo.config import DrGRPOConfig, GRPOConfig
 from ragen_algo_grpo.grpo import DrGRPOEstimator, GRPOEstimator, grpo_advantages
+from ragen_algo_grpo.reinforce_pp import (
+    ReinforcePPBaselineEstimator,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+)
 from ragen_algo_grpo.rloo import RLOOEstimator, rloo_advantages
 
 from ragen_core.interfaces.advantage import AdvantageInputs
@@ -206,3 +211,36 @@ def test_group_advantages_sum_to_zero(rows):
         else:
             assert dr[idx, 1].item() == pytest.approx(scores[int(idx)])
     assert torch.isfinite(gr).all()
+
+
+def test_reinforce_pp_returns_skip_observations():
+    # trained tokens 0, 1, 3 (observation at 2 with a reward 9 that is ignored), reward 1 on 3; γ = 0.5
+    # G_3 = 1; G_1 = 0 + 0.5·1 = 0.5; G_0 = 0.25
+    rewards = torch.tensor([[0.0, 0.0, 9.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]], dtype=torch.float64)
+    adv, ret = reinforce_pp_advantages(rewards, mask, gamma=0.5, whiten=False)
+    assert ret.tolist()[0] == pytest.approx([0.25, 0.5, 0.0, 1.0])
+    assert torch.equal(adv, ret)
+    # whitened: [0.25, 0.5, 1]: mean 7/12, Σ(x−μ)² = 1/9 + 1/144 + 25/144 = 42/144, var 21/144
+    white, _ = reinforce_pp_advantages(rewards, mask, gamma=0.5)
+    s = math.sqrt(21 / 144 + 1e-8)
+    assert white.tolist()[0] == pytest.approx(
+        [(0.25 - 7 / 12) / s, (0.5 - 7 / 12) / s, 0.0, (1 - 7 / 12) / s]
+    )
+
+
+def test_reinforce_pp_baseline_by_hand():
+    # group 0 [1, 3] -> [−1, 1]; singleton [5] -> μ = 0 -> 5 (unwhitened)
+    rewards, mask = _rows([1.0, 3.0, 5.0], lengths=[1, 1, 1])
+    groups = torch.tensor([0, 0, 1])
+    raw = reinforce_pp_baseline_advantages(rewards, mask, groups, whiten=False)
+    assert raw[:, 1].tolist() == [-1.0, 1.0, 5.0]
+    # whitened over the three tokens: mean 5/3, Σ(x−μ)² = 64/9 + 4/9 + 100/9 = 168/9, var 28/3
+    out = ReinforcePPBaselineEstimator()(
+        AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=groups)
+    )
+    s = math.sqrt(28 / 3 + 1e-8)
+    assert out.advantages[:, 1].tolist() == pytest.approx(
+        [(-1 - 5 / 3) / s, (1 - 5 / 3) / s, (5 - 5 / 3) / s]
+    )
+    assert torch.equal(out.advantages, out.returns)

@@ -1,9 +1,10 @@
-"""Critic-free group-relative RL for RAGEN: ``grpo``, ``drgrpo`` and ``rloo`` estimators and the
-``grpo``, ``drgrpo`` and ``dapo`` algorithms.
+"""Critic-free RL for RAGEN: the ``grpo``, ``drgrpo``, ``rloo``, ``reinforce-plus-plus`` and
+``reinforce-plus-plus-baseline`` estimators and the ``grpo``, ``drgrpo`` and ``dapo`` algorithms.
 
-Estimators are pure functions in :mod:`ragen_algo_grpo.grpo` and :mod:`ragen_algo_grpo.rloo`;
-DAPO's dynamic sampling and overlong shaping are in :mod:`ragen_algo_grpo.dapo` (these need
-torch and are imported lazily). Importing this package loads only the pydantic configs.
+Estimators are pure functions in :mod:`ragen_algo_grpo.grpo`, :mod:`ragen_algo_grpo.rloo` and
+:mod:`ragen_algo_grpo.reinforce_pp`; DAPO's dynamic sampling and overlong shaping are in
+:mod:`ragen_algo_grpo.dapo` (these need torch and are imported lazily). Importing this package
+loads only the pydantic configs.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from ragen_algo_grpo.config import (
     DrGRPOConfig,
     GRPOAlgorithmConfig,
     GRPOConfig,
+    ReinforcePPBaselineConfig,
+    ReinforcePPConfig,
     RLOOConfig,
 )
 
@@ -24,4 +27,6 @@ __all__ = [
     "GRPOAlgorithmConfig",
     "GRPOConfig",
     "RLOOConfig",
+    "ReinforcePPBaselineConfig",
+    "ReinforcePPConfig",
 ]

@@ -35,6 +35,22 @@ class RLOOConfig(PluginConfig):
     """Divide each sample's advantage by ``ℓ_i / mean ℓ``."""
 
 
+class ReinforcePPConfig(PluginConfig):
+    """REINFORCE++: discounted return over trained tokens, whitened over the batch."""
+
+    gamma: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Token-level discount γ."""
+    whiten: bool = True
+    """Whiten advantages over the masked tokens of the batch."""
+
+
+class ReinforcePPBaselineConfig(PluginConfig):
+    """REINFORCE++-baseline: group-mean baseline, whitened over the batch."""
+
+    whiten: bool = True
+    """Whiten advantages over the masked tokens of the batch."""
+
+
 class GRPOAlgorithmConfig(AlgorithmConfig):
     """GRPO preset (spec 8.9): no critic, ``seq-mean-token-mean`` loss."""
 

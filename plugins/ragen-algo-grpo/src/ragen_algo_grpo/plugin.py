@@ -8,6 +8,8 @@ from ragen_algo_grpo.config import (
     DrGRPOConfig,
     GRPOAlgorithmConfig,
     GRPOConfig,
+    ReinforcePPBaselineConfig,
+    ReinforcePPConfig,
     RLOOConfig,
 )
 from ragen_core.specs import AlgorithmSpec, EstimatorSpec
@@ -30,6 +32,18 @@ RLOO_SPEC = EstimatorSpec(
     summary="REINFORCE leave-one-out: S minus the mean of the other episodes of the group",
     config_model=RLOOConfig,
     factory="ragen_algo_grpo.rloo:RLOOEstimator",
+)
+REINFORCE_PP_SPEC = EstimatorSpec(
+    name="reinforce-plus-plus",
+    summary="REINFORCE++: discounted return over trained tokens, whitened over the batch",
+    config_model=ReinforcePPConfig,
+    factory="ragen_algo_grpo.reinforce_pp:ReinforcePPEstimator",
+)
+REINFORCE_PP_BASELINE_SPEC = EstimatorSpec(
+    name="reinforce-plus-plus-baseline",
+    summary="REINFORCE++ with a group-mean baseline, whitened over the batch",
+    config_model=ReinforcePPBaselineConfig,
+    factory="ragen_algo_grpo.reinforce_pp:ReinforcePPBaselineEstimator",
 )
 
 GRPO_ALGO_SPEC = AlgorithmSpec(
