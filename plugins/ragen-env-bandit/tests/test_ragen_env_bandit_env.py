@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 
 import pytest
-
 from ragen_env_bandit import TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv
 
 SPEC_TRAIN = [
@@ -115,7 +114,7 @@ def test_high_arm_payout_frequency_is_about_one_quarter():
         for member in range(4):
             env.reset(seed, member=member)
             obs, reward, done, info = env.step(env.high_arm)
-            assert reward in (0.0, 1.0)
+            assert reward in (0.0, 1.0) and done is True
             assert obs == f"{env.high_arm}: {reward} points"
             assert info["success"] is True and info["chose_high_arm"] is True
             rewards.append(reward)

@@ -6,7 +6,6 @@ import pickle
 from pathlib import Path
 
 import pytest
-
 from ragen_env_sudoku import SudokuConfig, SudokuEnv
 from ragen_env_sudoku.plugin import SPEC
 from ragen_env_sudoku.puzzle import count_solutions

@@ -6,7 +6,6 @@ import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from ragen_env_sudoku import SudokuEnv
 from ragen_env_sudoku.plugin import SPEC
 

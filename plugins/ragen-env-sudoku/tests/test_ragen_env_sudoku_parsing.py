@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ragen_env_sudoku.parsing import ParseError, Placement, parse_in_range, parse_placement
+from ragen_env_sudoku.parsing import (
+    ParseError,
+    Placement,
+    parse_in_range,
+    parse_placement,
+)
 
 CASES = [
     # text, (number, row, col)

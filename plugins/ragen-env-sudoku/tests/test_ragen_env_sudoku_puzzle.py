@@ -6,7 +6,6 @@ import random
 
 import numpy as np
 import pytest
-
 from ragen_env_sudoku.puzzle import (
     count_solutions,
     generate_puzzle,

@@ -51,6 +51,10 @@ class BanditConfig(EnvConfig):
     """Payout of the high-risk arm when it hits."""
     hi_arm_hiscore_prob: float = Field(default=0.25, ge=0.0, le=1.0)
     """Probability that the high-risk arm hits."""
+    action_space_start: int = 1
+    """Accepted for reference configs; has no effect (actions are arm names, not indices)."""
+    render_mode: Literal["text"] = "text"
+    """Only text rendering exists (kept for reference configs)."""
     max_actions_per_episode: int = Field(default=1, ge=1)
     """One pull per episode."""
     max_actions_per_turn: int = Field(default=1, ge=1)

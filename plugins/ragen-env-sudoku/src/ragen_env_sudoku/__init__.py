@@ -16,7 +16,7 @@ try:
 except PackageNotFoundError:  # source tree that was never installed
     __version__ = "0.0.0"
 
-__all__ = ["SudokuConfig", "SudokuEnv", "generate_puzzle", "parse_placement", "__version__"]
+__all__ = ["SudokuConfig", "SudokuEnv", "__version__", "generate_puzzle", "parse_placement"]
 
 _LAZY = {
     "SudokuEnv": "ragen_env_sudoku.env",

@@ -27,7 +27,12 @@ from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
 from ragen_env_sudoku.config import SudokuConfig
 from ragen_env_sudoku.parsing import ParseError, parse_in_range
-from ragen_env_sudoku.puzzle import Puzzle, generate_puzzle, geometry, is_complete_solution
+from ragen_env_sudoku.puzzle import (
+    Puzzle,
+    generate_puzzle,
+    geometry,
+    is_complete_solution,
+)
 from ragen_env_sudoku.render import BoardView, allowed_numbers, render
 
 

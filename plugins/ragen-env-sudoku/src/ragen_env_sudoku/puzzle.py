@@ -47,7 +47,7 @@ class Geometry:
         self.box_of = [(i // n) // b * b + (i % n) // b for i in range(self.cells)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def geometry(n: int) -> Geometry:
     """Cached :class:`Geometry` for an ``n x n`` board."""
     return Geometry(n)
