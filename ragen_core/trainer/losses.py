@@ -474,7 +474,7 @@ def normalize_scores(
         if method == "mean":
             out[idx] = centred
             continue
-        std = g.std(unbiased=True) if g.numel() > 1 else torch.zeros((), dtype=g.dtype)
+        std = g.std(unbiased=True) if g.numel() > 1 else g.new_zeros(())
         normed = torch.zeros_like(g) if float(std) <= eps else centred / (std + eps)
         out[idx] = normed.clamp(-1.0, 3.0) if method == "asym_clip" else normed
     return out

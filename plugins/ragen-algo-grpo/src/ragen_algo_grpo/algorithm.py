@@ -94,7 +94,9 @@ class DAPOAlgorithm(Algorithm):
         import torch
 
         if not self.config.dynamic_sampling:
-            return torch.ones(token_rewards.shape[0], dtype=torch.bool)
+            return torch.ones(
+                token_rewards.shape[0], dtype=torch.bool, device=token_rewards.device
+            )
         from ragen_algo_grpo.dapo import dynamic_sampling_mask
 
         return dynamic_sampling_mask(token_rewards, group_ids, episode_ids)

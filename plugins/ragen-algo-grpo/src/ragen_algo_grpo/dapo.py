@@ -47,7 +47,9 @@ def dynamic_sampling_mask(
     for row, (g, e) in enumerate(zip(groups, episodes)):
         seen.setdefault(g, {}).setdefault(e, float(s[row]))
     keep_group = {g: len(v) < 2 or len(set(v.values())) > 1 for g, v in seen.items()}
-    return torch.tensor([keep_group[g] for g in groups], dtype=torch.bool)
+    return torch.tensor(
+        [keep_group[g] for g in groups], dtype=torch.bool, device=s.device
+    )
 
 
 def overlong_penalty(
@@ -91,7 +93,7 @@ def apply_overlong_penalty(
     penalty = overlong_penalty(
         lengths, max_length=max_length, buffer_len=buffer_len, factor=factor
     )
-    positions = torch.arange(active.shape[-1]).expand_as(active)
+    positions = torch.arange(active.shape[-1], device=active.device).expand_as(active)
     last = (
         torch.where(active, positions, torch.full_like(positions, -1))
         .max(dim=-1)
