@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ragen_env_bandit import TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv
 
 SPEC_TRAIN = [
@@ -216,3 +218,17 @@ def test_registry_builds_the_presets():
     env = registry.make_env("bandit", preset="BanditTest")
     env.reset(0)
     assert (env.low_arm, env.high_arm) in SPEC_TEST
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(-(2**40), 2**40), member=st.integers(0, 64), action=st.text())
+def test_any_reply_is_handled(seed, member, action):
+    env = BanditEnv()
+    env.reset(seed, member=member)
+    obs, reward, done, info = env.step(action)
+    assert isinstance(obs, str) and done is True
+    assert reward in (0.0, 0.1, 1.0)
+    def key(text):
+        return "".join(ch for ch in text.lower() if ch.isascii() and ch.isalnum())
+
+    assert info["action_is_valid"] is (key(action) in {key(n) for n in env.action_names})
