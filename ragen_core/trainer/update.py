@@ -99,8 +99,7 @@ class UpdateMixin:
 
     # ------------------------------------------------------------------ critic
     def update_critic(self, batch: TrainBatch) -> dict[str, float]:
-        import torch
-
+        """Clipped value regression on the returns, same mini/micro-batching as the actor."""
         from ragen_core.trainer.losses import value_loss
 
         o = self.config.optim
@@ -110,23 +109,24 @@ class UpdateMixin:
         rows = list(range(len(batch)))
         for _ in range(o.ppo_epochs):
             for mini in micro_batches(rows, o.mini_batch_size):
-                tokens = float(batch.response_mask[mini].sum())
+                tokens = max(float(batch.response_mask[mini].sum()), 1.0)
                 micros = micro_batches(mini, o.micro_batch_size)
+                global_norm = acfg.global_token_norm
+                loss_w = 1.0 if global_norm else 1.0 / len(micros)
+                vf_loss = clipfrac = 0.0
                 self.critic_optimizer.zero_grad(set_to_none=True)
                 for idx in micros:
                     sub = batch.select(idx)
-                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device))
                     mask = sub.response_mask.to(device)
-                    global_norm = acfg.global_token_norm
+                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device))
                     loss, vm = value_loss(values, sub.values.to(device), sub.returns.to(device), mask, acfg.cliprange_value,
                                           global_token_count=tokens if global_norm else None)
-                    if not global_norm:
-                        loss = loss / len(micros)
-                    loss.backward()
-                    stats["critic/vf_loss"].append(vm["vf_loss"])
-                    stats["critic/vf_clipfrac"].append(vm["vf_clipfrac"])
-                norm = self._clip_and_step(self.critic.parameters(), self.critic_optimizer, o.grad_clip)
-                stats["critic/grad_norm"].append(norm)
+                    (loss * loss_w).backward()
+                    vf_loss += vm["vf_loss"] * loss_w
+                    clipfrac += vm["vf_clipfrac"] * float(mask.sum()) / tokens
+                stats["critic/vf_loss"].append(vf_loss)
+                stats["critic/vf_clipfrac"].append(clipfrac)
+                stats["critic/grad_norm"].append(self._clip_and_step(self.critic.parameters(), self.critic_optimizer, o.grad_clip))
         out = {k: (sum(v) / len(v) if v else 0.0) for k, v in stats.items()}
         if batch.values is not None:
             out["critic/values/mean"] = _masked_mean(batch.values, batch.response_mask)
@@ -134,8 +134,6 @@ class UpdateMixin:
 
     # ------------------------------------------------------------------ actor
     def update_actor(self, batch: TrainBatch) -> dict[str, float]:
-        import torch
-
         from ragen_core.trainer.losses import agg_loss, kl_penalty, policy_loss
         from ragen_core.trainer.modeling import token_logprobs
 
@@ -153,14 +151,20 @@ class UpdateMixin:
         for _ in range(o.ppo_epochs):
             for mini in micro_batches(rows, o.mini_batch_size):
                 m_mini = batch.response_mask[mini]
+                mini_tokens = max(float(m_mini.sum()), 1.0)
                 counts = {}
                 if acfg.global_token_norm:
                     counts = {"global_token_count": float(m_mini.sum()), "global_seq_count": float((m_mini.sum(1) > 0).sum())}
                 micros = micro_batches(mini, o.micro_batch_size)
+                # losses: summed over micro-batches (they are already mini-batch normalised) or averaged;
+                # masked-mean metrics: weighted by each micro-batch's token share
+                acc = {k: 0.0 for k in keys}
                 self.optimizer.zero_grad(set_to_none=True)
                 for idx in micros:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
+                    share = float(mask.sum()) / mini_tokens
+                    loss_w = 1.0 if (counts or mode == "seq-mean-token-sum-norm") else 1.0 / len(micros)
                     need_entropy = acfg.entropy_coeff != 0
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp, with_entropy=need_entropy)
                     agg_kw = dict(counts)
@@ -174,27 +178,27 @@ class UpdateMixin:
                                          clip_low=acfg.clip_ratio_low, clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c,
                                          agg_mode=mode, **agg_kw)
                     loss = pg
+                    acc["actor/pg_loss"] += pm["pg_loss"] * loss_w
+                    for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+                        acc[f"actor/{k}"] += pm[k] * share
                     if need_entropy:
                         ent_loss = agg_loss(entropy, mask, mode, **agg_kw)
                         loss = loss - acfg.entropy_coeff * ent_loss
-                        stats["actor/entropy_loss"].append(float(ent_loss.detach()))
+                        acc["actor/entropy_loss"] += float(ent_loss.detach()) * loss_w
                     if acfg.use_kl_loss:
                         kl = agg_loss(kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type), mask, mode, **agg_kw)
                         loss = loss + acfg.kl_loss_coef * kl
-                        stats["actor/kl_loss"].append(float(kl.detach()))
-                    if not counts and mode != "seq-mean-token-sum-norm":
-                        loss = loss / len(micros)
-                    loss.backward()
-                    for k in ("pg_loss", "pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
-                        stats[f"actor/{k}"].append(pm[k])
+                        acc["actor/kl_loss"] += float(kl.detach()) * loss_w
+                    (loss * loss_w).backward()
                 norm = self._clip_and_step(params, self.optimizer, o.grad_clip)
-                stats["actor/grad_norm"].append(norm)
+                acc["actor/grad_norm"] = norm
+                for k in keys:
+                    stats[k].append(acc[k])
                 skipped += int(not math.isfinite(norm))
         out = {k: (sum(v) / len(v) if v else 0.0) for k, v in stats.items()}
         out["actor/kl_coef"] = float(acfg.kl_loss_coef if acfg.use_kl_loss else 0.0)
         out["actor/skipped_steps"] = float(skipped)
         out["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
-        del torch
         return out
 
     @staticmethod

@@ -1,0 +1,141 @@
+"""`ragen run/eval/plot` pieces that need no rollout: config errors, export records, plots, state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragen_core.cli.main import main
+from ragen_core.config import load_config
+from ragen_core.errors import ConfigError
+from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.trainer.config import RunConfig
+
+
+def test_defaults_are_cpu_sized():
+    cfg = RunConfig()
+    assert (cfg.rollout.env_groups, cfg.rollout.group_size) == (4, 8)
+    assert cfg.sampling.train.temperature == 1.0 and cfg.sampling.val.temperature == 0.5
+    assert cfg.sampling.val.do_sample and cfg.sampling.train.max_new_tokens == 48
+    assert cfg.algo == "grpo" and cfg.filter == "none" and cfg.model == "tiny"
+    assert cfg.episodes_per_step == 32
+
+
+def test_bad_value_names_field_path():
+    with pytest.raises(ConfigError, match=r"rollout\.group_size"):
+        load_config(RunConfig, [], ["rollout.group_size=0"])
+    with pytest.raises(ConfigError, match=r"optim\.lrr: unknown key"):
+        load_config(RunConfig, [], ["optim.lrr=1"])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["run", "--env", "bandit", "rollout.group_size=-1"], "rollout.group_size"),
+    (["run", "--env", "bandit", "optim.micro_batch_size=64"], "micro_batch_size"),
+    (["run"], "--env"),
+    (["run", "--resume", "/nonexistent/run"], "config.yaml"),
+])
+def test_cli_config_errors_are_one_line_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("ConfigError:") and needle in err[0]
+
+
+def _traj() -> Trajectory:
+    t = Trajectory(env="toy", tag="Toy", group_id=3, member=1, seed=126, env_id=7, system_prompt="sys")
+    t.turns = [
+        Turn(prompt_ids=[1, 2], response_ids=[3], response_text="<think>x</think><answer>Up</answer>", actions=["Up"], reward=0.0,
+             penalty=0.0, valid=True, observation="obs1"),
+        Turn(prompt_ids=[1, 2, 3, 4], response_ids=[5], response_text="garbage", actions=[], reward=0.0, penalty=-0.1, observation="obs2"),
+        Turn(prompt_ids=[1, 2, 3, 4, 5, 6], response_ids=[7], response_text="<think>y</think><answer>Down</answer>", actions=["Down"],
+             reward=1.0, valid=True, observation="obs3"),
+    ]
+    t.success = t.terminated = True
+    return t
+
+
+def test_eval_record_aligns_rewards_with_the_reply_that_earned_them():
+    from ragen_core.cli.evaluate import summarize, trajectory_record
+
+    rec = trajectory_record(0, _traj())
+    roles = [m["role"] for m in rec["messages"]]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assistant = [m for m in rec["messages"] if m["role"] == "assistant"]
+    assert [m["reward"] for m in assistant] == [0.0, 0.0, 1.0]
+    assert [m["penalty"] for m in assistant] == [0.0, -0.1, 0.0]
+    assert assistant[2]["actions"] == ["Down"] and rec["messages"][5]["content"] == "obs3"
+    assert rec["return"] == pytest.approx(0.9) and rec["success"] is True and rec["num_turns"] == 3
+    json.dumps(rec)
+    other = _traj()
+    other.success = False
+    s = summarize([_traj(), other])
+    assert s["success"] == 0.5 and s["pass@2"] == 1.0 and s["mean_reward"] == pytest.approx(0.9)
+
+
+def test_episode_metrics_and_pass_at_k():
+    from ragen_core.trainer.metrics import episode_metrics
+
+    a, b = _traj(), _traj()
+    b.success = False
+    c = _traj()
+    c.group_id, c.success = 4, False
+    m = episode_metrics([a, b, c], "train")
+    assert m["train/Toy/success"] == pytest.approx(1 / 3)
+    assert m["train/Toy/pass@2"] == pytest.approx(0.5)
+    assert m["train/Toy/action_is_valid"] == pytest.approx(2 / 3)
+    assert m["train/reward"] == pytest.approx(0.9)
+
+
+def test_early_stopper_rules():
+    from ragen_core.trainer.metrics import EarlyStopper
+
+    s = EarlyStopper(patience=2, window=2)
+    assert s.observe_reward_std(1.0) is None and s.observe_reward_std(1.0) is None
+    assert s.observe_reward_std(0.05) is None
+    assert s.observe_reward_std(0.05) == "early_stopped/reward_variance_collapse"
+    assert s.observe_validation({"val-env/Toy/success": 0.0}) is None
+    assert s.observe_validation({"val-env/Toy/success": 0.0}) == "early_stopped/low_validation_success"
+    s2 = EarlyStopper(patience=2)
+    s2.load_state_dict(s.state_dict())
+    assert s2.val_counters == {"val-env/Toy/success": 2}
+
+
+def test_metrics_jsonl_truncation_and_plot(tmp_path: Path):
+    from ragen_core.cli.plot import plot_run
+    from ragen_core.trainer.loggers import JsonlLogger, read_metrics, truncate_metrics
+
+    log = JsonlLogger(tmp_path)
+    for step in range(1, 6):
+        log.ragen_on_step_end(metrics={"train/success": step / 10, "actor/pg_loss": float("nan"), "rollout/filter_kept_ratio": 1.0}, step=step)
+    with (tmp_path / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 6, "train/succ')  # torn line of a killed writer
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[0]["actor/pg_loss"] is None
+    truncate_metrics(tmp_path / "metrics.jsonl", 3)
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    written = plot_run(tmp_path)
+    names = {p.name for p in written}
+    assert {"success.png", "filter.png", "summary.png"} <= names
+    assert all(p.stat().st_size > 1000 for p in written)
+    assert main(["plot", str(tmp_path / "missing")]) == 2
+
+
+def test_checkpoint_roundtrip_restores_rng_and_keeps_latest(tmp_path: Path):
+    torch = pytest.importorskip("torch")
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_state, save_checkpoint, set_rng_state
+
+    model, tok = load_model_and_tokenizer("tiny")
+    torch.manual_seed(5)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, tok, {"runner": {"counter": step}}, keep=2)
+    expected = torch.rand(3)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 3]
+    step, path = latest_checkpoint(tmp_path)
+    state = load_state(path)
+    assert step == 3 and state["step"] == 3 and state["runner"] == {"counter": 3}
+    set_rng_state(state["rng"])
+    assert torch.equal(torch.rand(3), expected)
+    reloaded, _ = load_model_and_tokenizer(str(path))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))

@@ -1,0 +1,170 @@
+"""End-to-end trainer runs on the tiny model and the in-process corridor env (seconds each)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("ragen_core.rollout.runner")
+
+from ragen_core import registry  # noqa: E402
+from ragen_core.config import load_config  # noqa: E402
+from ragen_core.errors import ResourceError  # noqa: E402
+from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, RolloutFilter  # noqa: E402
+from ragen_core.specs import FilterSpec  # noqa: E402
+from ragen_core.testing.toy_env import register_toy_env  # noqa: E402
+from ragen_core.trainer.config import RunConfig  # noqa: E402
+from ragen_core.trainer.loggers import read_metrics  # noqa: E402
+from ragen_core.trainer.trainer import Trainer  # noqa: E402
+
+
+class DropAllFilter(RolloutFilter):
+    """Keeps nothing: every step is empty after filtering."""
+
+    def select(self, rollouts):  # noqa: ANN001, ANN201
+        return FilterResult(kept_groups=[], metrics={"rollout/filter_kept_ratio": 0.0})
+
+
+DROP_ALL = FilterSpec(name="trainer-test-drop-all", config_model=FilterConfig, factory=f"{__name__}:DropAllFilter")
+
+
+def make_config(tmp_path: Path, *overrides: str, name: str = "run") -> RunConfig:
+    env = register_toy_env()
+    base = [
+        f"env={env}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+        "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
+        "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
+        "val_groups=2", "test_freq=2", "save_freq=2", "steps=2",
+        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
+    ]
+    return load_config(RunConfig, [], base + list(overrides))
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return read_metrics(run_dir / "metrics.jsonl")
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_two_step_run_logs_metrics_and_saves_loadable_checkpoint(tmp_path, algo):
+    cfg = make_config(tmp_path, f"algo={algo}")
+    trainer = Trainer(cfg)
+    history = trainer.train()
+    assert len(history) == 2
+    rows = _rows(trainer.run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("train/success", "train/reward", "actor/pg_loss", "actor/entropy", "rollout/filter_kept_ratio", "timing_s/gen", "actor/grad_norm"):
+        assert key in rows[0] and math.isfinite(rows[0][key]), key
+    assert "val-env/success" in rows[1]
+    if algo == "ppo":
+        assert "critic/vf_loss" in rows[0] and trainer.critic is not None
+    else:
+        assert trainer.critic is None
+    assert (trainer.run_dir / "config.yaml").is_file() and (trainer.run_dir / "plugins.json").is_file()
+    from transformers import AutoModelForCausalLM
+
+    ckpt = trainer.run_dir / "checkpoints" / "step_2"
+    loaded = AutoModelForCausalLM.from_pretrained(str(ckpt))
+    sd = trainer.model.state_dict()
+    for name, value in loaded.state_dict().items():
+        assert (value == sd[name]).all(), name
+
+
+def test_training_batch_ids_equal_sampled_ids(tmp_path):
+    from ragen_core.trainer.batch import build_batch
+
+    trainer = Trainer(make_config(tmp_path))
+    trainer.setup()
+    trajs = trainer.runner.run(mode="train", sampling=trainer.train_sampling)
+    batch = build_batch(trajs, trainer.pad_id)
+    targets = batch.input_ids[:, 1:]
+    for i, traj in enumerate(trajs):
+        sampled = [tok for turn in traj.turns for tok in turn.response_ids]
+        assert targets[i][batch.response_mask[i] > 0].tolist() == sampled
+        first = traj.turns[0]
+        assert batch.input_ids[i, : len(first.prompt_ids)].tolist() == list(first.prompt_ids)
+
+
+def test_resume_gives_identical_metrics(tmp_path):
+    full = Trainer(make_config(tmp_path, "steps=4", "save_freq=2", name="full"))
+    full.train()
+    part_cfg = make_config(tmp_path, "steps=2", "save_freq=2", name="part")
+    Trainer(part_cfg).train()
+    resumed = Trainer(part_cfg.model_copy(update={"steps": 4}), resume=True)
+    resumed.train()
+    a, b = _rows(full.run_dir), _rows(resumed.run_dir)
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra if not k.startswith("timing_s/")}
+        assert keys == {k for k in rb if not k.startswith("timing_s/")}
+        for k in keys:
+            if ra[k] is None:
+                assert rb[k] is None, k
+            else:
+                assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+
+
+def test_resume_truncates_metrics_after_last_checkpoint(tmp_path):
+    cfg = make_config(tmp_path, "steps=2", "save_freq=1", name="trunc")
+    Trainer(cfg).train()
+    ckpts = sorted((cfg_dir := Path(cfg.run_dir) / "checkpoints").iterdir())
+    # simulate a run killed after step 2 logged but before its checkpoint was written
+    import shutil
+
+    shutil.rmtree(cfg_dir / "step_2")
+    assert [p.name for p in ckpts][-1] == "step_2"
+    resumed = Trainer(cfg, resume=True)
+    resumed.setup()
+    assert resumed.start_step == 2
+    assert [r["step"] for r in _rows(resumed.run_dir)] == [1]
+
+
+def test_empty_after_filter_skips_update_and_stops(tmp_path):
+    registry.register(DROP_ALL)
+    cfg = make_config(tmp_path, "filter=trainer-test-drop-all", "filter_config.empty_stop_steps=2", "steps=5", "test_freq=0")
+    trainer = Trainer(cfg)
+    history = trainer.train()
+    assert len(history) == 2
+    assert all(h["rollout/empty_after_filter"] == 1.0 for h in history)
+    assert [h["rollout/consecutive_empty_after_filter_steps"] for h in history] == [1.0, 2.0]
+    assert all("actor/pg_loss" not in h for h in history)
+    assert history[-1]["early_stopped/empty_filtered_steps"] == 1.0
+    assert trainer.stop_reason == "early_stopped/empty_filtered_steps"
+
+
+def test_preflight_rejects_context_too_small_before_rollout(tmp_path):
+    cfg = make_config(tmp_path, "rollout.max_model_len=16", "sampling.train.max_new_tokens=10")
+    trainer = Trainer(cfg)
+    with pytest.raises(ResourceError, match="max_model_len"):
+        trainer.setup()
+    assert not (Path(cfg.run_dir) / "metrics.jsonl").exists()
+
+
+def test_cli_run_eval_and_plot(tmp_path, capsys):
+    from ragen_core.cli.main import main
+
+    env = register_toy_env()
+    run_dir = tmp_path / "cli"
+    common = ["env_config.length=3", "env_config.max_turns=2", "rollout.env_groups=2", "rollout.group_size=2",
+              "sampling.train.max_new_tokens=8", "sampling.val.max_new_tokens=8", "warm_start.enabled=false", "val_groups=2"]
+    rc = main(["run", "--env", env, "--steps", "1", "--run-dir", str(run_dir), "--no-progress", "save_freq=1", *common])
+    assert rc == 0
+    out_file = tmp_path / "eval.jsonl"
+    rc = main(["eval", "--env", env, "--model", str(run_dir), "--groups", "2", "--group-size", "2", "--out", str(out_file),
+               "env_config.length=3", "env_config.max_turns=2", "sampling.val.max_new_tokens=8"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "success:" in printed and "pass@2:" in printed and "mean_reward:" in printed
+    lines = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert len(lines) == 4
+    rec = lines[0]
+    assistant = [m for m in rec["messages"] if m["role"] == "assistant"]
+    assert len(assistant) == rec["num_turns"] >= 1
+    assert rec["return"] == pytest.approx(sum(m["reward"] + m["penalty"] for m in assistant))
+    assert isinstance(rec["success"], bool) and rec["context"]
+    assert main(["plot", str(run_dir)]) == 0
+    assert (run_dir / "plots" / "summary.png").is_file()
