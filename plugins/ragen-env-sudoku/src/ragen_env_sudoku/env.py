@@ -184,6 +184,21 @@ class SudokuEnv(Env):
                     progress = True
         return actions
 
+    def random_action(self, rng: Any) -> str | None:
+        """A random legal placement: a uniformly chosen empty, non-given cell and a number
+        that breaks no rule there (not necessarily the solution's). ``None`` when no such
+        placement exists. Used by ``ragen env play --agent random`` and warm-start demos."""
+        if self._puzzle is None:
+            return None
+        n = self._puzzle.grid_size
+        options = [(i, allowed_numbers(self._grid, n, i)) for i, v in enumerate(self._grid) if v == 0]
+        options = [(i, nums) for i, nums in options if nums]
+        if not options:
+            return None
+        cell, nums = options[int(rng.integers(len(options)))]
+        number = nums[int(rng.integers(len(nums)))]
+        return f"place {number} at row {cell // n + 1} col {cell % n + 1}"
+
     @property
     def puzzle(self) -> Puzzle | None:
         """The current puzzle (givens and solution), ``None`` before the first reset."""
