@@ -1,0 +1,263 @@
+"""Plots and a self-contained HTML report of a run's collapse diagnostics.
+
+:func:`build_report` reads ``RUN_DIR/metrics.jsonl`` (and ``RUN_DIR/diagnostics_offline.jsonl``
+when :mod:`ragen_diagnostics.offline` wrote one) and writes into ``RUN_DIR/plots/``:
+
+* ``collapse_regimes.png``: RAGEN-2's four regimes, x = H(Z|X) (``conditional_entropy_est``),
+  y = I(X;Z) (``mi_estimate``), with the run's path through them coloured by step. The dividing
+  lines sit at ``entropy_ratio`` and ``mi_ratio`` times the first measurement (the same rule as
+  the diagnostic's warnings), so the quadrants read "relative to where the run started";
+* ``collapse_mi.png``, ``collapse_entropy.png``, ``collapse_retrieval.png`` (accuracy vs chance),
+  ``reward_variance.png`` (``rollout/in_group_reward_std``), ``filter_kept.png``
+  (``rollout/filter_kept_ratio``); a curve whose metrics were never logged is skipped;
+
+and ``RUN_DIR/diagnostics.html`` with every PNG embedded as base64. matplotlib runs on Agg.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import RagenError
+
+FAMILIES = {"collapse_trajectory_sample": "trajectory sample", "collapse_first_turn_sample": "first-turn sample"}
+QUADRANTS = ("diverse & grounded", "compressed & grounded", "template collapse", "low-entropy collapse")
+OFFLINE_FILE = "diagnostics_offline.jsonl"
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Rows of a metrics JSONL file with a numeric ``step``; malformed lines are skipped."""
+    rows: list[dict[str, Any]] = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            rows.append(row)
+    rows.sort(key=lambda r: r["step"])
+    return rows
+
+
+def series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of the rows that logged a finite ``key``."""
+    xs, ys = [], []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            xs.append(float(row["step"]))
+            ys.append(float(value))
+    return xs, ys
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out: Path, mi_ratio: float, entropy_ratio: float) -> bool:
+    plt = _plt()
+    paths = []
+    for fam, label in FAMILIES.items():
+        s_h, h = series(rows, f"{fam}/conditional_entropy_est")
+        s_i, mi = series(rows, f"{fam}/mi_estimate")
+        both = sorted(set(s_h) & set(s_i))
+        if both:
+            hm, im = dict(zip(s_h, h)), dict(zip(s_i, mi))
+            paths.append((label, both, [hm[s] for s in both], [im[s] for s in both]))
+    if not paths:
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 6))
+    _, steps0, h0, mi0 = paths[0]
+    all_h = [v for p in paths for v in p[2]]
+    all_mi = [v for p in paths for v in p[3]]
+    x_div = entropy_ratio * h0[0] if h0[0] > 0 else (min(all_h) + max(all_h)) / 2
+    y_div = mi_ratio * mi0[0] if mi0[0] > 0 else (min(all_mi) + max(all_mi)) / 2
+    lo_x, hi_x = min(all_h + [0.0]), max(all_h + [x_div]) * 1.15 + 1e-6
+    lo_y, hi_y = min(all_mi + [0.0]) - 0.02, max(all_mi + [y_div]) * 1.15 + 1e-6
+    # shade the two collapse quadrants (low MI): template collapse right, low-entropy left
+    ax.fill_between([x_div, hi_x], lo_y, y_div, color="tab:red", alpha=0.06, lw=0)
+    ax.fill_between([lo_x, x_div], lo_y, y_div, color="tab:orange", alpha=0.08, lw=0)
+    ax.axvline(x_div, color="grey", lw=0.8, ls="--")
+    ax.axhline(y_div, color="grey", lw=0.8, ls="--")
+    corners = {  # (x, y, ha, va) per quadrant label, in the order of QUADRANTS
+        QUADRANTS[0]: (hi_x, hi_y, "right", "top"),
+        QUADRANTS[1]: (lo_x, hi_y, "left", "top"),
+        QUADRANTS[2]: (hi_x, lo_y, "right", "bottom"),
+        QUADRANTS[3]: (lo_x, lo_y, "left", "bottom"),
+    }
+    for text, (x, y, ha, va) in corners.items():
+        ax.text(x, y, text, ha=ha, va=va, fontsize=10, color="dimgray", style="italic")
+    markers = ["o", "s"]
+    sc = None
+    for k, (label, steps, h, mi) in enumerate(paths):
+        ax.plot(h, mi, color="lightgray", lw=1, zorder=1)
+        sc = ax.scatter(h, mi, c=steps, cmap="viridis", marker=markers[k % 2], s=40, zorder=2, label=label, edgecolors="k", linewidths=0.3)
+        ax.annotate(f"step {int(steps[0])}", (h[0], mi[0]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.annotate(f"step {int(steps[-1])}", (h[-1], mi[-1]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    for fam, label in FAMILIES.items():
+        s_h, h = series(offline, f"{fam}/conditional_entropy_est")
+        s_i, mi = series(offline, f"{fam}/mi_estimate")
+        if h and mi:
+            ax.scatter(h, mi, marker="*", s=160, color="crimson", zorder=3, label=f"offline ({label})")
+    if sc is not None:
+        fig.colorbar(sc, ax=ax, label="training step")
+    ax.set_xlim(lo_x, hi_x)
+    ax.set_ylim(lo_y, hi_y)
+    ax.set_xlabel("conditional entropy H(Z|X) (nats/token)")
+    ax.set_ylabel("mutual information I(X;Z) (nats/token)")
+    ax.set_title(f"Reasoning regimes (dividers at {entropy_ratio:.0%} / {mi_ratio:.0%} of the first measurement)", fontsize=10)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _curves(rows: list[dict[str, Any]], out: Path, title: str, ylabel: str, keys: list[tuple[str, str, str]]) -> bool:
+    """One line per (metric key, label, line style) that has data; False when none has."""
+    data = [(series(rows, key), label, style) for key, label, style in keys]
+    data = [d for d in data if d[0][0]]
+    if not data:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (xs, ys), label, style in data:
+        ax.plot(xs, ys, style, label=label, marker="." if len(xs) < 60 else None)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _curve_specs() -> list[tuple[str, str, str, list[tuple[str, str, str]]]]:
+    fam_keys = list(FAMILIES.items())
+    return [
+        ("collapse_mi.png", "Mutual information I(X;Z)", "nats / token",
+         [(f"{f}/mi_estimate", f"MI ({lab})", "-") for f, lab in fam_keys]),
+        ("collapse_entropy.png", "Entropy of the reasoning", "nats / token",
+         [(f"{f}/conditional_entropy_est", f"H(Z|X) ({lab})", "-") for f, lab in fam_keys]
+         + [(f"{f}/reasoning_entropy_est", f"H(Z) ({lab})", "--") for f, lab in fam_keys]),
+        ("collapse_retrieval.png", "Prompt retrieval from reasoning", "top-1 accuracy",
+         [(f"{f}/retrieval_accuracy", f"accuracy ({lab})", "-") for f, lab in fam_keys]
+         + [(f"{f}/retrieval_chance_level", f"chance ({lab})", ":") for f, lab in fam_keys]),
+        ("reward_variance.png", "Within-group reward std (reward variance signal)", "std",
+         [("rollout/in_group_reward_std", "in-group reward std", "-")]),
+        ("filter_kept.png", "Groups kept by the rollout filter", "kept ratio",
+         [("rollout/filter_kept_ratio", "kept ratio", "-")]),
+    ]
+
+
+SUMMARY_KEYS = ("mi_estimate", "mi_upper_bound", "conditional_entropy_est", "reasoning_entropy_est",
+                "retrieval_accuracy", "retrieval_chance_level", "mi_zscore_ema")
+
+
+def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
+    body = []
+    for fam, label in FAMILIES.items():
+        steps = [r for r in rows if f"{fam}/mi_estimate" in r]
+        if not steps:
+            continue
+        first, last = steps[0], steps[-1]
+        for key in SUMMARY_KEYS:
+            a, b = first.get(f"{fam}/{key}"), last.get(f"{fam}/{key}")
+            fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "–"  # noqa: E731
+            body.append(f"<tr><td>{html.escape(label)}</td><td>{key}</td><td>{fmt(a)}</td><td>{fmt(b)}</td></tr>")
+        body.append(f"<tr><td colspan=4><small>first step {first['step']}, last step {last['step']}</small></td></tr>")
+    if not body:
+        return ""
+    return (f"<h2>{html.escape(caption)}</h2><table><tr><th>family</th><th>metric</th><th>first</th><th>last</th></tr>"
+            + "".join(body) + "</table>")
+
+
+def _flag_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
+    return [int(r["step"]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0]
+
+
+def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str, Any]], pngs: list[Path], missing: list[str]) -> Path:
+    """``RUN_DIR/diagnostics.html``: summary tables, warnings, and the PNGs inlined as base64."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>RAGEN collapse diagnostics</title>",
+        "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>",
+        f"<h1>Reasoning-collapse diagnostics</h1><p>Run: <code>{html.escape(str(run_dir))}</code>; "
+        f"{len(rows)} logged steps.</p>",
+        "<p>I(X;Z) measures how much the reasoning depends on the input; H(Z|X) how diverse it is for a fixed "
+        "input. High entropy with MI near zero and retrieval near chance is <b>template collapse</b>.</p>",
+    ]
+    for key, label in (("collapse/warning_template", "template-collapse warning"), ("collapse/warning_low_entropy", "low-entropy-collapse warning")):
+        steps = _flag_steps(rows, key)
+        if steps:
+            parts.append(f"<p><b>{label}</b> at steps {', '.join(map(str, steps))}</p>")
+    errors = _flag_steps(rows, "collapse/error")
+    if errors:
+        parts.append(f"<p><b>diagnostic errors</b> at steps {', '.join(map(str, errors))} (see the training log)</p>")
+    parts.append(_summary_table(rows, "Training-time measurements"))
+    parts.append(_summary_table(offline, "Offline recomputation"))
+    for png in pngs:
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        parts.append(f"<h3>{html.escape(png.stem)}</h3><img alt='{html.escape(png.stem)}' src='data:image/png;base64,{data}'>")
+    if missing:
+        parts.append("<p><small>not logged in this run: " + html.escape(", ".join(missing)) + "</small></p>")
+    parts.append("</body></html>")
+    out = run_dir / "diagnostics.html"
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return out
+
+
+def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: float = 0.5) -> list[Path]:
+    """Draw the plots and write the HTML report of ``run_dir``.
+
+    Args:
+        run_dir: A RAGEN run directory with ``metrics.jsonl``.
+        mi_ratio: MI divider of the regime plot, as a fraction of the first measured MI.
+        entropy_ratio: Entropy divider, as a fraction of the first measured H(Z|X).
+
+    Returns:
+        Paths of the written PNGs followed by the HTML file.
+
+    Raises:
+        RagenError: The directory is missing or holds no metrics (neither ``metrics.jsonl`` rows
+            nor offline diagnostics).
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise RagenError(f"run directory {run} does not exist", [f"pass the folder a training run wrote (it holds metrics.jsonl), e.g. runs/<name>"])
+    rows = read_metrics(run / "metrics.jsonl")
+    offline = read_metrics(run / OFFLINE_FILE)
+    if not rows and not offline:
+        raise RagenError(
+            f"{run / 'metrics.jsonl'} is missing or has no metric rows",
+            ["train with the collapse diagnostic enabled, or recompute offline: ragen diagnose RUN_DIR --checkpoint step_N --rollouts FILE"],
+        )
+    plots = run / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    missing: list[str] = []
+    if _regime_plot(rows, offline, plots / "collapse_regimes.png", mi_ratio, entropy_ratio):
+        written.append(plots / "collapse_regimes.png")
+    else:
+        missing.append("collapse metrics (regime plot)")
+    for filename, title, ylabel, keys in _curve_specs():
+        if _curves(rows, plots / filename, title, ylabel, keys):
+            written.append(plots / filename)
+        else:
+            missing.append(title)
+    written.append(write_html(run, rows, offline, written, missing))
+    return written

@@ -1,0 +1,159 @@
+"""Report (plots + HTML), offline recomputation from a checkpoint, and ``ragen diagnose``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragen_core.cli.main import main as ragen_main
+from ragen_core.errors import RagenError
+from ragen_diagnostics.report import build_report, read_metrics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_metrics(run: Path, with_filter: bool = True) -> None:
+    """A 50-step run whose MI decays toward 0 while H(Z|X) holds (template collapse)."""
+    run.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for step in range(1, 51):
+        row: dict[str, Any] = {"step": step, "train/reward": step / 50}
+        if with_filter:
+            row["rollout/in_group_reward_std"] = 0.5 * math.exp(-step / 20)
+            row["rollout/filter_kept_ratio"] = 0.9 - step / 200
+        if step == 1 or step % 5 == 0:
+            mi = 0.4 * math.exp(-step / 12)
+            for fam in ("collapse_trajectory_sample", "collapse_first_turn_sample"):
+                row.update({
+                    f"{fam}/mi_estimate": mi,
+                    f"{fam}/mi_upper_bound": math.log(8),
+                    f"{fam}/conditional_entropy_est": 1.2 + 0.01 * math.sin(step),
+                    f"{fam}/reasoning_entropy_est": 1.2 + mi,
+                    f"{fam}/retrieval_accuracy": 0.125 + mi,
+                    f"{fam}/retrieval_chance_level": 0.125,
+                })
+            row["collapse/warning_template"] = 1.0 if mi < 0.2 else 0.0
+            row["collapse/error"] = 0.0
+        lines.append(json.dumps(row))
+    lines.insert(3, "{not json")  # a torn line must not break the report
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_report_writes_pngs_and_self_contained_html(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_metrics(run)
+    written = build_report(run)
+    names = [p.name for p in written]
+    assert names == ["collapse_regimes.png", "collapse_mi.png", "collapse_entropy.png", "collapse_retrieval.png",
+                     "reward_variance.png", "filter_kept.png", "diagnostics.html"]
+    for png in written[:-1]:
+        assert png.parent == run / "plots" and png.read_bytes().startswith(PNG_MAGIC)
+    page = (run / "diagnostics.html").read_text()
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(images) == 6 and all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+    assert "src='http" not in page and "<script" not in page  # nothing fetched from elsewhere
+    assert "template-collapse warning" in page and "at steps 10, 15," in page
+    assert "not logged" not in page
+
+
+def test_report_skips_curves_that_were_not_logged(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_metrics(run, with_filter=False)
+    names = [p.name for p in build_report(run)]
+    assert "reward_variance.png" not in names and "filter_kept.png" not in names
+    assert "collapse_regimes.png" in names
+    assert "not logged in this run" in (run / "diagnostics.html").read_text()
+
+
+def test_read_metrics_skips_malformed_lines(tmp_path: Path) -> None:
+    write_metrics(tmp_path)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(rows) == 50 and [r["step"] for r in rows] == list(range(1, 51))
+
+
+def test_missing_or_empty_run_dir_is_a_ragen_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(RagenError, match="does not exist"):
+        build_report(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    with pytest.raises(RagenError) as info:
+        build_report(tmp_path / "empty")
+    assert "hint:" in str(info.value)
+    assert ragen_main(["diagnose", str(tmp_path / "nope")]) == 2
+    assert ragen_main(["diagnose", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "RagenError" in err and "hint:" in err and "Traceback" not in err
+
+
+def test_cli_builds_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    write_metrics(run)
+    assert ragen_main(["diagnose", str(run)]) == 0
+    assert str(run / "diagnostics.html") in capsys.readouterr().out
+
+
+# -- offline: tiny model + synthetic trajectories ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_with_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, list[Any]]:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from ragen_core.rollout.types import Trajectory, Turn
+    from ragen_core.seeding import make_rng
+
+    run = tmp_path_factory.mktemp("offline") / "run"
+    write_metrics(run)
+    torch.manual_seed(3)
+    cfg = transformers.Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    model.save_pretrained(run / "checkpoints" / "step_5")
+    rng = make_rng("offline-rollouts")
+    trajectories = []
+    for g in range(3):
+        prompt = rng.integers(1, 200, size=12).tolist()
+        for m in range(3):
+            turns = []
+            for t in range(2):
+                z = rng.integers(1, 200, size=int(rng.integers(2, 6))).tolist()
+                turns.append(Turn(prompt_ids=prompt + [t + 1] * t, response_ids=[1, 2], response_text="<think>r</think>",
+                                  reasoning="r", reasoning_ids=z, reward=0.5))
+            trajectories.append(Trajectory(env="e", tag="E", group_id=g, member=m, seed=g, env_id=3 * g + m, turns=turns))
+    (run / "rollouts").mkdir()
+    (run / "rollouts" / "step_5.jsonl").write_text("\n".join(json.dumps(t.to_dict()) for t in trajectories) + "\n")
+    return run, model, trajectories
+
+
+def test_diagnose_offline_matches_the_live_diagnostic(run_with_checkpoint: tuple[Path, Any, list[Any]]) -> None:
+    from ragen_core.trainer.context import TrainContext
+    from ragen_diagnostics.diagnostic import CollapseDiagnostic
+    from ragen_diagnostics.offline import diagnose_offline, load_trajectories
+
+    run, model, trajectories = run_with_checkpoint
+    loaded = load_trajectories(run / "rollouts" / "step_5.jsonl")
+    assert loaded == trajectories  # JSON round trip of the rollout records
+    offline = diagnose_offline(run / "checkpoints" / "step_5", run / "rollouts" / "step_5.jsonl")
+    live = CollapseDiagnostic().ragen_on_rollout_end(trajectories, 5, TrainContext(config=None, run_dir=run, model=model))
+    assert live is not None and offline["collapse/error"] == 0.0
+    for key in ("collapse_first_turn_sample/mi_estimate", "collapse_trajectory_sample/conditional_entropy_est",
+                "collapse_trajectory_sample/retrieval_accuracy", "collapse/valid_thinking_rate"):
+        assert offline[key] == pytest.approx(live[key], abs=1e-5)
+    assert offline["collapse_first_turn_sample/num_columns"] == 3.0
+
+
+def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, Any, list[Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    run, _, _ = run_with_checkpoint
+    assert ragen_main(["diagnose", str(run), "--checkpoint", "step_5", "--num-samples", "all"]) == 0
+    rows = read_metrics(run / "diagnostics_offline.jsonl")
+    assert rows and rows[-1]["step"] == 5 and rows[-1]["collapse_trajectory_sample/num_rows"] == 18.0
+    page = (run / "diagnostics.html").read_text()
+    assert "Offline recomputation" in page
+    assert "offline metrics appended" in capsys.readouterr().out
+    assert ragen_main(["diagnose", str(run), "--checkpoint", "step_99"]) == 2

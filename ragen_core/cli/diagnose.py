@@ -1,0 +1,90 @@
+"""``ragen diagnose RUN_DIR``: reasoning-collapse report of a run (plots + self-contained HTML).
+
+Builds ``RUN_DIR/plots/collapse_*.png`` and ``RUN_DIR/diagnostics.html`` from ``metrics.jsonl``.
+With ``--checkpoint step_N`` and/or ``--rollouts FILE`` it first recomputes the diagnostics on
+that checkpoint and those rollouts (the missing one is taken from the run directory:
+``rollouts/step_N.jsonl`` or ``checkpoints/step_N``) and appends the result to
+``RUN_DIR/diagnostics_offline.jsonl``. The implementation lives in the ``ragen-diagnostics``
+distribution and is imported only when this command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import RagenError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="run directory containing metrics.jsonl")
+    parser.add_argument("--checkpoint", help="recompute offline with this checkpoint: a name under RUN_DIR/checkpoints (step_N) or a path")
+    parser.add_argument("--rollouts", help="recompute offline on this rollouts JSONL file (default RUN_DIR/rollouts/step_N.jsonl)")
+    parser.add_argument("--device", default="cpu", help="torch device for offline scoring (default cpu)")
+    parser.add_argument("--num-samples", default=None, help="pairs per family for offline scoring (int or 'all'; default 64)")
+    parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default="shared-prefix", help="cross-scoring method")
+
+
+def _import_package() -> Any:
+    try:
+        import ragen_diagnostics.offline as offline
+        import ragen_diagnostics.report as report
+    except ImportError as exc:
+        raise RagenError(
+            f"the collapse diagnostics are not installed ({exc})",
+            ["pip install ragen-diagnostics   (in this repo: pip install --no-build-isolation --no-deps -e plugins/ragen-diagnostics)"],
+        ) from exc
+    return offline, report
+
+
+def _resolve_checkpoint(run_dir: Path, name: str | None, rollouts: Path | None, step_of: Any) -> Path:
+    if name:
+        path = Path(name)
+        if not path.is_absolute() and not path.exists():
+            path = run_dir / "checkpoints" / name
+        if not path.is_dir():
+            raise RagenError(f"checkpoint {name} not found (looked for {path})", [f"list {run_dir / 'checkpoints'} for saved steps"])
+        return path
+    step = step_of(rollouts) if rollouts is not None else None
+    candidate = run_dir / "checkpoints" / f"step_{step}"
+    if step is None or not candidate.is_dir():
+        raise RagenError(f"no checkpoint matches the rollouts {rollouts}", ["name one with --checkpoint step_N (or a path)"])
+    return candidate
+
+
+def _resolve_rollouts(run_dir: Path, given: str | None, checkpoint: Path, step_of: Any) -> Path:
+    if given:
+        return Path(given)
+    step = step_of(checkpoint)
+    candidate = run_dir / "rollouts" / f"step_{step}.jsonl"
+    if step is None or not candidate.is_file():
+        raise RagenError(f"no saved rollouts for checkpoint {checkpoint.name} (looked for {candidate})", ["pass --rollouts FILE"])
+    return candidate
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        raise RagenError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
+    offline, report = _import_package()
+    if args.checkpoint or args.rollouts:
+        rollouts = Path(args.rollouts) if args.rollouts else None
+        checkpoint = _resolve_checkpoint(run_dir, args.checkpoint, rollouts, offline.step_of)
+        rollouts = _resolve_rollouts(run_dir, args.rollouts, checkpoint, offline.step_of)
+        config: dict[str, Any] = {"scoring": args.scoring}
+        if args.num_samples is not None:
+            config["num_samples"] = args.num_samples if args.num_samples == "all" else int(args.num_samples)
+        step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
+        metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=args.device, step=step)
+        saved = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
+        keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
+        print(json.dumps({k: round(metrics[k], 6) for k in sorted(keys)}, indent=1))
+        if metrics.get("collapse/error"):
+            print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
+        print(f"offline metrics appended to {saved}")
+    written = report.build_report(run_dir)
+    for path in written:
+        print(path)
+    return 0
