@@ -39,6 +39,8 @@ class Turn:
     observation: str = ""
     """The observation text shown before this turn."""
     response_logprobs: list[float] | None = None
+    finish_reason: str = ""
+    """Why generation stopped: ``"stop"`` (an end token was sampled) or ``"length"`` (cut)."""
 
 
 @dataclass
@@ -57,6 +59,10 @@ class Trajectory:
     truncated: bool = False
     success: bool = False
     final_observation: str = ""
+    end_reason: str = ""
+    """Why the episode ended: ``"done"`` (the env said so), ``"action_budget"`` (per-episode action
+    cap reached), ``"max_turns"``, or ``"context_length"`` (the next prompt would not fit in
+    ``max_model_len - max_new_tokens``; the episode counts as truncated)."""
 
     @property
     def env_reward(self) -> float:

@@ -1,0 +1,63 @@
+"""An engine that replays canned replies: drive the rollout layer without a model.
+
+Like pydantic-ai's ``TestModel`` or ``llm-echo``: tests, env debugging and oracle runs can push
+exact replies through the real prompt/parse/step/layout path. A reply is either text (encoded
+with the tokenizer, then the end-of-turn id is appended as if the model had sampled it) or a
+list of token ids returned verbatim (to exercise token-level corner cases such as tags spelled
+byte by byte).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Union
+
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
+
+Reply = Union[str, Sequence[int]]
+#: ``script(call_index, row_index, prompt_ids) -> reply``
+ScriptFn = Callable[[int, int, list[int]], Reply]
+
+
+class ScriptedEngine(Engine):
+    """Returns scripted replies; records every call's prompts in :attr:`calls`.
+
+    Args:
+        script: A list of replies (used per call in order, the same reply for every row, the last
+            one repeating) or a function ``(call_index, row_index, prompt_ids) -> reply``.
+        tokenizer: Encodes text replies; its ``<|im_end|>`` (or eos) id ends them.
+        add_eos: Append the end-of-turn id to text replies (finish ``"stop"``); when False the
+            reply counts as cut at the length limit.
+    """
+
+    def __init__(self, script: Sequence[Reply] | ScriptFn, tokenizer: Any, *, add_eos: bool = True) -> None:
+        super().__init__(None)
+        self.script = script
+        self.tokenizer = tokenizer
+        self.add_eos = add_eos
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.eos_id = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
+        self.calls: list[list[list[int]]] = []
+
+    def _reply(self, call: int, row: int, prompt: list[int]) -> Reply:
+        if callable(self.script):
+            return self.script(call, row, prompt)
+        return self.script[min(call, len(self.script) - 1)]
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
+        call = len(self.calls)
+        self.calls.append([list(p) for p in prompts])
+        out = []
+        for row, prompt in enumerate(prompts):
+            reply = self._reply(call, row, list(prompt))
+            if isinstance(reply, str):
+                ids = list(self.tokenizer.encode(reply, add_special_tokens=False))
+                if self.add_eos:
+                    ids.append(self.eos_id)
+            else:
+                ids = [int(i) for i in reply]
+            reason = "stop" if ids and ids[-1] == self.eos_id else "length"
+            if len(ids) > params.max_new_tokens:
+                ids, reason = ids[: params.max_new_tokens], "length"
+            out.append(Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=reason))  # type: ignore[arg-type]
+        return out

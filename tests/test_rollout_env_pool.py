@@ -1,0 +1,196 @@
+"""EnvPool and SeedSchedule (spec 4.2-4.5) and the prompt texts (spec 5.1-5.3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.errors import EnvError
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.rollout import prompts
+from ragen_core.rollout.env_pool import EnvPool, SeedSchedule
+from ragen_core.rollout.parser import parse_reply
+from ragen_core.specs import EnvSpec
+
+
+class EchoConfig(EnvConfig):
+    bad_reward: float = 0.0
+    """Reward returned by the action ``Boom`` (set to NaN to test the guard)."""
+
+
+class EchoEnv(Env):
+    """Records resets; ``Go`` pays 1 and ends the episode successfully, ``Stay`` pays 0.25."""
+
+    config_class = EchoConfig
+
+    @property
+    def action_names(self) -> list[str]:
+        return ["Go", "Stay", "Boom"]
+
+    def instruction(self) -> str:
+        return "Echo."
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        self.seed, self.member, self.mode, self.log = seed, member, mode, []
+        return f"seed={seed}"
+
+    def render(self) -> str:
+        return f"seed={self.seed} steps={len(self.log)}"
+
+    def step(self, action: str) -> StepResult:
+        self.log.append(action)
+        if action == "Boom":
+            return StepResult(self.render(), self.config.bad_reward, False, {})
+        done = action == "Go"
+        return StepResult(self.render(), 1.0 if done else 0.25, done, {"success": done, "n": len(self.log)})
+
+
+class FreeEnv(EchoEnv):
+    """No action vocabulary: actions pass through verbatim."""
+
+    @property
+    def action_names(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _register():
+    registry.register(EnvSpec(name="pool-test-echo", config_model=EchoConfig, factory=f"{__name__}:EchoEnv"))
+    registry.register(EnvSpec(name="pool-test-free", config_model=EchoConfig, factory=f"{__name__}:FreeEnv"))
+
+
+def reply(answer: str, cap: int = 2):
+    return parse_reply(f"<think>t</think><answer>{answer}</answer>", max_actions=cap)
+
+
+def test_seed_schedule_matches_spec():
+    s = SeedSchedule()
+    assert [s.next_base("train", 8) for _ in range(2)] == [10000, 10008]
+    assert s.next_base("val", 512) == 123 and s.next_base("val", 512) == 123
+    assert s.next_base("train", 8) == 10016
+    s7 = SeedSchedule(train_base=7)
+    assert [s7.next_base("train", 1), s7.next_base("train", 1)] == [7, 8]
+    # Explicit seed: used as the base, and the counter continues after its groups.
+    assert s.next_base("train", 4, seed=20000) == 20000
+    assert s.next_base("train", 4) == 20004
+    state = s.state_dict()
+    t = SeedSchedule()
+    t.load_state_dict(state)
+    assert t.next_base("train", 4) == 20008
+
+
+def test_groups_share_seed_members_differ():
+    pool = EnvPool("pool-test-echo", env_groups=3, group_size=2)
+    eps = pool.reset("train")
+    assert [(e.traj.group_id, e.traj.member, e.traj.seed) for e in eps] == [
+        (0, 0, 10000), (0, 1, 10000), (1, 0, 10001), (1, 1, 10001), (2, 0, 10002), (2, 1, 10002),
+    ]
+    assert [(e.env.seed, e.env.member, e.env.mode) for e in eps][:2] == [(10000, 0, "train"), (10000, 1, "train")]
+    assert eps[2].observation == "seed=10001"
+    assert [e.traj.seed for e in pool.reset("train")][::2] == [10003, 10004, 10005]
+    assert {e.env.mode for e in pool.reset("val")} == {"val"}
+    assert pool.state_dict()["counter"] == 6
+
+
+def test_mapping_is_case_insensitive_and_drops_unknown():
+    pool = EnvPool("pool-test-echo")
+    (ep,) = pool.reset()
+    out = pool.step(ep, reply(" stay || JUMP ", cap=5))
+    assert out.actions == ["Stay"] and ep.env.log == ["Stay"]
+    assert out.penalty == -0.1 and not out.valid and out.reward == 0.25
+
+
+def test_no_usable_action_does_not_step_env():
+    pool = EnvPool("pool-test-echo", format_penalty=-0.5)
+    (ep,) = pool.reset()
+    for r in (parse_reply("garbage"), reply("Jump"), reply("")):
+        out = pool.step(ep, r)
+        assert out.actions == [] and out.penalty == -0.5 and out.info == {"manager_invalid_action": True}
+        assert ep.warn_invalid and ep.num_actions == 0 and not ep.done
+    assert ep.env.log == []
+    pool.step(ep, reply("Stay"))
+    assert not ep.warn_invalid
+
+
+def test_stop_at_first_done_and_status():
+    pool = EnvPool("pool-test-echo")
+    (ep,) = pool.reset()
+    out = pool.step(ep, reply("Stay || Go || Stay", cap=3))
+    assert out.actions == ["Stay", "Go"] and out.reward == 1.25 and out.info == {"success": True, "n": 2}
+    t = ep.traj
+    assert ep.done and t.terminated and not t.truncated and t.success and t.end_reason == "done"
+
+
+def test_episode_action_budget():
+    pool = EnvPool("pool-test-echo", {"max_actions_per_episode": 3})
+    (ep,) = pool.reset()
+    pool.step(ep, reply("Stay || Stay"))
+    assert ep.actions_left == 1 and not ep.done
+    out = pool.step(ep, reply("Stay || Go"))
+    assert out.actions == ["Stay"] and out.penalty == 0.0
+    assert ep.done and ep.traj.truncated and not ep.traj.success and ep.traj.end_reason == "action_budget"
+
+
+def test_free_form_actions_pass_verbatim():
+    pool = EnvPool("pool-test-free")
+    (ep,) = pool.reset()
+    out = pool.step(ep, reply("anything at all"))
+    assert out.actions == ["anything at all"] and out.penalty == 0.0 and out.valid
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_reward_raises_env_error(bad):
+    pool = EnvPool("pool-test-echo", {"bad_reward": bad}, env_groups=2)
+    eps = pool.reset()
+    with pytest.raises(EnvError, match=r"pool-test-echo.*seed 10001"):
+        pool.step(eps[1], reply("Boom"))
+
+
+def test_env_exception_becomes_env_error(monkeypatch):
+    pool = EnvPool("pool-test-echo")
+    (ep,) = pool.reset()
+    monkeypatch.setattr(ep.env, "step", lambda a: 1 / 0)
+    with pytest.raises(EnvError, match="ZeroDivisionError"):
+        pool.step(ep, reply("Go"))
+
+
+def test_bad_shape_rejected():
+    with pytest.raises(ValueError):
+        EnvPool("pool-test-echo", env_groups=0)
+
+
+# --------------------------------------------------------------------------- prompts
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(-0.30000000000000004, "-0.3"), (10.9, "10.9"), (0.0, "0.0"), (-0.0, "0.0"), (1, "1.0"), (0.123456, "0.1235"), (-1e-9, "0.0")],
+)
+def test_reward_display_is_rounded(value, shown):
+    assert prompts.format_reward(value) == shown
+    assert prompts.reward_prefix(value) == f"Reward:\n{shown}\n"
+
+
+def test_turn_message_layout():
+    text = prompts.turn_message(2, "#P_#", actions_left=8, max_tokens=120, think=True)
+    head = "\nTurn 2:\nState:\n#P_#\n"
+    assert text.startswith(head) and text.endswith(" words (tokens).\n")
+    line = text[len(head) :]
+    assert line.count("\n") == 1
+    assert "8" in line and prompts.THINK_TEMPLATE in line and "120" in line
+    warned = prompts.turn_message(2, "#P_#", actions_left=8, max_tokens=120, think=False, warn_invalid=True)
+    assert warned.startswith(head + prompts.INVALID_WARNING + "\n") and prompts.ANSWER_TEMPLATE in warned
+
+
+def test_system_prompt():
+    base = prompts.system_prompt("Do X.")
+    assert base == "You are a helpful assistant. Do X."
+    full = prompts.system_prompt("Do X.", action_names=["Up"], max_actions_per_episode=10)
+    assert full.startswith(base) and "10" in full and "' || '" in full and full.endswith("\n")
+
+
+def test_memory_message():
+    past = [prompts.PastTurn(1, "s1", "<answer>Up</answer>", -0.30000000000000004)]
+    text = prompts.memory_message(2, "s2", past, actions_left=9, max_tokens=50)
+    assert "Turn 1 State:\ns1" in text and "Turn 1 Reward:\n-0.3" in text and "Current Turn (Turn 2):\nState:\ns2" in text
+    assert prompts.memory_message(1, "s1", [], actions_left=10, max_tokens=50).startswith("(Turn 1):\nState:\ns1")

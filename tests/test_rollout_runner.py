@@ -1,0 +1,271 @@
+"""RolloutRunner: token faithfulness, one generate per turn, penalties, budgets, context modes."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from ragen_core import registry  # noqa: E402
+from ragen_core.engines.scripted import ScriptedEngine  # noqa: E402
+from ragen_core.interfaces.engine import SamplingParams  # noqa: E402
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult  # noqa: E402
+from ragen_core.models.tiny import build_byte_tokenizer  # noqa: E402
+from ragen_core.rollout.layout import episode_layout, loss_mask, turn_samples  # noqa: E402
+from ragen_core.rollout.runner import RolloutConfig, RolloutRunner  # noqa: E402
+from ragen_core.specs import EnvSpec  # noqa: E402
+
+
+class LineEnv(Env):
+    """Deterministic: position starts at 0, ``Up`` moves +1 (reward 0.5), done at 3 (success)."""
+
+    config_class = EnvConfig
+
+    @property
+    def action_names(self) -> list[str]:
+        return ["Up", "Down"]
+
+    def instruction(self) -> str:
+        return "Reach 3."
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        self.pos, self.seed = 0, seed
+        return self.render()
+
+    def render(self) -> str:
+        return f"pos={self.pos}"
+
+    def step(self, action: str) -> StepResult:
+        self.pos += 1 if action == "Up" else -1
+        done = self.pos >= 3
+        return StepResult(self.render(), 0.5, done, {"success": done, "action_is_valid": True})
+
+
+LINE = "rollout-test-line"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    registry.register(EnvSpec(name=LINE, config_model=EnvConfig, factory=f"{__name__}:LineEnv"))
+    return build_byte_tokenizer()
+
+
+def make_runner(tok, engine, **cfg):
+    env_config = cfg.pop("env_config", {})
+    config = RolloutConfig(**{"env_groups": 1, "group_size": 1, **cfg})
+    return RolloutRunner(LINE, env_config, None, engine, tok, config)
+
+
+def ids_of(tok, text):
+    return tok.encode(text, add_special_tokens=False)
+
+
+def test_scripted_success_episode(tok):
+    eng = ScriptedEngine(["go</think><answer>Up || Up</answer>", "again</think><answer>up</answer>"], tok)
+    trajs = make_runner(tok, eng).run()
+    (t,) = trajs
+    assert [turn.actions for turn in t.turns] == [["Up", "Up"], ["Up"]]
+    assert [turn.reward for turn in t.turns] == [1.0, 0.5]
+    assert [turn.penalty for turn in t.turns] == [0.0, 0.0]
+    assert t.turns[0].reasoning == "go" and t.turns[0].answer == "Up || Up"
+    assert t.turns[0].reasoning_ids == ids_of(tok, "go")
+    assert t.turns[0].response_text == "<think>go</think><answer>Up || Up</answer>"
+    assert t.turns[0].observation == "pos=0" and t.turns[1].observation == "pos=2"
+    assert t.terminated and not t.truncated and t.success and t.end_reason == "done"
+    assert t.final_observation == "pos=3"
+    assert t.total_reward == 1.5
+    assert t.system_prompt.startswith("You are a helpful assistant. Reach 3.")
+    assert "up to 10 actions" in t.system_prompt
+
+
+def test_full_mode_prompts_are_append_only_and_text_is_as_expected(tok):
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], tok)
+    (t,) = make_runner(tok, eng).run()
+    assert len(t.turns) == 3
+    for k in range(2):
+        prev = t.turns[k].prompt_ids + t.turns[k].response_ids
+        assert t.turns[k + 1].prompt_ids[: len(prev)] == prev
+    # The reply already ends with <|im_end|>, so it is not doubled; the next user turn follows.
+    text = tok.decode(t.turns[1].prompt_ids)
+    assert "<answer>Up</answer><|im_end|>\n<|im_start|>user\nReward:\n0.5\n\nTurn 2:\nState:\npos=1\n" in text
+    assert text.endswith("<|im_start|>assistant\n<think>")
+    assert text.count("<|im_end|>") == 4
+
+
+def test_reply_cut_without_eos_gets_end_of_turn_appended(tok):
+    reply = ids_of(tok, "thinking forever")
+    eng = ScriptedEngine([reply], tok)
+    (t,) = make_runner(tok, eng, env_config={"max_turns": 2}).run()
+    first, second = t.turns
+    assert first.finish_reason == "length"
+    n = len(first.prompt_ids) + len(first.response_ids)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert second.prompt_ids[:n] == first.prompt_ids + first.response_ids
+    assert second.prompt_ids[n] == im_end  # closed by the runner, not trained
+    ids, spans, ends = episode_layout(t)
+    assert im_end not in [ids[i] for s, e in spans for i in range(s, e)]
+
+
+def test_layout_keeps_sampled_ids_where_retokenising_would_change_them(tok):
+    # "<think>" spelled as 7 byte tokens and an invalid UTF-8 byte: decoding then encoding
+    # gives different ids, so a text-based pipeline would train on tokens never sampled.
+    weird = ids_of(tok, "x") + [ord(c) for c in "<think>"] + [0xFF] + ids_of(tok, "</think><answer>Up</answer>")
+    eng = ScriptedEngine([weird + [tok.convert_tokens_to_ids("<|im_end|>")]], tok)
+    (t,) = make_runner(tok, eng, env_config={"max_turns": 2}).run()
+    ids, spans, ends = episode_layout(t)
+    for turn, (s, e) in zip(t.turns, spans):
+        assert ids[s:e] == turn.response_ids
+        assert ids[s : s + len(weird)] == weird
+    assert tok.encode(tok.decode(weird), add_special_tokens=False) != weird
+    assert tok.encode(tok.decode(ids), add_special_tokens=False) != ids
+    assert ends == [e - 1 for _, e in spans]
+    # The reply still parses for the env (the decoded text has the tags).
+    assert t.turns[0].actions == ["Up"]
+
+
+def test_generation_prefix_is_prompt_not_trained(tok):
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], tok)
+    (t,) = make_runner(tok, eng).run()
+    ids, spans, _ = episode_layout(t)
+    think = tok.convert_tokens_to_ids("<think>")
+    mask = loss_mask(len(ids), spans)
+    for s, e in spans:
+        assert ids[s - 1] == think and mask[s - 1] == 0
+        assert all(mask[i] == 1 for i in range(s, e))
+    assert sum(mask) == t.num_generated_tokens
+
+
+def test_no_think_mode(tok):
+    eng = ScriptedEngine(["Up || Up</answer>"], tok)
+    (t,) = make_runner(tok, eng, enable_think=False).run()
+    assert t.turns[0].prompt_ids[-1] == tok.convert_tokens_to_ids("<answer>")
+    assert t.turns[0].actions == ["Up", "Up"] and t.turns[0].reasoning is None
+    assert "<answer> [your answer] </answer>" in tok.decode(t.turns[0].prompt_ids)
+
+
+def test_format_penalty_warning_and_unknown_actions(tok):
+    replies = ["no tags at all", "a</think><answer>Up || Jump</answer>", "a</think><answer>UP</answer>"]
+    eng = ScriptedEngine(replies, tok)
+    (t,) = make_runner(tok, eng, env_config={"max_turns": 3}).run()
+    bad, mixed, good = t.turns
+    assert (bad.actions, bad.penalty, bad.valid, bad.reward) == ([], -0.1, False, 0.0)
+    assert bad.info == {"manager_invalid_action": True}
+    assert (mixed.actions, mixed.penalty, mixed.valid, mixed.reward) == (["Up"], -0.1, False, 0.5)
+    assert (good.actions, good.penalty, good.valid) == (["Up"], 0.0, True)
+    assert t.penalty == pytest.approx(-0.2)
+    warning = "no valid action"
+    assert warning in tok.decode(eng.calls[1][0][len(t.turns[0].prompt_ids) :])
+    assert warning not in tok.decode(eng.calls[2][0][len(t.turns[1].prompt_ids) :])
+
+
+def test_action_budget_ends_episode(tok):
+    eng = ScriptedEngine(["a</think><answer>Up || Down</answer>"], tok)
+    (t,) = make_runner(tok, eng, env_config={"max_actions_per_episode": 3, "max_turns": 5}).run()
+    assert [turn.actions for turn in t.turns] == [["Up", "Down"], ["Up"]]
+    assert t.terminated and t.truncated and not t.success and t.end_reason == "action_budget"
+
+
+def test_per_turn_cap_from_rollout_config(tok):
+    eng = ScriptedEngine(["a</think><answer>Up || Up || Up</answer>"], tok)
+    (t,) = make_runner(tok, eng, max_actions_per_turn=1, max_turns=1).run()
+    assert t.turns[0].actions == ["Up"] and t.turns[0].answer == "Up" and t.turns[0].penalty == 0.0
+    assert t.end_reason == "max_turns" and not t.terminated and not t.success
+
+
+def test_one_generate_per_turn_and_finished_episodes_leave_the_batch(tok):
+    # Even env ids answer Up || Up (done in turn 2); odd ones answer junk for all 4 turns.
+    # Rows of a call are the live episodes in env-id order, so after turn 2 only odd ids remain.
+    def script(call, row, prompt):
+        return "a</think><answer>Up || Up</answer>" if call < 2 and row % 2 == 0 else "junk"
+
+    eng = ScriptedEngine(script, tok)
+    runner = make_runner(tok, eng, env_groups=2, group_size=2, env_config={"max_turns": 4})
+    trajs = runner.run()
+    assert [len(c) for c in eng.calls] == [4, 4, 2, 2]
+    assert [len(t.turns) for t in trajs] == [2, 4, 2, 4]
+    assert [t.success for t in trajs] == [True, False, True, False]
+
+
+def test_seeds_groups_and_checkpointed_counter(tok):
+    eng = ScriptedEngine(["junk"], tok)
+    runner = make_runner(tok, eng, env_groups=3, group_size=2, max_turns=1)
+    first = runner.run()
+    assert [(t.seed, t.group_id, t.member, t.env_id) for t in first] == [
+        (10000, 0, 0, 0), (10000, 0, 1, 1), (10001, 1, 0, 2), (10001, 1, 1, 3), (10002, 2, 0, 4), (10002, 2, 1, 5),
+    ]
+    state = runner.state_dict()
+    assert [t.seed for t in runner.run()][::2] == [10003, 10004, 10005]
+    assert [t.seed for t in runner.run(mode="val", env_groups=2, group_size=1)] == [123, 124]
+    assert [t.seed for t in runner.run(mode="val", env_groups=2, group_size=1)] == [123, 124]
+    fresh = make_runner(tok, eng, env_groups=3, group_size=2, max_turns=1)
+    fresh.load_state_dict(state)
+    assert [t.seed for t in fresh.run()][::2] == [10003, 10004, 10005]
+
+
+def test_context_budget_ends_episode_with_reason(tok):
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], tok)
+    probe = make_runner(tok, eng, max_turns=1).run()[0]
+    first_len = len(probe.turns[0].prompt_ids)
+    # Room for the first prompt + 10 new tokens, not for the second prompt.
+    runner = make_runner(tok, eng, max_model_len=first_len + 10)
+    (t,) = runner.run(sampling=SamplingParams(max_new_tokens=10))
+    assert len(t.turns) == 1 and t.end_reason == "context_length" and t.truncated and not t.success
+    (t0,) = make_runner(tok, eng, max_model_len=first_len + 9).run(sampling=SamplingParams(max_new_tokens=10))
+    assert t0.turns == [] and t0.end_reason == "context_length"
+    assert episode_layout(t0) == ([], [], [])
+
+
+@pytest.mark.parametrize("mode", ["last-k", "single-turn"])
+def test_windowed_modes_give_one_sample_per_turn(tok, mode):
+    eng = ScriptedEngine(["plan</think><answer>Up</answer>"], tok)
+    (t,) = make_runner(tok, eng, context_window=mode, max_context_turns=2).run()
+    samples = turn_samples(t)
+    assert len(samples) == len(t.turns) == 3
+    for turn, (ids, spans, ends) in zip(t.turns, samples):
+        (s, e), = spans
+        assert ids[s:e] == turn.response_ids and ends == [e - 1]
+    third = tok.decode(t.turns[2].prompt_ids)
+    assert "Turn 3" in third and "Turn 2" in third and "Turn 1" not in third
+    assert third.count("<|im_start|>") == (5 if mode == "last-k" else 3)
+    with pytest.raises(ValueError):
+        episode_layout(t)
+
+
+def test_windowed_mode_drops_history_to_fit(tok):
+    eng = ScriptedEngine(["plan</think><answer>Up</answer>"], tok)
+    (probe,) = make_runner(tok, eng, context_window="last-k", max_context_turns=1, max_turns=2).run()
+    bare = max(len(turn.prompt_ids) for turn in probe.turns)
+    (t,) = make_runner(tok, eng, context_window="last-k", max_context_turns=3, max_model_len=bare + 12).run(
+        sampling=SamplingParams(max_new_tokens=12)
+    )
+    assert len(t.turns) == 3 and all(len(turn.prompt_ids) <= bare for turn in t.turns)
+    assert all(turn.actions == ["Up"] for turn in t.turns)
+    assert "Turn 2" not in tok.decode(t.turns[2].prompt_ids)  # history dropped to fit
+
+
+def test_real_tiny_engine_episode_is_token_faithful_and_deterministic(tok, tmp_path):
+    torch = pytest.importorskip("torch")
+    from ragen_core.engines.hf import HFEngine
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, mtok = load_model_and_tokenizer("tiny", cache_dir=tmp_path)
+    engine = HFEngine(model=model, tokenizer=mtok)
+    params = SamplingParams(max_new_tokens=6)
+
+    def run():
+        runner = make_runner(mtok, engine, env_groups=2, group_size=2, max_turns=3)
+        return runner.run(sampling=params)
+
+    a, b = run(), run()
+    assert [[turn.response_ids for turn in t.turns] for t in a] == [[turn.response_ids for turn in t.turns] for t in b]
+    for t in a:
+        ids, spans, ends = episode_layout(t)
+        assert len(spans) == len(t.turns) == 3
+        for turn, (s, e) in zip(t.turns, spans):
+            assert ids[s:e] == turn.response_ids
+            assert len(turn.response_logprobs) == len(turn.response_ids)
+            assert turn.finish_reason in ("stop", "length")
+        assert len(ids) <= 3600
+    # Members of a group share their first prompt exactly.
+    assert a[0].turns[0].prompt_ids == a[1].turns[0].prompt_ids
+    del torch
