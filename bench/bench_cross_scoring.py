@@ -19,11 +19,11 @@ import time
 def main() -> int:
     import numpy as np
     import torch
+    from ragen_diagnostics.estimators import collapse_metrics
+    from ragen_diagnostics.scoring import naive_cross_score, shared_prefix_cross_score
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ragen_core.seeding import make_rng
-    from ragen_diagnostics.estimators import collapse_metrics
-    from ragen_diagnostics.scoring import naive_cross_score, shared_prefix_cross_score
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)

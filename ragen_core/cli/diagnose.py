@@ -24,13 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rollouts", help="recompute offline on this rollouts JSONL file (default RUN_DIR/rollouts/step_N.jsonl)")
     parser.add_argument("--device", default="cpu", help="torch device for offline scoring (default cpu)")
     parser.add_argument("--num-samples", default=None, help="pairs per family for offline scoring (int or 'all'; default 64)")
+    parser.add_argument("--z-source", choices=["reasoning", "response", "auto"], default="reasoning",
+                        help="Z = think-block reasoning (default), the whole reply (no-think runs), or auto")
     parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default="shared-prefix", help="cross-scoring method")
 
 
 def _import_package() -> Any:
     try:
-        import ragen_diagnostics.offline as offline
-        import ragen_diagnostics.report as report
+        from ragen_diagnostics import offline, report
     except ImportError as exc:
         raise RagenError(
             f"the collapse diagnostics are not installed ({exc})",
@@ -73,14 +74,18 @@ def run(args: argparse.Namespace) -> int:
         rollouts = Path(args.rollouts) if args.rollouts else None
         checkpoint = _resolve_checkpoint(run_dir, args.checkpoint, rollouts, offline.step_of)
         rollouts = _resolve_rollouts(run_dir, args.rollouts, checkpoint, offline.step_of)
-        config: dict[str, Any] = {"scoring": args.scoring}
+        config: dict[str, Any] = {"scoring": args.scoring, "z_source": args.z_source}
         if args.num_samples is not None:
             config["num_samples"] = args.num_samples if args.num_samples == "all" else int(args.num_samples)
         step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
         metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=args.device, step=step)
         saved = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
         keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
-        print(json.dumps({k: round(metrics[k], 6) for k in sorted(keys)}, indent=1))
+        if metrics.get("collapse/skipped_no_reasoning"):
+            print("no turn in the rollouts has reasoning (valid_thinking_rate 0): MI metrics skipped; "
+                  "for no-think runs pass --z-source response")
+        else:
+            print(json.dumps({k: round(metrics[k], 6) for k in sorted(keys)}, indent=1))
         if metrics.get("collapse/error"):
             print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
         print(f"offline metrics appended to {saved}")

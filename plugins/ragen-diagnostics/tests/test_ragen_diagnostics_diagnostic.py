@@ -8,13 +8,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ragen_diagnostics.config import CollapseConfig
+from ragen_diagnostics.diagnostic import CollapseDiagnostic, CollapseWarning
 
 from ragen_core import registry
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import make_rng
-from ragen_core.testing import check_diagnostic, check_spec_is_light, check_spec_roundtrip
-from ragen_diagnostics.config import CollapseConfig
-from ragen_diagnostics.diagnostic import CollapseDiagnostic, CollapseWarning
+from ragen_core.testing import (
+    check_diagnostic,
+    check_spec_is_light,
+    check_spec_roundtrip,
+)
 
 V = 6
 
@@ -70,7 +74,7 @@ def test_registry_builds_the_diagnostic_and_conformance_holds() -> None:
 def test_schedule_is_step_one_and_multiples_of_compute_freq() -> None:
     diag = CollapseDiagnostic(scorer=policy_scorer(GROUNDED), compute_freq=5)
     batch = batch_from(GROUNDED, 1)
-    ran = [s for s in range(0, 16) if diag.ragen_on_rollout_end(batch, s, None) is not None]
+    ran = [s for s in range(16) if diag.ragen_on_rollout_end(batch, s, None) is not None]
     assert ran == [1, 5, 10, 15]
 
 
@@ -110,6 +114,16 @@ def test_turns_without_reasoning_skip_the_families() -> None:
     assert m is not None and m["collapse/skipped_no_reasoning"] == 1.0
     assert m["collapse/valid_thinking_rate"] == 0.0
     assert not any(k.startswith("collapse_") and "/" in k and k.split("/")[0] != "collapse" for k in m)
+
+
+def test_no_think_batches_can_use_the_reply_as_z() -> None:
+    batch = batch_from(GROUNDED, 4)
+    for tr in batch:
+        for t in tr.turns:
+            t.response_ids, t.reasoning, t.reasoning_ids = list(t.reasoning_ids or []), None, None
+    m = CollapseDiagnostic(scorer=policy_scorer(GROUNDED), z_source="response").ragen_on_rollout_end(batch, 1, None)
+    assert m is not None and m["collapse/valid_thinking_rate"] == 1.0
+    assert m["collapse_first_turn_sample/mi_estimate"] > 0.1
 
 
 def test_single_group_is_undefined_not_nan() -> None:
@@ -160,3 +174,19 @@ def test_no_warning_while_healthy() -> None:
         for step, seed in ((1, 10), (5, 11), (10, 12)):
             m = diag.ragen_on_rollout_end(batch_from(GROUNDED, seed), step, None)
             assert m is not None and m["collapse/warning_template"] == 0.0
+
+
+def test_state_dict_round_trip_continues_ema_and_baseline() -> None:
+    import json
+
+    a = CollapseDiagnostic(scorer=policy_scorer(GROUNDED))
+    a.ragen_on_rollout_end(batch_from(GROUNDED, 20), 1, None)
+    state = json.loads(json.dumps(a.state_dict()))  # the trainer may store it anywhere
+    b = CollapseDiagnostic(scorer=policy_scorer(GROUNDED))
+    b.load_state_dict(state)
+    assert b.baseline == a.baseline and b.ema["collapse_trajectory_sample"].values == a.ema["collapse_trajectory_sample"].values
+    ma = a.ragen_on_rollout_end(batch_from(GROUNDED, 21), 5, None)
+    mb = b.ragen_on_rollout_end(batch_from(GROUNDED, 21), 5, None)
+    assert ma is not None and mb is not None
+    assert mb["collapse_trajectory_sample/marginal_std_ema"] == ma["collapse_trajectory_sample/marginal_std_ema"]
+    assert mb["collapse_trajectory_sample/marginal_std_ema"] != mb["collapse_trajectory_sample/marginal_std"]

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from ragen_diagnostics.estimators import EmaTracker, collapse_metrics, retrieval_metrics
 
 # Spec 18.5: rows = z11, z12, z21, z22; columns = prompts x1, x2 (per-token log-probs).

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ragen_diagnostics.diagnostic import CollapseDiagnostic
+from ragen_diagnostics.estimators import collapse_metrics
 
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import make_rng
-from ragen_diagnostics.diagnostic import CollapseDiagnostic
-from ragen_diagnostics.estimators import collapse_metrics
 
 PROMPT_BASE = 1000  # prompt x is encoded as the token sequence [7, 7, PROMPT_BASE + x]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ragen_diagnostics.report import build_report, read_metrics
 
 from ragen_core.cli.main import main as ragen_main
 from ragen_core.errors import RagenError
-from ragen_diagnostics.report import build_report, read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -69,6 +69,18 @@ def test_report_skips_curves_that_were_not_logged(tmp_path: Path) -> None:
     assert "reward_variance.png" not in names and "filter_kept.png" not in names
     assert "collapse_regimes.png" in names
     assert "not logged in this run" in (run / "diagnostics.html").read_text()
+
+
+def test_offline_metrics_alone_still_give_a_regime_plot(tmp_path: Path) -> None:
+    from ragen_diagnostics.offline import save_offline_metrics
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "rollout/filter_kept_ratio": 1.0}) + "\n")
+    save_offline_metrics(run, 10, {"collapse_trajectory_sample/mi_estimate": 0.1,
+                                   "collapse_trajectory_sample/conditional_entropy_est": 1.0}, "ckpt")
+    names = [p.name for p in build_report(run)]
+    assert names == ["collapse_regimes.png", "filter_kept.png", "diagnostics.html"]
 
 
 def test_read_metrics_skips_malformed_lines(tmp_path: Path) -> None:
@@ -132,9 +144,10 @@ def run_with_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 
 def test_diagnose_offline_matches_the_live_diagnostic(run_with_checkpoint: tuple[Path, Any, list[Any]]) -> None:
-    from ragen_core.trainer.context import TrainContext
     from ragen_diagnostics.diagnostic import CollapseDiagnostic
     from ragen_diagnostics.offline import diagnose_offline, load_trajectories
+
+    from ragen_core.trainer.context import TrainContext
 
     run, model, trajectories = run_with_checkpoint
     loaded = load_trajectories(run / "rollouts" / "step_5.jsonl")
@@ -153,6 +166,7 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_5", "--num-samples", "all"]) == 0
     rows = read_metrics(run / "diagnostics_offline.jsonl")
     assert rows and rows[-1]["step"] == 5 and rows[-1]["collapse_trajectory_sample/num_rows"] == 18.0
+    assert (run / "plots" / "collapse_regimes.png").is_file()
     page = (run / "diagnostics.html").read_text()
     assert "Offline recomputation" in page
     assert "offline metrics appended" in capsys.readouterr().out

@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-
-from ragen_core.rollout.types import Trajectory, Turn
-from ragen_core.seeding import make_rng
 from ragen_diagnostics.sampling import (
     SamplingError,
     coverage_metrics,
     first_turn_sample,
+    make_z_of,
     reasoning_ids,
     trajectory_sample,
 )
+
+from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.seeding import make_rng
 
 
 def turn(prompt: list[int], z: list[int] | None, reply: bool = True) -> Turn:
@@ -41,7 +42,7 @@ def test_coverage_metrics_count_replies_and_valid_reasoning() -> None:
 
 
 def test_reasoning_ids_fall_back_to_the_tokenizer_only_when_ids_are_missing() -> None:
-    tok = lambda s: [len(w) for w in s.split()]  # noqa: E731
+    tok = lambda s: [len(w) for w in s.split()]
     assert reasoning_ids(Turn([1], [2], "x", reasoning=" ab c ", reasoning_ids=None), tok) == [2, 1]
     assert reasoning_ids(Turn([1], [2], "x", reasoning="ab", reasoning_ids=[]), tok) == []
     assert reasoning_ids(Turn([1], [2], "x", reasoning="   ", reasoning_ids=None), tok) == []
@@ -125,3 +126,16 @@ def test_trajectory_sample_picks_episodes_uniformly(without_replacement: bool) -
     # binomial SE at p <= 0.5, n = 3000 is <= 0.0092; 4 SE
     assert counts[0] / trials == pytest.approx(expected, abs=0.037)
     assert counts[1] / trials == pytest.approx(expected, abs=0.037)
+
+
+def test_z_source_selects_reasoning_reply_or_fallback() -> None:
+    with_think = Turn([1], [4, 5, 6], "x", reasoning="t", reasoning_ids=[9])
+    no_think = Turn([1], [4, 5], "x", reasoning=None, reasoning_ids=None)
+    assert make_z_of("reasoning")(with_think) == [9] and make_z_of("reasoning")(no_think) == []
+    assert make_z_of("response")(with_think) == [4, 5, 6]
+    assert make_z_of("auto")(with_think) == [9] and make_z_of("auto")(no_think) == [4, 5]
+    batch = [traj(0, 0, [no_think]), traj(1, 0, [with_think])]
+    assert coverage_metrics(batch, make_z_of("auto"))["collapse/valid_thinking_rate"] == 1.0
+    assert coverage_metrics(batch)["collapse/valid_thinking_rate"] == 0.5
+    with pytest.raises(ValueError):
+        make_z_of("actions")

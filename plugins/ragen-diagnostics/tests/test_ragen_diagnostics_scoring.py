@@ -10,11 +10,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ragen_core.rollout.types import Trajectory, Turn  # noqa: E402
-from ragen_core.seeding import make_rng  # noqa: E402
-from ragen_core.trainer.context import TrainContext  # noqa: E402
-from ragen_diagnostics.diagnostic import CollapseDiagnostic  # noqa: E402
-from ragen_diagnostics.scoring import model_scorer, naive_cross_score, shared_prefix_cross_score  # noqa: E402
+from ragen_diagnostics.diagnostic import CollapseDiagnostic
+from ragen_diagnostics.scoring import (
+    model_scorer,
+    naive_cross_score,
+    shared_prefix_cross_score,
+)
+
+from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.seeding import make_rng
+from ragen_core.trainer.context import TrainContext
 
 VOCAB = 300
 

@@ -28,6 +28,9 @@ class CollapseConfig(DiagnosticConfig):
     trajectory_without_replacement: bool = True
     """Fixed mode (L22): draw (episode, turn) pairs without replacement and merge identical prompts
     into one column. False reproduces the reference (with replacement, one column per draw)."""
+    z_source: Literal["reasoning", "response", "auto"] = "reasoning"
+    """What Z is: the think-block reasoning (spec 10.2), the whole sampled reply (no-think mode,
+    spec 17 L24), or ``auto`` (reasoning when the turn has one, else the reply)."""
     std_eps: float = Field(default=1e-3, gt=0)
     """Added to the marginal std in the z-scores."""
     ema_decay: float = Field(default=0.9, ge=0, lt=1)

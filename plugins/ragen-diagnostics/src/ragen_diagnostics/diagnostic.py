@@ -27,13 +27,19 @@ from ragen_core import hookimpl
 from ragen_core.interfaces.diagnostic import Diagnostic
 from ragen_core.seeding import make_rng
 from ragen_diagnostics.config import CollapseConfig
-from ragen_diagnostics.estimators import CollapseEstimate, EmaTracker, collapse_metrics, undefined
+from ragen_diagnostics.estimators import (
+    CollapseEstimate,
+    EmaTracker,
+    collapse_metrics,
+    undefined,
+)
 from ragen_diagnostics.sampling import (
     PairSample,
-    SamplingError,
     Tokenize,
+    ZOf,
     coverage_metrics,
     first_turn_sample,
+    make_z_of,
     trajectory_sample,
 )
 from ragen_diagnostics.scoring import CrossScorer, model_scorer
@@ -74,6 +80,20 @@ class CollapseDiagnostic(Diagnostic):
         self.last_reasons: dict[str, str] = {}
         """Per family: why the last estimate was undefined (absent when it was defined)."""
 
+    # -- resume ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Moving averages and first measurements, so a resumed run continues them (JSON-able)."""
+        return {
+            "ema": {fam: dict(tracker.values) for fam, tracker in self.ema.items()},
+            "baseline": {fam: list(pair) for fam, pair in self.baseline.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.ema = {fam: EmaTracker(decay=self.config.ema_decay, values={k: float(v) for k, v in vals.items()})
+                    for fam, vals in state.get("ema", {}).items()}
+        self.baseline = {fam: (float(p[0]), float(p[1])) for fam, p in state.get("baseline", {}).items()}
+
     # -- hook -----------------------------------------------------------------------------
     @hookimpl
     def ragen_on_rollout_end(self, trajectories: Any, step: int, context: Any = None) -> dict[str, float] | None:
@@ -81,8 +101,8 @@ class CollapseDiagnostic(Diagnostic):
         cfg = self.config
         if not self.scheduled(step) or not (cfg.first_turn_enabled or cfg.multi_turn_enabled):
             return None
-        tokenize = _tokenizer_fn(getattr(context, "tokenizer", None))
-        metrics: dict[str, float] = coverage_metrics(trajectories, tokenize)
+        z_of = make_z_of(cfg.z_source, _tokenizer_fn(getattr(context, "tokenizer", None)))
+        metrics: dict[str, float] = coverage_metrics(trajectories, z_of)
         metrics["collapse/error"] = 0.0
         metrics["collapse/warning_template"] = 0.0
         metrics["collapse/warning_low_entropy"] = 0.0
@@ -95,8 +115,8 @@ class CollapseDiagnostic(Diagnostic):
                 continue
             start = time.perf_counter()
             try:
-                estimate = self._run_family(family, trajectories, step, context, tokenize)
-            except Exception as exc:  # one family failing must not take the other or training down
+                estimate = self._run_family(family, trajectories, step, context, z_of)
+            except Exception as exc:  # noqa: BLE001 - spec 10.1: a failing family must not stop the other or training
                 message = f"{family} at step {step}: {type(exc).__name__}: {exc}"
                 self.errors.append(message)
                 logger.warning("collapse diagnostic failed: %s", message)
@@ -113,12 +133,12 @@ class CollapseDiagnostic(Diagnostic):
         return metrics
 
     # -- internals ------------------------------------------------------------------------
-    def _sample(self, family: str, trajectories: Sequence[Any], step: int, tokenize: Tokenize | None) -> PairSample:
+    def _sample(self, family: str, trajectories: Sequence[Any], step: int, z_of: ZOf) -> PairSample:
         cfg = self.config
         rng = make_rng(cfg.seed, "collapse", family, step)
         if family == FIRST_TURN:
-            return first_turn_sample(trajectories, cfg.num_samples, rng, tokenize)
-        return trajectory_sample(trajectories, cfg.num_samples, rng, tokenize, without_replacement=cfg.trajectory_without_replacement)
+            return first_turn_sample(trajectories, cfg.num_samples, rng, z_of)
+        return trajectory_sample(trajectories, cfg.num_samples, rng, z_of, without_replacement=cfg.trajectory_without_replacement)
 
     def _scorer(self, context: Any) -> CrossScorer:
         if self.scorer is not None:
@@ -130,8 +150,8 @@ class CollapseDiagnostic(Diagnostic):
         pad = getattr(tokenizer, "pad_token_id", None)
         return model_scorer(model, method=self.config.scoring, micro_batch_size=self.config.micro_batch_size, pad_id=pad)
 
-    def _run_family(self, family: str, trajectories: Sequence[Any], step: int, context: Any, tokenize: Tokenize | None) -> CollapseEstimate:
-        sample = self._sample(family, trajectories, step, tokenize)
+    def _run_family(self, family: str, trajectories: Sequence[Any], step: int, context: Any, z_of: ZOf) -> CollapseEstimate:
+        sample = self._sample(family, trajectories, step, z_of)
         if sample.num_columns < 2:
             return undefined(f"{sample.num_columns} prompt column(s): MI needs at least 2",
                              num_columns=sample.num_columns, num_rows=sample.num_rows)

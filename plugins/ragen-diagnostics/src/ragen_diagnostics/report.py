@@ -66,8 +66,8 @@ def _plt() -> Any:
     return plt
 
 
-def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out: Path, mi_ratio: float, entropy_ratio: float) -> bool:
-    plt = _plt()
+def _family_paths(rows: list[dict[str, Any]]) -> list[tuple[str, list[float], list[float], list[float]]]:
+    """Per family with data: (label, steps, H(Z|X), MI) at the steps that logged both."""
     paths = []
     for fam, label in FAMILIES.items():
         s_h, h = series(rows, f"{fam}/conditional_entropy_est")
@@ -76,14 +76,21 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
         if both:
             hm, im = dict(zip(s_h, h)), dict(zip(s_i, mi))
             paths.append((label, both, [hm[s] for s in both], [im[s] for s in both]))
-    if not paths:
+    return paths
+
+
+def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out: Path, mi_ratio: float, entropy_ratio: float) -> bool:
+    paths, off_paths = _family_paths(rows), _family_paths(offline)
+    if not paths and not off_paths:
         return False
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 6))
-    _, steps0, h0, mi0 = paths[0]
-    all_h = [v for p in paths for v in p[2]]
-    all_mi = [v for p in paths for v in p[3]]
-    x_div = entropy_ratio * h0[0] if h0[0] > 0 else (min(all_h) + max(all_h)) / 2
-    y_div = mi_ratio * mi0[0] if mi0[0] > 0 else (min(all_mi) + max(all_mi)) / 2
+    all_h = [v for p in paths + off_paths for v in p[2]]
+    all_mi = [v for p in paths + off_paths for v in p[3]]
+    h_first, mi_first = (paths[0][2][0], paths[0][3][0]) if paths else (0.0, 0.0)
+    # dividers relative to the run's first measurement; without one, the middle of the data
+    x_div = entropy_ratio * h_first if h_first > 0 else (min(all_h) + max(all_h)) / 2
+    y_div = mi_ratio * mi_first if mi_first > 0 else (min(all_mi) + max(all_mi)) / 2
     lo_x, hi_x = min(all_h + [0.0]), max(all_h + [x_div]) * 1.15 + 1e-6
     lo_y, hi_y = min(all_mi + [0.0]) - 0.02, max(all_mi + [y_div]) * 1.15 + 1e-6
     # shade the two collapse quadrants (low MI): template collapse right, low-entropy left
@@ -106,18 +113,17 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
         sc = ax.scatter(h, mi, c=steps, cmap="viridis", marker=markers[k % 2], s=40, zorder=2, label=label, edgecolors="k", linewidths=0.3)
         ax.annotate(f"step {int(steps[0])}", (h[0], mi[0]), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.annotate(f"step {int(steps[-1])}", (h[-1], mi[-1]), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    for fam, label in FAMILIES.items():
-        s_h, h = series(offline, f"{fam}/conditional_entropy_est")
-        s_i, mi = series(offline, f"{fam}/mi_estimate")
-        if h and mi:
-            ax.scatter(h, mi, marker="*", s=160, color="crimson", zorder=3, label=f"offline ({label})")
+    for label, _, h, mi in off_paths:
+        ax.scatter(h, mi, marker="*", s=160, color="crimson", zorder=3, label=f"offline ({label})")
     if sc is not None:
         fig.colorbar(sc, ax=ax, label="training step")
     ax.set_xlim(lo_x, hi_x)
     ax.set_ylim(lo_y, hi_y)
     ax.set_xlabel("conditional entropy H(Z|X) (nats/token)")
     ax.set_ylabel("mutual information I(X;Z) (nats/token)")
-    ax.set_title(f"Reasoning regimes (dividers at {entropy_ratio:.0%} / {mi_ratio:.0%} of the first measurement)", fontsize=10)
+    rule = (f"dividers at {entropy_ratio:.0%} / {mi_ratio:.0%} of the first measurement" if h_first > 0 and mi_first > 0
+            else "dividers at the middle of the measured range")
+    ax.set_title(f"Reasoning regimes ({rule})", fontsize=10)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -177,7 +183,7 @@ def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
         first, last = steps[0], steps[-1]
         for key in SUMMARY_KEYS:
             a, b = first.get(f"{fam}/{key}"), last.get(f"{fam}/{key}")
-            fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "–"  # noqa: E731
+            fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "–"
             body.append(f"<tr><td>{html.escape(label)}</td><td>{key}</td><td>{fmt(a)}</td><td>{fmt(b)}</td></tr>")
         body.append(f"<tr><td colspan=4><small>first step {first['step']}, last step {last['step']}</small></td></tr>")
     if not body:
@@ -194,12 +200,12 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
     """``RUN_DIR/diagnostics.html``: summary tables, warnings, and the PNGs inlined as base64."""
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>RAGEN collapse diagnostics</title>",
-        "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>",
-        f"<h1>Reasoning-collapse diagnostics</h1><p>Run: <code>{html.escape(str(run_dir))}</code>; "
-        f"{len(rows)} logged steps.</p>",
-        "<p>I(X;Z) measures how much the reasoning depends on the input; H(Z|X) how diverse it is for a fixed "
-        "input. High entropy with MI near zero and retrieval near chance is <b>template collapse</b>.</p>",
+        ("<style>body{font-family:sans-serif;max-width:980px;margin:2em auto}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>"),
+        (f"<h1>Reasoning-collapse diagnostics</h1><p>Run: <code>{html.escape(str(run_dir))}</code>; "
+         f"{len(rows)} logged steps.</p>"),
+        ("<p>I(X;Z) measures how much the reasoning depends on the input; H(Z|X) how diverse it is for a fixed "
+         "input. High entropy with MI near zero and retrieval near chance is <b>template collapse</b>.</p>"),
     ]
     for key, label in (("collapse/warning_template", "template-collapse warning"), ("collapse/warning_low_entropy", "low-entropy-collapse warning")):
         steps = _flag_steps(rows, key)
@@ -238,7 +244,7 @@ def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: f
     """
     run = Path(run_dir)
     if not run.is_dir():
-        raise RagenError(f"run directory {run} does not exist", [f"pass the folder a training run wrote (it holds metrics.jsonl), e.g. runs/<name>"])
+        raise RagenError(f"run directory {run} does not exist", ["pass the folder a training run wrote (it holds metrics.jsonl), e.g. runs/<name>"])
     rows = read_metrics(run / "metrics.jsonl")
     offline = read_metrics(run / OFFLINE_FILE)
     if not rows and not offline:

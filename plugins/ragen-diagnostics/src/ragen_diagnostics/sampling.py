@@ -25,6 +25,8 @@ import numpy as np
 
 #: Turns a reasoning text into token ids (used only when ``Turn.reasoning_ids`` is missing).
 Tokenize = Callable[[str], list[int]]
+#: The Z token ids of a turn (``[]`` = invalid for diagnostics).
+ZOf = Callable[[Any], list[int]]
 
 
 class SamplingError(ValueError):
@@ -69,6 +71,23 @@ def reasoning_ids(turn: Any, tokenize: Tokenize | None = None) -> list[int]:
     return []
 
 
+def response_z(turn: Any) -> list[int]:
+    """Z = the whole sampled reply (no-think mode, spec 17 L24): exactly what the model generated."""
+    return [int(t) for t in (getattr(turn, "response_ids", None) or [])]
+
+
+def make_z_of(source: str = "reasoning", tokenize: Tokenize | None = None) -> ZOf:
+    """The Z extractor for ``source``: ``"reasoning"`` (the think block, spec 10.2),
+    ``"response"`` (the full reply tokens) or ``"auto"`` (reasoning when present, else the reply)."""
+    if source == "reasoning":
+        return lambda turn: reasoning_ids(turn, tokenize)
+    if source == "response":
+        return response_z
+    if source == "auto":
+        return lambda turn: reasoning_ids(turn, tokenize) or response_z(turn)
+    raise ValueError(f"unknown Z source {source!r}; expected 'reasoning', 'response' or 'auto'")
+
+
 def _has_reply(turn: Any) -> bool:
     return bool(getattr(turn, "response_ids", None)) or bool(getattr(turn, "response_text", ""))
 
@@ -79,15 +98,16 @@ def _cap(num_samples: int | str, available: int) -> int:
     return min(int(num_samples), available)
 
 
-def coverage_metrics(trajectories: Sequence[Any], tokenize: Tokenize | None = None) -> dict[str, float]:
+def coverage_metrics(trajectories: Sequence[Any], z_of: ZOf | None = None) -> dict[str, float]:
     """``collapse/valid_thinking_rate`` and the first-turn counts of spec 10.3."""
+    z_of = z_of or make_z_of()
     replies = valid = first_total = first_valid = 0
     for traj in trajectories:
         for t_idx, turn in enumerate(traj.turns):
             if not _has_reply(turn):
                 continue
             replies += 1
-            ok = bool(reasoning_ids(turn, tokenize))
+            ok = bool(z_of(turn))
             valid += ok
             if t_idx == 0:
                 first_total += 1
@@ -104,17 +124,18 @@ def first_turn_sample(
     trajectories: Sequence[Any],
     num_samples: int | str,
     rng: np.random.Generator,
-    tokenize: Tokenize | None = None,
+    z_of: ZOf | None = None,
 ) -> PairSample:
     """The first-turn family: columns are env groups, rows are valid first turns.
 
     Raises:
         SamplingError: Two selected members of one group saw different first prompts.
     """
+    z_of = z_of or make_z_of()
     valid: list[tuple[int, list[int]]] = []
     for i, traj in enumerate(trajectories):
         if traj.turns and _has_reply(traj.turns[0]):
-            z = reasoning_ids(traj.turns[0], tokenize)
+            z = z_of(traj.turns[0])
             if z:
                 valid.append((i, z))
     n = _cap(num_samples, len(valid))
@@ -147,7 +168,7 @@ def trajectory_sample(
     trajectories: Sequence[Any],
     num_samples: int | str,
     rng: np.random.Generator,
-    tokenize: Tokenize | None = None,
+    z_of: ZOf | None = None,
     *,
     without_replacement: bool = True,
 ) -> PairSample:
@@ -157,16 +178,17 @@ def trajectory_sample(
         trajectories: The (unfiltered) batch.
         num_samples: Number of draws (capped at the number of valid turns), or ``"all"``.
         rng: Source of randomness.
-        tokenize: Fallback tokenizer for turns that carry reasoning text but no ids.
+        z_of: Z extractor (default: the turn's reasoning ids, see :func:`make_z_of`).
         without_replacement: Fixed mode (L22): a drawn (episode, turn) pair is removed, an episode
             with no turns left leaves the draw, and identical prompts share one column. False is
             the reference: draws with replacement over all episodes with a valid turn and one
             column per draw (episodes with no valid turn still count in the uniform choice but
             yield nothing, as in Pr(m, t) = 1/M · 1/T_m).
     """
+    z_of = z_of or make_z_of()
     pools: list[list[tuple[int, list[int]]]] = []
     for traj in trajectories:
-        pool = [(t, z) for t, turn in enumerate(traj.turns) if _has_reply(turn) and (z := reasoning_ids(turn, tokenize))]
+        pool = [(t, z) for t, turn in enumerate(traj.turns) if _has_reply(turn) and (z := z_of(turn))]
         pools.append(pool)
     total = sum(len(p) for p in pools)
     n = _cap(num_samples, total)

@@ -111,7 +111,6 @@ def naive_cross_score(
     Returns:
         ``(L_sum [R, N], lengths [R])``.
     """
-    import torch
 
     _check(prompts)
     out, lengths = _empty_result(prompts, reasonings)
