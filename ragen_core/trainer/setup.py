@@ -46,9 +46,9 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
 
     r = config.rollout
     if mode == "train":
-        n_groups, size, seed = r.env_groups, r.group_size, config.seed
+        n_groups, size = r.env_groups, r.group_size
     else:
-        n_groups, size, seed = config.val_groups, config.val_group_size, config.seed_val
+        n_groups, size = config.val_groups, config.val_group_size
     values: dict[str, Any] = {
         "env_groups": groups if groups is not None else n_groups,
         "group_size": group_size if group_size is not None else size,
@@ -56,10 +56,8 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
         "max_model_len": r.max_model_len,
         "format_penalty": r.format_penalty,
         "enable_think": r.enable_think,
-        "seed": seed,
-        "base_seed": seed,
-        "train_seed": config.seed,
-        "val_seed": config.seed_val,
+        "seed_train": config.seed,
+        "seed_val": config.seed_val,
     }
     values.update(r.extra)
     fields = getattr(RolloutConfig, "model_fields", None)

@@ -241,6 +241,8 @@ class Trainer(UpdateMixin):
                 if result:
                     metrics.update({k: float(v) for k, v in result.items() if _is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
+        # episodes whose first prompt did not fit the context have no tokens to train on
+        trajs = [t for t in trajs if t.turns]
         batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization, grouping=cfg.reward.grouping)
         with timer("filter"):
             result, rows = self._filter(batch, metrics)

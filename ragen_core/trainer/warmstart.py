@@ -3,12 +3,16 @@
 A randomly initialised tiny model never emits ``<think>..</think><answer>..</answer>``, so RL
 would only ever see format penalties. The warm start generates demonstrations with the env
 itself: a scripted engine (:class:`DemoEngine`) answers every prompt of a normal rollout with a
-**uniformly random legal action** (from ``env.action_names``) wrapped in the reply format. The
-rollout runner produces the prompts, so demonstrations use exactly the prompt layout of
-training. The model is then fine-tuned with cross-entropy on the reply tokens only.
+**uniformly random legal action** wrapped in the reply format. The rollout runner produces the
+prompts, so demonstrations use exactly the prompt layout of training. The model is then
+fine-tuned with cross-entropy on the reply tokens only.
 
-Envs without a fixed action vocabulary are skipped with a message (their random legal actions
-depend on the state, which a prompt-only scripted engine cannot see). No oracle is consulted.
+Legal actions depend on the state (Bandit's arm names change per seed), and an engine sees only
+prompt ids. So the env is wrapped (:class:`RecordingEnv`, registered in-process for the duration
+of the demo rollout): after every reset/step it records, keyed by the observation text, the
+state's legal actions (``env.action_names``) or one ``env.random_action(rng)`` for free-text envs
+that provide it. The engine decodes the prompt and answers for the latest observation it
+contains. Envs offering neither are skipped with a message. No oracle is consulted.
 
 The result is cached as a model folder under ``warm_start.cache_dir/<key>`` where the key hashes
 (env, preset, env config, model, rollout/warm-start settings, seed): a second run reuses it.
@@ -22,26 +26,81 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
+from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
 from ragen_core.trainer.config import RunConfig
 
 _THOUGHTS = ("I will try {a}.", "Let me pick {a}.", "Choosing {a} this time.", "{a} seems worth a try.")
 
 
-class DemoEngine(Engine):
-    """A scripted engine replying with a random legal action in the reply format."""
+_LEGAL: dict[str, list[str]] = {}
+"""Observation text -> legal actions of that state (filled by :class:`RecordingEnv`)."""
 
-    def __init__(self, tokenizer: Any, action_names: list[str], *, enable_think: bool = True, seed: int = 0) -> None:
+
+class RecordingEnv(Env):
+    """Delegates to a real env and records each state's legal actions by observation text."""
+
+    def __init__(self, inner: Env, seed: int) -> None:
+        self.inner = inner
+        self.config = inner.config
+        self.action_sep = inner.action_sep
+        self.seed = None
+        self._rng = make_rng(seed, "recording-env")
+
+    def _record(self, obs: str) -> str:
+        names = self.inner.action_names
+        if names:
+            _LEGAL[obs] = list(names)
+        else:
+            action = self.inner.random_action(self._rng)
+            if action is not None:
+                _LEGAL[obs] = [str(action)]
+        return obs
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        self.seed = seed
+        return self._record(self.inner.reset(seed, member=member, mode=mode))
+
+    def step(self, action: str) -> StepResult:
+        result = self.inner.step(action)
+        self._record(result.observation)
+        return result
+
+    def render(self) -> str:
+        return self.inner.render()
+
+    def instruction(self) -> str:
+        return self.inner.instruction()
+
+    @property
+    def action_names(self) -> list[str] | None:
+        return self.inner.action_names
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DemoEngine(Engine):
+    """A scripted engine replying with a random legal action (see :data:`_LEGAL`) in the reply format."""
+
+    def __init__(self, tokenizer: Any, *, enable_think: bool = True, seed: int = 0) -> None:
         super().__init__()
         self.tokenizer = tokenizer
-        self.action_names = list(action_names)
         self.enable_think = enable_think
         self.rng = make_rng(seed, "demo-engine")
         end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
         self.end_id = end if isinstance(end, int) else tokenizer.eos_token_id
 
-    def reply_text(self) -> str:
-        action = self.action_names[int(self.rng.integers(len(self.action_names)))]
+    def legal_actions(self, prompt_text: str) -> list[str] | None:
+        best, best_pos = None, -1
+        for obs, actions in _LEGAL.items():
+            pos = prompt_text.rfind(obs) if obs else -1
+            if pos > best_pos or (pos == best_pos and pos >= 0 and best is not None and len(obs) > len(best[0])):
+                best, best_pos = (obs, actions), pos
+        return best[1] if best else None
+
+    def reply_text(self, actions: list[str] | None) -> str:
+        action = actions[int(self.rng.integers(len(actions)))] if actions else "?"
         if not self.enable_think:  # the generation prefix "<answer>" is already in the prompt
             return f"{action}</answer>"
         thought = _THOUGHTS[int(self.rng.integers(len(_THOUGHTS)))].format(a=action)
@@ -49,10 +108,10 @@ class DemoEngine(Engine):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
         out = []
-        for _ in prompts:
-            ids = list(self.tokenizer(self.reply_text(), add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
-            ids = ids[: params.max_new_tokens]
-            out.append(Generation(token_ids=ids, logprobs=None, finish_reason="stop"))
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt, skip_special_tokens=False)
+            ids = list(self.tokenizer(self.reply_text(self.legal_actions(text)), add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
+            out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop"))
         return out
 
 
@@ -71,16 +130,16 @@ def cache_key(config: RunConfig) -> str:
     return f"{config.env}-{config.preset or 'default'}-{digest}"
 
 
-def env_action_names(config: RunConfig) -> list[str] | None:
+def has_random_actions(config: RunConfig) -> bool:
+    """True when the env exposes legal actions (``action_names`` or an overridden ``random_action``)."""
     from ragen_core import registry
 
     env = registry.make_env(config.env, preset=config.preset, **config.env_config)
     try:
         env.reset(config.seed)
-        names = env.action_names
+        return bool(env.action_names) or env.random_action(make_rng(config.seed, "probe")) is not None
     finally:
         env.close()
-    return list(names) if names else None
 
 
 def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "cpu", verbose: bool = True) -> Any:
@@ -93,14 +152,14 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         if verbose:
             print(f"warm start: using cached model {folder}")
         return load_model_and_tokenizer(str(folder), device=device)[0]
-    names = env_action_names(config)
-    if not names:
+    if not has_random_actions(config):
         if verbose:
-            print(f"warm start skipped: env {config.env!r} has no fixed action vocabulary (action_names); training from the base model")
+            print(f"warm start skipped: env {config.env!r} offers no legal actions (no action_names, no random_action); "
+                  "training from the base model")
         return model
     if verbose:
         print(f"warm start: supervised fine-tuning on {ws.episodes} random-action demonstrations ({config.env}) ...")
-    trajs = demonstrations(config, tokenizer, names)
+    trajs = demonstrations(config, tokenizer)
     sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=config.seed)
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
@@ -111,15 +170,31 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     return model
 
 
-def demonstrations(config: RunConfig, tokenizer: Any, names: list[str]) -> list[Any]:
-    """Roll out the scripted :class:`DemoEngine` through the normal runner (seeds disjoint from training)."""
+def demonstrations(config: RunConfig, tokenizer: Any) -> list[Any]:
+    """Roll out :class:`DemoEngine` through the normal runner on seeds disjoint from training."""
+    from ragen_core import registry
+    from ragen_core.specs import EnvSpec
     from ragen_core.trainer.setup import make_runner, sampling_params
 
     seed = derive_seed(config.seed, "warm-start")
-    demo_cfg = config.model_copy(update={"seed": seed})
-    engine = DemoEngine(tokenizer, names, enable_think=config.rollout.enable_think, seed=seed)
-    runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
-    return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
+    inner = registry.get_spec("env", config.env)
+    name = f"warmstart-{inner.name}"[:60]
+
+    def factory(cfg: Any) -> RecordingEnv:
+        return RecordingEnv(registry.make("env", config.env, cfg), seed)
+
+    globals()["_factory"] = factory
+    registry.register(EnvSpec(name=name, summary="warm-start recorder", config_model=inner.config_model,
+                              factory=f"{__name__}:_factory", presets=dict(inner.presets)))
+    _LEGAL.clear()
+    try:
+        demo_cfg = config.model_copy(update={"seed": seed, "env": name})
+        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed)
+        runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
+        return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
+    finally:
+        registry.unregister("env", name)
+        _LEGAL.clear()
 
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
