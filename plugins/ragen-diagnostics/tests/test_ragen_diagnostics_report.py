@@ -113,6 +113,21 @@ def test_cli_builds_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str
 # -- offline: tiny model + synthetic trajectories ------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Any:
+    """Tiny models on shared, oversubscribed CI cores run far faster single-threaded (OpenMP
+    spin-waits dominate small kernels); restored afterwards."""
+    try:
+        import torch
+    except ImportError:  # the model-free tests still run
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def run_with_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, list[Any]]:
     torch = pytest.importorskip("torch")
