@@ -226,3 +226,47 @@ def test_engine_loads_model_lazily(tmp_path, monkeypatch):
 def test_plugin_module_imports_no_torch():
     code = "import sys, ragen_core.engines.plugin as p; assert p.HF_SPEC.name == 'hf'; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _two_turns(engine, tok, params, seed=None):
+    prompts = _prompts(tok)
+    first = engine.generate(prompts, params, seed=seed)
+    nxt = [p + g.token_ids + tok.encode(f"\nnext {i}", add_special_tokens=False) for i, (p, g) in enumerate(zip(prompts, first))]
+    nxt[0] = tok.encode("an unrelated fresh prompt", add_special_tokens=False)
+    return first, nxt, engine.generate(nxt, params, seed=seed)
+
+
+def test_kv_reuse_gives_same_greedy_replies_and_skips_prefill(mt):
+    model, tok = mt
+    outs, stats = [], []
+    for reuse in (True, False):
+        eng = HFEngine(HFEngineConfig(reuse_kv_cache=reuse), model=model, tokenizer=tok)
+        first, nxt, second = _two_turns(eng, tok, GREEDY)
+        outs.append(([g.token_ids for g in first], [g.token_ids for g in second]))
+        stats.append(dict(eng.stats))
+    assert outs[0] == outs[1]
+    on, off = stats
+    assert off["reused_tokens"] == 0 and off["prefill_tokens"] == off["prompt_tokens"]
+    # Rows 1 and 2 reuse their prompt + reply minus the last sampled token; row 0 is fresh.
+    first_lens = [len(p) + 8 - 1 for p in _prompts(tok)]
+    assert on["reused_tokens"] == first_lens[1] + first_lens[2]
+    assert on["prefill_tokens"] + on["reused_tokens"] == on["prompt_tokens"]
+
+
+def test_kv_reuse_sampling_is_still_seed_deterministic(mt):
+    model, tok = mt
+    params = SamplingParams(max_new_tokens=6)
+    runs = []
+    for reuse in (True, True, False):
+        eng = HFEngine(HFEngineConfig(reuse_kv_cache=reuse), model=model, tokenizer=tok)
+        runs.append([g.token_ids for g in _two_turns(eng, tok, params, seed=11)[2]])
+    assert runs[0] == runs[1]
+    assert runs[0] == runs[2]  # same distribution, same generator stream
+
+
+def test_sync_weights_drops_kept_cache(engine, mt):
+    model, tok = mt
+    engine.generate(_prompts(tok), GREEDY)
+    assert engine._store
+    engine.sync_weights(model)
+    assert engine._store == []

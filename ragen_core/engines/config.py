@@ -24,4 +24,7 @@ class HFEngineConfig(PluginConfig):
     """Never sample ids the tokenizer cannot decode (embedding rows beyond ``len(tokenizer)``)."""
     drop_finished: bool = True
     """Remove finished rows from the batch and KV cache while the others keep decoding."""
-
+    reuse_kv_cache: bool = True
+    """Keep each reply's KV cache until the next call: a prompt that extends an earlier prompt +
+    reply (the next turn of an episode) is prefilled only from where it differs. Costs memory
+    (one context's KV per episode); cleared by ``sync_weights``/``attach``."""

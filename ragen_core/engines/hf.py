@@ -14,6 +14,7 @@ the next call samples from whatever weights the module has.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,11 +47,19 @@ class HFEngine(Engine):
         super().__init__(config, **overrides)
         self.model: Any = model
         self.tokenizer: Any = tokenizer
+        self._store: list[_Entry] = []
+        self._next_store: list[_Entry] = []
+        self._store_model: Any = None
+        #: Running totals: ``calls``, ``prompt_tokens`` (all prompt ids), ``prefill_tokens``
+        #: (prompt ids actually run through the model), ``reused_tokens`` (served from kept KV
+        #: caches) and ``generated_tokens``.
+        self.stats: dict[str, int] = dict.fromkeys(("calls", "prompt_tokens", "prefill_tokens", "reused_tokens", "generated_tokens"), 0)
 
     # ------------------------------------------------------------------ setup
     def attach(self, model: Any, tokenizer: Any = None) -> None:
         """Sample from ``model`` (and decode with ``tokenizer``) from now on."""
         self.model = model
+        self.clear_cache()
         if tokenizer is not None:
             self.tokenizer = tokenizer
 
@@ -67,11 +76,17 @@ class HFEngine(Engine):
             self.tokenizer = tokenizer
 
     def sync_weights(self, model: Any) -> None:
-        """Share ``model`` in-process: later calls sample from its current weights."""
+        """Share ``model`` in-process: later calls sample from its current weights.
+
+        Also drops kept KV caches, which were computed with the old weights. A caller that
+        changes the shared module's weights in place must call this too.
+        """
         self.model = model
+        self.clear_cache()
 
     def close(self) -> None:
         self.model = None
+        self.clear_cache()
 
     @property
     def stop_ids(self) -> set[int]:
@@ -103,6 +118,10 @@ class HFEngine(Engine):
         base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,)).item())
         out: list[Generation] = []
         model = self.model
+        if model is not self._store_model:
+            self.clear_cache()
+            self._store_model = model
+        self._next_store = []
         was_training = model.training
         model.eval()
         try:
@@ -111,6 +130,8 @@ class HFEngine(Engine):
                     out.extend(self._generate_batch(prompts[start : start + size], params, derive_seed(base, chunk)))
         finally:
             model.train(was_training)
+            # Only the replies of the latest call are kept: the next turn extends exactly these.
+            self._store, self._next_store = self._next_store, []
         return out
 
     def _device(self) -> torch.device:
@@ -125,16 +146,24 @@ class HFEngine(Engine):
         stop = torch.tensor(sorted(self.stop_ids), device=device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else int(stop[0])
         vocab_limit = len(self.tokenizer) if self.config.mask_unused_vocab else None
+        n = len(prompts)
 
-        n, width = len(prompts), max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), pad, dtype=torch.long, device=device)
-        mask = torch.zeros((n, width), dtype=torch.long, device=device)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long, device=device)
-            mask[i, width - len(p) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-
+        # Row layout: [left pad | reused cache of this row | left pad | new prompt tokens].
+        hits = [self._lookup(p) for p in prompts]
+        reused = [len(h.tokens) if h is not None else 0 for h in hits]
+        suffixes = [p[c:] for p, c in zip(prompts, reused)]
+        width_c, width_s = max(reused), max(len(x) for x in suffixes)
+        input_ids = torch.full((n, width_s), pad, dtype=torch.long, device=device)
+        positions = torch.zeros((n, width_s), dtype=torch.long, device=device)
+        mask = torch.zeros((n, width_c + width_s), dtype=torch.long, device=device)
+        for i, (c, suf) in enumerate(zip(reused, suffixes)):
+            input_ids[i, width_s - len(suf) :] = torch.tensor(suf, dtype=torch.long, device=device)
+            positions[i, width_s - len(suf) :] = torch.arange(c, c + len(suf), device=device)
+            mask[i, width_c - c : width_c] = 1
+            mask[i, width_c + width_s - len(suf) :] = 1
         cache = DynamicCache(config=model.config)
+        if width_c:
+            self._fill_cache(cache, hits, width_c, device)
         cache_kw = _cache_kwarg(model)
         logits = model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
@@ -146,6 +175,7 @@ class HFEngine(Engine):
         reasons: list[str] = ["length"] * n
         rows = torch.arange(n, device=device)  # original index of each live batch row
         alive = torch.ones(n, dtype=torch.bool, device=device)
+        store: list[_Entry] = []
         for step in range(params.max_new_tokens):
             tok, lp = sample_next(logits.float(), params, gen, vocab_limit)
             for row, t, l, a in zip(rows.tolist(), tok.tolist(), lp.tolist(), alive.tolist()):
@@ -159,6 +189,7 @@ class HFEngine(Engine):
             if not bool(alive.any()) or step == params.max_new_tokens - 1:
                 break
             if self.config.drop_finished and not bool(alive.all()):
+                self._save(store, cache, mask, rows, (~alive).nonzero().squeeze(-1).tolist(), prompts, tokens)
                 keep = alive.nonzero().squeeze(-1)
                 cache.batch_select_indices(keep)
                 rows, tok, mask, next_pos, alive = rows[keep], tok[keep], mask[keep], next_pos[keep], alive[keep]
@@ -167,7 +198,77 @@ class HFEngine(Engine):
                 input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], use_cache=True, **{cache_kw: cache}
             ).logits[:, -1, :]
             next_pos = next_pos + 1
+        self._save(store, cache, mask, rows, list(range(len(rows))), prompts, tokens)
+        self._next_store.extend(store)
+        st = self.stats
+        st["calls"] += 1
+        st["prompt_tokens"] += sum(len(p) for p in prompts)
+        st["reused_tokens"] += sum(reused)
+        st["prefill_tokens"] += sum(len(x) for x in suffixes)
+        st["generated_tokens"] += sum(len(t) for t in tokens)
         return [Generation(token_ids=tokens[i], logprobs=logps[i], finish_reason=reasons[i]) for i in range(n)]  # type: ignore[arg-type]
+
+    # ------------------------------------------------------- KV reuse across calls
+    def clear_cache(self) -> None:
+        """Forget all kept KV caches (done automatically when the model changes)."""
+        self._store = []
+        self._next_store = []
+
+    def _lookup(self, prompt: list[int]) -> _Entry | None:
+        """The longest kept entry whose tokens are a strict prefix of ``prompt``."""
+        if not self.config.reuse_kv_cache:
+            return None
+        best: _Entry | None = None
+        for entry in self._store:
+            k = len(entry.tokens)
+            if k >= len(prompt) or (best is not None and k <= len(best.tokens)):
+                continue
+            # Cheap rejections first: most entries belong to other episodes.
+            if prompt[k - 1] != entry.tokens[-1] or prompt[k // 2] != entry.tokens[k // 2]:
+                continue
+            if prompt[:k] == entry.tokens:
+                best = entry
+        return best
+
+    @staticmethod
+    def _fill_cache(cache: Any, hits: list[_Entry | None], width: int, device: Any) -> None:
+        ref = next(h for h in hits if h is not None)
+        for layer, (k0, v0) in enumerate(ref.kv):
+            keys = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[2]))
+            values = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[2]))
+            for i, h in enumerate(hits):
+                if h is not None:
+                    c = len(h.tokens)
+                    keys[i, :, width - c :] = h.kv[layer][0]
+                    values[i, :, width - c :] = h.kv[layer][1]
+            cache.update(keys.to(device), values.to(device), layer)
+
+    def _save(
+        self, store: list[_Entry], cache: Any, mask: torch.Tensor, rows: torch.Tensor, local: list[int], prompts: list[list[int]], tokens: list[list[int]]
+    ) -> None:
+        """Keep the KV of ``local`` batch rows: their prompt + reply minus the last token (not fed yet)."""
+        if not self.config.reuse_kv_cache or not local:
+            return
+        layers = getattr(cache, "layers", None)
+        if layers is None:  # very old transformers: no per-layer objects, no reuse
+            return
+        width = layers[0].keys.shape[2]
+        for i in local:
+            row = int(rows[i])
+            seq = prompts[row] + tokens[row][:-1]
+            valid = mask[i, :width].nonzero().squeeze(-1)[: len(seq)]
+            if len(valid) != len(seq):
+                continue
+            kv = [(layer.keys[i, :, valid], layer.values[i, :, valid]) for layer in layers]
+            store.append(_Entry(tokens=seq, kv=kv))
+
+
+@dataclass
+class _Entry:
+    """KV cache of one finished context (prompt + reply without its last sampled token)."""
+
+    tokens: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def _cache_kwarg(model: Any) -> str:
