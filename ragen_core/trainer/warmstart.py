@@ -30,7 +30,7 @@ from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
 from ragen_core.trainer.config import RunConfig
 
-_THOUGHTS = ("I will try {a}.", "Let me pick {a}.", "Choosing {a} this time.", "{a} seems worth a try.")
+_THOUGHTS = ("I pick {a}.", "Try {a}.", "{a} it is.", "")
 
 
 _LEGAL: dict[str, list[str]] = {}
@@ -99,18 +99,26 @@ class DemoEngine(Engine):
                 best, best_pos = (obs, actions), pos
         return best[1] if best else None
 
-    def reply_text(self, actions: list[str] | None) -> str:
+    def reply_text(self, actions: list[str] | None, thought: str | None = None) -> str:
         action = actions[int(self.rng.integers(len(actions)))] if actions else "?"
         if not self.enable_think:  # the generation prefix "<answer>" is already in the prompt
             return f"{action}</answer>"
-        thought = _THOUGHTS[int(self.rng.integers(len(_THOUGHTS)))].format(a=action)
+        if thought is None:
+            thought = _THOUGHTS[int(self.rng.integers(len(_THOUGHTS)))].format(a=action)
         return f"{thought}</think><answer>{action}</answer>"
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
         out = []
         for prompt in prompts:
-            text = self.tokenizer.decode(prompt, skip_special_tokens=False)
-            ids = list(self.tokenizer(self.reply_text(self.legal_actions(text)), add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
+            actions = self.legal_actions(self.tokenizer.decode(prompt, skip_special_tokens=False))
+            state = self.rng.bit_generator.state
+            ids = self._encode(self.reply_text(actions))
+            if len(ids) > params.max_new_tokens:  # too long for the budget: same action, empty thought
+                self.rng.bit_generator.state = state
+                ids = self._encode(self.reply_text(actions, thought=""))
             out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop"))
         return out
 

@@ -1,0 +1,107 @@
+"""Trainer overhead: the fraction of a training step spent outside generate / forward / backward.
+
+Runs a few GRPO (or PPO) steps of the real trainer on the tiny model and times, inside the same
+steps: engine generation, model forward passes outside generation (old log-probs, critic values,
+the update's forwards), and backward passes. Everything else (batch building, filtering,
+advantages, optimiser steps, metrics, hooks, Python glue) is "overhead".
+
+    python bench/bench_overhead.py --env bandit --algo grpo --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.gen = self.fwd = self.bwd = 0.0
+        self.in_gen = False
+        self._fwd_t0: list[float] = []
+
+
+def instrument(trainer, clock: Clock) -> None:  # noqa: ANN001
+    import torch
+
+    engine = trainer.engine
+    original_generate = engine.generate
+
+    def timed_generate(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        clock.in_gen = True
+        t0 = time.perf_counter()
+        try:
+            return original_generate(*a, **k)
+        finally:
+            clock.gen += time.perf_counter() - t0
+            clock.in_gen = False
+
+    engine.generate = timed_generate
+
+    def pre(module, args, kwargs):  # noqa: ANN001, ANN202
+        clock._fwd_t0.append(time.perf_counter())
+
+    def post(module, args, kwargs, output):  # noqa: ANN001, ANN202
+        t0 = clock._fwd_t0.pop()
+        if not clock.in_gen:
+            clock.fwd += time.perf_counter() - t0
+
+    models = [trainer.model] + ([trainer.critic] if trainer.critic is not None else [])
+    for m in models:
+        m.register_forward_pre_hook(pre, with_kwargs=True)
+        m.register_forward_hook(post, with_kwargs=True)
+    original_backward = torch.Tensor.backward
+
+    def timed_backward(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        t0 = time.perf_counter()
+        try:
+            return original_backward(self, *a, **k)
+        finally:
+            clock.bwd += time.perf_counter() - t0
+
+    torch.Tensor.backward = timed_backward
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="bandit")
+    parser.add_argument("--algo", default="grpo")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    args = parser.parse_args()
+    import torch
+
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.trainer import Trainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(RunConfig, [], [f"env={args.env}", f"algo={args.algo}", f"steps={args.steps + 1}", "warm_start.enabled=false",
+                                          "test_freq=0", "save_freq=0", "progress=false", f"run_dir={tmp}/run"])
+        trainer = Trainer(cfg)
+        trainer.setup()
+        trainer.train_step(1)  # warm-up, not measured
+        clock = Clock()
+        instrument(trainer, clock)
+        total = 0.0
+        for step in range(2, args.steps + 2):
+            t0 = time.perf_counter()
+            trainer.train_step(step)
+            total += time.perf_counter() - t0
+    other = total - clock.gen - clock.fwd - clock.bwd
+    print(f"{args.env}/{args.algo}, {cfg.rollout.env_groups}x{cfg.rollout.group_size} episodes, {args.steps} steps, {total:.2f} s")
+    for name, value in (("generate", clock.gen), ("forward", clock.fwd), ("backward", clock.bwd), ("other (overhead)", other)):
+        print(f"  {name:<17} {value:8.2f} s  {100 * value / total:5.1f} %")
+    print(f"overhead fraction = {other / total:.3f}")
+
+
+if __name__ == "__main__":
+    main()
