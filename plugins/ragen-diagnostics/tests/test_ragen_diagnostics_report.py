@@ -186,3 +186,7 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     assert "Offline recomputation" in page
     assert "offline metrics appended" in capsys.readouterr().out
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_99"]) == 2
+    # --rollouts alone finds the checkpoint of the same step
+    assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_5.jsonl")]) == 0
+    assert len(read_metrics(run / "diagnostics_offline.jsonl")) == 2
+    assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "missing.jsonl"), "--checkpoint", "step_5"]) == 2
