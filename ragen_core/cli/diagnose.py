@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         rollouts = _resolve_rollouts(run_dir, args.rollouts, checkpoint, offline.step_of)
         config: dict[str, Any] = {"scoring": args.scoring, "z_source": args.z_source}
         if args.num_samples is not None:
+            if args.num_samples != "all" and not args.num_samples.isdigit():
+                raise RagenError(f"--num-samples must be a positive integer or 'all', got {args.num_samples!r}")
             config["num_samples"] = args.num_samples if args.num_samples == "all" else int(args.num_samples)
         step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
         metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=args.device, step=step)
