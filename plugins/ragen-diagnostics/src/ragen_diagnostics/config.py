@@ -7,7 +7,7 @@ fixes of spec 17.3: shared-prefix scoring (L21), trajectory sampling without rep
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -19,7 +19,7 @@ class CollapseConfig(DiagnosticConfig):
 
     compute_freq: int = Field(default=5, ge=1)
     """Run at step 1 and whenever ``step % compute_freq == 0``."""
-    num_samples: int | Literal["all"] = 64
+    num_samples: Annotated[int, Field(ge=2)] | Literal["all"] = 64
     """Maximum number of (prompt, reasoning) pairs scored per family, or ``"all"``."""
     first_turn_enabled: bool = True
     """Compute the first-turn family (columns = env groups)."""
