@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ragen_core.engines.config import HFEngineConfig
+from ragen_core.engines.config import HFEngineConfig, VLLMEngineConfig
 
-__all__ = ["HFEngineConfig"]
+__all__ = ["HFEngineConfig", "VLLMEngineConfig"]

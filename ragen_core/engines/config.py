@@ -28,3 +28,20 @@ class HFEngineConfig(PluginConfig):
     """Keep each reply's KV cache until the next call: a prompt that extends an earlier prompt +
     reply (the next turn of an episode) is prefilled only from where it differs. Costs memory
     (one context's KV per episode); cleared by ``sync_weights``/``attach``."""
+
+
+class VLLMEngineConfig(PluginConfig):
+    """Settings of the optional vLLM engine (``pip install 'ragen-core[vllm]'``, CUDA GPU)."""
+
+    model: str = ""
+    """Hub id or folder to load; empty = the attached policy's ``config._name_or_path``."""
+    dtype: str = "auto"
+    """Weights dtype passed to vLLM."""
+    gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
+    """Share of GPU memory vLLM may claim (training needs the rest)."""
+    max_model_len: int = Field(default=3600, ge=16)
+    """Longest prompt + reply vLLM must hold."""
+    enforce_eager: bool = True
+    """Skip CUDA graph capture: slower decode, faster start, less memory."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of shared prefixes (group members, earlier turns); reset on weight sync."""

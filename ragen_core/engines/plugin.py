@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragen_core.engines.config import HFEngineConfig
+from ragen_core.engines.config import HFEngineConfig, VLLMEngineConfig
 from ragen_core.specs import EngineSpec
 
 HF_SPEC = EngineSpec(
@@ -11,4 +11,13 @@ HF_SPEC = EngineSpec(
     config_model=HFEngineConfig,
     factory="ragen_core.engines.hf:HFEngine",
     aliases=("transformers",),
+)
+
+VLLM_SPEC = EngineSpec(
+    name="vllm",
+    summary="Offline vLLM in the trainer process (needs ragen-core[vllm] and a CUDA GPU)",
+    config_model=VLLMEngineConfig,
+    factory="ragen_core.engines.vllm:VLLMEngine",
+    needs_gpu=True,
+    picklable=False,
 )
