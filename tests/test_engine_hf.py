@@ -11,12 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ragen_core import registry  # noqa: E402
-from ragen_core.engines.config import HFEngineConfig  # noqa: E402
-from ragen_core.engines.hf import HFEngine, sample_next  # noqa: E402
-from ragen_core.errors import RagenError  # noqa: E402
-from ragen_core.interfaces.engine import SamplingParams  # noqa: E402
-from ragen_core.models import load_model_and_tokenizer  # noqa: E402
+from ragen_core import registry
+from ragen_core.engines.config import HFEngineConfig
+from ragen_core.engines.hf import HFEngine, sample_next
+from ragen_core.errors import RagenError
+from ragen_core.interfaces.engine import SamplingParams
+from ragen_core.models import load_model_and_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +241,7 @@ def test_kv_reuse_gives_same_greedy_replies_and_skips_prefill(mt):
     outs, stats = [], []
     for reuse in (True, False):
         eng = HFEngine(HFEngineConfig(reuse_kv_cache=reuse), model=model, tokenizer=tok)
-        first, nxt, second = _two_turns(eng, tok, GREEDY)
+        first, _nxt, second = _two_turns(eng, tok, GREEDY)
         outs.append(([g.token_ids for g in first], [g.token_ids for g in second]))
         stats.append(dict(eng.stats))
     assert outs[0] == outs[1]

@@ -7,12 +7,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ragen_core.errors import RagenError  # noqa: E402
-from ragen_core.models import load_model_and_tokenizer, tiny_path  # noqa: E402
-from ragen_core.models.tiny import TINY_VERSION, build_byte_tokenizer  # noqa: E402
+from ragen_core.errors import RagenError
+from ragen_core.models import load_model_and_tokenizer, tiny_path
+from ragen_core.models.tiny import TINY_VERSION, build_byte_tokenizer
 
 
 @pytest.fixture(scope="module")

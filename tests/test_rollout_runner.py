@@ -6,14 +6,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from ragen_core import registry  # noqa: E402
-from ragen_core.engines.scripted import ScriptedEngine  # noqa: E402
-from ragen_core.interfaces.engine import SamplingParams  # noqa: E402
-from ragen_core.interfaces.env import Env, EnvConfig, StepResult  # noqa: E402
-from ragen_core.models.tiny import build_byte_tokenizer  # noqa: E402
-from ragen_core.rollout.layout import episode_layout, loss_mask, turn_samples  # noqa: E402
-from ragen_core.rollout.runner import RolloutConfig, RolloutRunner  # noqa: E402
-from ragen_core.specs import EnvSpec  # noqa: E402
+from ragen_core import registry
+from ragen_core.engines.scripted import ScriptedEngine
+from ragen_core.interfaces.engine import SamplingParams
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.models.tiny import build_byte_tokenizer
+from ragen_core.rollout.layout import episode_layout, loss_mask, turn_samples
+from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
+from ragen_core.specs import EnvSpec
 
 
 class LineEnv(Env):
@@ -102,7 +102,7 @@ def test_reply_cut_without_eos_gets_end_of_turn_appended(tok):
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     assert second.prompt_ids[:n] == first.prompt_ids + first.response_ids
     assert second.prompt_ids[n] == im_end  # closed by the runner, not trained
-    ids, spans, ends = episode_layout(t)
+    ids, spans, _ends = episode_layout(t)
     assert im_end not in [ids[i] for s, e in spans for i in range(s, e)]
 
 
@@ -259,7 +259,7 @@ def test_real_tiny_engine_episode_is_token_faithful_and_deterministic(tok, tmp_p
     a, b = run(), run()
     assert [[turn.response_ids for turn in t.turns] for t in a] == [[turn.response_ids for turn in t.turns] for t in b]
     for t in a:
-        ids, spans, ends = episode_layout(t)
+        ids, spans, _ends = episode_layout(t)
         assert len(spans) == len(t.turns) == 3
         for turn, (s, e) in zip(t.turns, spans):
             assert ids[s:e] == turn.response_ids

