@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 pytest.importorskip("transformers")
@@ -269,3 +271,47 @@ def test_real_tiny_engine_episode_is_token_faithful_and_deterministic(tok, tmp_p
     # Members of a group share their first prompt exactly.
     assert a[0].turns[0].prompt_ids == a[1].turns[0].prompt_ids
     del torch
+
+
+def test_append_only_contexts_with_a_foreign_chat_template(tok):
+    # A Llama-3-like template whose end-of-turn marker is not the eos token: the runner then
+    # appends the template's own closing text after every sampled reply.
+    foreign = build_byte_tokenizer()
+    foreign.chat_template = (
+        "{% for m in messages %}{{ '[' + m['role'] + ']\\n' + m['content'] + '[/turn]\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '[assistant]\\n' }}{% endif %}"
+    )
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], foreign)
+    (t,) = make_runner(foreign, eng, max_turns=2).run()
+    first, second = t.turns
+    n = len(first.prompt_ids) + len(first.response_ids)
+    assert second.prompt_ids[:n] == first.prompt_ids + first.response_ids
+    tail = foreign.decode(second.prompt_ids[n:])
+    assert tail.startswith("[/turn]\n[user]\nReward:\n0.5\n") and tail.endswith("[assistant]\n<think>")
+
+
+class ThreadLineEnv(LineEnv):
+    """LineEnv that records which thread stepped it."""
+
+    threads: set = set()
+
+    def step(self, action: str) -> StepResult:
+        ThreadLineEnv.threads.add(threading.get_ident())
+        return super().step(action)
+
+
+def test_env_workers_step_concurrently_with_identical_results(tok):
+    registry.register(EnvSpec(name="rollout-test-thread-line", config_model=EnvConfig, factory=f"{__name__}:ThreadLineEnv"))
+    script = ["a</think><answer>Up</answer>", "b</think><answer>Down || Up</answer>", "junk"]
+    results = []
+    for workers in (1, 4):
+        ThreadLineEnv.threads = set()
+        eng = ScriptedEngine(script, tok)
+        config = RolloutConfig(env_groups=2, group_size=2, env_workers=workers)
+        trajs = RolloutRunner("rollout-test-thread-line", {}, None, eng, tok, config).run()
+        results.append([(t.to_dict()["turns"], t.total_reward, t.end_reason) for t in trajs])
+        if workers == 1:
+            assert ThreadLineEnv.threads == {threading.get_ident()}
+        else:
+            assert threading.get_ident() not in ThreadLineEnv.threads
+    assert results[0] == results[1]

@@ -62,6 +62,9 @@ class RolloutConfig(PluginConfig):
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
     """Fixed base seed of validation rollouts."""
+    env_workers: int = Field(default=1, ge=1)
+    """Threads that step the episodes of a turn concurrently (for envs whose ``step`` waits on
+    a server, spec 17 L25); 1 = step in order in the calling thread."""
 
 
 class RolloutRunner:
@@ -179,11 +182,14 @@ class RolloutRunner:
                 break
             gens = self.engine.generate(batch, sampling, seed=derive_seed("rollout", mode, base, turn_no))
             prefix = self.chat.generation_prefix
-            for ep, ids, gen in zip(live, batch, gens):
-                text = prefix + self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                parsed = parse_reply(text, think=think, action_sep=ep.env.action_sep, max_actions=ep.env.config.max_actions_per_turn)
-                shown = ep.observation
-                outcome = pool.step(ep, parsed)
+            texts = [prefix + self.tokenizer.decode(gen.token_ids, skip_special_tokens=True) for gen in gens]
+            parses = [
+                parse_reply(text, think=think, action_sep=ep.env.action_sep, max_actions=ep.env.config.max_actions_per_turn)
+                for ep, text in zip(live, texts)
+            ]
+            shown_obs = [ep.observation for ep in live]
+            outcomes = self._step_all(pool, live, parses)
+            for ep, ids, gen, text, parsed, shown, outcome in zip(live, batch, gens, texts, parses, shown_obs, outcomes):
                 ep.extra["parsed"].append(parsed)
                 ep.traj.turns.append(
                     Turn(
@@ -209,6 +215,20 @@ class RolloutRunner:
             ep.traj.final_observation = ep.observation
             ep.extra.clear()
         return [ep.traj for ep in episodes]
+
+    def _step_all(self, pool: EnvPool, live: list[Episode], parses: list[ParsedReply]) -> list[Any]:
+        """Step every live episode once; in a thread pool when ``env_workers > 1``.
+
+        Each episode owns its env, so concurrent steps touch disjoint state and the results do
+        not depend on the number of workers.
+        """
+        workers = min(self.config.env_workers, len(live))
+        if workers <= 1:
+            return [pool.step(ep, parsed) for ep, parsed in zip(live, parses)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragen-env") as ex:
+            return list(ex.map(pool.step, live, parses))
 
     # ---------------------------------------------------------------- prompts
     def _block(self, ep: Episode, turn_no: int, think: bool) -> str:
