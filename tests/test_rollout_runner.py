@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import ClassVar
 
 import pytest
 
@@ -293,7 +294,7 @@ def test_append_only_contexts_with_a_foreign_chat_template(tok):
 class ThreadLineEnv(LineEnv):
     """LineEnv that records which thread stepped it."""
 
-    threads: set = set()
+    threads: ClassVar[set[int]] = set()
 
     def step(self, action: str) -> StepResult:
         ThreadLineEnv.threads.add(threading.get_ident())
