@@ -38,13 +38,13 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     from ragen_core.config import load_config
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.config import RunConfig
-    from ragen_core.trainer.warmstart import cache_key, warm_start
+    from ragen_core.trainer.warmstart import cache_key, cache_root, warm_start
 
     cfg = load_config(RunConfig, [], common(args) + [f"warm_start.episodes={args.warm_episodes}", f"warm_start.epochs={args.warm_epochs}",
                                                      f"warm_start.cache_dir={args.cache}"])
     model, tok = load_model_and_tokenizer("tiny")
     warm_start(cfg, model, tok)
-    return str(Path(args.cache) / cache_key(cfg))
+    return str(cache_root(cfg) / cache_key(cfg))
 
 
 def one_run(args: argparse.Namespace, algo: str, seed: int, model: str, work: Path) -> list[dict]:

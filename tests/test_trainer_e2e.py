@@ -179,3 +179,21 @@ def test_cli_run_eval_and_plot(tmp_path, capsys):
     assert isinstance(rec["success"], bool) and rec["context"]
     assert main(["plot", str(run_dir)]) == 0
     assert (run_dir / "plots" / "summary.png").is_file()
+
+
+def test_preflight_rejects_model_that_does_not_fit_memory(tmp_path, monkeypatch):
+    from ragen_core.trainer import setup as su
+
+    monkeypatch.setattr(su, "available_memory_bytes", lambda device: 1024)
+    trainer = Trainer(make_config(tmp_path, "algo=ppo"))
+    with pytest.raises(ResourceError, match="GiB") as info:
+        trainer.setup()
+    assert "critic" in str(info.value) and "hint:" in str(info.value)
+
+
+def test_dapo_dynamic_sampling_runs(tmp_path):
+    trainer = Trainer(make_config(tmp_path, "algo=dapo", "steps=1", "test_freq=0"))
+    (row,) = trainer.train()
+    assert "rollout/dynamic_sampling_dropped" in row
+    # groups whose episodes all scored the same are dropped, so either an update or an empty step happened
+    assert ("actor/pg_loss" in row) != (row["rollout/empty_after_filter"] == 1.0)

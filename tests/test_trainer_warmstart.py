@@ -64,3 +64,20 @@ def test_warm_start_lowers_reply_loss_and_is_cached(tmp_path, capsys):
     assert "using cached model" in capsys.readouterr().out
     assert all(torch.equal(a, b) for a, b in zip(warm.state_dict().values(), again.state_dict().values()))
     assert cache_key(cfg) != cache_key(cfg.model_copy(update={"seed": 1}))
+
+
+def test_cached_prefix_logprobs_equal_full_forward(tmp_path):
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.modeling import token_logprobs
+    from ragen_core.trainer.warmstart import demonstrations, reply_logprobs
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "env_config.max_turns=3", "warm_start.episodes=4")
+    batch = build_batch(demonstrations(cfg, tok), tok.pad_token_id)
+    full, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    cached, mask = reply_logprobs(model, batch)
+    assert int(mask.sum()) == int(batch.response_mask.sum()) > 0
+    assert torch.allclose(full[batch.response_mask > 0], cached[mask > 0], atol=1e-5)

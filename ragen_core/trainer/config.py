@@ -114,8 +114,9 @@ class WarmStartSection(_Section):
     epochs: int = Field(default=3, ge=1)
     lr: float = Field(default=1e-3, gt=0)
     batch_size: int = Field(default=8, ge=1)
-    cache_dir: str = ".ragen_cache/warmstart"
-    """Where warm-started model folders are cached, keyed by env, preset, config hash and seed."""
+    cache_dir: str | None = None
+    """Cache of warm-started model folders, keyed by env, preset, config hash and seed;
+    ``None`` = ``$RAGEN_CACHE/warmstart`` or ``~/.cache/ragen/warmstart``."""
 
 
 class EarlyStopSection(_Section):

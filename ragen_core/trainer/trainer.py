@@ -182,11 +182,9 @@ class Trainer(UpdateMixin):
                     bar.update(1)
                     bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
-                if self._should_save(step, last):
-                    t0 = time.perf_counter()
+                if self._should_save(step, last):  # after logging: a checkpointed step always has its metrics line
                     path = self.save(step)
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
-                    metrics["timing_s/save_checkpoint"] = time.perf_counter() - t0
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
         finally:
@@ -305,9 +303,18 @@ class Trainer(UpdateMixin):
         metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
         metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
         kept = set(result.kept_groups)
-        rows = [i for i, g in enumerate(grouped.group_ids) if g in kept]
+        keep_fn = getattr(self.algorithm, "keep_mask", None)  # DAPO dynamic sampling (flat groups carry no signal)
+        row_ok = [True] * len(batch)
+        if keep_fn is not None:
+            row_ok = [bool(x) for x in keep_fn(batch.token_rewards, batch.group_ids, batch.episode_ids).tolist()]
+            flat = {g for g, ok in zip(grouped.group_ids, row_ok) if not ok and g in kept}
+            metrics["rollout/dynamic_sampling_dropped"] = float(len(flat))
+            kept -= flat
+            if not kept:
+                result = type(result)(kept_groups=[], group_weights={}, dropped=dict(result.dropped), metrics=dict(result.metrics))
+        rows = [i for i, g in enumerate(grouped.group_ids) if g in kept and row_ok[i]]
         self._group_weights = dict(result.group_weights)
-        self._kept_ratio = len(result.kept_groups) / max(n_groups, 1)
+        self._kept_ratio = len(kept) / max(n_groups, 1)
         return result, rows
 
     def _maybe_validate(self, step: int, metrics: dict[str, float]) -> None:

@@ -60,6 +60,9 @@ class UpdateMixin:
             with timer("values"):
                 batch.values = batched_values(self.critic, batch, rows, micro)
         rewards = batch.token_rewards
+        shape = getattr(self.algorithm, "shape_rewards", None)  # e.g. DAPO overlong punishment
+        if shape is not None:
+            rewards = shape(rewards, m, max_length=self.train_sampling.max_new_tokens)
         if acfg.use_kl_in_reward:
             rewards, kl_metrics = kl_in_reward(rewards, batch.old_log_probs, batch.ref_log_probs, m, acfg.kl_in_reward_coef, acfg.kl_in_reward_type)
             metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
@@ -169,7 +172,8 @@ class UpdateMixin:
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp, with_entropy=need_entropy)
                     agg_kw = dict(counts)
                     if mode == "seq-mean-token-sum-norm":
-                        agg_kw = {"norm_constant": float(width)}
+                        extra = getattr(self.algorithm, "agg_kwargs", None) or {}
+                        agg_kw = {"norm_constant": float(extra.get("norm_constant") or width)}
                     elif mode == "token-mean":
                         agg_kw.pop("global_seq_count", None)
                     else:

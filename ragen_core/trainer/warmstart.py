@@ -21,6 +21,7 @@ The result is cached as a model folder under ``warm_start.cache_dir/<key>`` wher
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
 from ragen_core.trainer.config import RunConfig
 
-_THOUGHTS = ("I pick {a}.", "Try {a}.", "{a} it is.", "")
+_THOUGHTS = ("", "{a}", "I pick {a}.")
 
 
 _LEGAL: dict[str, list[str]] = {}
@@ -138,6 +139,15 @@ def cache_key(config: RunConfig) -> str:
     return f"{config.env}-{config.preset or 'default'}-{digest}"
 
 
+def cache_root(config: RunConfig) -> Path:
+    """``warm_start.cache_dir`` or the default next to the tiny-model cache."""
+    if config.warm_start.cache_dir:
+        return Path(config.warm_start.cache_dir).expanduser()
+    from ragen_core.models import default_cache_dir
+
+    return default_cache_dir().parent / "warmstart"
+
+
 def has_random_actions(config: RunConfig) -> bool:
     """True when the env exposes legal actions (``action_names`` or an overridden ``random_action``)."""
     from ragen_core import registry
@@ -155,7 +165,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     from ragen_core.models import load_model_and_tokenizer
 
     ws = config.warm_start
-    folder = Path(ws.cache_dir) / cache_key(config)
+    folder = cache_root(config) / cache_key(config)
     if (folder / "config.json").is_file():
         if verbose:
             print(f"warm start: using cached model {folder}")
@@ -205,16 +215,68 @@ def demonstrations(config: RunConfig, tokenizer: Any) -> list[Any]:
         _LEGAL.clear()
 
 
+def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
+    """Log-probs of every token after each row's first reply token, with the prompt prefix cached.
+
+    The prompt before the first reply is run once without gradients and kept as a KV cache; only
+    the remainder (replies and later observations) is run with gradients. Forward values equal a
+    full forward; gradients skip the prompt's own activations (about 3x cheaper for long prompts).
+
+    Returns ``(logp, mask)`` shaped ``[B, S-1]``: log-prob of suffix token ``j+1`` and whether it
+    is a sampled reply token.
+    """
+    import torch
+
+    device = next(model.parameters()).device
+    lengths = sub.attention_mask.sum(1).tolist()
+    splits = []
+    for i in range(len(sub)):
+        nz = torch.nonzero(sub.response_mask[i]).flatten()
+        splits.append(int(nz[0]) if len(nz) else int(lengths[i]) - 1)
+    if min(splits) < 1:
+        from ragen_core.trainer.modeling import token_logprobs
+
+        logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
+        return logp, sub.response_mask.to(device)
+    b, p_len = len(sub), max(splits)
+    s_len = max(int(n) - s for n, s in zip(lengths, splits))
+    pad = int(sub.input_ids[0, -1]) if sub.input_ids.shape[1] else 0
+    pre_ids = torch.full((b, p_len), pad, dtype=torch.long)
+    pre_mask = torch.zeros((b, p_len), dtype=torch.long)
+    suf_ids = torch.full((b, s_len), pad, dtype=torch.long)
+    suf_mask = torch.zeros((b, s_len), dtype=torch.long)
+    tgt_mask = torch.zeros((b, max(s_len - 1, 1)), dtype=torch.float32)
+    for i, (n, s) in enumerate(zip(lengths, splits)):
+        n = int(n)
+        pre_ids[i, p_len - s :] = sub.input_ids[i, :s]
+        pre_mask[i, p_len - s :] = 1
+        suf_ids[i, : n - s] = sub.input_ids[i, s:n]
+        suf_mask[i, : n - s] = 1
+        tgt_mask[i, : n - s - 1] = sub.response_mask[i, s : n - 1]
+    pre_pos = (pre_mask.cumsum(1) - 1).clamp(min=0)
+    suf_pos = torch.as_tensor(splits).unsqueeze(1) + torch.arange(s_len).unsqueeze(0)
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    with torch.no_grad():
+        model(input_ids=pre_ids.to(device), attention_mask=pre_mask.to(device), position_ids=pre_pos.to(device), use_cache=True, **{kw: cache})
+    out = model(input_ids=suf_ids.to(device), attention_mask=torch.cat([pre_mask, suf_mask], 1).to(device), position_ids=suf_pos.to(device),
+                use_cache=True, **{kw: cache})
+    logits = out.logits[:, :-1, :].float()
+    targets = suf_ids[:, 1:].to(device).unsqueeze(-1)
+    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return logp, tgt_mask[:, : logp.shape[1]].to(device)
+
+
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch."""
     import torch
 
     from ragen_core.trainer.batch import build_batch
-    from ragen_core.trainer.modeling import token_logprobs
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = build_batch(trajs, pad)
-    device = next(model.parameters()).device
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     rng = make_rng(seed, "sft-order")
     losses: list[float] = []
@@ -223,8 +285,7 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):
             sub = batch.select(order[start : start + batch_size])
-            mask = sub.response_mask.to(device)
-            logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
+            logp, mask = reply_logprobs(model, sub)
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
