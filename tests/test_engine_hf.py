@@ -284,3 +284,12 @@ def test_vllm_engine_missing_dependency_is_a_clear_error():
             factory(VLLM_SPEC.make_config({"model": "x"}))
         return
     pytest.skip("vllm is installed; needs a GPU run")
+
+
+def test_kv_reuse_respects_token_cap(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    cap = len(prompts[0]) + 8  # room for the first row's context only
+    eng = HFEngine(HFEngineConfig(reuse_kv_max_tokens=cap), model=model, tokenizer=tok)
+    eng.generate(prompts, GREEDY)
+    assert [len(e.tokens) for e in eng._store] == [len(prompts[0]) + 7]

@@ -28,6 +28,9 @@ class HFEngineConfig(PluginConfig):
     """Keep each reply's KV cache until the next call: a prompt that extends an earlier prompt +
     reply (the next turn of an episode) is prefilled only from where it differs. Costs memory
     (one context's KV per episode); cleared by ``sync_weights``/``attach``."""
+    reuse_kv_max_tokens: int = Field(default=500_000, ge=0)
+    """Cap on tokens whose KV is kept between calls (memory guard; a 0.5B Qwen keeps ~12 KB
+    per token in bf16); replies beyond the cap are simply re-prefilled next turn."""
 
 
 class VLLMEngineConfig(PluginConfig):

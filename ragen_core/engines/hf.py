@@ -253,9 +253,13 @@ class HFEngine(Engine):
         if layers is None:  # very old transformers: no per-layer objects, no reuse
             return
         width = layers[0].keys.shape[2]
+        kept = sum(len(e.tokens) for e in self._next_store) + sum(len(e.tokens) for e in store)
         for i in local:
             row = int(rows[i])
             seq = prompts[row] + tokens[row][:-1]
+            if kept + len(seq) > self.config.reuse_kv_max_tokens:
+                continue
+            kept += len(seq)
             valid = mask[i, :width].nonzero().squeeze(-1)[: len(seq)]
             if len(valid) != len(seq):
                 continue
