@@ -293,3 +293,23 @@ def test_kv_reuse_respects_token_cap(mt):
     eng = HFEngine(HFEngineConfig(reuse_kv_max_tokens=cap), model=model, tokenizer=tok)
     eng.generate(prompts, GREEDY)
     assert [len(e.tokens) for e in eng._store] == [len(prompts[0]) + 7]
+
+
+def test_growable_kv_layer_matches_concatenating_layer():
+    from transformers.cache_utils import DynamicLayer
+
+    from ragen_core.engines._kv import GrowableLayer
+
+    gen = torch.Generator().manual_seed(0)
+    plain, grow = DynamicLayer(), GrowableLayer(reserve=2)
+    for n in (5, 1, 1, 1, 3):  # crosses the reserve twice
+        k, v = torch.randn(3, 2, n, 4, generator=gen), torch.randn(3, 2, n, 4, generator=gen)
+        pk, pv = plain.update(k, v)
+        gk, gv = grow.update(k, v)
+        assert torch.equal(pk, gk) and torch.equal(pv, gv)
+    keep = torch.tensor([0, 2])
+    plain.batch_select_indices(keep)
+    grow.batch_select_indices(keep)
+    k, v = torch.randn(2, 2, 1, 4, generator=gen), torch.randn(2, 2, 1, 4, generator=gen)
+    assert all(torch.equal(a, b) for a, b in zip(plain.update(k, v), grow.update(k, v)))
+    assert grow.get_seq_length() == plain.get_seq_length() == 12

@@ -140,6 +140,8 @@ class HFEngine(Engine):
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Generation]:
         from transformers import DynamicCache
 
+        from ragen_core.engines._kv import use_growable_layers
+
         model, device = self.model, self._device()
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
@@ -162,6 +164,7 @@ class HFEngine(Engine):
             mask[i, width_c - c : width_c] = 1
             mask[i, width_c + width_s - len(suf) :] = 1
         cache = DynamicCache(config=model.config)
+        use_growable_layers(cache, reserve=params.max_new_tokens + 1)
         if width_c:
             self._fill_cache(cache, hits, width_c, device)
         cache_kw = _cache_kwarg(model)
