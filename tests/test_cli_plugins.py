@@ -116,3 +116,17 @@ def test_init_env_rejects_bad_names_and_existing_dirs(tmp_path):
     assert ragen("init-env", "grid2", "--dir", str(tmp_path)).returncode == 0
     again = ragen("init-env", "grid2", "--dir", str(tmp_path))
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def test_unrelated_broken_plugin_does_not_break_a_command(tmp_path):
+    fake_entry_points(
+        tmp_path, "fake-explodes", {"ragen_core.envs": {"explodes": "fakeplug_boom:SPEC"}, "ragen_core.rollout_filters": {"explodes": "fakeplug_boom:SPEC"}},
+        modules={"fakeplug_boom.py": "raise RuntimeError('this plugin is broken')\n"}, add_to_path=False,
+    )
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    played = ragen("env", "play", "bandit", "--agent", "random", env=env)
+    assert played.returncode == 0, played.stderr
+    assert "episode over" in played.stdout
+    asked = ragen("env", "play", "explodes", env=env)
+    assert asked.returncode == 2
+    assert "PluginLoadError: env 'explodes' from fake-explodes 0.0.1 failed to import: RuntimeError: this plugin is broken" in asked.stderr
