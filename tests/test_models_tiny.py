@@ -15,6 +15,15 @@ from ragen_core.models import load_model_and_tokenizer, tiny_path
 from ragen_core.models.tiny import TINY_VERSION, build_byte_tokenizer
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The tiny model's ops are too small to gain from threads; on a busy machine they lose."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("models")
