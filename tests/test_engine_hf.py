@@ -322,3 +322,11 @@ def test_growable_kv_layer_matches_concatenating_layer():
     k, v = torch.randn(2, 2, 1, 4, generator=gen), torch.randn(2, 2, 1, 4, generator=gen)
     assert all(torch.equal(a, b) for a, b in zip(plain.update(k, v), grow.update(k, v)))
     assert grow.get_seq_length() == plain.get_seq_length() == 12
+
+
+def test_torch_threads_setting_is_restored(mt):
+    model, tok = mt
+    before = torch.get_num_threads()
+    eng = HFEngine(HFEngineConfig(torch_threads=1), model=model, tokenizer=tok)
+    eng.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seed=0)
+    assert torch.get_num_threads() == before

@@ -124,12 +124,16 @@ class HFEngine(Engine):
         self._next_store = []
         was_training = model.training
         model.eval()
+        threads = torch.get_num_threads()
+        if self.config.torch_threads is not None and self._device().type == "cpu":
+            torch.set_num_threads(self.config.torch_threads)
         try:
             with torch.no_grad():
                 for chunk, start in enumerate(range(0, len(prompts), size)):
                     out.extend(self._generate_batch(prompts[start : start + size], params, derive_seed(base, chunk)))
         finally:
             model.train(was_training)
+            torch.set_num_threads(threads)
             # Only the replies of the latest call are kept: the next turn extends exactly these.
             self._store, self._next_store = self._next_store, []
         return out
