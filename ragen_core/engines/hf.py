@@ -5,15 +5,25 @@ the sampled ids (with the EOS the model emitted, never padding), the log-probabi
 sampled id under the distribution it was drawn from (after temperature, top-k and top-p), a
 seeded generator that does not touch the global torch RNG, and the freedom to drop finished
 rows from the batch and its KV cache. ``generate`` offers these only piecemeal (scores are
-post-processor logits, finished rows keep decoding padding). The loop is ~40 lines: one
+post-processor logits, finished rows keep decoding padding). The loop is short: one
 prefill forward over the left-padded batch, then one forward per new token on the cache.
 
+Multi-turn speed (measured in ``bench/bench_multiturn.py``):
+
+* **KV reuse across calls** (``reuse_kv_cache``): after a call the engine keeps each reply's KV
+  cache (prompt + reply minus the last sampled token). The next turn's prompt of an episode
+  starts with exactly those ids (the rollout layer appends, never re-tokenises), so only the
+  new user message is prefilled. Only the latest call's replies are kept.
+* **Growable cache layers** (:mod:`ragen_core.engines._kv`): new positions are written into a
+  buffer with the reply budget reserved, instead of ``torch.cat`` on every decode step.
+
 The engine holds a reference to the policy module, so :meth:`HFEngine.sync_weights` is free:
-the next call samples from whatever weights the module has.
+the next call samples from whatever weights the module has (kept KV caches are dropped).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,7 +125,7 @@ class HFEngine(Engine):
             raise RagenError("HFEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
         self.load()
         size = self.config.max_batch_size or len(prompts)
-        base = seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,)).item())
+        base = seed if seed is not None else int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         out: list[Generation] = []
         model = self.model
         if model is not self._store_model:
