@@ -62,7 +62,9 @@ def _rows(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_two_step_run_logs_metrics_and_saves_loadable_checkpoint(tmp_path, algo):
-    cfg = make_config(tmp_path, f"algo={algo}")
+    # grpo: one mini-batch per step (old log-probs from the update's own forward);
+    # ppo: two mini-batches per step (a separate old-log-prob pass)
+    cfg = make_config(tmp_path, f"algo={algo}", *(["optim.mini_batch_size=2"] if algo == "ppo" else []))
     trainer = Trainer(cfg)
     history = trainer.train()
     assert len(history) == 2
@@ -71,8 +73,10 @@ def test_two_step_run_logs_metrics_and_saves_loadable_checkpoint(tmp_path, algo)
     for key in ("train/success", "train/reward", "actor/pg_loss", "actor/entropy", "rollout/filter_kept_ratio", "timing_s/gen", "actor/grad_norm"):
         assert key in rows[0] and math.isfinite(rows[0][key]), key
     assert "val-env/success" in rows[1]
+    assert rows[0]["rollout/engine_logprob_abs_diff"] < 1e-4  # recomputed log-probs match the sampler's
     if algo == "ppo":
         assert "critic/vf_loss" in rows[0] and trainer.critic is not None
+        assert "timing_s/old_log_prob" in rows[0] and rows[0]["train/num_mini_batches"] == 2
     else:
         assert trainer.critic is None
     assert (trainer.run_dir / "config.yaml").is_file() and (trainer.run_dir / "plugins.json").is_file()

@@ -46,12 +46,18 @@ class UpdateMixin:
         rows = list(range(len(batch)))
         temp = self.train_sampling.temperature
         m = batch.response_mask
-        with timer("old_log_prob"):
-            batch.old_log_probs, entropy = batched_logprobs(self.model, batch, rows, micro, temp, with_entropy=True)
-        metrics["actor/entropy"] = float(agg_loss(entropy, m, acfg.loss_agg_mode))
-        if batch.engine_logprobs is not None:
-            diff = (batch.old_log_probs - batch.engine_logprobs).abs()
-            metrics["rollout/engine_logprob_abs_diff"] = _masked_mean(diff, m)
+        # One optimiser step per rollout (one epoch, one mini-batch) and no KL-in-reward: the old
+        # policy *is* the current one, so the update's own forward (detached) supplies the old
+        # log-probs and a whole no-grad forward pass is saved. Loss and gradient are unchanged.
+        self._single_pass = (self.config.optim.ppo_epochs == 1 and len(batch) <= self.config.optim.mini_batch_size
+                             and not acfg.use_kl_in_reward)
+        if not self._single_pass:
+            with timer("old_log_prob"):
+                batch.old_log_probs, entropy = batched_logprobs(self.model, batch, rows, micro, temp, with_entropy=True)
+            metrics["actor/entropy"] = float(agg_loss(entropy, m, acfg.loss_agg_mode))
+            if batch.engine_logprobs is not None:
+                diff = (batch.old_log_probs - batch.engine_logprobs).abs()
+                metrics["rollout/engine_logprob_abs_diff"] = _masked_mean(diff, m)
         if self.ref_model is not None or (acfg.use_kl_loss or acfg.use_kl_in_reward):
             with timer("ref"):
                 batch.ref_log_probs = self._ref_logprobs(batch, rows, micro, temp)
@@ -147,6 +153,10 @@ class UpdateMixin:
         device = next(self.model.parameters()).device
         width = batch.input_ids.shape[1] - 1
         keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy_loss", "actor/kl_loss", "actor/grad_norm")
+        single = getattr(self, "_single_pass", False)
+        ent_full = batch.response_mask.new_zeros(batch.response_mask.shape) if single else None
+        diff_sum = 0.0
+        have_engine = batch.engine_logprobs is not None
         stats: dict[str, list[float]] = {k: [] for k in keys}
         skipped = 0
         rows = list(range(len(batch)))
@@ -168,8 +178,13 @@ class UpdateMixin:
                     mask = sub.response_mask.to(device)
                     share = float(mask.sum()) / mini_tokens
                     loss_w = 1.0 if (counts or mode == "seq-mean-token-sum-norm") else 1.0 / len(micros)
-                    need_entropy = acfg.entropy_coeff != 0
+                    need_entropy = acfg.entropy_coeff != 0 or single
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp, with_entropy=need_entropy)
+                    if single:
+                        sub.old_log_probs = logp.detach().cpu()
+                        ent_full[idx, : entropy.shape[1]] = entropy.detach().float().cpu()
+                        if have_engine:
+                            diff_sum += float(((logp.detach().cpu() - sub.engine_logprobs).abs() * sub.response_mask).sum())
                     agg_kw = dict(counts)
                     if mode == "seq-mean-token-sum-norm":
                         extra = getattr(self.algorithm, "agg_kwargs", None) or {}
@@ -203,6 +218,11 @@ class UpdateMixin:
         out["actor/kl_coef"] = float(acfg.kl_loss_coef if acfg.use_kl_loss else 0.0)
         out["actor/skipped_steps"] = float(skipped)
         out["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        if single:
+            tokens = max(float(batch.response_mask.sum()), 1.0)
+            out["actor/entropy"] = float(agg_loss(ent_full, batch.response_mask, mode))
+            if have_engine:
+                out["rollout/engine_logprob_abs_diff"] = diff_sum / tokens
         return out
 
     @staticmethod

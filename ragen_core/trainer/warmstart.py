@@ -258,9 +258,12 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    params = inspect.signature(model.forward).parameters
+    kw = "cache" if "cache" in params else "past_key_values"
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefix logits are not needed
     with torch.no_grad():
-        model(input_ids=pre_ids.to(device), attention_mask=pre_mask.to(device), position_ids=pre_pos.to(device), use_cache=True, **{kw: cache})
+        model(input_ids=pre_ids.to(device), attention_mask=pre_mask.to(device), position_ids=pre_pos.to(device), use_cache=True,
+              **{kw: cache}, **keep)
     out = model(input_ids=suf_ids.to(device), attention_mask=torch.cat([pre_mask, suf_mask], 1).to(device), position_ids=suf_pos.to(device),
                 use_cache=True, **{kw: cache})
     logits = out.logits[:, :-1, :].float()
