@@ -27,7 +27,7 @@ RESULTS = ROOT / "bench" / "results"
 
 def common(args: argparse.Namespace) -> list[str]:
     return [
-        "env=bandit", f"rollout.env_groups={args.groups}", f"rollout.group_size={args.group_size}",
+        f"env={args.env}", *args.set, f"rollout.env_groups={args.groups}", f"rollout.group_size={args.group_size}",
         f"sampling.train.max_new_tokens={args.new_tokens}", f"sampling.val.max_new_tokens={args.new_tokens}",
         f"optim.lr={args.lr}", f"optim.critic_lr={args.lr}", f"optim.mini_batch_size={args.groups * args.group_size}",
         "optim.micro_batch_size=8", "test_freq=0", "save_freq=0", "progress=false",
@@ -59,6 +59,8 @@ def one_run(args: argparse.Namespace, algo: str, seed: int, model: str, work: Pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="bandit", help="bandit, or toy-corridor as a fast sanity check")
+    parser.add_argument("--set", nargs="*", default=[], metavar="key=value", help="extra RunConfig overrides (env_config.*)")
     parser.add_argument("--algos", nargs="+", default=["grpo", "ppo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--steps", type=int, default=12)
@@ -76,7 +78,11 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    work = Path(args.work)
+    if args.env == "toy-corridor":
+        from ragen_core.testing.toy_env import register_toy_env
+
+        register_toy_env()
+    work = Path(args.work) / args.env
     t0 = time.time()
     model = warm_model(args, work)
     curves: dict[str, list[list[dict]]] = {}
@@ -99,9 +105,12 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
     import matplotlib.pyplot as plt
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    env = args.env
+    name = "learning_bandit" if env == "bandit" else f"learning_{env.replace('-', '_')}"
+    what = "pick-better-arm rate" if env == "bandit" else "success rate"
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for algo, runs in curves.items():
-        for ax, key, title in ((axes[0], "train/bandit/success", "pick-better-arm rate"), (axes[1], "train/bandit/action_is_valid", "valid reply rate")):
+        for ax, key, title in ((axes[0], f"train/{env}/success", what), (axes[1], f"train/{env}/action_is_valid", "valid reply rate")):
             ys = _mean_curve(runs, key)
             ax.plot(range(1, len(ys) + 1), ys, marker="o", label=f"{algo} (mean of {len(runs)} seeds)")
             ax.set_title(title)
@@ -110,17 +119,18 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
             ax.grid(alpha=0.3)
             ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "learning_bandit.png", dpi=100)
+    fig.savefig(RESULTS / f"{name}.png", dpi=100)
     k = max(1, min(3, args.steps // 3))
     lines = [
-        "# Learning on Bandit (tiny model, CPU)", "",
-        f"Command: `python bench/learning_bandit.py --steps {args.steps} --seeds {' '.join(map(str, args.seeds))} "
+        f"# Learning on {env} (tiny model, CPU)", "",
+        f"Command: `python bench/learning_bandit.py --env {env} {('--set ' + ' '.join(args.set)) if args.set else ''} --steps {args.steps} --seeds {' '.join(map(str, args.seeds))} "
         f"--algos {' '.join(args.algos)} --groups {args.groups} --group-size {args.group_size} --lr {args.lr} "
         f"--warm-episodes {args.warm_episodes} --warm-epochs {args.warm_epochs}`", "",
         f"{args.groups} groups x {args.group_size} episodes per step, {args.steps} steps, wall time {seconds / 60:.1f} min. "
-        f"Pick-better-arm rate = share of episodes choosing the high-risk arm (invalid replies count as misses); "
-        f"first/last = mean over the first/last {k} steps.", "",
-        "| algo | seed | better arm, first | better arm, last | valid, first | valid, last | reward, last |",
+        + ("Pick-better-arm rate = share of episodes choosing the high-risk arm (invalid replies count as misses); " if env == "bandit"
+           else "Success = episode reached the goal; ")
+        + f"first/last = mean over the first/last {k} steps.", "",
+        f"| algo | seed | {what}, first | {what}, last | valid, first | valid, last | reward, last |",
         "|---|---|---|---|---|---|---|",
     ]
     for algo, runs in curves.items():
@@ -129,12 +139,12 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
                 return statistics.fmean(r.get(key, 0.0) or 0.0 for r in rows)
 
             lines.append(
-                f"| {algo} | {seed} | {avg(run[:k], 'train/bandit/success'):.3f} | {avg(run[-k:], 'train/bandit/success'):.3f} | "
-                f"{avg(run[:k], 'train/bandit/action_is_valid'):.3f} | {avg(run[-k:], 'train/bandit/action_is_valid'):.3f} | "
+                f"| {algo} | {seed} | {avg(run[:k], f'train/{env}/success'):.3f} | {avg(run[-k:], f'train/{env}/success'):.3f} | "
+                f"{avg(run[:k], f'train/{env}/action_is_valid'):.3f} | {avg(run[-k:], f'train/{env}/action_is_valid'):.3f} | "
                 f"{avg(run[-k:], 'train/reward'):.3f} |"
             )
-    lines += ["", "![curves](learning_bandit.png)", ""]
-    (RESULTS / "learning_bandit.md").write_text("\n".join(lines), encoding="utf-8")
+    lines += ["", f"![curves]({name}.png)", ""]
+    (RESULTS / f"{name}.md").write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
 
 

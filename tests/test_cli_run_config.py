@@ -139,3 +139,13 @@ def test_checkpoint_roundtrip_restores_rng_and_keeps_latest(tmp_path: Path):
     assert torch.equal(torch.rand(3), expected)
     reloaded, _ = load_model_and_tokenizer(str(path))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+
+
+def test_print_config_shows_every_section(capsys):
+    import yaml
+
+    assert main(["run", "--print-config", "--env", "bandit", "--algo", "ppo", "rollout.group_size=3"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["env"] == "bandit" and data["algo"] == "ppo" and data["rollout"]["group_size"] == 3
+    assert {"sampling", "optim", "warm_start", "reward", "early_stop"} <= set(data)
+    assert RunConfig.model_validate(data).rollout.group_size == 3

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config (every field) as YAML and exit")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
 
 
@@ -58,13 +59,18 @@ def build_config(args: argparse.Namespace):  # noqa: ANN201 - returns RunConfig
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
-    if not args.resume and not args.config and args.env is None:
+    if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     return load_config(RunConfig, files, flags + list(args.overrides))
 
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+        return 0
     from ragen_core.trainer.trainer import Trainer
 
     trainer = Trainer(config, resume=bool(args.resume))

@@ -111,8 +111,8 @@ class WarmStartSection(_Section):
     """``auto`` = on for the ``tiny`` model only."""
     episodes: int = Field(default=64, ge=1)
     """Demonstration episodes to generate."""
-    epochs: int = Field(default=3, ge=1)
-    lr: float = Field(default=1e-3, gt=0)
+    epochs: int = Field(default=6, ge=1)
+    lr: float = Field(default=3e-3, gt=0)
     batch_size: int = Field(default=8, ge=1)
     cache_dir: str | None = None
     """Cache of warm-started model folders, keyed by env, preset, config hash and seed;
