@@ -99,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         ours = ragen_step_times(args.steps, Path(tmp))
-        print(f"RAGEN GRPO step: min {min(ours):.2f} s, median {statistics.median(ours):.2f} s over {len(ours)} steps {['%.2f' % t for t in ours]}")
+        print(f"RAGEN GRPO step: min {min(ours):.2f} s, median {statistics.median(ours):.2f} s over {len(ours)} steps {[f'{t:.2f}' for t in ours]}")
         try:
             theirs = trl_step_times(args.steps, Path(tmp))
         except Exception as exc:  # noqa: BLE001 - report, do not crash the benchmark
@@ -108,7 +108,7 @@ def main() -> None:
         if not theirs:
             print("TRL ran but reported no step times")
             return
-        print(f"TRL   GRPO step: min {min(theirs):.2f} s, median {statistics.median(theirs):.2f} s over {len(theirs)} steps {['%.2f' % t for t in theirs]}")
+        print(f"TRL   GRPO step: min {min(theirs):.2f} s, median {statistics.median(theirs):.2f} s over {len(theirs)} steps {[f'{t:.2f}' for t in theirs]}")
         print(f"ratio RAGEN / TRL: min-to-min {min(ours) / min(theirs):.2f}, median-to-median "
               f"{statistics.median(ours) / statistics.median(theirs):.2f} (lower is faster; min is least disturbed by other load)")
 

@@ -27,13 +27,13 @@ class Clock:
         self._fwd_t0: list[float] = []
 
 
-def instrument(trainer, clock: Clock) -> None:  # noqa: ANN001
+def instrument(trainer, clock: Clock) -> None:
     import torch
 
     engine = trainer.engine
     original_generate = engine.generate
 
-    def timed_generate(*a, **k):  # noqa: ANN002, ANN003, ANN202
+    def timed_generate(*a, **k):
         clock.in_gen = True
         t0 = time.perf_counter()
         try:
@@ -44,10 +44,10 @@ def instrument(trainer, clock: Clock) -> None:  # noqa: ANN001
 
     engine.generate = timed_generate
 
-    def pre(module, args, kwargs):  # noqa: ANN001, ANN202
+    def pre(module, args, kwargs):
         clock._fwd_t0.append(time.perf_counter())
 
-    def post(module, args, kwargs, output):  # noqa: ANN001, ANN202
+    def post(module, args, kwargs, output):
         t0 = clock._fwd_t0.pop()
         if not clock.in_gen:
             clock.fwd += time.perf_counter() - t0
@@ -58,7 +58,7 @@ def instrument(trainer, clock: Clock) -> None:  # noqa: ANN001
         m.register_forward_hook(post, with_kwargs=True)
     original_backward = torch.Tensor.backward
 
-    def timed_backward(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def timed_backward(self, *a, **k):
         t0 = time.perf_counter()
         try:
             return original_backward(self, *a, **k)

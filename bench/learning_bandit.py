@@ -123,9 +123,9 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
     k = max(1, min(3, args.steps // 3))
     lines = [
         f"# Learning on {env} (tiny model, CPU)", "",
-        f"Command: `python bench/learning_bandit.py --env {env} {('--set ' + ' '.join(args.set)) if args.set else ''} --steps {args.steps} --seeds {' '.join(map(str, args.seeds))} "
-        f"--algos {' '.join(args.algos)} --groups {args.groups} --group-size {args.group_size} --lr {args.lr} "
-        f"--warm-episodes {args.warm_episodes} --warm-epochs {args.warm_epochs}`", "",
+        (f"Command: `python bench/learning_bandit.py --env {env} {('--set ' + ' '.join(args.set)) if args.set else ''} --steps {args.steps} "
+         f"--seeds {' '.join(map(str, args.seeds))} --algos {' '.join(args.algos)} --groups {args.groups} --group-size {args.group_size} "
+         f"--lr {args.lr} --warm-episodes {args.warm_episodes} --warm-epochs {args.warm_epochs}`"), "",
         f"{args.groups} groups x {args.group_size} episodes per step, {args.steps} steps, wall time {seconds / 60:.1f} min. "
         + ("Pick-better-arm rate = share of episodes choosing the high-risk arm (invalid replies count as misses); " if env == "bandit"
            else "Success = episode reached the goal; ")

@@ -124,7 +124,13 @@ def test_metrics_jsonl_truncation_and_plot(tmp_path: Path):
 def test_checkpoint_roundtrip_restores_rng_and_keeps_latest(tmp_path: Path):
     torch = pytest.importorskip("torch")
     from ragen_core.models import load_model_and_tokenizer
-    from ragen_core.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_state, save_checkpoint, set_rng_state
+    from ragen_core.trainer.checkpoint import (
+        latest_checkpoint,
+        list_checkpoints,
+        load_state,
+        save_checkpoint,
+        set_rng_state,
+    )
 
     model, tok = load_model_and_tokenizer("tiny")
     torch.manual_seed(5)

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ragen_core.rollout.types import Trajectory, Turn  # noqa: E402
-from ragen_core.trainer.batch import build_batch, layout_episode, micro_batches  # noqa: E402
+from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.trainer.batch import build_batch, layout_episode, micro_batches
 
 PAD = 0
 

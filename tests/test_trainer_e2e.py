@@ -11,21 +11,25 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ragen_core.rollout.runner")
 
-from ragen_core import registry  # noqa: E402
-from ragen_core.config import load_config  # noqa: E402
-from ragen_core.errors import ResourceError  # noqa: E402
-from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, RolloutFilter  # noqa: E402
-from ragen_core.specs import FilterSpec  # noqa: E402
-from ragen_core.testing.toy_env import register_toy_env  # noqa: E402
-from ragen_core.trainer.config import RunConfig  # noqa: E402
-from ragen_core.trainer.loggers import read_metrics  # noqa: E402
-from ragen_core.trainer.trainer import Trainer  # noqa: E402
+from ragen_core import registry
+from ragen_core.config import load_config
+from ragen_core.errors import ResourceError
+from ragen_core.interfaces.rollout_filter import (
+    FilterConfig,
+    FilterResult,
+    RolloutFilter,
+)
+from ragen_core.specs import FilterSpec
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
 
 
 class DropAllFilter(RolloutFilter):
     """Keeps nothing: every step is empty after filtering."""
 
-    def select(self, rollouts):  # noqa: ANN001, ANN201
+    def select(self, rollouts):
         return FilterResult(kept_groups=[], metrics={"rollout/filter_kept_ratio": 0.0})
 
 

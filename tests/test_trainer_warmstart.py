@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("ragen_core.rollout.runner")
 
-from ragen_core.config import load_config  # noqa: E402
-from ragen_core.testing.toy_env import register_toy_env  # noqa: E402
-from ragen_core.trainer.config import RunConfig  # noqa: E402
+from ragen_core.config import load_config
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
 
 
-def build_config(args: argparse.Namespace):  # noqa: ANN201 - returns RunConfig
+def build_config(args: argparse.Namespace):
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
     from ragen_core.config import load_config
     from ragen_core.errors import ConfigError

@@ -19,8 +19,9 @@ variable size, so padding can never enter group statistics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ragen_core.rollout.types import Trajectory
 

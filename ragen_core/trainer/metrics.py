@@ -14,7 +14,8 @@ prefixed ``train/<tag>/...`` or ``val-env/<tag>/...``:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ragen_core.rollout.types import Trajectory
 

@@ -19,7 +19,7 @@ import math
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ragen_core.trainer.batch import TrainBatch, build_batch
 from ragen_core.trainer.config import RunConfig
@@ -397,7 +397,7 @@ class Trainer(UpdateMixin):
         set_rng_state(state["rng"])
         self.start_step = int(state["step"]) + 1
 
-    _diag_states: dict[str, Any] = {}
+    _diag_states: ClassVar[dict[str, Any]] = {}
 
 
 class _Timer:
