@@ -205,3 +205,12 @@ def test_dapo_dynamic_sampling_runs(tmp_path):
     assert "rollout/dynamic_sampling_dropped" in row
     # groups whose episodes all scored the same are dropped, so either an update or an empty step happened
     assert ("actor/pg_loss" in row) != (row["rollout/empty_after_filter"] == 1.0)
+
+
+def test_configured_diagnostic_sees_the_unfiltered_rollout(tmp_path):
+    if "collapse" not in registry.names("diagnostic"):
+        pytest.skip("ragen-diagnostics is not installed")
+    trainer = Trainer(make_config(tmp_path, "steps=1", "test_freq=0", "diagnostics=[collapse]"))
+    (row,) = trainer.train()
+    assert any(k.startswith("collapse") for k in row)
+    assert trainer.pm.get_plugin("diagnostic-collapse") is not None
