@@ -102,3 +102,22 @@ def test_non_append_only_prompts_are_rejected():
     except ImportError:
         with pytest.raises(ValueError):
             layout_episode(traj)
+
+
+def test_per_turn_rows_carry_episode_score_and_id():
+    # windowed context: turn 2's prompt is not an extension of turn 1 (history was cut)
+    traj = Trajectory(env="toy", tag="Toy", group_id=0, member=0, seed=1, env_id=0)
+    traj.turns = [
+        Turn(prompt_ids=[1, 2], response_ids=[10, 11], response_text="", reward=0.0, penalty=-0.1),
+        Turn(prompt_ids=[1, 7, 8], response_ids=[12], response_text="", reward=1.0),
+    ]
+    other = _episode(1, [1], [([], [20], 0.5, 0.0)], env_id=1)
+    b = build_batch([traj, other], PAD, per_turn=True)
+    assert b.episode_ids.tolist() == [0, 0, 1] and b.group_ids.tolist() == [0, 0, 1]
+    assert b.input_ids[1, :4].tolist() == [1, 7, 8, 12]
+    targets = b.input_ids[:, 1:]
+    assert targets[0][b.response_mask[0] > 0].tolist() == [10, 11]
+    assert targets[1][b.response_mask[1] > 0].tolist() == [12]
+    # every turn row holds the episode total (0 - 0.1 + 1) on its last reply token
+    assert b.token_rewards[0, 2] == pytest.approx(0.9) and b.token_rewards[1, 2] == pytest.approx(0.9)
+    assert b.scores.tolist() == pytest.approx([0.9, 0.9, 0.5])

@@ -214,3 +214,11 @@ def test_configured_diagnostic_sees_the_unfiltered_rollout(tmp_path):
     (row,) = trainer.train()
     assert any(k.startswith("collapse") for k in row)
     assert trainer.pm.get_plugin("diagnostic-collapse") is not None
+
+
+def test_windowed_context_trains_one_row_per_turn(tmp_path):
+    trainer = Trainer(make_config(tmp_path, "steps=1", "test_freq=0", "rollout.extra.context_window=last-k",
+                                  "rollout.extra.max_context_turns=1"))
+    (row,) = trainer.train()
+    assert row["train/batch_size"] >= 4  # 4 episodes, >= 1 turn row each
+    assert math.isfinite(row["actor/pg_loss"])

@@ -138,6 +138,26 @@ def episode_scores(trajectories: Sequence[Trajectory], normalization: str = "ide
     return [float(x) for x in normalize_scores(raw, keys, normalization).tolist()]
 
 
+def turn_rows(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], list[EpisodeLayout], list[int], list[int]]:
+    """Windowed context modes: one row per turn (its prompt + reply).
+
+    Returns:
+        ``(rows, layouts, episode_index, turn_index)``, one entry per row.
+    """
+    rows: list[Trajectory] = []
+    layouts: list[EpisodeLayout] = []
+    episode: list[int] = []
+    turn_no: list[int] = []
+    for i, traj in enumerate(trajectories):
+        for k, turn in enumerate(traj.turns):
+            start = len(turn.prompt_ids)
+            rows.append(traj)
+            layouts.append(EpisodeLayout(list(turn.prompt_ids) + list(turn.response_ids), [(start, start + len(turn.response_ids))]))
+            episode.append(i)
+            turn_no.append(k)
+    return rows, layouts, episode, turn_no
+
+
 def build_batch(
     trajectories: Sequence[Trajectory],
     pad_token_id: int,
@@ -145,6 +165,7 @@ def build_batch(
     turn_level: bool = False,
     normalization: str = "identity",
     grouping: str = "state",
+    per_turn: bool = False,
 ) -> TrainBatch:
     """Build the training tensors of a list of episodes (see the module docstring).
 
@@ -154,10 +175,32 @@ def build_batch(
         turn_level: Place per-turn rewards on each turn's last token (no normalisation).
         normalization: Episode-score normalisation of spec 5.9 (episode mode only).
         grouping: Normalisation groups: ``state`` (group id), ``inductive`` (tag), ``batch``.
+        per_turn: One row per turn (windowed context modes, spec 5.5): every row carries its
+            episode's score on its reply's last token and the episode's id in ``episode_ids``,
+            so group statistics count each episode once.
     """
     import torch
 
+    scores = episode_scores(trajectories, normalization, grouping)
+    if per_turn:
+        rows, layouts, episode, turn_no = turn_rows(trajectories)
+        batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False)
+        batch.episode_ids = torch.as_tensor(episode, dtype=torch.long)
+        return batch
     layouts = [layout_episode(t) for t in trajectories]
+    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level)
+
+
+def _tensors(
+    trajectories: list[Trajectory],
+    layouts: list[EpisodeLayout],
+    pad_token_id: int,
+    scores: list[float],
+    turn_index: list[int] | None,
+    turn_level: bool,
+) -> TrainBatch:
+    import torch
+
     n = len(trajectories)
     length = max([len(lay.input_ids) for lay in layouts] + [2])
     input_ids = torch.full((n, length), int(pad_token_id), dtype=torch.long)
@@ -166,14 +209,14 @@ def build_batch(
     token_rewards = torch.zeros((n, length - 1), dtype=torch.float32)
     engine_lp = torch.zeros((n, length - 1), dtype=torch.float32)
     have_engine_lp = True
-    scores = episode_scores(trajectories, normalization, grouping)
     turn_ends: list[list[int]] = []
     for i, (traj, lay) in enumerate(zip(trajectories, layouts)):
         ids = lay.input_ids
         input_ids[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
         attention_mask[i, : len(ids)] = 1
         ends: list[int] = []
-        for turn, (start, end) in zip(traj.turns, lay.response_spans):
+        turns = traj.turns if turn_index is None else [traj.turns[turn_index[i]]]
+        for turn, (start, end) in zip(turns, lay.response_spans):
             if end <= start or start < 1:
                 ends.append(max(0, start - 1))
                 continue

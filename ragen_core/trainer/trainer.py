@@ -241,7 +241,9 @@ class Trainer(UpdateMixin):
         metrics.update(episode_metrics(trajs, "train"))
         # episodes whose first prompt did not fit the context have no tokens to train on
         trajs = [t for t in trajs if t.turns]
-        batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization, grouping=cfg.reward.grouping)
+        per_turn = getattr(self.runner.config, "context_window", "full") != "full"
+        batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
+                            grouping=cfg.reward.grouping, per_turn=per_turn)
         with timer("filter"):
             result, rows = self._filter(batch, metrics)
         metrics["train/rollout_attempts"] = 1.0
@@ -259,7 +261,7 @@ class Trainer(UpdateMixin):
         self.empty_streak = 0
         metrics["rollout/empty_after_filter"] = 0.0
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
-        rv = metrics.get("rollout/in_group_reward_std", group_reward_std(batch.scores.tolist(), batch.group_ids.tolist()))
+        rv = metrics.get("rollout/in_group_reward_std", group_reward_std(self._grouped.rewards, self._grouped.group_ids))
         stop = self.stopper.observe_reward_std(rv)
         batch = batch.select(rows)
         metrics["train/batch_size"] = float(len(batch))
@@ -291,12 +293,22 @@ class Trainer(UpdateMixin):
             _, ent = batched_logprobs(self.model, batch, list(range(len(batch))), self.config.optim.micro_batch_size, self.train_sampling.temperature, True)
             m = batch.response_mask
             entropies = ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+        # one entry per episode (turn-level rows of an episode are merged: spec 9.2)
+        episodes = batch.episode_ids.tolist()
+        first: dict[int, int] = {}
+        lengths: dict[int, float] = {}
+        for row, (e, n_tok) in enumerate(zip(episodes, batch.response_mask.sum(1).tolist())):
+            first.setdefault(e, row)
+            lengths[e] = lengths.get(e, 0.0) + n_tok
+        order = list(first)
+        gids, scores = batch.group_ids.tolist(), batch.scores.tolist()
         grouped = GroupedRollouts(
-            group_ids=batch.group_ids.tolist(),
-            rewards=batch.scores.tolist(),
-            entropies=entropies,
-            lengths=batch.response_mask.sum(1).tolist(),
+            group_ids=[gids[first[e]] for e in order],
+            rewards=[scores[first[e]] for e in order],
+            entropies=[entropies[first[e]] for e in order] if entropies is not None else None,
+            lengths=[lengths[e] for e in order],
         )
+        self._grouped = grouped
         result = self.filter.select(grouped)
         metrics.update({k: float(v) for k, v in result.metrics.items() if _is_number(v)})
         n_groups = len(set(grouped.group_ids))
@@ -307,12 +319,12 @@ class Trainer(UpdateMixin):
         row_ok = [True] * len(batch)
         if keep_fn is not None:
             row_ok = [bool(x) for x in keep_fn(batch.token_rewards, batch.group_ids, batch.episode_ids).tolist()]
-            flat = {g for g, ok in zip(grouped.group_ids, row_ok) if not ok and g in kept}
+            flat = {g for g, ok in zip(gids, row_ok) if not ok and g in kept}
             metrics["rollout/dynamic_sampling_dropped"] = float(len(flat))
             kept -= flat
             if not kept:
                 result = type(result)(kept_groups=[], group_weights={}, dropped=dict(result.dropped), metrics=dict(result.metrics))
-        rows = [i for i, g in enumerate(grouped.group_ids) if g in kept and row_ok[i]]
+        rows = [i for i, g in enumerate(gids) if g in kept and row_ok[i]]
         self._group_weights = dict(result.group_weights)
         self._kept_ratio = len(kept) / max(n_groups, 1)
         return result, rows
