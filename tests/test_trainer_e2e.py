@@ -222,3 +222,14 @@ def test_windowed_context_trains_one_row_per_turn(tmp_path):
     (row,) = trainer.train()
     assert row["train/batch_size"] >= 4  # 4 episodes, >= 1 turn row each
     assert math.isfinite(row["actor/pg_loss"])
+
+
+def test_reference_model_only_with_a_kl_term(tmp_path):
+    plain = Trainer(make_config(tmp_path, "steps=1", "test_freq=0", name="plain"))
+    (row,) = plain.train()
+    assert plain.ref_model is None and "rollout/ref_log_prob" not in row
+    kl = Trainer(make_config(tmp_path, "steps=1", "test_freq=0", "algo_config.use_kl_loss=true", "algo_config.kl_loss_coef=0.1",
+                             "algo_config.kl_loss_type=k3", name="kl"))
+    (row,) = kl.train()
+    assert kl.ref_model is not None and math.isfinite(row["rollout/ref_log_prob"])
+    assert row["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # first update: policy == reference
