@@ -233,3 +233,24 @@ def test_reference_model_only_with_a_kl_term(tmp_path):
     (row,) = kl.train()
     assert kl.ref_model is not None and math.isfinite(row["rollout/ref_log_prob"])
     assert row["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # first update: policy == reference
+
+
+def test_ctrl_c_finishes_the_step_and_saves_a_checkpoint(tmp_path):
+    import os
+    import signal
+
+    from ragen_core import hookimpl
+
+    class CtrlC:
+        @hookimpl
+        def ragen_on_rollout_end(self, step):  # noqa: ANN001, ANN201
+            if step == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # arrives mid-step
+
+    trainer = Trainer(make_config(tmp_path, "steps=5", "save_freq=0", "test_freq=0"))
+    trainer.setup()
+    trainer.pm.register(CtrlC())
+    history = trainer.train()
+    assert len(history) == 1 and "actor/pg_loss" in history[0]  # the interrupted step completed
+    assert [p.name for p in (trainer.run_dir / "checkpoints").iterdir()] == ["step_1"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
