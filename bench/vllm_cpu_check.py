@@ -20,6 +20,10 @@ Run (from the repo root, in that venv)::
 
     python -m pytest tests/test_engine_vllm.py -q          # skips in the main .venv
     python bench/vllm_cpu_check.py                         # --prompts 32 --new-tokens 64
+    python bench/vllm_cpu_check.py --multiprocessing       # engine core in its own process
+    # training with the vLLM engine (env/algo/filter plugins installed into this venv too:
+    # pip install --no-build-isolation --no-deps -e plugins/ragen-env-bandit ... ):
+    ragen run --env bandit --steps 2 engine=vllm 'engine_config={"kv_cache_memory_bytes": 268435456}'
 
 Both engines get the same prompts, the same sampling settings, the same seed and one torch
 thread (vLLM's CPU worker pins the process to one thread per core it uses anyway); each engine
@@ -51,6 +55,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--multiprocessing", action="store_true", help="vLLM engine core in its own process")
     args = ap.parse_args()
 
     import torch
@@ -69,7 +74,7 @@ def main() -> None:
     greedy = SamplingParams(do_sample=False, max_new_tokens=args.new_tokens)
 
     t = time.perf_counter()
-    vllm_engine = registry.make("engine", "vllm", {"max_model_len": 1024, "kv_cache_memory_bytes": 512 * 2**20})
+    vllm_engine = registry.make("engine", "vllm", {"max_model_len": 1024, "kv_cache_memory_bytes": 512 * 2**20, "multiprocessing": args.multiprocessing})
     vllm_engine.attach(model, tok)
     startup = time.perf_counter() - t
     hf_engine = HFEngine(HFEngineConfig(torch_threads=1), model=model, tokenizer=tok)
@@ -79,17 +84,24 @@ def main() -> None:
     h_tok, h_s = _timed(hf_engine, prompts, params, args.seed, args.repeats)
 
     moved = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(args.seed)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=gen))
     t = time.perf_counter()
     vllm_engine.sync_weights(moved)
     sync = time.perf_counter() - t
+    hf_moved = HFEngine(HFEngineConfig(torch_threads=1), model=moved, tokenizer=tok)
+    synced = [g.token_ids for g in vllm_engine.generate(prompts, greedy)] == [g.token_ids for g in hf_moved.generate(prompts, greedy)]
     vllm_engine.close()
 
+    print(f"vllm engine core in {'its own process' if args.multiprocessing else 'this process'}")
     print(f"batch {args.prompts} prompts x {args.new_tokens} new tokens (temperature 1), {args.repeats} timed calls each")
     print(f"{'engine':<8}{'tokens':>10}{'seconds':>10}{'tokens/s':>12}")
     print(f"{'vllm':<8}{v_tok:>10}{v_s:>10.2f}{v_tok / v_s:>12.0f}")
     print(f"{'hf':<8}{h_tok:>10}{h_s:>10.2f}{h_tok / h_s:>12.0f}")
     print(f"vllm/hf tokens/s ratio: {(v_tok / v_s) / (h_tok / h_s):.2f}")
-    print(f"greedy replies identical: {same}")
+    print(f"greedy replies identical: {same}; after syncing perturbed weights: {synced}")
     print(f"vllm start-up (LLM build + first weight sync): {startup:.1f} s; weight sync: {sync * 1000:.0f} ms")
 
 

