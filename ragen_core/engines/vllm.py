@@ -115,16 +115,16 @@ class VLLMEngine(Engine):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if cfg.multiprocessing else "0"
         if cfg.multiprocessing:
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # weight sync sends a pickled callable
-        kwargs: dict[str, Any] = dict(
-            model=name,
-            dtype=dtype,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            max_model_len=cfg.max_model_len,
-            enforce_eager=cfg.enforce_eager,
-            enable_prefix_caching=cfg.enable_prefix_caching,
-            logprobs_mode="processed_logprobs",
-            seed=cfg.seed,
-        )
+        kwargs: dict[str, Any] = {
+            "model": name,
+            "dtype": dtype,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "max_model_len": cfg.max_model_len,
+            "enforce_eager": cfg.enforce_eager,
+            "enable_prefix_caching": cfg.enable_prefix_caching,
+            "logprobs_mode": "processed_logprobs",
+            "seed": cfg.seed,
+        }
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
         chunked = cfg.chunked_prefill
