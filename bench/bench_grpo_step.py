@@ -4,7 +4,8 @@ Workload (both sides): 4 Bandit prompts x 8 completions = 32 completions, up to 
 single turn, temperature 1.0, one optimiser step over all 32 completions in micro-batches of 8,
 no reference model (KL off), no gradient checkpointing, CPU. A step = generation + log-probs +
 loss + backward + optimiser. The first step of each side is a warm-up and is not counted.
-Completions stop at EOS on both sides, so lengths differ somewhat between the two samplers.
+Both sides see the same prompt tokens (RAGEN's first-turn Bandit prompts, ~940 byte tokens,
+given to TRL as plain text). Completions stop at EOS on both sides, so lengths differ somewhat.
 
 TRL is not a dependency of RAGEN. Install it next to the venv without touching torch::
 
@@ -51,21 +52,33 @@ def ragen_step_times(steps: int, workdir: Path) -> list[float]:
     return times[1:]  # drop the warm-up step
 
 
+def ragen_prompts(tok: object) -> list[list[int]]:
+    from ragen_core.interfaces.engine import Generation
+    from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
+
+    captured: list[list[int]] = []
+
+    class Capture:
+        def generate(self, prompts, params, seed=None):
+            captured.extend(list(p) for p in prompts)
+            return [Generation(token_ids=[0], logprobs=None, finish_reason="stop") for _ in prompts]
+
+    RolloutRunner("bandit", {}, None, Capture(), tok, RolloutConfig(env_groups=GROUPS, group_size=1, max_model_len=4096)).run(mode="train")
+    return captured
+
+
 def trl_step_times(steps: int, workdir: Path) -> list[float]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from ragen_core import registry
     from ragen_core.models import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer("tiny")
     tok.padding_side = "left"
-    rows = []
-    for g in range(GROUPS):
-        env = registry.make_env("bandit")
-        obs = env.reset(10000 + g)
-        rows.append({"prompt": [{"role": "system", "content": env.instruction()}, {"role": "user", "content": obs}]})
+    # the exact first-turn prompts RAGEN's runner builds (chat template, scaffolding, "<think>" prefix),
+    # passed as plain text so both sides process the same prompt tokens
+    rows = [{"prompt": tok.decode(p, skip_special_tokens=False)} for p in ragen_prompts(tok)]
     data = Dataset.from_list(rows * (steps + 2))
 
     def reward(completions: list, **_: object) -> list[float]:
