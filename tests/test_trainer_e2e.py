@@ -142,9 +142,15 @@ def test_resume_truncates_metrics_after_last_checkpoint(tmp_path):
     assert [r["step"] for r in _rows(resumed.run_dir)] == [1]
 
 
-def test_empty_after_filter_skips_update_and_stops(tmp_path):
+@pytest.fixture
+def drop_all_filter():
     registry.register(DROP_ALL)
-    cfg = make_config(tmp_path, "filter=trainer-test-drop-all", "filter_config.empty_stop_steps=2", "steps=5", "test_freq=0")
+    yield DROP_ALL.name
+    registry.unregister("filter", DROP_ALL.name)
+
+
+def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter):
+    cfg = make_config(tmp_path, f"filter={drop_all_filter}", "filter_config.empty_stop_steps=2", "steps=5", "test_freq=0")
     trainer = Trainer(cfg)
     history = trainer.train()
     assert len(history) == 2
