@@ -103,7 +103,7 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         return model_cls.model_validate(data)
     except ValidationError as exc:
         unknown = any(e.get("type") == "extra_forbidden" for e in exc.errors())
-        raise ConfigError(validation_message(exc, prefix), ["check the key spelling; 'ragen run --help' lists the fields"] if unknown else []) from None
+        raise ConfigError(validation_message(exc, prefix), ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"] if unknown else []) from None
 
 
 def load_config(model_cls: type[M], files: Iterable[str | Path] = (), overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> M:

@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", help="env preset, e.g. CoordSokoban")
     parser.add_argument("--algo", help="algorithm plugin: ppo, grpo, drgrpo, dapo (default grpo)")
     parser.add_argument("--filter", help="rollout filter plugin (default none)")
-    parser.add_argument("--model", help="'tiny' (default) or a local HF model folder")
+    parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
+    parser.add_argument("--engine", help="rollout engine plugin: hf (default) or vllm")
     parser.add_argument("--steps", type=int, help="training steps")
     parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
@@ -46,7 +47,7 @@ def build_config(args: argparse.Namespace):
             raise ConfigError(f"--resume: {base} not found", ["pass the run directory that contains config.yaml and checkpoints/"])
         files.insert(0, str(base))
     flags: list[str] = []
-    for key in ("env", "preset", "algo", "filter", "model", "steps"):
+    for key in ("env", "preset", "algo", "filter", "model", "engine", "steps"):
         value = getattr(args, key, None)
         if value is not None:
             flags.append(f"{key}={value}")
