@@ -30,7 +30,8 @@ class DropAllFilter(RolloutFilter):
     """Keeps nothing: every step is empty after filtering."""
 
     def select(self, rollouts):
-        return FilterResult(kept_groups=[], metrics={"rollout/filter_kept_ratio": 0.0})
+        dropped = {g: "test drop-all" for g in rollouts.group_ids}
+        return FilterResult(kept_groups=[], dropped=dropped, metrics={"rollout/filter_kept_ratio": 0.0})
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -156,6 +157,8 @@ def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter):
     assert len(history) == 2
     assert all(h["rollout/empty_after_filter"] == 1.0 for h in history)
     assert [h["rollout/consecutive_empty_after_filter_steps"] for h in history] == [1.0, 2.0]
+    n_groups = cfg.rollout.env_groups
+    assert all(h["rollout/dropped/test_drop_all"] == float(n_groups) for h in history)  # why groups were dropped
     assert all("actor/pg_loss" not in h for h in history)
     assert history[-1]["early_stopped/empty_filtered_steps"] == 1.0
     assert trainer.stop_reason == "early_stopped/empty_filtered_steps"

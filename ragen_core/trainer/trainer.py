@@ -311,6 +311,9 @@ class Trainer(UpdateMixin):
         self._grouped = grouped
         result = self.filter.select(grouped)
         metrics.update({k: float(v) for k, v in result.metrics.items() if _is_number(v)})
+        for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
+            key = "rollout/dropped/" + reason.replace(" ", "_").replace("-", "_")
+            metrics[key] = float(sum(1 for r in result.dropped.values() if r == reason))
         n_groups = len(set(grouped.group_ids))
         metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
         metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
