@@ -55,3 +55,56 @@ def test_installed_filter_conformance(name):
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_installed_estimator_conformance(name):
     check_estimator(registry.make("estimator", name))
+
+
+ENVS = sorted({n for k, n, _ in INSTALLED if k == "env"})
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_installed_env_has_a_gymnasium_face(name):
+    import gymnasium
+
+    import ragen_core.gym  # noqa: F401  (registers ragen/<name> from metadata)
+
+    env = gymnasium.make(f"ragen/{name}")
+    obs, info = env.reset(seed=5)
+    assert isinstance(obs, str) and obs
+    inner = env.unwrapped.inner
+    action = inner.random_action(__import__("numpy").random.default_rng(0)) or "garbage"
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert isinstance(obs, str) and isinstance(reward, float) and isinstance(terminated, bool)
+    env.close()
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_installed_env_plays_in_the_terminal_with_a_random_agent(name):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())", "env", "play", name, "--agent", "random", "--seed", "2"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "episode over: total reward" in out.stdout
+
+
+def test_a_person_can_play_sokoban_in_the_terminal():
+    import subprocess
+    import sys
+
+    from ragen_core import registry
+
+    if "sokoban" not in registry.names("env"):
+        pytest.skip("ragen-env-sokoban is not installed")
+    env = registry.make_env("sokoban")
+    env.reset(4)
+    plan = env.oracle_actions()
+    typed = "\n".join(" || ".join(plan[i : i + 2]) for i in range(0, len(plan), 2)) + "\n"
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())", "env", "play", "sokoban", "--seed", "4"],
+        capture_output=True, text=True, timeout=300, input=typed,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "success True" in out.stdout
+    assert "+10.90" in out.stdout  # the solving push: -0.1 + 1 + 10
