@@ -263,3 +263,26 @@ def test_ctrl_c_finishes_the_step_and_saves_a_checkpoint(tmp_path):
     assert len(history) == 1 and "actor/pg_loss" in history[0]  # the interrupted step completed
     assert [p.name for p in (trainer.run_dir / "checkpoints").iterdir()] == ["step_1"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_observer_with_a_misspelt_hook_is_refused(tmp_path, monkeypatch):
+    from ragen_core import DiagnosticSpec, registry
+    from ragen_core.errors import PluginLoadError
+
+    (tmp_path / "typo_diag_mod.py").write_text(
+        "from ragen_core import hookimpl\n"
+        "class Typo:\n"
+        "    def __init__(self, config):\n"
+        "        self.config = config\n"
+        "    @hookimpl\n"
+        "    def ragen_on_rollout_ended(self, trajectories, step):  # real name: ragen_on_rollout_end\n"
+        "        return {}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register(DiagnosticSpec(name="typo-diag", factory="typo_diag_mod:Typo"))
+    try:
+        cfg = make_config(tmp_path, "diagnostics=[typo-diag]", "steps=1")
+        with pytest.raises(PluginLoadError, match="implements a hook that RAGEN does not define"):
+            Trainer(cfg).train()
+    finally:
+        registry.unregister("diagnostic", "typo-diag")

@@ -125,7 +125,22 @@ class Trainer(UpdateMixin):
             self.pm.register(diag, name=f"diagnostic-{name}")
             if ckpt is not None and hasattr(diag, "load_state_dict") and name in self._diag_states:
                 diag.load_state_dict(self._diag_states[name])
+        self._check_hooks()
         self._built = True
+
+    def _check_hooks(self) -> None:
+        """Refuse observers whose ``ragen_*`` methods match no hookspec (a typo would never fire)."""
+        import pluggy
+
+        from ragen_core.errors import PluginLoadError
+
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginLoadError(
+                f"a logger or diagnostic implements a hook that RAGEN does not define: {exc}",
+                ["hook names are listed in ragen_core/hookspecs.py (ragen_on_rollout_end, ragen_on_step_end, ...)"],
+            ) from None
 
     def _warm_start_enabled(self) -> bool:
         ws = self.config.warm_start.enabled
