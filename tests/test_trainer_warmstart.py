@@ -81,3 +81,93 @@ def test_cached_prefix_logprobs_equal_full_forward(tmp_path):
     cached, mask = reply_logprobs(model, batch)
     assert int(mask.sum()) == int(batch.response_mask.sum()) > 0
     assert torch.allclose(full[batch.response_mask > 0], cached[mask > 0], atol=1e-5)
+
+
+def _scripted_engine(tok, good_rows):
+    from ragen_core.engines.scripted import ScriptedEngine
+
+    def script(call, row, prompt):
+        return "<think>go</think><answer>Right</answer>" if row in good_rows else "<think>go</think><answer>Jump</answer>"
+
+    return ScriptedEngine(script, tok)
+
+
+def test_valid_rate_counts_parsed_known_actions_with_the_real_runner(tmp_path, monkeypatch):
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import setup
+    from ragen_core.trainer.warmstart import valid_rate
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "env_config.max_turns=1", "warm_start.check_episodes=8")
+    engines = []
+    monkeypatch.setattr(setup, "make_engine", lambda c, m, t: engines.append(_scripted_engine(t, {0, 3, 5})) or engines[-1])
+    assert valid_rate(cfg, model, tok) == pytest.approx(3 / 8)  # rows 0, 3, 5 name a known action; "Jump" is unknown
+    assert len(engines[0].calls) == 1 and len(engines[0].calls[0]) == 8
+    assert valid_rate(cfg, model, tok, episodes=4) == pytest.approx(2 / 4)
+    # an untrained tiny model never produces the reply format
+    monkeypatch.undo()
+    assert valid_rate(cfg, model, tok, episodes=4) == 0.0
+
+
+@pytest.mark.parametrize(("rates", "target", "rounds", "reached"), [([0.2, 0.95, 1.0], 0.9, 2, True), ([0.1, 0.1, 0.1], 0.9, 3, False),
+                                                                    ([0.0], 0.0, 1, True)])
+def test_quality_gate_adds_rounds_until_target_or_budget(tmp_path, monkeypatch, capsys, rates, target, rounds, reached):
+    import json
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warmstart
+
+    seen = iter(rates)
+    monkeypatch.setattr(warmstart, "valid_rate", lambda *a, **k: next(seen))
+    grown = []
+    real_sft = warmstart.sft
+    monkeypatch.setattr(warmstart, "sft", lambda m, t, trajs, **kw: grown.append(len(trajs)) or real_sft(m, t, trajs, **{**kw, "epochs": 1}))
+    cfg = _cfg(tmp_path, f"warm_start.target_valid_rate={target}", "warm_start.max_rounds=3", "warm_start.episodes=3")
+    model, tok = load_model_and_tokenizer("tiny")
+    warm = warmstart.warm_start(cfg, model, tok)
+    assert grown == [3 * (i + 1) for i in range(rounds)]  # each round adds fresh demonstrations
+    meta = warm.ragen_warm_start
+    assert meta["rounds"] == rounds and meta["valid_rate"] == rates[rounds - 1] and meta["reached_target"] is reached
+    assert [h["valid_rate"] for h in meta["history"]] == rates[:rounds]
+    out = capsys.readouterr().out
+    assert f"valid rate {rates[rounds - 1]:.3f}" in out
+    assert ("not reached" in out) is (not reached)
+    folder = tmp_path / "cache" / warmstart.cache_key(cfg)
+    assert json.loads((folder / warmstart.META_FILE).read_text())["valid_rate"] == rates[rounds - 1]
+    again = warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0], tok)  # cached: no new measurement
+    assert again.ragen_warm_start == meta
+    assert f"using cached model {folder} (valid rate {rates[rounds - 1]:.3f})" in capsys.readouterr().out
+
+
+def test_round_seeds_differ_so_demonstrations_are_new(tmp_path):
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations
+
+    _, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path)
+    first, second = demonstrations(cfg, tok), demonstrations(cfg, tok, round_no=1)
+    assert {t.seed for t in first}.isdisjoint({t.seed for t in second})
+
+
+def test_prompt_loss_weight_trains_on_all_tokens_and_reports_reply_loss(tmp_path):
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.modeling import token_logprobs
+    from ragen_core.trainer.warmstart import demonstrations, sft
+
+    model, tok = load_model_and_tokenizer("tiny")
+    trajs = demonstrations(_cfg(tmp_path), tok)
+    batch = build_batch(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    reply0 = float(-(logp * batch.response_mask).sum() / batch.response_mask.sum())
+    prompt_mask = batch.attention_mask[:, 1:].float() * (1 - batch.response_mask)
+    prompt0 = float(-(logp * prompt_mask).sum() / prompt_mask.sum())
+    losses = sft(model, tok, trajs, epochs=3, lr=3e-3, batch_size=len(trajs), seed=0, prompt_loss_weight=1.0)
+    assert losses[0] == pytest.approx(reply0, rel=1e-4)  # one full batch: the first reported loss is the reply loss before any step
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    assert float(-(logp * prompt_mask).sum() / prompt_mask.sum()) < prompt0  # the prompt tokens were trained too
+    assert losses[-1] < losses[0]

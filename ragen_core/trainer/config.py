@@ -114,6 +114,26 @@ class WarmStartSection(_Section):
     epochs: int = Field(default=6, ge=1)
     lr: float = Field(default=3e-3, gt=0)
     batch_size: int = Field(default=8, ge=1)
+    thoughts: list[str] = Field(default_factory=lambda: ["", "{a}", "I pick {a}."])
+    """Reasoning texts of the demonstrations, one drawn per reply; ``{a}`` is the (random) action."""
+    spaced: bool = False
+    """Write replies as ``<think> .. </think> <answer> a </answer>`` (the spacing of the prompt's
+    format line) instead of without spaces; copying from the prompt's example is then easier."""
+    prompt_loss_weight: float = Field(default=0.0, ge=0)
+    """Weight of the next-token loss on prompt/observation tokens (0 = reply tokens only).
+    Above 0 the whole sequence is run with gradients, which teaches a fresh model to copy the
+    names it reads (the prompt repeats them) at about 3x the cost per step."""
+    target_valid_rate: float = Field(default=0.9, ge=0, le=1)
+    """Quality gate: after each SFT round the format-valid rate (reply parses and names known
+    actions) is measured with the real runner at the training temperature on fresh seeds; more
+    demonstrations and epochs follow until it reaches this rate or the budget is spent
+    (0 = one round, measured but not gated)."""
+    check_episodes: int = Field(default=32, ge=1)
+    """Episodes of each valid-rate measurement."""
+    max_rounds: int = Field(default=4, ge=1)
+    """Most SFT rounds; each adds ``episodes`` fresh demonstrations and trains ``epochs`` epochs."""
+    max_seconds: float = Field(default=600.0, gt=0)
+    """No new round starts after this many seconds of warm start."""
     cache_dir: str | None = None
     """Cache of warm-started model folders, keyed by env, preset, config hash and seed;
     ``None`` = ``$RAGEN_CACHE/warmstart`` or ``~/.cache/ragen/warmstart``."""

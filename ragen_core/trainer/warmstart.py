@@ -84,10 +84,13 @@ class RecordingEnv(Env):
 class DemoEngine(Engine):
     """A scripted engine replying with a random legal action (see :data:`_LEGAL`) in the reply format."""
 
-    def __init__(self, tokenizer: Any, *, enable_think: bool = True, seed: int = 0) -> None:
+    def __init__(self, tokenizer: Any, *, enable_think: bool = True, seed: int = 0, thoughts: tuple[str, ...] = _THOUGHTS,
+                 spaced: bool = False) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.enable_think = enable_think
+        self.thoughts = tuple(thoughts) or ("",)
+        self.spaced = spaced
         self.rng = make_rng(seed, "demo-engine")
         end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
         self.end_id = end if isinstance(end, int) else tokenizer.eos_token_id
@@ -102,11 +105,13 @@ class DemoEngine(Engine):
 
     def reply_text(self, actions: list[str] | None, thought: str | None = None) -> str:
         action = actions[int(self.rng.integers(len(actions)))] if actions else "?"
+        sp = " " if self.spaced else ""
         if not self.enable_think:  # the generation prefix "<answer>" is already in the prompt
-            return f"{action}</answer>"
+            return f"{sp}{action}{sp}</answer>"
         if thought is None:
-            thought = _THOUGHTS[int(self.rng.integers(len(_THOUGHTS)))].format(a=action)
-        return f"{thought}</think><answer>{action}</answer>"
+            thought = self.thoughts[int(self.rng.integers(len(self.thoughts)))].format(a=action)
+        thought = f"{sp}{thought}{sp}" if thought else sp
+        return f"{thought}</think>{sp}<answer>{sp}{action}{sp}</answer>"
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
@@ -161,40 +166,122 @@ def has_random_actions(config: RunConfig) -> bool:
 
 
 def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "cpu", verbose: bool = True) -> Any:
-    """Return the warm-started model (from cache when possible); ``model`` itself if skipped."""
+    """Return the warm-started model (from cache when possible); ``model`` itself if skipped.
+
+    SFT runs in rounds: each round adds ``warm_start.episodes`` fresh demonstrations, trains
+    ``warm_start.epochs`` epochs over all of them, then measures :func:`valid_rate`. Rounds stop
+    when the rate reaches ``warm_start.target_valid_rate`` or ``max_rounds`` / ``max_seconds`` run
+    out. The measurement is stored in ``<folder>/warm_start.json`` and set as
+    ``model.ragen_warm_start`` (a dict with ``valid_rate``, ``rounds``, ``history``, ...).
+    """
+    import time
+
     from ragen_core.models import load_model_and_tokenizer
 
     ws = config.warm_start
     folder = cache_root(config) / cache_key(config)
     if (folder / "config.json").is_file():
+        warm = load_model_and_tokenizer(str(folder), device=device)[0]
+        meta = read_meta(folder)
+        warm.ragen_warm_start = meta
         if verbose:
-            print(f"warm start: using cached model {folder}")
-        return load_model_and_tokenizer(str(folder), device=device)[0]
+            rate = meta.get("valid_rate")
+            print(f"warm start: using cached model {folder}" + (f" (valid rate {rate:.3f})" if isinstance(rate, float) else ""))
+        return warm
     if not has_random_actions(config):
         if verbose:
             print(f"warm start skipped: env {config.env!r} offers no legal actions (no action_names, no random_action); "
                   "training from the base model")
         return model
-    if verbose:
-        print(f"warm start: supervised fine-tuning on {ws.episodes} random-action demonstrations ({config.env}) ...")
-    trajs = demonstrations(config, tokenizer)
-    sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=config.seed)
+    import torch
+
+    t0 = time.time()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
+    trajs: list[Any] = []
+    history: list[dict[str, Any]] = []
+    steps = 0
+    for rnd in range(ws.max_rounds):
+        if verbose:
+            print(f"warm start round {rnd + 1}: supervised fine-tuning on {ws.episodes} more random-action demonstrations "
+                  f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
+        trajs += demonstrations(config, tokenizer, round_no=rnd)
+        losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
+                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight)
+        steps += len(losses)
+        rate = valid_rate(config, model, tokenizer)
+        history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
+                        "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(_LAST_REPLIES)})
+        if verbose:
+            print(f"warm start round {rnd + 1}: valid rate {rate:.3f} (target {ws.target_valid_rate:.2f}) after {steps} SFT steps, "
+                  f"loss {history[-1]['loss']:.3f}, {time.time() - t0:.0f} s; sample replies: {_LAST_REPLIES[:2]}")
+        if rate >= ws.target_valid_rate or time.time() - t0 >= ws.max_seconds:
+            break
+    meta = {"valid_rate": history[-1]["valid_rate"], "target_valid_rate": ws.target_valid_rate, "rounds": len(history),
+            "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history}
+    if verbose and not meta["reached_target"]:
+        print(f"warm start: target valid rate {ws.target_valid_rate:.2f} not reached within the budget "
+              f"({ws.max_rounds} rounds / {ws.max_seconds:.0f} s); continuing with valid rate {meta['valid_rate']:.3f}")
+    model.ragen_warm_start = meta
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if not folder.exists():
         tmp.rename(folder)
     return model
 
 
-def demonstrations(config: RunConfig, tokenizer: Any) -> list[Any]:
-    """Roll out :class:`DemoEngine` through the normal runner on seeds disjoint from training."""
+META_FILE = "warm_start.json"
+"""Warm-start record stored next to the cached weights (valid rate, rounds, per-round history)."""
+
+
+def read_meta(folder: str | Path) -> dict[str, Any]:
+    """The warm-start record of a cached folder (``{}`` when absent or unreadable)."""
+    try:
+        data = json.loads((Path(folder) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> float:
+    """Share of replies that parse and name only known actions, sampled like training.
+
+    Plays ``episodes`` (default ``warm_start.check_episodes``) single-member groups with the
+    configured engine and the real runner at ``sampling.train`` on seeds disjoint from the
+    demonstrations and from training (``derive_seed(seed, "warm-start-check")``).
+    """
+    from ragen_core.trainer.setup import make_engine, make_runner, sampling_params
+
+    n = episodes or config.warm_start.check_episodes
+    check_cfg = config.model_copy(update={"seed": derive_seed(config.seed, "warm-start-check")})
+    engine = make_engine(check_cfg, model, tokenizer)
+    runner = make_runner(check_cfg, engine, tokenizer, "train", groups=n, group_size=1)
+    try:
+        trajs = runner.run(mode="train", sampling=sampling_params(config.sampling.train))
+    finally:
+        runner.close()
+    turns = [t for tr in trajs for t in tr.turns]
+    _LAST_REPLIES[:] = [t.response_text for t in turns[:3]]
+    good = sum(1 for t in turns if t.valid and t.info.get("action_is_valid", True) is not False)
+    return good / len(turns) if turns else 0.0
+
+
+_LAST_REPLIES: list[str] = []
+"""The first few replies of the latest :func:`valid_rate` measurement (kept in the warm-start record)."""
+
+
+def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0) -> list[Any]:
+    """Roll out :class:`DemoEngine` through the normal runner on seeds disjoint from training.
+
+    Round ``r > 0`` of the warm start uses its own seeds, so every round adds new states.
+    """
     from ragen_core import registry
     from ragen_core.specs import EnvSpec
     from ragen_core.trainer.setup import make_runner, sampling_params
 
-    seed = derive_seed(config.seed, "warm-start")
+    seed = derive_seed(config.seed, "warm-start") if round_no == 0 else derive_seed(config.seed, "warm-start", round_no)
     inner = registry.get_spec("env", config.env)
     name = f"warmstart-{inner.name}"[:60]
 
@@ -207,7 +294,8 @@ def demonstrations(config: RunConfig, tokenizer: Any) -> list[Any]:
     _LEGAL.clear()
     try:
         demo_cfg = config.model_copy(update={"seed": seed, "env": name})
-        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed)
+        ws = config.warm_start
+        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced)
         runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
         return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
     finally:
@@ -272,28 +360,43 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
     return logp, tgt_mask[:, : logp.shape[1]].to(device)
 
 
-def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
-    """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch."""
+def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
+        optimizer: Any = None, prompt_loss_weight: float = 0.0) -> list[float]:
+    """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
+
+    ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
+    ``prompt_loss_weight > 0`` adds that weight times the loss on every other token (prompt,
+    observations) and runs the full sequence with gradients; the reported loss is the reply part.
+    """
     import torch
 
     from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.modeling import token_logprobs
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = build_batch(trajs, pad)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    opt = optimizer or torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     rng = make_rng(seed, "sft-order")
     losses: list[float] = []
+    device = next(model.parameters()).device
     model.eval()
     for _ in range(epochs):
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):
             sub = batch.select(order[start : start + batch_size])
-            logp, mask = reply_logprobs(model, sub)
-            loss = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            if prompt_loss_weight > 0:
+                logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
+                mask = sub.response_mask.to(device).float()
+                other = sub.attention_mask[:, 1:].to(device).float() * (1.0 - mask)
+                reply = -(logp * mask).sum() / mask.sum().clamp(min=1)
+                loss = reply + prompt_loss_weight * (-(logp * other).sum() / other.sum().clamp(min=1))
+            else:
+                logp, mask = reply_logprobs(model, sub)
+                loss = reply = -(logp * mask).sum() / mask.sum().clamp(min=1)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            losses.append(float(loss.detach()))
+            losses.append(float(reply.detach()))
     opt.zero_grad(set_to_none=True)
     return losses
