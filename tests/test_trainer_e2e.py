@@ -286,3 +286,18 @@ def test_observer_with_a_misspelt_hook_is_refused(tmp_path, monkeypatch):
             Trainer(cfg).train()
     finally:
         registry.unregister("diagnostic", "typo-diag")
+
+
+def test_lora_run_trains_adapters_and_saves_a_plain_checkpoint(tmp_path):
+    pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    cfg = make_config(tmp_path, "optim.peft.rank=4", "optim.peft.alpha=8", "steps=2", "save_freq=2")
+    trainer = Trainer(cfg)
+    history = trainer.train()
+    assert len(history) == 2
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)  # only adapters train
+    ckpt = tmp_path / "run" / "checkpoints" / "step_2"
+    model = AutoModelForCausalLM.from_pretrained(ckpt)  # merged: loads without peft
+    assert not any("lora_" in n for n, _ in model.named_parameters())
