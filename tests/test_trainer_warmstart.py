@@ -26,6 +26,7 @@ def _cfg(tmp_path, *extra: str) -> RunConfig:
     env = register_toy_env()
     return load_config(RunConfig, [], [f"env={env}", "env_config.length=4", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
                                        "sampling.train.max_new_tokens=40", "warm_start.episodes=6", "warm_start.epochs=2",
+                                       "warm_start.check_episodes=4", "warm_start.max_rounds=1",
                                        f"warm_start.cache_dir={tmp_path / 'cache'}", *extra])
 
 
@@ -171,3 +172,16 @@ def test_prompt_loss_weight_trains_on_all_tokens_and_reports_reply_loss(tmp_path
         logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
     assert float(-(logp * prompt_mask).sum() / prompt_mask.sum()) < prompt0  # the prompt tokens were trained too
     assert losses[-1] < losses[0]
+
+
+def test_demo_options_spaced_replies_chosen_thoughts_and_fewer_turns(tmp_path):
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations
+
+    _, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "env_config.max_turns=3", "warm_start.spaced=true", 'warm_start.thoughts=["go {a}"]', "warm_start.max_turns=1")
+    trajs = demonstrations(cfg, tok)
+    assert all(len(tr.turns) == 1 for tr in trajs)  # demonstrations stop after warm_start.max_turns
+    for turn in (tr.turns[0] for tr in trajs):
+        (action,) = turn.actions
+        assert turn.valid and turn.response_text == f"<think> go {action} </think> <answer> {action} </answer>"

@@ -119,6 +119,9 @@ class WarmStartSection(_Section):
     spaced: bool = False
     """Write replies as ``<think> .. </think> <answer> a </answer>`` (the spacing of the prompt's
     format line) instead of without spaces; copying from the prompt's example is then easier."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """Turns per demonstration episode (``None`` = as in training); fewer turns make SFT steps of
+    multi-turn envs much cheaper while still showing the reply format after an observation."""
     prompt_loss_weight: float = Field(default=0.0, ge=0)
     """Weight of the next-token loss on prompt/observation tokens (0 = reply tokens only).
     Above 0 the whole sequence is run with gradients, which teaches a fresh model to copy the

@@ -292,9 +292,11 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0) -> l
     registry.register(EnvSpec(name=name, summary="warm-start recorder", config_model=inner.config_model,
                               factory=f"{__name__}:_factory", presets=dict(inner.presets)))
     _LEGAL.clear()
+    ws = config.warm_start
     try:
         demo_cfg = config.model_copy(update={"seed": seed, "env": name})
-        ws = config.warm_start
+        if ws.max_turns is not None:
+            demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
         engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced)
         runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
         return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
