@@ -7,7 +7,7 @@ PACKAGE_FILES := requirements-dev.txt pyproject.toml $(wildcard ragen-env-*/pypr
 STEPS ?= 30
 PYTEST_ARGS ?=
 
-.PHONY: setup test run bench clean
+.PHONY: setup test run check-standalone clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,9 @@ test: setup
 
 run: setup
 	$(BIN)/ragen run --env bandit --steps $(STEPS)
+
+check-standalone:
+	scripts/check-standalone.sh
 
 clean:
 	rm -rf $(VENV) runs
