@@ -301,3 +301,23 @@ def test_lora_run_trains_adapters_and_saves_a_plain_checkpoint(tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "step_2"
     model = AutoModelForCausalLM.from_pretrained(ckpt)  # merged: loads without peft
     assert not any("lora_" in n for n, _ in model.named_parameters())
+
+
+def test_tensorboard_and_offline_wandb_loggers_write_their_files(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = make_config(tmp_path, "loggers=[jsonl,tensorboard,wandb]", "steps=1", "save_freq=0")
+    Trainer(cfg).train()
+    run = tmp_path / "run"
+    assert list(run.glob("**/events.out.tfevents.*")), "no TensorBoard event file"
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb")), "no offline W&B run"
+
+
+def test_unknown_or_missing_logger_is_a_config_error(tmp_path):
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer.loggers import make_loggers
+
+    with pytest.raises(ConfigError, match="unknown logger 'tensorbord'"):
+        make_loggers(["tensorbord"], tmp_path)

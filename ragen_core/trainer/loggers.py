@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -111,14 +110,25 @@ class WandbLogger:
         self.run.finish()
 
 
+LOGGERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+
+
 def make_loggers(names: list[str], run_dir: str | Path, config: Any = None) -> list[Any]:
-    """JSONL always, plus the optional loggers whose packages import; warn about the rest."""
+    """JSONL always, plus every requested optional logger.
+
+    A logger the user asked for whose package is missing is an error (it would otherwise fail
+    silently for a whole run); an unknown name is an error naming the choices.
+    """
+    from ragen_core.errors import ConfigError
+
     loggers: list[Any] = [JsonlLogger(run_dir)]
     for name in names:
         if name in ("jsonl", "console"):
             continue
+        if name not in LOGGERS:
+            raise ConfigError(f"unknown logger {name!r} in loggers", [f"choose from: jsonl, {', '.join(LOGGERS)}"])
         try:
             loggers.append(TensorBoardLogger(run_dir) if name == "tensorboard" else WandbLogger(run_dir, config))
         except ImportError:
-            warnings.warn(f"logger {name!r} skipped: its package is not installed (pip install {name})", stacklevel=2)
+            raise ConfigError(f"logger {name!r} needs the {LOGGERS[name][1]!r} package", [f"pip install 'ragen-core[{name}]'"]) from None
     return loggers
