@@ -39,7 +39,7 @@ def test_demonstrations_are_valid_random_actions_in_reply_format(tmp_path):
     assert len(trajs) == 6
     turns = [t for tr in trajs for t in tr.turns]
     assert turns and all(t.valid for t in turns)
-    assert all(t.response_text.startswith("<think>") and "</think><answer>" in t.response_text and t.response_text.endswith("</answer>")
+    assert all(t.response_text.startswith("<think>") and "</think> <answer> " in t.response_text and t.response_text.endswith(" </answer>")
                for t in turns)
     assert {a for t in turns for a in t.actions} <= {"Left", "Right"}
     # random, not an oracle: some episodes walk the wrong way
