@@ -84,6 +84,7 @@ class Trainer(UpdateMixin):
             from ragen_core.trainer.warmstart import warm_start
 
             self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
+            self._warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
         self._maybe_lora()
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -254,6 +255,9 @@ class Trainer(UpdateMixin):
                 if result:
                     metrics.update({k: float(v) for k, v in result.items() if _is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
+        meta = getattr(self, "_warm_start_meta", None)
+        if meta and "valid_rate" in meta and step == 1:  # the format-valid rate the warm start reached
+            metrics["warm_start/valid_rate"] = float(meta["valid_rate"])
         # episodes whose first prompt did not fit the context have no tokens to train on
         trajs = [t for t in trajs if t.turns]
         per_turn = getattr(self.runner.config, "context_window", "full") != "full"
