@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ragen_algo_ppo.config import BilevelGAEConfig
-from ragen_algo_ppo.gae import _metrics, whiten_advantages
+from ragen_algo_ppo.gae import finish_outputs
 from ragen_core.interfaces.advantage import (
     AdvantageEstimator,
     AdvantageInputs,
@@ -143,12 +143,4 @@ class BilevelGAEEstimator(AdvantageEstimator):
             lam=cfg.lam,
             high_level_gamma=cfg.high_level_gamma,
         )
-        adv = raw
-        if cfg.whiten:
-            groups = inputs.group_ids if cfg.whiten_scope == "group" else None
-            adv = whiten_advantages(raw, inputs.response_mask, groups)
-        return AdvantageOutputs(
-            advantages=adv,
-            returns=returns,
-            metrics=_metrics(raw, returns, inputs.response_mask),
-        )
+        return finish_outputs(raw, returns, inputs, whiten=cfg.whiten, scope=cfg.whiten_scope)

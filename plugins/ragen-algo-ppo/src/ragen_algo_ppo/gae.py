@@ -101,6 +101,14 @@ def whiten_advantages(
     return out
 
 
+def finish_outputs(raw: torch.Tensor, returns: torch.Tensor, inputs: AdvantageInputs, *, whiten: bool, scope: str) -> AdvantageOutputs:
+    """Whiten raw GAE advantages (over the batch or per group) and package them with metrics."""
+    adv = raw
+    if whiten:
+        adv = whiten_advantages(raw, inputs.response_mask, inputs.group_ids if scope == "group" else None)
+    return AdvantageOutputs(advantages=adv, returns=returns, metrics=_metrics(raw, returns, inputs.response_mask))
+
+
 class GAEEstimator(AdvantageEstimator):
     """``gae`` estimator plugin: :func:`masked_gae` plus whitening."""
 
@@ -117,15 +125,7 @@ class GAEEstimator(AdvantageEstimator):
             gamma=cfg.gamma,
             lam=cfg.lam,
         )
-        adv = raw
-        if cfg.whiten:
-            groups = inputs.group_ids if cfg.whiten_scope == "group" else None
-            adv = whiten_advantages(raw, inputs.response_mask, groups)
-        return AdvantageOutputs(
-            advantages=adv,
-            returns=returns,
-            metrics=_metrics(raw, returns, inputs.response_mask),
-        )
+        return finish_outputs(raw, returns, inputs, whiten=cfg.whiten, scope=cfg.whiten_scope)
 
 
 def _metrics(
