@@ -99,15 +99,7 @@ def count_solutions(
             found += 1
             return
         # choose the empty cell with the fewest candidates (MRV), move it to position k
-        best_j, best_mask, best_count = k, 0, g.n + 1
-        for j in range(k, len(empties)):
-            i = empties[j]
-            m = g.full & ~(rows[g.row_of[i]] | cols[g.col_of[i]] | boxes[g.box_of[i]])
-            cnt = m.bit_count()
-            if cnt < best_count:
-                best_j, best_mask, best_count = j, m, cnt
-                if cnt <= 1:
-                    break
+        best_j, best_mask, best_count = _most_constrained(empties, k, rows, cols, boxes, g)
         if best_count == 0:
             return
         empties[k], empties[best_j] = empties[best_j], empties[k]
@@ -130,6 +122,21 @@ def count_solutions(
     return found
 
 
+def _most_constrained(empties: list[int], k: int, rows: list[int], cols: list[int], boxes: list[int], g: Geometry) -> tuple[int, int, int]:
+    """MRV: among ``empties[k:]``, the position, candidate bitmask and candidate count of the
+    cell with the fewest legal digits (stops early at a cell with at most one)."""
+    best_j, best_mask, best_count = k, 0, g.n + 1
+    for j in range(k, len(empties)):
+        i = empties[j]
+        m = g.full & ~(rows[g.row_of[i]] | cols[g.col_of[i]] | boxes[g.box_of[i]])
+        cnt = m.bit_count()
+        if cnt < best_count:
+            best_j, best_mask, best_count = j, m, cnt
+            if cnt <= 1:
+                break
+    return best_j, best_mask, best_count
+
+
 def solve(grid: list[int] | tuple[int, ...], n: int) -> tuple[int, ...] | None:
     """One completion of ``grid`` (the first in candidate order), or ``None`` if there is none."""
     solution = _fill(list(grid), n, rng=None)
@@ -148,15 +155,7 @@ def _fill(work: list[int], n: int, rng: random.Random | None) -> list[int] | Non
     def search(k: int) -> bool:
         if k == len(empties):
             return True
-        best_j, best_mask, best_count = k, 0, g.n + 1
-        for j in range(k, len(empties)):
-            i = empties[j]
-            m = g.full & ~(rows[g.row_of[i]] | cols[g.col_of[i]] | boxes[g.box_of[i]])
-            cnt = m.bit_count()
-            if cnt < best_count:
-                best_j, best_mask, best_count = j, m, cnt
-                if cnt <= 1:
-                    break
+        best_j, best_mask, best_count = _most_constrained(empties, k, rows, cols, boxes, g)
         if best_count == 0:
             return False
         empties[k], empties[best_j] = empties[best_j], empties[k]
