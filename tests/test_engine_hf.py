@@ -19,13 +19,7 @@ from ragen_core.interfaces.engine import SamplingParams
 from ragen_core.models import load_model_and_tokenizer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """The tiny model's ops are too small to gain from threads; on a busy machine they lose."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

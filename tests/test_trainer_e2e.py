@@ -34,15 +34,7 @@ class DropAllFilter(RolloutFilter):
         return FilterResult(kept_groups=[], dropped=dropped, metrics={"rollout/filter_kept_ratio": 0.0})
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One torch thread: on a shared 2-core machine, thread oversubscription makes steps 10x slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 DROP_ALL = FilterSpec(name="trainer-test-drop-all", config_model=FilterConfig, factory=f"{__name__}:DropAllFilter")

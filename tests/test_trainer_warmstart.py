@@ -12,14 +12,7 @@ from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _cfg(tmp_path, *extra: str) -> RunConfig:
