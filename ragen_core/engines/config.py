@@ -27,6 +27,9 @@ class HFEngineConfig(PluginConfig):
     torch_threads: int | None = Field(default=None, ge=1)
     """CPU only: torch intra-op threads while generating (restored afterwards). 1 is ~10x faster
     for the tiny model on a busy machine; None leaves torch's setting alone."""
+    share_prompt_prefill: bool = True
+    """Prefill identical prompts of a batch once (a GRPO group's shared first turn) and copy the
+    resulting KV cache rows; replies are still sampled independently per prompt."""
     reuse_kv_cache: bool = True
     """Keep each reply's KV cache until the next call: a prompt that extends an earlier prompt +
     reply (the next turn of an episode) is prefilled only from where it differs. Costs memory

@@ -14,6 +14,9 @@ Multi-turn speed (measured in ``bench/bench_multiturn.py``):
   cache (prompt + reply minus the last sampled token). The next turn's prompt of an episode
   starts with exactly those ids (the rollout layer appends, never re-tokenises), so only the
   new user message is prefilled. Only the latest call's replies are kept.
+* **Shared prompts prefilled once** (``share_prompt_prefill``): a group of episodes on the same
+  env seed starts from the same prompt; each distinct prompt of a batch is prefilled once and
+  its KV cache rows and last logits are repeated before decoding (rows still sample apart).
 * **Growable cache layers** (:mod:`ragen_core.engines._kv`): new positions are written into a
   buffer with the reply budget reserved, instead of ``torch.cat`` on every decode step.
 
@@ -62,8 +65,12 @@ class HFEngine(Engine):
         self._store_model: Any = None
         #: Running totals: ``calls``, ``prompt_tokens`` (all prompt ids), ``prefill_tokens``
         #: (prompt ids actually run through the model), ``reused_tokens`` (served from kept KV
-        #: caches) and ``generated_tokens``.
-        self.stats: dict[str, int] = dict.fromkeys(("calls", "prompt_tokens", "prefill_tokens", "reused_tokens", "generated_tokens"), 0)
+        #: caches), ``shared_tokens`` (ids of prompts identical to an earlier prompt of the same
+        #: batch, served by its prefill) and ``generated_tokens``. ``prompt_tokens`` is the sum
+        #: of ``prefill_tokens``, ``reused_tokens`` and ``shared_tokens``.
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("calls", "prompt_tokens", "prefill_tokens", "reused_tokens", "shared_tokens", "generated_tokens"), 0
+        )
 
     # ------------------------------------------------------------------ setup
     def attach(self, model: Any, tokenizer: Any = None) -> None:
@@ -164,14 +171,27 @@ class HFEngine(Engine):
         vocab_limit = len(self.tokenizer) if self.config.mask_unused_vocab else None
         n = len(prompts)
 
+        # Identical prompts (a GRPO group's shared first turn) are prefilled once; the prefilled
+        # rows are then repeated, KV cache and last logits included, one per prompt.
+        first: dict[tuple[int, ...], int] = {}
+        expand: list[int] = []  # batch row -> prefilled row
+        uniq: list[list[int]] = []
+        for p in prompts:
+            key = tuple(p) if self.config.share_prompt_prefill else (len(uniq),)
+            if key not in first:
+                first[key] = len(uniq)
+                uniq.append(p)
+            expand.append(first[key])
+        m = len(uniq)
+
         # Row layout: [left pad | reused cache of this row | left pad | new prompt tokens].
-        hits = [self._lookup(p) for p in prompts]
+        hits = [self._lookup(p) for p in uniq]
         reused = [len(h.tokens) if h is not None else 0 for h in hits]
-        suffixes = [p[c:] for p, c in zip(prompts, reused)]
+        suffixes = [p[c:] for p, c in zip(uniq, reused)]
         width_c, width_s = max(reused), max(len(x) for x in suffixes)
-        input_ids = torch.full((n, width_s), pad, dtype=torch.long, device=device)
-        positions = torch.zeros((n, width_s), dtype=torch.long, device=device)
-        mask = torch.zeros((n, width_c + width_s), dtype=torch.long, device=device)
+        input_ids = torch.full((m, width_s), pad, dtype=torch.long, device=device)
+        positions = torch.zeros((m, width_s), dtype=torch.long, device=device)
+        mask = torch.zeros((m, width_c + width_s), dtype=torch.long, device=device)
         for i, (c, suf) in enumerate(zip(reused, suffixes)):
             input_ids[i, width_s - len(suf) :] = torch.tensor(suf, dtype=torch.long, device=device)
             positions[i, width_s - len(suf) :] = torch.arange(c, c + len(suf), device=device)
@@ -186,6 +206,10 @@ class HFEngine(Engine):
             input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
         ).logits[:, -1, :]
         next_pos = positions[:, -1] + 1
+        if m < n:
+            index = torch.tensor(expand, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            logits, mask, next_pos = logits[index], mask[index], next_pos[index]
 
         tokens: list[list[int]] = [[] for _ in range(n)]
         logps: list[list[float]] = [[] for _ in range(n)]
@@ -222,6 +246,7 @@ class HFEngine(Engine):
         st["prompt_tokens"] += sum(len(p) for p in prompts)
         st["reused_tokens"] += sum(reused)
         st["prefill_tokens"] += sum(len(x) for x in suffixes)
+        st["shared_tokens"] += sum(len(p) for p in prompts) - sum(len(p) for p in uniq)
         st["generated_tokens"] += sum(len(t) for t in tokens)
         return [Generation(token_ids=tokens[i], logprobs=logps[i], finish_reason=reasons[i]) for i in range(n)]  # type: ignore[arg-type]
 
