@@ -22,28 +22,50 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    response_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every next token and (optionally) the full-vocabulary entropy.
 
     Returns tensors shaped ``[B, L-1]``: position ``t`` scores token ``t+1`` given tokens
     ``<= t``. Logits are divided by ``temperature`` (spec 7.4) unless it is 0 (greedy).
+
+    With ``response_mask`` (``[B, L-1]``, 1 on trained positions) rows that share the ids before
+    their first trained position run that prefix once (:mod:`ragen_core.trainer.prefix`); the
+    values from each row's first trained position on are the same (up to float rounding) and
+    positions before it are 0. Without it, or when nothing is shared, every row runs in full.
     """
+    from ragen_core.trainer import prefix
+
+    plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
+    if plan is not None and prefix.supports_shared_prefix(model):
+        logits, ids_s = prefix.shared_prefix_forward(model, input_ids, plan)
+        targets = ids_s.roll(-1, dims=1)
+        logp, entropy = _logp_entropy(logits, targets, temperature, with_entropy)
+        return prefix.to_shifted(logp, plan), (prefix.to_shifted(entropy, plan) if entropy is not None else None)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    return _logp_entropy(out.logits[:, :-1, :], input_ids[:, 1:], temperature, with_entropy)
+
+
+def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-position log-prob of ``targets`` ``[B, T]`` under ``logits`` ``[B, T, V]`` (and entropy)."""
     import torch
 
     from ragen_core.trainer.losses import entropy_from_logits
 
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    logits = out.logits[:, :-1, :].float()
+    logits = logits.float()
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = entropy_from_logits(logits) if with_entropy else None
     return logp, entropy
 
 
 def batched_logprobs(model: Any, batch: Any, rows: list[int], micro: int, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
-    """No-grad :func:`token_logprobs` over ``rows`` of a :class:`TrainBatch`, in micro-batches."""
+    """No-grad :func:`token_logprobs` over ``rows`` of a :class:`TrainBatch`, in micro-batches.
+
+    Uses the batch's response mask, so shared prompts run once per micro-batch; values before a
+    row's first trained position are then 0 (every consumer masks with the response mask).
+    """
     import torch
 
     n, width = batch.input_ids.shape[0], batch.input_ids.shape[1] - 1
@@ -55,7 +77,8 @@ def batched_logprobs(model: Any, batch: Any, rows: list[int], micro: int, temper
             idx = rows[start : start + micro]
             ids = batch.input_ids[idx].to(device)
             am = batch.attention_mask[idx].to(device)
-            lp, e = token_logprobs(model, ids, am, temperature=temperature, with_entropy=with_entropy)
+            rm = batch.response_mask[idx].to(device)
+            lp, e = token_logprobs(model, ids, am, temperature=temperature, with_entropy=with_entropy, response_mask=rm)
             logp[idx] = lp.cpu()
             if ent is not None and e is not None:
                 ent[idx] = e.cpu()
@@ -76,9 +99,18 @@ def build_critic(policy: Any) -> Any:
             self.head = torch.nn.Linear(hidden, 1)
             torch.nn.init.zeros_(self.head.weight)
             torch.nn.init.zeros_(self.head.bias)
+            # the critic reads hidden states only: skip the vocabulary projection where the model allows
+            self._keep = {"logits_to_keep": 1} if _accepts(lm, "logits_to_keep") else {}
 
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None = None) -> torch.Tensor:
+            """``[B, L-1]`` values; with ``response_mask`` shared prompts run once (0 before a row's first trained position)."""
+            from ragen_core.trainer import prefix
+
+            plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
+            if plan is not None and prefix.supports_shared_prefix(self.lm):
+                hidden, _ = prefix.shared_prefix_forward(self.lm, input_ids, plan, hidden=True)
+                return prefix.to_shifted(self.head(hidden.float()).squeeze(-1), plan)
+            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **self._keep)
             hidden = out.hidden_states[-1].float()
             # value of the state *before* predicting token t+1 lives at position t (shifted arrays)
             return self.head(hidden).squeeze(-1)[:, :-1]
@@ -88,8 +120,16 @@ def build_critic(policy: Any) -> Any:
     return ValueModel(lm)
 
 
+def _accepts(model: Any, name: str) -> bool:
+    import inspect
+
+    get = getattr(model, "get_base_model", None)
+    base = get() if callable(get) else model
+    return name in inspect.signature(base.forward).parameters
+
+
 def batched_values(critic: Any, batch: Any, rows: list[int], micro: int) -> Any:
-    """No-grad critic values ``[B, L-1]`` for ``rows`` of a batch."""
+    """No-grad critic values ``[B, L-1]`` for ``rows`` of a batch (0 before a row's first trained position)."""
     import torch
 
     n, width = batch.input_ids.shape[0], batch.input_ids.shape[1] - 1
@@ -98,7 +138,7 @@ def batched_values(critic: Any, batch: Any, rows: list[int], micro: int) -> Any:
     with torch.no_grad():
         for start in range(0, len(rows), micro):
             idx = rows[start : start + micro]
-            v = critic(batch.input_ids[idx].to(device), batch.attention_mask[idx].to(device))
+            v = critic(batch.input_ids[idx].to(device), batch.attention_mask[idx].to(device), response_mask=batch.response_mask[idx].to(device))
             values[idx] = v.float().cpu()
     return values
 

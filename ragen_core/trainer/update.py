@@ -127,7 +127,7 @@ class UpdateMixin:
                 for idx in micros:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
-                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device))
+                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask)
                     loss, vm = value_loss(values, sub.values.to(device), sub.returns.to(device), mask, acfg.cliprange_value,
                                           global_token_count=tokens if global_norm else None)
                     (loss * loss_w).backward()
@@ -179,7 +179,8 @@ class UpdateMixin:
                     share = float(mask.sum()) / mini_tokens
                     loss_w = 1.0 if (counts or mode == "seq-mean-token-sum-norm") else 1.0 / len(micros)
                     need_entropy = acfg.entropy_coeff != 0 or single
-                    logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp, with_entropy=need_entropy)
+                    logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp,
+                                                   with_entropy=need_entropy, response_mask=mask)
                     if single:
                         sub.old_log_probs = logp.detach().cpu()
                         ent_full[idx, : entropy.shape[1]] = entropy.detach().float().cpu()

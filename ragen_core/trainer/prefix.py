@@ -1,0 +1,238 @@
+"""Shared-prefix forward: run a prompt that several rows share once, then only each row's rest.
+
+In GRPO every group of episodes starts with the same first prompt, often ~95 % of a row's
+tokens. A plain forward runs (and back-propagates through) that prompt once per row. Here the
+rows of a micro-batch are clustered by the ids before their first trained position; each
+cluster's prefix runs once, **with gradient**, filling a KV cache; the cache is expanded to
+the member rows with ``index_select`` (its backward sums the members' gradients, which is
+exactly what the plain forward's per-row copies add up to) and every row's suffix runs on top
+of it. The result is the same computation up to float rounding: same log-probs, entropies,
+values and parameter gradients at every position from the prefix's end on.
+
+Layout (``B`` rows right-padded to ``L`` tokens; shifted arrays: position ``t`` scores token
+``t+1``). Row ``i`` has ``n_i`` real tokens and its first trained position is ``r_i``; its
+cluster's prefix length is ``s_i <= r_i``, so no output the trainer reads lies in the prefix.
+The prefix call sees ``[C, P]`` right-padded ids (``P = max s``); the suffix call sees
+``[B, S]`` ids ``input_ids[i, s_i:n_i]`` right-padded (``S = max(n_i - s_i)``) with position
+ids ``s_i + j`` and a 2-D mask ``[prefix mask of the row's cluster | suffix mask]``. Outputs
+come back in the ``[B, L-1]`` shifted layout with zeros outside ``[s_i, n_i - 1)``.
+
+The path is used only when it is exact and pays off (see :func:`plan_shared_prefix` and
+:func:`supports_shared_prefix`); otherwise callers run the plain full forward. Set
+:data:`ENABLED` to ``False`` to force the plain path (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+ENABLED = True
+"""Module switch: ``False`` forces the plain full forward everywhere."""
+
+MIN_SAVING = 0.2
+"""Use the shared path only when it saves at least this fraction of the token positions run."""
+
+__all__ = ["ENABLED", "MIN_SAVING", "PrefixPlan", "plan_shared_prefix", "shared_prefix_forward", "supports_shared_prefix", "to_shifted"]
+
+
+@dataclass
+class PrefixPlan:
+    """How a micro-batch is split into shared prefixes and per-row suffixes."""
+
+    cluster: torch.Tensor
+    """``[B]`` long: the cluster (prefix) each row belongs to."""
+    prefix_lens: torch.Tensor
+    """``[C]`` long: tokens in each cluster's prefix (all >= 1)."""
+    starts: torch.Tensor
+    """``[B]`` long: ``s_i``, the row's prefix length = index of its first suffix token."""
+    lengths: torch.Tensor
+    """``[B]`` long: real (unpadded) tokens of each row."""
+    width: int
+    """``L``: the padded width of the input rows."""
+
+
+def first_trained(response_mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``r_i``: the first shifted position with a trained token (``n_i - 1`` for a row without one)."""
+    import torch
+
+    on = response_mask > 0
+    width = on.shape[1]
+    idx = torch.arange(width, device=on.device).expand_as(on)
+    big = torch.full_like(idx, width)
+    first = torch.where(on, idx, big).min(dim=1).values
+    return torch.where(first >= width, lengths - 1, first)
+
+
+def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> PrefixPlan | None:
+    """Cluster rows whose ids before their first trained position are identical.
+
+    Returns ``None`` (use the plain forward) when the switch is off, there is no response mask,
+    a row is not right-padded, a trained position lies on padding, some row would get an empty
+    prefix, no two rows share a prefix, or the saving is below :data:`MIN_SAVING`.
+    """
+    import torch
+
+    if not ENABLED or response_mask is None or input_ids.dim() != 2:
+        return None
+    b, width = input_ids.shape
+    if b < 2 or tuple(response_mask.shape) != (b, width - 1):
+        return None
+    am = attention_mask.to(input_ids.device) > 0
+    lengths = am.sum(dim=1)
+    ar = torch.arange(width, device=input_ids.device)
+    if not torch.equal(am, ar[None, :] < lengths[:, None]):
+        return None  # left padding or holes: keep the plain path
+    rm = response_mask.to(input_ids.device)
+    if bool(((rm > 0) & ~(ar[None, 1:] < lengths[:, None])).any()):
+        return None  # a trained position scores a padding token
+    first = first_trained(rm, lengths)
+    if bool((first < 1).any()):
+        return None
+    keys: dict[bytes, int] = {}
+    cluster: list[int] = []
+    prefix_lens: list[int] = []
+    rows = input_ids.detach().cpu()
+    for i, r in enumerate(first.tolist()):
+        key = r.to_bytes(4, "little") + rows[i, :r].numpy().tobytes()
+        c = keys.setdefault(key, len(keys))
+        if c == len(prefix_lens):
+            prefix_lens.append(r)
+        cluster.append(c)
+    n_clusters = len(prefix_lens)
+    if n_clusters == b:
+        return None
+    starts = first
+    cost = n_clusters * max(prefix_lens) + b * int((lengths - starts).max())
+    if cost > (1.0 - MIN_SAVING) * b * int(lengths.max()):
+        return None
+    dev = input_ids.device
+    return PrefixPlan(
+        cluster=torch.tensor(cluster, dtype=torch.long, device=dev),
+        prefix_lens=torch.tensor(prefix_lens, dtype=torch.long, device=dev),
+        starts=starts.to(torch.long),
+        lengths=lengths.to(torch.long),
+        width=width,
+    )
+
+
+def _base(model: Any) -> Any:
+    get = getattr(model, "get_base_model", None)  # peft wrappers forward **kwargs to the base model
+    return get() if callable(get) else model
+
+
+def _cache_kwarg(model: Any) -> str | None:
+    params = inspect.signature(_base(model).forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def supports_shared_prefix(model: Any) -> bool:
+    """Whether ``model`` can run the cache path exactly.
+
+    Needs a ``transformers`` causal LM taking ``position_ids`` and a KV cache argument, full
+    attention in every layer (a sliding window would drop prefix keys), an attention kernel
+    that accepts an arbitrary 2-D padding mask (``sdpa`` or ``eager``; flash attention cannot
+    skip the padding between prefix and suffix) and no gradient checkpointing (it turns the
+    cache off in training).
+    """
+    base = _base(model)
+    cfg = getattr(base, "config", None)
+    if cfg is None or _cache_kwarg(base) is None:
+        return False
+    if "position_ids" not in inspect.signature(base.forward).parameters:
+        return False
+    if getattr(cfg, "_attn_implementation", None) not in ("sdpa", "eager"):
+        return False
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return False
+    checkpointing = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    if getattr(base, checkpointing, False):
+        return False
+    try:
+        from transformers import DynamicCache
+
+        return hasattr(_new_cache(DynamicCache, cfg), "layers")
+    except Exception:  # noqa: BLE001 - any import/API mismatch means: use the plain path
+        return False
+
+
+def _new_cache(cls: Any, cfg: Any) -> Any:
+    try:
+        return cls(config=cfg)
+    except TypeError:
+        return cls()
+
+
+def shared_prefix_forward(model: Any, input_ids: torch.Tensor, plan: PrefixPlan, *, hidden: bool = False) -> tuple[Any, torch.Tensor]:
+    """Run the prefixes once and every row's suffix on the expanded cache.
+
+    Args:
+        model: A causal LM for which :func:`supports_shared_prefix` holds.
+        input_ids: ``[B, L]`` right-padded ids (the rows of ``plan``).
+        plan: From :func:`plan_shared_prefix`.
+        hidden: Return the last hidden states instead of the logits (the lm head is then run
+            on one position only).
+
+    Returns:
+        ``(out, suffix_ids)``: the suffix call's ``[B, S, V]`` logits (or ``[B, S, H]`` last
+        hidden states) and its ``[B, S]`` input ids; suffix index ``j`` of row ``i`` is input
+        position ``s_i + j``.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    base = _base(model)
+    kw = _cache_kwarg(base)
+    dev = input_ids.device
+    n_clusters = int(plan.prefix_lens.shape[0])
+    width_p = int(plan.prefix_lens.max())
+    ar_p = torch.arange(width_p, device=dev)
+    first_row = torch.full((n_clusters,), -1, dtype=torch.long, device=dev)
+    first_row = first_row.scatter_reduce(0, plan.cluster, torch.arange(len(plan.cluster), device=dev), reduce="amin", include_self=False)
+    ids_p = input_ids.index_select(0, first_row)[:, :width_p]
+    mask_p = (ar_p[None, :] < plan.prefix_lens[:, None]).long()
+    pos_p = ar_p.expand(n_clusters, width_p)
+    cache = _new_cache(DynamicCache, base.config)
+    # logits_to_keep=1: the prefix needs no logits, only its keys and values
+    model(input_ids=ids_p, attention_mask=mask_p, position_ids=pos_p, use_cache=True, logits_to_keep=1, **{kw: cache})
+    rows = _new_cache(DynamicCache, base.config)
+    for layer_idx, layer in enumerate(cache.layers):
+        rows.update(layer.keys.index_select(0, plan.cluster), layer.values.index_select(0, plan.cluster), layer_idx)
+
+    width = input_ids.shape[1]
+    suffix_lens = plan.lengths - plan.starts
+    width_s = int(suffix_lens.max())
+    ar_s = torch.arange(width_s, device=dev)
+    cols = plan.starts[:, None] + ar_s[None, :]
+    ids_s = input_ids.gather(1, cols.clamp(max=width - 1))
+    mask_s = (ar_s[None, :] < suffix_lens[:, None]).long()
+    mask = torch.cat([mask_p.index_select(0, plan.cluster), mask_s], dim=1)
+    extra = {"output_hidden_states": True, "logits_to_keep": 1} if hidden else {}
+    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols, use_cache=True, **{kw: rows}, **extra)
+    return (out.hidden_states[-1] if hidden else out.logits), ids_s
+
+
+def to_shifted(values: torch.Tensor, plan: PrefixPlan) -> torch.Tensor:
+    """Place ``[B, S]`` per-suffix-position values into the ``[B, L-1]`` shifted layout.
+
+    Suffix index ``j`` of row ``i`` is shifted position ``s_i + j``; only ``j < n_i - s_i - 1``
+    (the next token is real) is kept, the rest of the row is zero. Differentiable.
+    """
+    import torch
+
+    b, width_s = values.shape
+    ar = torch.arange(width_s, device=values.device)
+    keep = ar[None, :] < (plan.lengths - plan.starts - 1)[:, None]
+    cols = (plan.starts[:, None] + ar[None, :])[keep]
+    row_idx = torch.arange(b, device=values.device)[:, None].expand(b, width_s)[keep]
+    out = values.new_zeros((b, plan.width - 1))
+    return out.index_put((row_idx, cols), values[keep])

@@ -1,0 +1,235 @@
+"""The shared-prefix forward gives the plain forward's log-probs, entropies, values and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ragen_core.models import load_model_and_tokenizer  # noqa: E402
+from ragen_core.trainer import prefix  # noqa: E402
+from ragen_core.trainer.modeling import build_critic, token_logprobs  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+PAD = 256
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    m, _ = load_model_and_tokenizer("tiny", cache_dir=tmp_path_factory.mktemp("models"))
+    m.train()
+    return m
+
+
+@pytest.fixture
+def switch(monkeypatch):
+    """``switch(on)`` sets the module switch for the rest of the test."""
+
+    def set_(on: bool) -> None:
+        monkeypatch.setattr(prefix, "ENABLED", on)
+
+    return set_
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n,), generator=g).tolist()
+
+
+def make_batch(rows: list[tuple[list[int], list[tuple[int, int]]]]):
+    """Right-padded ``input_ids``, ``attention_mask`` and shifted ``response_mask`` from
+    ``(ids, [(start, end) sampled spans])`` rows, like :mod:`ragen_core.trainer.batch`."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    am = torch.zeros((len(rows), width), dtype=torch.long)
+    rm = torch.zeros((len(rows), width - 1))
+    for i, (row, spans) in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        am[i, : len(row)] = 1
+        for a, b in spans:
+            rm[i, a - 1 : b - 1] = 1.0
+    return ids, am, rm
+
+
+def mixed_rows():
+    """Two shared prompts, replies of different lengths, a multi-turn row whose suffix holds an
+    observation, a singleton prompt and padding."""
+    p1, p2, p3 = _ids(40, 1), _ids(31, 2), _ids(25, 3)
+    rows = []
+    for k, n in enumerate((5, 9, 1)):
+        rows.append((p1 + _ids(n, 10 + k), [(40, 40 + n)]))
+    # multi-turn: reply 1 (6) + observation (7, not trained) + reply 2 (4)
+    rows.append((p1 + _ids(6, 20) + _ids(7, 21) + _ids(4, 22), [(40, 46), (53, 57)]))
+    rows.append((p2 + _ids(3, 30), [(31, 34)]))
+    rows.append((p2 + _ids(12, 31), [(31, 43)]))
+    rows.append((p3 + _ids(8, 40), [(25, 33)]))  # singleton
+    return rows
+
+
+def _run_policy(model, ids, am, rm, temperature=0.7):
+    model.zero_grad(set_to_none=True)
+    logp, ent = token_logprobs(model, ids, am, temperature=temperature, with_entropy=True, response_mask=rm)
+    loss = ((logp - 0.3 * ent) * rm).sum() / rm.sum()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logp.detach(), ent.detach(), grads
+
+
+def _assert_grads_close(a, b):
+    assert a.keys() == b.keys() and a
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_plan_clusters_rows_by_ids_before_first_trained_position():
+    ids, am, rm = make_batch(mixed_rows())
+    plan = prefix.plan_shared_prefix(ids, am, rm)
+    assert plan is not None
+    assert plan.cluster.tolist() == [0, 0, 0, 0, 1, 1, 2]
+    assert plan.prefix_lens.tolist() == [39, 30, 24]  # prompt length - 1: logits from the last prompt token on
+    assert plan.starts.tolist() == [39, 39, 39, 39, 30, 30, 24]
+    assert plan.lengths.tolist() == am.sum(1).tolist()
+
+
+def test_policy_logprobs_entropies_and_gradients_equal_the_plain_forward(model, switch):
+    ids, am, rm = make_batch(mixed_rows())
+    assert prefix.supports_shared_prefix(model)
+    switch(False)
+    lp0, e0, g0 = _run_policy(model, ids, am, rm)
+    switch(True)
+    lp1, e1, g1 = _run_policy(model, ids, am, rm)
+    plan = prefix.plan_shared_prefix(ids, am, rm)
+    assert plan is not None
+    # every position from the prefix end to the last real token (observations included) is exact
+    for i in range(len(ids)):
+        s, n = int(plan.starts[i]), int(plan.lengths[i])
+        torch.testing.assert_close(lp1[i, s : n - 1], lp0[i, s : n - 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(e1[i, s : n - 1], e0[i, s : n - 1], atol=1e-5, rtol=1e-5)
+        assert not bool(lp1[i, :s].any()) and not bool(lp1[i, n - 1 :].any())
+    _assert_grads_close(g0, g1)
+
+
+def test_multi_turn_observation_positions_are_exact(model, switch):
+    ids, am, rm = make_batch(mixed_rows())
+    with torch.no_grad():
+        switch(False)
+        lp0, _ = token_logprobs(model, ids, am, response_mask=rm)
+        switch(True)
+        lp1, _ = token_logprobs(model, ids, am, response_mask=rm)
+    obs = slice(46 - 1, 53 - 1)  # shifted positions scoring the observation tokens of row 3
+    assert not bool(rm[3, obs].any())
+    torch.testing.assert_close(lp1[3, obs], lp0[3, obs], atol=1e-5, rtol=1e-5)
+    assert bool(lp1[3, obs].abs().gt(0).all())
+
+
+def test_prefix_never_covers_a_trained_position(model, switch):
+    # rows 0 and 1 share 30 ids, but row 0 is trained from token 20 on (its tokens 20..29 are a
+    # sampled reply that happens to equal row 1's prompt): a prefix of 29 for both would swallow
+    # row 0's first trained positions
+    base = _ids(30, 5)
+    rows = [(base + _ids(4, 6), [(20, 34)])] + [(base + _ids(3 + k, 7 + k), [(30, 33 + k)]) for k in range(5)]
+    ids, am, rm = make_batch(rows)
+    plan = prefix.plan_shared_prefix(ids, am, rm)
+    assert plan is not None
+    first = rm.argmax(dim=1)
+    assert bool((plan.starts <= first).all())
+    switch(False)
+    lp0, e0, g0 = _run_policy(model, ids, am, rm)
+    switch(True)
+    lp1, e1, g1 = _run_policy(model, ids, am, rm)
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    assert bool((lp1[rm > 0] != 0).all())
+    _assert_grads_close(g0, g1)
+
+
+def test_critic_values_and_gradients_equal_the_plain_forward(model, switch):
+    ids, am, rm = make_batch(mixed_rows())
+    critic = build_critic(model)
+    torch.nn.init.normal_(critic.head.weight, std=0.05, generator=torch.Generator().manual_seed(0))
+    target = torch.linspace(-1, 1, rm.shape[1]).expand_as(rm)
+
+    def run():
+        critic.zero_grad(set_to_none=True)
+        v = critic(ids, am, response_mask=rm)
+        ((((v - target) ** 2) * rm).sum() / rm.sum()).backward()
+        return v.detach(), {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
+
+    switch(False)
+    v0, g0 = run()
+    switch(True)
+    v1, g1 = run()
+    torch.testing.assert_close(v1 * rm, v0 * rm, atol=1e-5, rtol=1e-5)
+    row = 3  # multi-turn: values at observation positions (read by GAE at turn ends) are exact too
+    torch.testing.assert_close(v1[row, 39:56], v0[row, 39:56], atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g0, g1)
+
+
+def test_falls_back_to_the_plain_forward_when_nothing_is_shared(model):
+    ids, am, rm = make_batch([(_ids(20, 1) + [1, 2], [(20, 22)]), (_ids(20, 2) + [3], [(20, 21)])])
+    assert prefix.plan_shared_prefix(ids, am, rm) is None  # all singletons
+    ids, am, rm = make_batch(mixed_rows())
+    assert prefix.plan_shared_prefix(ids, am, None) is None  # no response mask: plain
+    left = torch.roll(am, 1, dims=1)
+    assert prefix.plan_shared_prefix(ids, left, rm) is None  # not right-padded
+    trained_first = rm.clone()
+    trained_first[0, 0] = 1.0
+    assert prefix.plan_shared_prefix(ids, am, trained_first) is None  # an empty prefix
+    on_pad = rm.clone()
+    on_pad[2, -1] = 1.0
+    assert prefix.plan_shared_prefix(ids, am, on_pad) is None  # a trained position on padding
+    # the plain path (no response mask) still returns every position
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, am)
+    assert bool((lp[0, :38] != 0).all())
+
+
+def test_switch_off_forces_the_plain_path(switch):
+    ids, am, rm = make_batch(mixed_rows())
+    switch(False)
+    assert prefix.plan_shared_prefix(ids, am, rm) is None
+
+
+def test_unsupported_models_use_the_plain_path(model, monkeypatch):
+    assert prefix.supports_shared_prefix(model)
+    monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")
+    assert not prefix.supports_shared_prefix(model)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_path, switch, monkeypatch, algo):
+    pytest.importorskip("ragen_core.rollout.runner")
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.trainer import Trainer
+
+    calls = []
+    real = prefix.shared_prefix_forward
+    monkeypatch.setattr(prefix, "shared_prefix_forward", lambda *a, **k: calls.append(k.get("hidden", False)) or real(*a, **k))
+    env = register_toy_env()
+    # ppo: two mini-batches (a separate no-grad old-log-prob pass) and a critic
+    mini = 2 if algo == "ppo" else 4
+    results = []
+    for on in (False, True):
+        switch(on)
+        cfg = load_config(RunConfig, [], [
+            f"env={env}", f"algo={algo}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+            "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512", "sampling.train.max_new_tokens=10",
+            f"optim.mini_batch_size={mini}", "optim.micro_batch_size=2", "optim.lr=1e-3", "test_freq=0", "save_freq=0",
+            "steps=2", "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / str(on)}",
+        ])
+        trainer = Trainer(cfg)
+        trainer.setup()
+        results.append([trainer.train_step(step) for step in (1, 2)])
+    assert calls and (algo != "ppo" or True in calls)  # the policy (and the critic) took the shared path
+    keys = ["actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "train/reward"]
+    if algo == "ppo":
+        keys += ["critic/vf_loss", "critic/grad_norm", "critic/values/mean", "critic/advantages/mean"]
+    for off_m, on_m in zip(*results):
+        for k in keys:
+            assert math.isclose(off_m[k], on_m[k], rel_tol=1e-4, abs_tol=1e-5), (k, off_m[k], on_m[k])
