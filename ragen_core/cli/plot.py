@@ -2,7 +2,9 @@
 
 One figure per metric family that the run logged (success and reward of train and validation,
 actor losses, entropy, filter kept ratio, timing), plus ``summary.png`` with the four most useful
-panels. Uses matplotlib's non-interactive Agg backend (works on headless machines).
+panels. Runs with gradient analysis (``grad_analysis.every > 0``) also get ``grad_norms.png``:
+per analysed step, the task / entropy / KL gradient norm of every reward-std bucket. Uses
+matplotlib's non-interactive Agg backend (works on headless machines).
 """
 
 from __future__ import annotations
@@ -90,7 +92,62 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+    grad_path = plot_grad_norms(rows, out_dir, run_dir.name)
+    if grad_path is not None:
+        written.append(grad_path)
     return written
+
+
+_GRAD_KEY = re.compile(r"^grad_norm/(bucket_(\d+)|all)/(task|entropy|kl)$")
+
+
+def grad_norm_table(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, float]]]:
+    """``{step: {bucket: {component: norm}}}`` from the ``grad_norm/<bucket>/<component>`` metrics."""
+    table: dict[int, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            match = _GRAD_KEY.match(key)
+            if match and isinstance(value, (int, float)):
+                table.setdefault(int(row.get("step", 0)), {}).setdefault(match.group(1), {})[match.group(3)] = float(value)
+    return table
+
+
+def _bucket_order(name: str) -> tuple[int, int]:
+    return (1, 0) if name == "all" else (0, int(name.split("_")[1]))
+
+
+def plot_grad_norms(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Path | None:
+    """Grouped bars (bucket x component) for up to four analysed steps; None without such metrics."""
+    import matplotlib.pyplot as plt
+
+    table = grad_norm_table(rows)
+    if not table:
+        return None
+    steps = sorted(table)
+    if len(steps) > 4:  # first, last and two in between
+        steps = [steps[round(i * (len(steps) - 1) / 3)] for i in range(4)]
+    fig, axes = plt.subplots(1, len(steps), figsize=(4.5 * len(steps), 4), squeeze=False)
+    comps = ["task", "entropy", "kl"]
+    for ax, step in zip(axes[0], steps):
+        buckets = sorted(table[step], key=_bucket_order)
+        present = [c for c in comps if any(c in table[step][b] for b in buckets)]
+        width = 0.8 / max(len(present), 1)
+        for j, comp in enumerate(present):
+            xs = [i + (j - (len(present) - 1) / 2) * width for i in range(len(buckets))]
+            ax.bar(xs, [table[step][b].get(comp, 0.0) for b in buckets], width=width, label=comp)
+        ax.set_xticks(range(len(buckets)))
+        ax.set_xticklabels([b.replace("bucket_", "b") for b in buckets], fontsize=8)
+        ax.set_title(f"step {step}")
+        ax.set_xlabel("reward-std bucket (low -> high)")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("grad norm (pre-clip)")
+    fig.suptitle(f"{title}: gradient norm per loss component")
+    fig.tight_layout()
+    path = out_dir / "grad_norms.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:

@@ -151,6 +151,22 @@ class EarlyStopSection(_Section):
     low_val_success_patience: int = Field(default=5, ge=1)
 
 
+class GradAnalysisSection(_Section):
+    """Gradient analysis (spec 11): per reward-std bucket, the grad norm of each loss component."""
+
+    every: int = Field(default=0, ge=0)
+    """Analyse at steps where ``(step - 1) % every == 0`` (1, 51, 101, ... for 50); 0 = off."""
+    buckets: int = Field(default=6, ge=1)
+    """Number of reward-std buckets (an ``all`` bucket is always added)."""
+    bucketing: Literal["quantile", "fixed_rv"] = "quantile"
+    """``quantile``: equal numbers of groups in ascending std order (the last bucket takes the
+    remainder); ``fixed_rv``: std in ``[0,1)``, ``[1,2)``, ..., the last bucket open-ended."""
+    only: bool = False
+    """Analyse only: skip the critic and actor updates of every step (the policy never changes)."""
+    exit_after: bool = False
+    """Stop the run right after the first analysis (no actor update, checkpoint or validation)."""
+
+
 class RunConfig(_Section):
     """Everything a training run needs; written to ``RUN_DIR/config.yaml``."""
 
@@ -175,6 +191,7 @@ class RunConfig(_Section):
     reward: RewardSection = Field(default_factory=RewardSection)
     warm_start: WarmStartSection = Field(default_factory=WarmStartSection)
     early_stop: EarlyStopSection = Field(default_factory=EarlyStopSection)
+    grad_analysis: GradAnalysisSection = Field(default_factory=GradAnalysisSection)
     steps: int = Field(default=20, ge=1)
     """Training steps."""
     save_freq: int = Field(default=10, ge=-1)
@@ -208,6 +225,9 @@ class RunConfig(_Section):
     def _check(self) -> RunConfig:
         if self.optim.micro_batch_size > self.optim.mini_batch_size:
             raise ValueError("optim.micro_batch_size must not exceed optim.mini_batch_size")
+        ga = self.grad_analysis
+        if (ga.only or ga.exit_after) and ga.every == 0:
+            raise ValueError("grad_analysis.only / exit_after need grad_analysis.every > 0")
         return self
 
     @property

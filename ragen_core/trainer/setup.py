@@ -150,3 +150,55 @@ def default_run_dir(config: RunConfig) -> Path:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{config.env}-{config.algo}-{stamp}"
+
+
+def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path | None) -> tuple[str, tuple[str, Path] | None]:
+    """What to load before training: ``(model name or folder, LoRA resume source or None)``.
+
+    A fresh run loads ``config.model``; a resumed full fine-tuning run the checkpoint folder; a
+    resumed LoRA run the *original base* of its adapters (see :mod:`ragen_core.trainer.checkpoint`),
+    returning ``(base reference, adapter folder)`` as the second item for :func:`wrap_lora`.
+    """
+    from ragen_core.trainer.checkpoint import lora_resume_source, resolve_lora_base
+
+    if checkpoint is None:
+        return config.model, None
+    peft_cfg = config.optim.peft
+    source = lora_resume_source(checkpoint) if peft_cfg is not None and peft_cfg.rank > 0 else None
+    if source is None:
+        return str(checkpoint), None
+    return resolve_lora_base(run_dir, source[0]), source
+
+
+def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path, resume_from: tuple[str, Path] | None = None,
+              *, fresh_base: bool = True) -> tuple[Any, str | None]:
+    """Add LoRA adapters to ``model`` when ``optim.peft.rank > 0``; returns ``(model, base reference)``.
+
+    ``resume_from`` = ``(base reference, adapter folder)`` of a checkpoint (``model`` is then that
+    base): the saved adapter is loaded, trainable, instead of fresh ones. Otherwise fresh adapters
+    are added; the base reference is the run's ``model`` name, or -- for a warm-started base or an
+    old checkpoint without ``adapter/`` (``fresh_base=False``) -- ``checkpoints/lora_base``, written
+    here once. Without LoRA: ``(model, None)``.
+
+    Raises:
+        ConfigError: ``peft`` is not installed.
+    """
+    peft_cfg = config.optim.peft
+    if peft_cfg is None or peft_cfg.rank == 0:
+        return model, None
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("optim.peft.rank > 0 needs the 'peft' package", ["pip install 'ragen-core[lora]'"]) from None
+    if resume_from is not None:
+        return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
+    from ragen_core.trainer.checkpoint import save_lora_base
+
+    if fresh_base and not hasattr(model, "ragen_warm_start"):
+        base = config.model
+    else:  # a warm-started base (or merged weights of an old checkpoint): keep it in the run folder
+        if not fresh_base:
+            print("resume: checkpoint has no adapter/ folder; new LoRA adapters start from its merged weights")
+        base = save_lora_base(run_dir, model, tokenizer)
+    lora = peft.LoraConfig(r=peft_cfg.rank, lora_alpha=peft_cfg.alpha, target_modules=peft_cfg.target_modules, task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, lora), base

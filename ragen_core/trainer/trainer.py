@@ -3,7 +3,8 @@
 Per step: rollout -> ``ragen_on_rollout_end`` hooks (diagnostics, unfiltered batch) -> filter ->
 empty-after-filter handling / early stop -> old log-probs (and reference log-probs only when a KL
 term is active, L7) -> critic values -> advantages (the algorithm's estimator) -> filter group
-weights and loss scaling -> critic update -> actor update (epochs, mini-batches, micro-batch
+weights and loss scaling -> critic update -> gradient analysis when due (spec 11,
+:mod:`ragen_core.trainer.grad_analysis`) -> actor update (epochs, mini-batches, micro-batch
 gradient accumulation, global-norm clip, non-finite steps skipped) -> ``engine.sync_weights`` ->
 validation every ``test_freq`` -> checkpoint every ``save_freq`` -> metrics + ``ragen_on_step_end``.
 
@@ -77,7 +78,7 @@ class Trainer(UpdateMixin):
             from ragen_core.errors import ConfigError
 
             raise ConfigError(f"--resume: no checkpoint found under {self.run_dir / 'checkpoints'}")
-        model_path = str(ckpt[1]) if ckpt else cfg.model
+        model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device)
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
         if ckpt is None and self._warm_start_enabled():
@@ -85,7 +86,7 @@ class Trainer(UpdateMixin):
 
             self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
             self._warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
-        self._maybe_lora()
+        self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -147,19 +148,6 @@ class Trainer(UpdateMixin):
         ws = self.config.warm_start.enabled
         return bool(ws) if ws != "auto" else self.config.model in ("tiny", "tiny-qwen-tok")
 
-    def _maybe_lora(self) -> None:
-        peft_cfg = self.config.optim.peft
-        if peft_cfg is None or peft_cfg.rank == 0:
-            return
-        try:
-            import peft
-        except ImportError:
-            from ragen_core.errors import ConfigError
-
-            raise ConfigError("optim.peft.rank > 0 needs the 'peft' package", ["pip install 'ragen-core[lora]'"]) from None
-        lora = peft.LoraConfig(r=peft_cfg.rank, lora_alpha=peft_cfg.alpha, target_modules=peft_cfg.target_modules, task_type="CAUSAL_LM")
-        self.model = peft.get_peft_model(self.model, lora)
-
     def _write_plugins_json(self) -> None:
         from ragen_core import registry
 
@@ -198,7 +186,8 @@ class Trainer(UpdateMixin):
                     bar.update(1)
                     bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
-                if self._should_save(step, last):  # after logging: a checkpointed step always has its metrics line
+                exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
+                if self._should_save(step, last) and not exited:  # after logging: a checkpointed step always has its metrics line
                     path = self.save(step)
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
@@ -269,6 +258,8 @@ class Trainer(UpdateMixin):
         if result.empty:
             self.empty_streak += 1
             metrics["rollout/empty_after_filter"] = 1.0
+            if cfg.grad_analysis.only:  # nothing to analyse: the training batch is empty
+                metrics["trainer/gradient_analysis_only"] = 1.0
             metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
             stop_after = getattr(self.filter.config, "empty_stop_steps", 0)
             if stop_after and self.empty_streak >= stop_after:
@@ -286,11 +277,16 @@ class Trainer(UpdateMixin):
         metrics["train/batch_size"] = float(len(batch))
         metrics["train/num_mini_batches"] = float(math.ceil(len(batch) / cfg.optim.mini_batch_size))
         self._prepare(batch, metrics, timer, result)
+        ga = cfg.grad_analysis
         with timer("update_critic"):
-            if self.critic is not None:
+            if self.critic is not None and not ga.only:
                 metrics.update(self.update_critic(batch))
+        if self._grad_analysis(step, batch, metrics, timer):
+            metrics["timing_s/step"] = time.perf_counter() - t_step
+            return metrics  # exit_after: no actor update, checkpoint or validation
         with timer("update_actor"):
-            metrics.update(self.update_actor(batch))
+            if not ga.only:
+                metrics.update(self.update_actor(batch))
         self.engine.sync_weights(self.model)
         self.pm.hook.ragen_on_update_end(stats={k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}, step=step, context=self.context)
         if stop and self.stop_reason is None:
@@ -301,6 +297,26 @@ class Trainer(UpdateMixin):
         for key in ("gen", "update_actor", "update_critic", "testing"):
             self.timing_totals[key] = self.timing_totals.get(key, 0.0) + metrics.get(f"timing_s/{key}", 0.0)
         return metrics
+
+    def _grad_analysis(self, step: int, batch: TrainBatch, metrics: dict[str, float], timer: Any) -> bool:
+        """Spec 11: probe per-bucket gradient norms when due; True when the run must exit now."""
+        from ragen_core.trainer import grad_analysis as gan
+
+        ga = self.config.grad_analysis
+        if ga.only:
+            metrics["trainer/gradient_analysis_only"] = 1.0
+            metrics["actor/skipped_for_gradient_analysis_only"] = 1.0
+            if self.critic is not None:
+                metrics["critic/skipped_for_gradient_analysis_only"] = 1.0
+        if not gan.is_due(ga, step):
+            return False
+        with timer("grad_analysis"):
+            metrics.update(gan.run_for_trainer(self, batch, step))
+        if ga.exit_after:
+            metrics["trainer/exited_after_gradient_analysis"] = 1.0
+            self.stop_reason = "trainer/exited_after_gradient_analysis"
+            return True
+        return False
 
     def _filter(self, batch: TrainBatch, metrics: dict[str, float]) -> tuple[Any, list[int]]:
         from ragen_core.interfaces.rollout_filter import GroupedRollouts
@@ -397,6 +413,8 @@ class Trainer(UpdateMixin):
             state["critic_optimizer"] = self.critic_optimizer.state_dict()
         if self.ref_model is not None:
             state["ref_model"] = self.ref_model.state_dict()
+        if getattr(self, "_lora_base", None):
+            state["lora_base"] = self._lora_base
         return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, state)
 
     def _diagnostic_plugins(self) -> dict[str, Any]:

@@ -1,0 +1,239 @@
+"""Gradient analysis (spec 11): per reward-std bucket, the gradient norm of each loss component.
+
+At steps where ``(step - 1) % grad_analysis.every == 0`` -- after the critic update and before
+the actor update -- the prepared training batch (post-filter, advantages computed) is split into
+buckets of prompt groups by their in-group reward std, and for every bucket (plus ``all``, the
+whole batch) the actor update is *probed* without an optimiser step: for each mini-batch and each
+loss component -- ``task`` (the clipped policy-gradient loss), ``entropy`` (``-entropy_coeff *
+entropy``, only when ``entropy_coeff != 0``) and ``kl`` (``kl_loss_coef * KL``, only with the KL
+loss on) -- gradients are zeroed, that component alone is back-propagated over all
+micro-batches with the training update's accumulation scaling, and the pre-clip global L2 norm
+is recorded. Gradients are cleared afterwards; parameters and optimiser state never change.
+
+Metrics (prefix ``grad_norm/<bucket>/``, buckets ``bucket_1`` .. ``bucket_B`` and ``all``):
+``sample_count``, ``sample_pct`` (percent of the batch's rows), ``reward_std_mean|min|max``,
+``group_rv_count``, ``task|entropy|kl`` (norms, averaged over mini-batches),
+``per_sample/<c>`` (norm / rows), ``per_token/<c>`` (norm / response tokens) and
+``loss/policy|entropy|kl|total`` (the component values; ``total`` is their sum). The ``all``
+bucket is mirrored as ``actor/grad_norm/<c>`` and ``actor/loss/<name>``. The per-group table
+(bucket, group id, reward std) goes to ``RUN_DIR/grad_analysis/step_<N>.csv``.
+
+Not implemented: the separate analysis rollout of spec 11.2 (``gradient_analysis_env_groups`` /
+``_group_size``; the training batch is always analysed), the pre-filter analysis, and the
+data-parallel trailing-row trim (training runs in one process). The probe runs one epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+COMPONENTS = ("task", "entropy", "kl")
+_LOSS_NAMES = {"task": "policy", "entropy": "entropy", "kl": "kl"}
+
+
+def group_reward_stds(scores: Sequence[float], group_ids: Sequence[int], episode_ids: Sequence[int] | None = None) -> dict[int, float]:
+    """Unbiased std of the episode scores of every group (0 for a single episode).
+
+    Rows of the same episode (turn-level rows) count once.
+    """
+    seen: set[int] = set()
+    per_group: dict[int, list[float]] = {}
+    for i, (s, g) in enumerate(zip(scores, group_ids)):
+        if episode_ids is not None:
+            e = int(episode_ids[i])
+            if e in seen:
+                continue
+            seen.add(e)
+        per_group.setdefault(int(g), []).append(float(s))
+    return {g: (statistics.stdev(v) if len(v) > 1 else 0.0) for g, v in per_group.items()}
+
+
+def bucket_groups(stds: dict[int, float], mode: str = "quantile", n_buckets: int = 6) -> list[tuple[str, list[int]]]:
+    """Split group ids into named reward-std buckets (spec 11.3); empty buckets are left out.
+
+    ``quantile``: ``B = min(n_buckets, #groups)`` buckets of ``#groups // B`` groups each in
+    ascending std order (ties by group id), the last one also taking the remainder.
+    ``fixed_rv``: ``bucket_k`` holds stds in ``[k-1, k)``, the last bucket ``[B-1, inf)``.
+    The ``all`` bucket is not included here.
+    """
+    if n_buckets < 1:
+        raise ValueError("n_buckets must be at least 1")
+    order = sorted(stds, key=lambda g: (stds[g], g))
+    out: list[tuple[str, list[int]]] = []
+    if mode == "quantile":
+        if not order:
+            return out
+        b = min(n_buckets, len(order))
+        size = len(order) // b
+        for k in range(b):
+            chunk = order[k * size : (k + 1) * size] if k < b - 1 else order[k * size :]
+            out.append((f"bucket_{k + 1}", chunk))
+        return out
+    if mode == "fixed_rv":
+        for k in range(n_buckets):
+            lo, hi = float(k), (float(k + 1) if k < n_buckets - 1 else math.inf)
+            chunk = [g for g in order if lo <= stds[g] < hi]
+            if chunk:
+                out.append((f"bucket_{k + 1}", chunk))
+        return out
+    raise ValueError(f"unknown bucketing {mode!r}: use 'quantile' or 'fixed_rv'")
+
+
+def _agg_kwargs(mode: str, mask: Any, width: int, norm_constant: float | None) -> dict[str, float]:
+    """Mini-batch-wide normalisers exactly as the actor update passes them to the losses."""
+    if mode == "seq-mean-token-sum-norm":
+        return {"norm_constant": float(norm_constant or width)}
+    if mode == "token-mean":
+        return {"global_token_count": float(mask.sum())}
+    return {"global_seq_count": float((mask.sum(1) > 0).sum())}
+
+
+def _global_norm(params: list[Any]) -> float:
+    import torch
+
+    grads = [p.grad.detach().float().norm(2) for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.linalg.vector_norm(torch.stack(grads), 2))
+
+
+def component_grad_norms(
+    model: Any,
+    batch: Any,
+    algo_config: Any,
+    *,
+    mini_batch_size: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    norm_constant: float | None = None,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Probe the actor update on ``batch``: ``({component: grad norm}, {loss name: value})``.
+
+    Norms and losses are means over mini-batches. No optimiser step; every trainable
+    parameter's ``.grad`` is ``None`` afterwards. ``batch`` needs ``advantages`` (and
+    ``ref_log_probs`` when ``algo_config.use_kl_loss``); missing ``old_log_probs`` mean the
+    current policy is the old one (ratio 1), as in the trainer's single-pass update.
+    """
+    from ragen_core.trainer.batch import micro_batches
+    from ragen_core.trainer.losses import agg_loss, kl_penalty, policy_loss
+    from ragen_core.trainer.modeling import token_logprobs
+
+    acfg = algo_config
+    mode = acfg.loss_agg_mode
+    comps = ["task"] + (["entropy"] if acfg.entropy_coeff != 0 else []) + (["kl"] if acfg.use_kl_loss else [])
+    params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device if params else "cpu"
+    width = batch.input_ids.shape[1] - 1
+    rows = list(range(len(batch)))
+    norms: dict[str, list[float]] = {c: [] for c in comps}
+    losses: dict[str, list[float]] = {_LOSS_NAMES[c]: [] for c in comps}
+    for p in params:
+        p.grad = None
+    for mini in micro_batches(rows, mini_batch_size):
+        micros = micro_batches(mini, micro_batch_size)
+        agg_kw = {} if not acfg.global_token_norm and mode != "seq-mean-token-sum-norm" else _agg_kwargs(mode, batch.response_mask[mini], width, norm_constant)
+        loss_w = 1.0 if agg_kw else 1.0 / len(micros)
+        for comp in comps:
+            value = 0.0
+            for idx in micros:
+                sub = batch.select(idx)
+                mask = sub.response_mask.to(device)
+                logp, entropy = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device),
+                                               temperature=temperature, with_entropy=comp == "entropy")
+                if comp == "task":
+                    old = sub.old_log_probs.to(device) if sub.old_log_probs is not None else logp.detach()
+                    loss, _ = policy_loss(logp, old, sub.advantages.to(device), mask, clip_low=acfg.clip_ratio_low,
+                                          clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **agg_kw)
+                elif comp == "entropy":
+                    loss = -acfg.entropy_coeff * agg_loss(entropy, mask, mode, **agg_kw)
+                else:
+                    kl = kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type)
+                    loss = acfg.kl_loss_coef * agg_loss(kl, mask, mode, **agg_kw)
+                (loss * loss_w).backward()
+                value += float(loss.detach()) * loss_w
+            norms[comp].append(_global_norm(params))
+            losses[_LOSS_NAMES[comp]].append(value)
+            for p in params:
+                p.grad = None
+    mean_norms = {c: sum(v) / len(v) for c, v in norms.items() if v}
+    mean_losses = {k: sum(v) / len(v) for k, v in losses.items() if v}
+    mean_losses["total"] = sum(mean_losses.values())
+    return mean_norms, mean_losses
+
+
+def analyse(
+    model: Any,
+    batch: Any,
+    algo_config: Any,
+    *,
+    mini_batch_size: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    bucketing: str = "quantile",
+    n_buckets: int = 6,
+    norm_constant: float | None = None,
+) -> tuple[dict[str, float], list[tuple[str, int, float]]]:
+    """All bucket probes of one batch: ``(metrics, group table rows (bucket, group id, std))``."""
+    stds = group_reward_stds(batch.scores.tolist(), batch.group_ids.tolist(), batch.episode_ids.tolist())
+    buckets = bucket_groups(stds, bucketing, n_buckets)
+    buckets.append(("all", sorted(stds, key=lambda g: (stds[g], g))))
+    gids = batch.group_ids.tolist()
+    total_rows = max(len(batch), 1)
+    metrics: dict[str, float] = {}
+    table: list[tuple[str, int, float]] = []
+    for name, groups in buckets:
+        members = set(groups)
+        rows = [i for i, g in enumerate(gids) if int(g) in members]
+        if not rows:
+            continue
+        sub = batch.select(rows)
+        pre = f"grad_norm/{name}/"
+        bucket_stds = [stds[g] for g in groups]
+        tokens = max(float(sub.response_mask.sum()), 1.0)
+        metrics[pre + "sample_count"] = float(len(rows))
+        metrics[pre + "sample_pct"] = 100.0 * len(rows) / total_rows
+        metrics[pre + "reward_std_mean"] = sum(bucket_stds) / len(bucket_stds)
+        metrics[pre + "reward_std_min"] = min(bucket_stds)
+        metrics[pre + "reward_std_max"] = max(bucket_stds)
+        metrics[pre + "group_rv_count"] = float(len(groups))
+        table += [(name, int(g), float(stds[g])) for g in groups]
+        norms, losses = component_grad_norms(model, sub, algo_config, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
+                                             temperature=temperature, norm_constant=norm_constant)
+        for comp, norm in norms.items():
+            metrics[pre + comp] = norm
+            metrics[pre + f"per_sample/{comp}"] = norm / len(rows)
+            metrics[pre + f"per_token/{comp}"] = norm / tokens
+        for key, value in losses.items():
+            metrics[pre + f"loss/{key}"] = value
+        if name == "all":
+            metrics.update({f"actor/grad_norm/{c}": v for c, v in norms.items()})
+            metrics.update({f"actor/loss/{k}": v for k, v in losses.items()})
+    return metrics, table
+
+
+def is_due(section: Any, step: int) -> bool:
+    """Whether step ``step`` (1-based) analyses: ``every > 0`` and ``(step - 1) % every == 0``."""
+    return section.every > 0 and (step - 1) % section.every == 0
+
+
+def run_for_trainer(trainer: Any, batch: Any, step: int) -> dict[str, float]:
+    """The trainer's hook: analyse ``batch`` with the run's settings and write the group table."""
+    cfg = trainer.config
+    ga = cfg.grad_analysis
+    extra = getattr(trainer.algorithm, "agg_kwargs", None) or {}
+    metrics, table = analyse(
+        trainer.model, batch, trainer.algorithm.config,
+        mini_batch_size=cfg.optim.mini_batch_size, micro_batch_size=cfg.optim.micro_batch_size,
+        temperature=trainer.train_sampling.temperature, bucketing=ga.bucketing, n_buckets=ga.buckets,
+        norm_constant=extra.get("norm_constant"),
+    )
+    out_dir = trainer.run_dir / "grad_analysis"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = ["bucket,group_id,reward_std"] + [f"{b},{g},{s:.6g}" for b, g, s in table]
+    (out_dir / f"step_{step}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    metrics["grad_analysis/uses_training_batch"] = 1.0
+    metrics["grad_analysis/batch_size"] = float(len(batch))
+    return metrics

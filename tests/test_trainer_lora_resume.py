@@ -1,0 +1,121 @@
+"""LoRA checkpoints resume exactly: base model + saved adapter + optimiser state (tiny model, CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("ragen_core.rollout.runner")
+
+from ragen_core.config import load_config
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.checkpoint import ADAPTER_DIR, lora_resume_source
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def make_config(tmp_path: Path, *overrides: str, name: str) -> RunConfig:
+    env = register_toy_env()
+    base = [
+        f"env={env}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+        "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
+        "optim.mini_batch_size=2", "optim.micro_batch_size=2", "optim.lr=1e-2",
+        "optim.peft.rank=4", "optim.peft.alpha=8",
+        # a KL loss makes the reference (the base with adapters disabled) matter
+        "algo_config.use_kl_loss=true", "algo_config.kl_loss_coef=0.5",
+        "val_groups=2", "test_freq=2", "save_freq=2", "steps=4",
+        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
+    ]
+    return load_config(RunConfig, [], base + list(overrides))
+
+
+def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra if not k.startswith("timing_s/")}
+        assert keys == {k for k in rb if not k.startswith("timing_s/")}
+        for k in keys:
+            if ra[k] is None:
+                assert rb[k] is None, k
+            else:
+                assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+
+
+def _two_plus_two(tmp_path: Path, *overrides: str) -> tuple[Trainer, Trainer]:
+    full = Trainer(make_config(tmp_path, *overrides, name="full"))
+    full.train()
+    part_cfg = make_config(tmp_path, *overrides, "steps=2", name="part")
+    Trainer(part_cfg).train()
+    resumed = Trainer(part_cfg.model_copy(update={"steps": 4}), resume=True)
+    resumed.train()
+    return full, resumed
+
+
+def test_lora_resume_gives_identical_metrics_and_weights(tmp_path):
+    full, resumed = _two_plus_two(tmp_path)
+    rows_full, rows_resumed = read_metrics(full.run_dir / "metrics.jsonl"), read_metrics(resumed.run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows_resumed] == [1, 2, 3, 4]
+    assert rows_full[2]["actor/kl_loss"] > 0  # the adapters moved away from the reference
+    _assert_same_rows(rows_full, rows_resumed)
+    # the resumed policy is again base + adapter, and its adapters equal the uninterrupted run's
+    assert hasattr(resumed.model, "peft_config")
+    sd_full, sd_res = full.model.state_dict(), resumed.model.state_dict()
+    assert sd_full.keys() == sd_res.keys()
+    for k in sd_full:
+        assert (sd_full[k] == sd_res[k]).all(), k
+    trainable = [n for n, p in resumed.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_lora_checkpoint_has_adapter_folder_and_a_plain_merged_model(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from ragen_core.models import load_model_and_tokenizer
+
+    trainer = Trainer(make_config(tmp_path, "steps=2", name="run"))
+    trainer.train()
+    ckpt = trainer.run_dir / "checkpoints" / "step_2"
+    assert (ckpt / ADAPTER_DIR / "adapter_config.json").is_file()
+    assert lora_resume_source(ckpt) == ("tiny", ckpt / ADAPTER_DIR)
+    merged = AutoModelForCausalLM.from_pretrained(str(ckpt))  # what `ragen eval --model` loads
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    # merged weights = base + the trained adapter's update (the eval model is the trained policy)
+    import torch
+
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        want = trainer.model(input_ids=ids).logits
+        got = merged(input_ids=ids).logits
+        base = load_model_and_tokenizer("tiny")[0](input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-4)
+    assert not torch.allclose(base, want, atol=1e-4)
+
+
+def test_lora_resume_after_warm_start_keeps_the_warm_started_base(tmp_path):
+    ws = ["warm_start.enabled=true", "warm_start.episodes=4", "warm_start.epochs=1", "warm_start.target_valid_rate=0",
+          "warm_start.max_rounds=1", "warm_start.check_episodes=2", f"warm_start.cache_dir={tmp_path / 'ws-cache'}"]
+    part_cfg = make_config(tmp_path, *ws, "steps=2", name="part")
+    first = Trainer(part_cfg)
+    first.train()
+    ckpt = first.run_dir / "checkpoints" / "step_2"
+    ref, _ = lora_resume_source(ckpt)
+    assert ref == "checkpoints/lora_base" and (first.run_dir / ref / "config.json").is_file()
+    import shutil
+
+    shutil.rmtree(tmp_path / "ws-cache")  # the resume must not depend on the warm-start cache
+    resumed = Trainer(part_cfg.model_copy(update={"steps": 3}), resume=True)
+    resumed.setup()
+    with first.model.disable_adapter(), resumed.model.disable_adapter():
+        base_a, base_b = first.model.state_dict(), resumed.model.state_dict()
+    plain = {k: v for k, v in base_a.items() if "lora_" not in k}
+    for k, v in plain.items():
+        assert (base_b[k] == v).all(), k
+    resumed.train()
+    assert [r["step"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == [1, 2, 3]
