@@ -139,7 +139,8 @@ def supports_shared_prefix(model: Any) -> bool:
     Needs a ``transformers`` causal LM taking ``position_ids`` and a KV cache argument, full
     attention in every layer (a sliding window would drop prefix keys), an attention kernel
     that accepts an arbitrary 2-D padding mask (``sdpa`` or ``eager``; flash attention cannot
-    skip the padding between prefix and suffix) and no gradient checkpointing (it turns the
+    skip the padding between prefix and suffix), a RoPE whose frequencies do not depend on the
+    call's length (not ``dynamic``/``longrope``) and no gradient checkpointing (it turns the
     cache off in training).
     """
     base = _base(model)
@@ -154,6 +155,9 @@ def supports_shared_prefix(model: Any) -> bool:
         return False
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
         return False
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in ("dynamic", "longrope"):
+        return False  # frequencies depend on the longest position in the call, which differs per call
     checkpointing = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else "is_gradient_checkpointing"
     if getattr(base, checkpointing, False):
         return False
