@@ -98,11 +98,14 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     return written
 
 
-_GRAD_KEY = re.compile(r"^grad_norm/(bucket_(\d+)|all)/(task|entropy|kl)$")
+_GRAD_KEY = re.compile(r"^grad_norm/(bucket_(\d+)|all)/(task|entropy|kl|reward_std_mean)$")
 
 
 def grad_norm_table(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, float]]]:
-    """``{step: {bucket: {component: norm}}}`` from the ``grad_norm/<bucket>/<component>`` metrics."""
+    """``{step: {bucket: {component: norm}}}`` from the ``grad_norm/<bucket>/<component>`` metrics.
+
+    Each bucket's ``reward_std_mean`` is included under that name (it labels the bars).
+    """
     table: dict[int, dict[str, dict[str, float]]] = {}
     for row in rows:
         for key, value in row.items():
@@ -136,7 +139,9 @@ def plot_grad_norms(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Pa
             xs = [i + (j - (len(present) - 1) / 2) * width for i in range(len(buckets))]
             ax.bar(xs, [table[step][b].get(comp, 0.0) for b in buckets], width=width, label=comp)
         ax.set_xticks(range(len(buckets)))
-        ax.set_xticklabels([b.replace("bucket_", "b") for b in buckets], fontsize=8)
+        labels = [b.replace("bucket_", "b") + (f"\nrv {table[step][b]['reward_std_mean']:.2f}" if "reward_std_mean" in table[step][b] else "")
+                  for b in buckets]
+        ax.set_xticklabels(labels, fontsize=8)
         ax.set_title(f"step {step}")
         ax.set_xlabel("reward-std bucket (low -> high)")
         ax.grid(alpha=0.3, axis="y")

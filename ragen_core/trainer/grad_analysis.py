@@ -20,7 +20,9 @@ bucket is mirrored as ``actor/grad_norm/<c>`` and ``actor/loss/<name>``. The per
 
 Not implemented: the separate analysis rollout of spec 11.2 (``gradient_analysis_env_groups`` /
 ``_group_size``; the training batch is always analysed), the pre-filter analysis, and the
-data-parallel trailing-row trim (training runs in one process). The probe runs one epoch.
+data-parallel trailing-row trim (training runs in one process). The probe runs one epoch. An
+empty-after-filter step has no training batch, so nothing is analysed there (with ``only`` the
+step still logs ``trainer/gradient_analysis_only``).
 """
 
 from __future__ import annotations
