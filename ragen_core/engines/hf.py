@@ -33,9 +33,12 @@ from typing import Any
 import torch
 
 from ragen_core.engines.config import HFEngineConfig
+from ragen_core.engines.sampling import sample_next
 from ragen_core.errors import RagenError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.seeding import derive_seed
+
+__all__ = ["HFEngine", "additive_prefill_mask", "sample_next"]
 
 
 class HFEngine(Engine):
@@ -202,9 +205,11 @@ class HFEngine(Engine):
         if width_c:
             self._fill_cache(cache, hits, width_c, device)
         cache_kw = _cache_kwarg(model)
+        prefill_mask = additive_prefill_mask(mask, width_s, _model_dtype(model)) if _float_mask_pays(model, device) else mask
         logits = model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
+            input_ids=input_ids, attention_mask=prefill_mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
         ).logits[:, -1, :]
+        del prefill_mask
         next_pos = positions[:, -1] + 1
         if m < n:
             index = torch.tensor(expand, dtype=torch.long, device=device)
@@ -317,41 +322,39 @@ class _Entry:
     kv: list[tuple[torch.Tensor, torch.Tensor]]
 
 
+def additive_prefill_mask(mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torch.Tensor:
+    """Causal + padding mask of a prefill as one additive ``[batch, 1, queries, keys]`` tensor.
+
+    ``mask`` is the 2-D padding mask over all key columns (kept cache, then the ``queries``
+    new tokens, which are the last columns). Allowed entries are 0, others the dtype's lowest
+    value (not -inf: a pad query with no allowed key gets finite garbage, never NaN).
+
+    Why: given a 2-D mask, ``transformers`` builds a boolean 4-D mask and PyTorch's CPU
+    attention kernel turns it into an additive one in every layer; for a prefill of a few
+    hundred tokens over a long kept history that conversion is ~10 % of the prefill. Built once
+    here, the model uses it as is; the allowed positions, hence the result, are the same.
+    """
+    keys = mask.shape[1]
+    cols = torch.arange(keys, device=mask.device)
+    rows = torch.arange(keys - queries, keys, device=mask.device)
+    allowed = (cols[None, :] <= rows[:, None])[None, :, :] & mask.bool()[:, None, :]
+    out = torch.zeros((mask.shape[0], 1, queries, keys), dtype=dtype, device=mask.device)
+    return out.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+
+
+def _float_mask_pays(model: Any, device: torch.device) -> bool:
+    """Prebuild an additive mask only where it is used as is and saves work: CPU, sdpa/eager."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return device.type == "cpu" and impl in ("sdpa", "eager")
+
+
+def _model_dtype(model: Any) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before."""
     import inspect
 
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
-
-
-def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, vocab_limit: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row; return ``(ids, log-probs of those ids)``.
-
-    Greedy when ``do_sample`` is False or the temperature is 0. Otherwise the logits are divided
-    by the temperature, restricted to the ``top_k`` best (``-1`` = off) and to the smallest set
-    whose probability reaches ``top_p``; the returned log-probs are those of this final
-    distribution. Ties in greedy decoding resolve to the lowest id.
-    """
-    if vocab_limit is not None and vocab_limit < logits.shape[-1]:
-        logits = logits.clone()
-        logits[:, vocab_limit:] = float("-inf")
-    if not params.do_sample or params.temperature == 0:
-        ids = logits.argmax(dim=-1)
-        return ids, torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
-    x = logits / params.temperature
-    if 0 < params.top_k < x.shape[-1]:
-        kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_x, order = torch.sort(x, dim=-1, descending=True)
-        probs = torch.softmax(sorted_x, dim=-1)
-        # Drop a token when the mass before it already reaches top_p (the first always stays).
-        drop = (probs.cumsum(dim=-1) - probs) >= params.top_p
-        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
-        x = torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x)
-    logp = torch.log_softmax(x, dim=-1)
-    ids = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
