@@ -233,6 +233,20 @@ def test_trainer_analysis_logs_metrics_and_leaves_training_unchanged(tmp_path, t
         assert rb["grad_analysis/uses_training_batch"] == 1.0
     assert (probed.run_dir / "grad_analysis" / "step_1.csv").read_text().startswith("bucket,group_id,reward_std\n")
 
+    # a separate analysis rollout of another shape (spec 11.2) leaves the training update unchanged too
+    sep = Trainer(_config(tmp_path, "grad_analysis.every=2", "grad_analysis.env_groups=3", "grad_analysis.group_size=3", "steps=1", name="sep"))
+    sep.train()
+    c = _rows(sep)
+    for ra, rc in zip(a, c):
+        for k, v in ra.items():
+            if not k.startswith("timing_s/"):
+                assert rc[k] == pytest.approx(v, abs=1e-6), k
+    assert c[0]["grad_analysis/uses_training_batch"] == 0.0
+    assert c[0]["grad_analysis/source_batch_size"] == 9 and c[0]["grad_analysis/source_group_size"] == 3
+    assert c[0]["grad_norm/all/sample_count"] == c[0]["grad_analysis/adjusted_batch_size"] == 9
+    assert c[0]["grad_norm/all/group_rv_count"] == 3 and c[0]["grad_analysis/empty_after_filter"] == 0.0
+    assert "grad_analysis/filter_kept_ratio" in c[0] and len(c) == 1
+
     from ragen_core.cli.plot import grad_norm_table, plot_run
 
     written = plot_run(probed.run_dir)
@@ -264,3 +278,36 @@ def test_only_skips_updates_and_exit_after_stops_before_the_actor_update(tmp_pat
     assert rows[0]["trainer/exited_after_gradient_analysis"] == 1.0 and "grad_norm/all/task" in rows[0]
     assert "actor/pg_loss" not in rows[0] and "val-env/success" not in rows[0]
     assert not (ex.run_dir / "checkpoints").exists()
+
+
+class DropAllFilter:
+    """Keeps no group: every training step is empty after filtering."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def select(self, rollouts):
+        from ragen_core.interfaces.rollout_filter import FilterResult
+
+        return FilterResult(kept_groups=[], dropped={g: "test drop-all" for g in rollouts.group_ids}, metrics={})
+
+
+def test_only_on_an_empty_after_filter_step_still_runs_the_separate_rollout(tmp_path, tiny):
+    from ragen_core import registry
+    from ragen_core.interfaces.rollout_filter import FilterConfig
+    from ragen_core.specs import FilterSpec
+    from ragen_core.trainer.trainer import Trainer
+
+    registry.register(FilterSpec(name="ga-test-drop-all", config_model=FilterConfig, factory=f"{__name__}:DropAllFilter"))
+    try:
+        cfg = _config(tmp_path, "filter=ga-test-drop-all", "grad_analysis.every=1", "grad_analysis.only=true",
+                      "grad_analysis.env_groups=3", "steps=1", "test_freq=0", name="empty")
+        trainer = Trainer(cfg)
+        trainer.train()
+    finally:
+        registry.unregister("filter", "ga-test-drop-all")
+    (row,) = _rows(trainer)
+    assert row["rollout/empty_after_filter"] == 1.0 and row["trainer/gradient_analysis_only"] == 1.0
+    # the analysis rollout ran (3 groups x 2) and was filtered by its own (drop-all) filter instance
+    assert row["grad_analysis/source_batch_size"] == 6 and row["grad_analysis/empty_after_filter"] == 1.0
+    assert not any(k.startswith("grad_norm/") for k in row)

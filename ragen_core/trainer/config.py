@@ -161,6 +161,11 @@ class GradAnalysisSection(_Section):
     bucketing: Literal["quantile", "fixed_rv"] = "quantile"
     """``quantile``: equal numbers of groups in ascending std order (the last bucket takes the
     remainder); ``fixed_rv``: std in ``[0,1)``, ``[1,2)``, ..., the last bucket open-ended."""
+    env_groups: int | None = Field(default=None, ge=1)
+    """Groups of a separate analysis rollout (``None`` = as in training; when the shape equals
+    the training rollout's, the training batch itself is analysed)."""
+    group_size: int | None = Field(default=None, ge=1)
+    """Group size of the separate analysis rollout (``None`` = as in training)."""
     only: bool = False
     """Analyse only: skip the critic and actor updates of every step (the policy never changes)."""
     exit_after: bool = False

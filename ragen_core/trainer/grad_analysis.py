@@ -18,11 +18,20 @@ Metrics (prefix ``grad_norm/<bucket>/``, buckets ``bucket_1`` .. ``bucket_B`` an
 bucket is mirrored as ``actor/grad_norm/<c>`` and ``actor/loss/<name>``. The per-group table
 (bucket, group id, reward std) goes to ``RUN_DIR/grad_analysis/step_<N>.csv``.
 
-Not implemented: the separate analysis rollout of spec 11.2 (``gradient_analysis_env_groups`` /
-``_group_size``; the training batch is always analysed), the pre-filter analysis, and the
-data-parallel trailing-row trim (training runs in one process). The probe runs one epoch. An
-empty-after-filter step has no training batch, so nothing is analysed there (with ``only`` the
-step still logs ``trainer/gradient_analysis_only``).
+Which batch (spec 11.2): the training batch, unless ``grad_analysis.env_groups`` /
+``group_size`` differ from the training rollout's. Then a **separate** rollout of that shape is
+played (its own runner, base seed ``derive_seed(seed, "grad_analysis", step)``, no diagnostics
+hooks), filtered by its own filter instance and prepared exactly like a training batch (old and
+reference log-probs, values, advantages, filter weights and loss scaling) with the trainer's own
+methods; trainer state they touch is restored afterwards, so the training update is unaffected.
+It logs ``grad_analysis/source_env_groups|source_group_size|source_batch_size``,
+``grad_analysis/empty_after_filter``, the filter metrics re-prefixed ``grad_analysis/`` and
+``grad_analysis/adjusted_batch_size``; ``grad_analysis/uses_training_batch`` says which batch was
+used. With ``only`` such a rollout is analysed on empty-after-filter training steps too.
+
+Not implemented: the pre-filter analysis (``grad_norm_prefilter/``), the per-tag group scaling of
+multi-env runs and the data-parallel trailing-row trim (training runs in one process); the
+separate analysis filter's own state is not checkpointed. The probe runs one epoch.
 """
 
 from __future__ import annotations
@@ -221,10 +230,70 @@ def is_due(section: Any, step: int) -> bool:
     return section.every > 0 and (step - 1) % section.every == 0
 
 
+def uses_separate_rollout(config: Any) -> bool:
+    """True when ``grad_analysis.env_groups`` / ``group_size`` ask for a batch of another shape."""
+    ga, r = config.grad_analysis, config.rollout
+    return (ga.env_groups or r.env_groups, ga.group_size or r.group_size) != (r.env_groups, r.group_size)
+
+
+class _NoTimer:
+    def __call__(self, key: str) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float]]:
+    """Play, filter and prepare the analysis rollout; ``(batch or None when filtered empty, metrics)``."""
+    from ragen_core import registry
+    from ragen_core.seeding import derive_seed
+    from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.setup import make_runner
+
+    cfg = trainer.config
+    groups = cfg.grad_analysis.env_groups or cfg.rollout.env_groups
+    size = cfg.grad_analysis.group_size or cfg.rollout.group_size
+    if getattr(trainer, "_ga_runner", None) is None:
+        trainer._ga_runner = make_runner(cfg, trainer.engine, trainer.tokenizer, "train", groups=groups, group_size=size)
+        trainer._ga_filter = registry.make("filter", cfg.filter, cfg.filter_config)
+    trajs = trainer._ga_runner.run(mode="train", sampling=trainer.train_sampling, seed=derive_seed(cfg.seed, "grad_analysis", step))
+    metrics = {"grad_analysis/source_env_groups": float(groups), "grad_analysis/source_group_size": float(size),
+               "grad_analysis/source_batch_size": float(len(trajs)), "grad_analysis/uses_training_batch": 0.0}
+    trajs = [t for t in trajs if t.turns]
+    per_turn = getattr(trainer._ga_runner.config, "context_window", "full") != "full"
+    batch = build_batch(trajs, trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
+                        grouping=cfg.reward.grouping, per_turn=per_turn)
+    saved = dict(vars(trainer))  # _filter/_prepare keep per-step state on the trainer: put it back afterwards
+    trainer.filter = trainer._ga_filter
+    try:
+        filter_metrics: dict[str, float] = {}
+        result, rows = trainer._filter(batch, filter_metrics)
+        metrics.update({"grad_analysis/" + k.split("/", 1)[-1]: v for k, v in filter_metrics.items()})
+        metrics["grad_analysis/empty_after_filter"] = float(bool(result.empty))
+        if result.empty:
+            return None, metrics
+        batch = batch.select(rows)
+        metrics["grad_analysis/adjusted_batch_size"] = float(len(batch))
+        trainer._prepare(batch, {}, _NoTimer(), result)
+    finally:
+        for key in [k for k in vars(trainer) if k not in saved]:
+            delattr(trainer, key)
+        for key, value in saved.items():
+            if vars(trainer).get(key) is not value:
+                setattr(trainer, key, value)
+    return batch, metrics
+
+
 def run_for_trainer(trainer: Any, batch: Any, step: int) -> dict[str, float]:
-    """The trainer's hook: analyse ``batch`` with the run's settings and write the group table."""
+    """The trainer's hook: analyse the training ``batch`` (or the separate analysis rollout when
+    configured; ``batch`` may then be None) and write the group table."""
     cfg = trainer.config
     ga = cfg.grad_analysis
+    source: dict[str, float] = {"grad_analysis/uses_training_batch": 1.0}
+    if uses_separate_rollout(cfg):
+        batch, source = separate_batch(trainer, step)
+    if batch is None or len(batch) == 0:
+        return source
     extra = getattr(trainer.algorithm, "agg_kwargs", None) or {}
     metrics, table = analyse(
         trainer.model, batch, trainer.algorithm.config,
@@ -236,6 +305,6 @@ def run_for_trainer(trainer: Any, batch: Any, step: int) -> dict[str, float]:
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["bucket,group_id,reward_std"] + [f"{b},{g},{s:.6g}" for b, g, s in table]
     (out_dir / f"step_{step}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    metrics["grad_analysis/uses_training_batch"] = 1.0
+    metrics.update(source)
     metrics["grad_analysis/batch_size"] = float(len(batch))
     return metrics

@@ -258,8 +258,9 @@ class Trainer(UpdateMixin):
         if result.empty:
             self.empty_streak += 1
             metrics["rollout/empty_after_filter"] = 1.0
-            if cfg.grad_analysis.only:  # nothing to analyse: the training batch is empty
-                metrics["trainer/gradient_analysis_only"] = 1.0
+            if cfg.grad_analysis.only and self._grad_analysis(step, None, metrics, timer):  # a separate analysis rollout still runs
+                metrics["timing_s/step"] = time.perf_counter() - t_step
+                return metrics
             metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
             stop_after = getattr(self.filter.config, "empty_stop_steps", 0)
             if stop_after and self.empty_streak >= stop_after:
@@ -298,8 +299,11 @@ class Trainer(UpdateMixin):
             self.timing_totals[key] = self.timing_totals.get(key, 0.0) + metrics.get(f"timing_s/{key}", 0.0)
         return metrics
 
-    def _grad_analysis(self, step: int, batch: TrainBatch, metrics: dict[str, float], timer: Any) -> bool:
-        """Spec 11: probe per-bucket gradient norms when due; True when the run must exit now."""
+    def _grad_analysis(self, step: int, batch: TrainBatch | None, metrics: dict[str, float], timer: Any) -> bool:
+        """Spec 11: probe per-bucket gradient norms when due; True when the run must exit now.
+
+        ``batch`` is None on an empty-after-filter step (only a separate analysis rollout runs).
+        """
         from ragen_core.trainer import grad_analysis as gan
 
         ga = self.config.grad_analysis
@@ -308,7 +312,7 @@ class Trainer(UpdateMixin):
             metrics["actor/skipped_for_gradient_analysis_only"] = 1.0
             if self.critic is not None:
                 metrics["critic/skipped_for_gradient_analysis_only"] = 1.0
-        if not gan.is_due(ga, step):
+        if not gan.is_due(ga, step) or (batch is None and not gan.uses_separate_rollout(self.config)):
             return False
         with timer("grad_analysis"):
             metrics.update(gan.run_for_trainer(self, batch, step))
