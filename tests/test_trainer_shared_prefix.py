@@ -169,6 +169,66 @@ def test_critic_values_and_gradients_equal_the_plain_forward(model, switch):
     _assert_grads_close(g0, g1)
 
 
+@pytest.mark.parametrize("order,micro", [(list(range(7)), 1), ([0, 4, 6, 1, 5, 2, 3], 2), ([6, 3, 4, 0, 1, 5, 2], 3)])
+def test_session_shares_prompts_across_micro_batches_with_exact_gradients(model, switch, monkeypatch, order, micro):
+    from ragen_core.trainer.prefix_session import PrefixSession
+
+    ids, am, rm = make_batch(mixed_rows())
+    prefix_rows = []
+    real = prefix.run_prefixes
+    monkeypatch.setattr(prefix, "run_prefixes", lambda m, x, lens: prefix_rows.append(len(x)) or real(m, x, lens))
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        session = PrefixSession.create(model, ids, am, rm)
+        lp_all, ent_all = torch.zeros_like(rm), torch.zeros_like(rm)
+        for start in range(0, len(order), micro):
+            idx = order[start : start + micro]
+            lp, ent = token_logprobs(model, ids[idx], am[idx], temperature=0.7, with_entropy=True, response_mask=rm[idx], session=session)
+            ((lp - 0.3 * ent) * rm[idx]).sum().div(rm.sum()).backward()  # one micro-batch's share of the loss
+            lp_all[idx], ent_all[idx] = lp.detach(), ent.detach()
+        if session is not None:
+            session.finish()
+        return lp_all, ent_all, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    switch(False)
+    lp0, e0, g0 = run()
+    assert prefix_rows == []
+    switch(True)
+    lp1, e1, g1 = run()
+    assert sum(prefix_rows) == 3  # each of the three prompts ran once, whatever the micro-batching
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g0, g1)
+
+
+def test_session_critic_values_and_gradients_with_single_row_micro_batches(model, switch):
+    from ragen_core.trainer.prefix_session import PrefixSession
+
+    ids, am, rm = make_batch(mixed_rows())
+    critic = build_critic(model)
+    torch.nn.init.normal_(critic.head.weight, std=0.05, generator=torch.Generator().manual_seed(1))
+
+    def run():
+        critic.zero_grad(set_to_none=True)
+        session = PrefixSession.create(critic.lm, ids, am, rm)
+        values = torch.zeros_like(rm)
+        for i in range(len(ids)):
+            v = critic(ids[i : i + 1], am[i : i + 1], response_mask=rm[i : i + 1], session=session)
+            ((v - 0.5) ** 2 * rm[i : i + 1]).sum().div(rm.sum()).backward()
+            values[i] = v.detach()[0]
+        if session is not None:
+            session.finish()
+        return values, {n: p.grad.clone() for n, p in critic.named_parameters() if p.grad is not None}
+
+    switch(False)
+    v0, g0 = run()
+    switch(True)
+    v1, g1 = run()
+    torch.testing.assert_close(v1 * rm, v0 * rm, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g0, g1)
+
+
 def test_falls_back_to_the_plain_forward_when_nothing_is_shared(model):
     ids, am, rm = make_batch([(_ids(20, 1) + [1, 2], [(20, 22)]), (_ids(20, 2) + [3], [(20, 21)])])
     assert prefix.plan_shared_prefix(ids, am, rm) is None  # all singletons
@@ -202,6 +262,7 @@ def test_unsupported_models_use_the_plain_path(model, monkeypatch):
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_path, switch, monkeypatch, algo):
+    # micro-batches of one row: every prompt is shared across micro-batches (PrefixSession)
     pytest.importorskip("ragen_core.rollout.runner")
     from ragen_core.config import load_config
     from ragen_core.testing.toy_env import register_toy_env
@@ -209,8 +270,8 @@ def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_
     from ragen_core.trainer.trainer import Trainer
 
     calls = []
-    real = prefix.shared_prefix_forward
-    monkeypatch.setattr(prefix, "shared_prefix_forward", lambda *a, **k: calls.append(k.get("hidden", False)) or real(*a, **k))
+    real = prefix.run_suffixes
+    monkeypatch.setattr(prefix, "run_suffixes", lambda *a, **k: calls.append(k.get("hidden", False)) or real(*a, **k))
     env = register_toy_env()
     # ppo: two mini-batches (a separate no-grad old-log-prob pass) and a critic
     mini = 2 if algo == "ppo" else 4
@@ -220,7 +281,7 @@ def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_
         cfg = load_config(RunConfig, [], [
             f"env={env}", f"algo={algo}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
             "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512", "sampling.train.max_new_tokens=10",
-            f"optim.mini_batch_size={mini}", "optim.micro_batch_size=2", "optim.lr=1e-3", "test_freq=0", "save_freq=0",
+            f"optim.mini_batch_size={mini}", "optim.micro_batch_size=1", "optim.lr=1e-3", "test_freq=0", "save_freq=0",
             "steps=2", "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / str(on)}",
         ])
         trainer = Trainer(cfg)

@@ -23,6 +23,7 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     response_mask: torch.Tensor | None = None,
+    session: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every next token and (optionally) the full-vocabulary entropy.
 
@@ -33,12 +34,20 @@ def token_logprobs(
     their first trained position run that prefix once (:mod:`ragen_core.trainer.prefix`); the
     values from each row's first trained position on are the same (up to float rounding) and
     positions before it are 0. Without it, or when nothing is shared, every row runs in full.
+    A :class:`ragen_core.trainer.prefix_session.PrefixSession` (``session``) shares prompts
+    across micro-batches too (follow its backward/finish protocol).
     """
     from ragen_core.trainer import prefix
 
-    plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
-    if plan is not None and prefix.supports_shared_prefix(model):
-        logits, ids_s = prefix.shared_prefix_forward(model, input_ids, plan)
+    found = None
+    if session is not None and response_mask is not None:
+        found = session.forward(input_ids, attention_mask, response_mask)
+    if found is None:
+        plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
+        if plan is not None and prefix.supports_shared_prefix(model):
+            found = (*prefix.shared_prefix_forward(model, input_ids, plan), plan)
+    if found is not None:
+        logits, ids_s, plan = found
         targets = ids_s.roll(-1, dims=1)
         logp, entropy = _logp_entropy(logits, targets, temperature, with_entropy)
         return prefix.to_shifted(logp, plan), (prefix.to_shifted(entropy, plan) if entropy is not None else None)
@@ -63,22 +72,25 @@ def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: floa
 def batched_logprobs(model: Any, batch: Any, rows: list[int], micro: int, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
     """No-grad :func:`token_logprobs` over ``rows`` of a :class:`TrainBatch`, in micro-batches.
 
-    Uses the batch's response mask, so shared prompts run once per micro-batch; values before a
+    Uses the batch's response mask, so each shared prompt runs once per pass; values before a
     row's first trained position are then 0 (every consumer masks with the response mask).
     """
     import torch
+
+    from ragen_core.trainer.prefix_session import PrefixSession
 
     n, width = batch.input_ids.shape[0], batch.input_ids.shape[1] - 1
     logp = torch.zeros((n, width), dtype=torch.float32)
     ent = torch.zeros((n, width), dtype=torch.float32) if with_entropy else None
     device = next(model.parameters()).device
     with torch.no_grad():
+        session = PrefixSession.create(model, batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows])
         for start in range(0, len(rows), micro):
             idx = rows[start : start + micro]
             ids = batch.input_ids[idx].to(device)
             am = batch.attention_mask[idx].to(device)
             rm = batch.response_mask[idx].to(device)
-            lp, e = token_logprobs(model, ids, am, temperature=temperature, with_entropy=with_entropy, response_mask=rm)
+            lp, e = token_logprobs(model, ids, am, temperature=temperature, with_entropy=with_entropy, response_mask=rm, session=session)
             logp[idx] = lp.cpu()
             if ent is not None and e is not None:
                 ent[idx] = e.cpu()
@@ -102,13 +114,19 @@ def build_critic(policy: Any) -> Any:
             # the critic reads hidden states only: skip the vocabulary projection where the model allows
             self._keep = {"logits_to_keep": 1} if _accepts(lm, "logits_to_keep") else {}
 
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None = None) -> torch.Tensor:
-            """``[B, L-1]`` values; with ``response_mask`` shared prompts run once (0 before a row's first trained position)."""
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None = None,
+                    session: Any = None) -> torch.Tensor:
+            """``[B, L-1]`` values; with ``response_mask`` shared prompts run once (0 before a row's
+            first trained position); ``session`` as in :func:`token_logprobs` (built on ``self.lm``)."""
             from ragen_core.trainer import prefix
 
-            plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
-            if plan is not None and prefix.supports_shared_prefix(self.lm):
-                hidden, _ = prefix.shared_prefix_forward(self.lm, input_ids, plan, hidden=True)
+            found = session.forward(input_ids, attention_mask, response_mask, hidden=True) if session is not None and response_mask is not None else None
+            if found is None:
+                plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
+                if plan is not None and prefix.supports_shared_prefix(self.lm):
+                    found = (*prefix.shared_prefix_forward(self.lm, input_ids, plan, hidden=True), plan)
+            if found is not None:
+                hidden, _, plan = found
                 return prefix.to_shifted(self.head(hidden.float()).squeeze(-1), plan)
             out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **self._keep)
             hidden = out.hidden_states[-1].float()
@@ -132,13 +150,17 @@ def batched_values(critic: Any, batch: Any, rows: list[int], micro: int) -> Any:
     """No-grad critic values ``[B, L-1]`` for ``rows`` of a batch (0 before a row's first trained position)."""
     import torch
 
+    from ragen_core.trainer.prefix_session import PrefixSession
+
     n, width = batch.input_ids.shape[0], batch.input_ids.shape[1] - 1
     values = torch.zeros((n, width), dtype=torch.float32)
     device = next(critic.parameters()).device
     with torch.no_grad():
+        session = PrefixSession.create(critic.lm, batch.input_ids[rows], batch.attention_mask[rows], batch.response_mask[rows])
         for start in range(0, len(rows), micro):
             idx = rows[start : start + micro]
-            v = critic(batch.input_ids[idx].to(device), batch.attention_mask[idx].to(device), response_mask=batch.response_mask[idx].to(device))
+            v = critic(batch.input_ids[idx].to(device), batch.attention_mask[idx].to(device), response_mask=batch.response_mask[idx].to(device),
+                       session=session)
             values[idx] = v.float().cpu()
     return values
 

@@ -37,7 +37,8 @@ ENABLED = True
 MIN_SAVING = 0.2
 """Use the shared path only when it saves at least this fraction of the token positions run."""
 
-__all__ = ["ENABLED", "MIN_SAVING", "PrefixPlan", "plan_shared_prefix", "shared_prefix_forward", "supports_shared_prefix", "to_shifted"]
+__all__ = ["ENABLED", "MIN_SAVING", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
+           "supports_shared_prefix", "to_shifted"]
 
 
 @dataclass
@@ -68,19 +69,19 @@ def first_trained(response_mask: torch.Tensor, lengths: torch.Tensor) -> torch.T
     return torch.where(first >= width, lengths - 1, first)
 
 
-def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> PrefixPlan | None:
-    """Cluster rows whose ids before their first trained position are identical.
+def row_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> tuple[list[bytes], torch.Tensor, torch.Tensor] | None:
+    """Per row: a key (its ids before its first trained position ``r_i``, and ``r_i``), ``r`` and ``n``.
 
-    Returns ``None`` (use the plain forward) when the switch is off, there is no response mask,
-    a row is not right-padded, a trained position lies on padding, some row would get an empty
-    prefix, no two rows share a prefix, or the saving is below :data:`MIN_SAVING`.
+    ``None`` when the shared path cannot be exact here: the switch is off, no response mask, a
+    row is not right-padded, a trained position scores a padding token, or ``r_i = 0`` for some
+    row (nothing to share).
     """
     import torch
 
     if not ENABLED or response_mask is None or input_ids.dim() != 2:
         return None
     b, width = input_ids.shape
-    if b < 2 or tuple(response_mask.shape) != (b, width - 1):
+    if b < 1 or tuple(response_mask.shape) != (b, width - 1):
         return None
     am = attention_mask.to(input_ids.device) > 0
     lengths = am.sum(dim=1)
@@ -93,30 +94,53 @@ def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, re
     first = first_trained(rm, lengths)
     if bool((first < 1).any()):
         return None
-    keys: dict[bytes, int] = {}
-    cluster: list[int] = []
-    prefix_lens: list[int] = []
     rows = input_ids.detach().cpu()
-    for i, r in enumerate(first.tolist()):
-        key = r.to_bytes(4, "little") + rows[i, :r].numpy().tobytes()
-        c = keys.setdefault(key, len(keys))
-        if c == len(prefix_lens):
-            prefix_lens.append(r)
-        cluster.append(c)
-    n_clusters = len(prefix_lens)
-    if n_clusters == b:
+    keys = [r.to_bytes(4, "little") + rows[i, :r].numpy().tobytes() for i, r in enumerate(first.tolist())]
+    return keys, first.to(torch.long), lengths.to(torch.long)
+
+
+def pays_off(keys: list[bytes], first: torch.Tensor, lengths: torch.Tensor, *, padded: bool) -> bool:
+    """Whether sharing saves at least :data:`MIN_SAVING` of the token positions run.
+
+    ``padded``: count positions as one batched call pads them (one micro-batch); otherwise
+    count real tokens (prefixes reused across micro-batches).
+    """
+    prefix_len = dict(zip(keys, first.tolist()))
+    if len(prefix_len) == len(keys):
+        return False
+    if padded:
+        cost = len(prefix_len) * max(prefix_len.values()) + len(keys) * int((lengths - first).max())
+        return cost <= (1.0 - MIN_SAVING) * len(keys) * int(lengths.max())
+    cost = sum(prefix_len.values()) + int((lengths - first).sum())
+    return cost <= (1.0 - MIN_SAVING) * int(lengths.sum())
+
+
+def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> PrefixPlan | None:
+    """Cluster rows whose ids before their first trained position are identical.
+
+    Returns ``None`` (use the plain forward) when :func:`row_keys` refuses, no two rows share a
+    prefix, or the saving is below :data:`MIN_SAVING`.
+    """
+    import torch
+
+    found = row_keys(input_ids, attention_mask, response_mask)
+    if found is None:
         return None
-    starts = first
-    cost = n_clusters * max(prefix_lens) + b * int((lengths - starts).max())
-    if cost > (1.0 - MIN_SAVING) * b * int(lengths.max()):
+    keys, first, lengths = found
+    if not pays_off(keys, first, lengths, padded=True):
         return None
+    index: dict[bytes, int] = {}
+    cluster = [index.setdefault(k, len(index)) for k in keys]
+    prefix_lens = [0] * len(index)
+    for c, r in zip(cluster, first.tolist()):
+        prefix_lens[c] = r
     dev = input_ids.device
     return PrefixPlan(
         cluster=torch.tensor(cluster, dtype=torch.long, device=dev),
         prefix_lens=torch.tensor(prefix_lens, dtype=torch.long, device=dev),
-        starts=starts.to(torch.long),
-        lengths=lengths.to(torch.long),
-        width=width,
+        starts=first,
+        lengths=lengths,
+        width=int(input_ids.shape[1]),
     )
 
 
@@ -192,36 +216,54 @@ def shared_prefix_forward(model: Any, input_ids: torch.Tensor, plan: PrefixPlan,
         position ``s_i + j``.
     """
     import torch
+
+    dev = input_ids.device
+    n_clusters = int(plan.prefix_lens.shape[0])
+    first_row = torch.full((n_clusters,), -1, dtype=torch.long, device=dev)
+    first_row = first_row.scatter_reduce(0, plan.cluster, torch.arange(len(plan.cluster), device=dev), reduce="amin", include_self=False)
+    kv, mask_p = run_prefixes(model, input_ids.index_select(0, first_row), plan.prefix_lens)
+    rows = [(k.index_select(0, plan.cluster), v.index_select(0, plan.cluster)) for k, v in kv]
+    return run_suffixes(model, input_ids, rows, mask_p.index_select(0, plan.cluster), plan.starts, plan.lengths, hidden=hidden)
+
+
+def run_prefixes(model: Any, ids: torch.Tensor, prefix_lens: torch.Tensor) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """Forward ``ids[c, :prefix_lens[c]]`` (right-padded to the longest) filling a KV cache.
+
+    Returns the per-layer ``(keys, values)`` ``[C, heads, P, dim]`` and the ``[C, P]`` mask.
+    """
+    import torch
     from transformers import DynamicCache
 
     base = _base(model)
-    kw = _cache_kwarg(base)
-    dev = input_ids.device
-    n_clusters = int(plan.prefix_lens.shape[0])
-    width_p = int(plan.prefix_lens.max())
-    ar_p = torch.arange(width_p, device=dev)
-    first_row = torch.full((n_clusters,), -1, dtype=torch.long, device=dev)
-    first_row = first_row.scatter_reduce(0, plan.cluster, torch.arange(len(plan.cluster), device=dev), reduce="amin", include_self=False)
-    ids_p = input_ids.index_select(0, first_row)[:, :width_p]
-    mask_p = (ar_p[None, :] < plan.prefix_lens[:, None]).long()
-    pos_p = ar_p.expand(n_clusters, width_p)
+    width_p = int(prefix_lens.max())
+    ar_p = torch.arange(width_p, device=ids.device)
+    mask_p = (ar_p[None, :] < prefix_lens[:, None]).long()
     cache = _new_cache(DynamicCache, base.config)
     # logits_to_keep=1: the prefix needs no logits, only its keys and values
-    model(input_ids=ids_p, attention_mask=mask_p, position_ids=pos_p, use_cache=True, logits_to_keep=1, **{kw: cache})
-    rows = _new_cache(DynamicCache, base.config)
-    for layer_idx, layer in enumerate(cache.layers):
-        rows.update(layer.keys.index_select(0, plan.cluster), layer.values.index_select(0, plan.cluster), layer_idx)
+    model(input_ids=ids[:, :width_p], attention_mask=mask_p, position_ids=ar_p.expand(len(ids), width_p), use_cache=True,
+          logits_to_keep=1, **{_cache_kwarg(base): cache})
+    return [(layer.keys, layer.values) for layer in cache.layers], mask_p
 
+
+def run_suffixes(model: Any, input_ids: torch.Tensor, kv: list[tuple[torch.Tensor, torch.Tensor]], prefix_mask: torch.Tensor,
+                 starts: torch.Tensor, lengths: torch.Tensor, *, hidden: bool = False) -> tuple[Any, torch.Tensor]:
+    """Forward each row's ``input_ids[i, starts[i]:lengths[i]]`` on its prefix's ``kv`` (``[B, heads, P, dim]``)."""
+    import torch
+    from transformers import DynamicCache
+
+    base = _base(model)
+    dev = input_ids.device
+    cache = _new_cache(DynamicCache, base.config)
+    for layer_idx, (k, v) in enumerate(kv):
+        cache.update(k, v, layer_idx)
     width = input_ids.shape[1]
-    suffix_lens = plan.lengths - plan.starts
-    width_s = int(suffix_lens.max())
-    ar_s = torch.arange(width_s, device=dev)
-    cols = plan.starts[:, None] + ar_s[None, :]
+    suffix_lens = lengths - starts
+    ar_s = torch.arange(int(suffix_lens.max()), device=dev)
+    cols = starts[:, None] + ar_s[None, :]
     ids_s = input_ids.gather(1, cols.clamp(max=width - 1))
-    mask_s = (ar_s[None, :] < suffix_lens[:, None]).long()
-    mask = torch.cat([mask_p.index_select(0, plan.cluster), mask_s], dim=1)
+    mask = torch.cat([prefix_mask, (ar_s[None, :] < suffix_lens[:, None]).long()], dim=1)
     extra = {"output_hidden_states": True, "logits_to_keep": 1} if hidden else {}
-    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols, use_cache=True, **{kw: rows}, **extra)
+    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols, use_cache=True, **{_cache_kwarg(base): cache}, **extra)
     return (out.hidden_states[-1] if hidden else out.logits), ids_s
 
 

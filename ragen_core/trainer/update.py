@@ -110,6 +110,7 @@ class UpdateMixin:
     def update_critic(self, batch: TrainBatch) -> dict[str, float]:
         """Clipped value regression on the returns, same mini/micro-batching as the actor."""
         from ragen_core.trainer.losses import value_loss
+        from ragen_core.trainer.prefix_session import PrefixSession
 
         o = self.config.optim
         acfg = self.algorithm.config
@@ -124,15 +125,19 @@ class UpdateMixin:
                 loss_w = 1.0 if global_norm else 1.0 / len(micros)
                 vf_loss = clipfrac = 0.0
                 self.critic_optimizer.zero_grad(set_to_none=True)
+                # shared prompts run once per mini-batch (exact; see ragen_core.trainer.prefix_session)
+                session = PrefixSession.create(self.critic.lm, batch.input_ids[mini], batch.attention_mask[mini], batch.response_mask[mini])
                 for idx in micros:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
-                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask)
+                    values = self.critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask, session=session)
                     loss, vm = value_loss(values, sub.values.to(device), sub.returns.to(device), mask, acfg.cliprange_value,
                                           global_token_count=tokens if global_norm else None)
                     (loss * loss_w).backward()
                     vf_loss += vm["vf_loss"] * loss_w
                     clipfrac += vm["vf_clipfrac"] * float(mask.sum()) / tokens
+                if session is not None:
+                    session.finish()
                 stats["critic/vf_loss"].append(vf_loss)
                 stats["critic/vf_clipfrac"].append(clipfrac)
                 stats["critic/grad_norm"].append(self._clip_and_step(self.critic.parameters(), self.critic_optimizer, o.grad_clip))
@@ -145,6 +150,7 @@ class UpdateMixin:
     def update_actor(self, batch: TrainBatch) -> dict[str, float]:
         from ragen_core.trainer.losses import agg_loss, kl_penalty, policy_loss
         from ragen_core.trainer.modeling import token_logprobs
+        from ragen_core.trainer.prefix_session import PrefixSession
 
         o = self.config.optim
         acfg = self.algorithm.config
@@ -173,6 +179,8 @@ class UpdateMixin:
                 # masked-mean metrics: weighted by each micro-batch's token share
                 acc = {k: 0.0 for k in keys}
                 self.optimizer.zero_grad(set_to_none=True)
+                # shared prompts run once per mini-batch (exact; see ragen_core.trainer.prefix_session)
+                session = PrefixSession.create(self.model, batch.input_ids[mini], batch.attention_mask[mini], batch.response_mask[mini])
                 for idx in micros:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
@@ -180,7 +188,7 @@ class UpdateMixin:
                     loss_w = 1.0 if (counts or mode == "seq-mean-token-sum-norm") else 1.0 / len(micros)
                     need_entropy = acfg.entropy_coeff != 0 or single
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp,
-                                                   with_entropy=need_entropy, response_mask=mask)
+                                                   with_entropy=need_entropy, response_mask=mask, session=session)
                     if single:
                         sub.old_log_probs = logp.detach().cpu()
                         ent_full[idx, : entropy.shape[1]] = entropy.detach().float().cpu()
@@ -210,6 +218,8 @@ class UpdateMixin:
                         loss = loss + acfg.kl_loss_coef * kl
                         acc["actor/kl_loss"] += float(kl.detach()) * loss_w
                     (loss * loss_w).backward()
+                if session is not None:
+                    session.finish()
                 norm = self._clip_and_step(params, self.optimizer, o.grad_clip)
                 acc["actor/grad_norm"] = norm
                 for k in keys:
