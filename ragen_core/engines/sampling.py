@@ -74,12 +74,16 @@ def sample_next(
     if not params.do_sample or params.temperature == 0:
         ids = logits.argmax(dim=-1)
         return ids, torch.log_softmax(logits, dim=-1).gather(-1, ids[:, None]).squeeze(-1)
-    x = logits / params.temperature
+    x = logits / params.temperature if params.temperature != 1.0 else logits
     if 0 < params.top_k < x.shape[-1]:
         kth = torch.topk(x, params.top_k, dim=-1).values[:, -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if params.top_p < 1.0:
         x = _nucleus_mask(x, params.top_p)
-    logp = torch.log_softmax(x, dim=-1)
-    ids = draw(logp.exp(), generator)
-    return ids, logp.gather(-1, ids[:, None]).squeeze(-1)
+    # One pass of exp over the vocabulary: draw from the unnormalised weights, normalise only
+    # the chosen ids' log-probs (the same value log_softmax gives).
+    top = x.max(dim=-1, keepdim=True).values
+    weights = (x - top).exp()
+    ids = draw(weights, generator)
+    logz = top + weights.sum(dim=-1, keepdim=True).log()
+    return ids, (x.gather(-1, ids[:, None]) - logz).squeeze(-1)
