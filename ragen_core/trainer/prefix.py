@@ -37,7 +37,12 @@ ENABLED = True
 MIN_SAVING = 0.2
 """Use the shared path only when it saves at least this fraction of the token positions run."""
 
-__all__ = ["ENABLED", "MIN_SAVING", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
+SESSION_LIVE_FACTOR = 2.0
+"""A :class:`ragen_core.trainer.prefix_session.PrefixSession` keeps the graphs of at most this
+many times a micro-batch's padded tokens in prompt prefixes alive (with gradient); a micro-batch
+needing more (rows of many groups interleaved) runs its new prompts in the micro-batch instead."""
+
+__all__ = ["ENABLED", "MIN_SAVING", "SESSION_LIVE_FACTOR", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
            "supports_shared_prefix", "to_shifted"]
 
 

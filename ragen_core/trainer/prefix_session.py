@@ -14,6 +14,11 @@ mini-batch instead:
   The parameter gradients are then exactly the plain path's (chain rule; sums commute), up to
   float rounding.
 
+Memory: a prompt's graph lives until its last row has run, so rows of one prompt should be close
+together (the trainer's batches are in group order); prompt graphs beyond
+:data:`ragen_core.trainer.prefix.SESSION_LIVE_FACTOR` micro-batches' worth of tokens are not
+started (those rows run in their own micro-batch).
+
 Protocol for the caller: one session per optimiser step's rows; for each micro-batch, forward
 through :meth:`PrefixSession.forward` and call ``backward`` **before the next micro-batch's
 forward**; call :meth:`PrefixSession.finish` after the last ``backward`` and before clipping /
@@ -94,6 +99,10 @@ class PrefixSession:
         dev = input_ids.device
         seen: set[bytes] = set()
         new = [i for i, k in enumerate(keys) if k not in self.entries and not (k in seen or seen.add(k))]
+        if new and torch.is_grad_enabled():
+            live = sum(int(e.length) for e in self.entries.values() if e.batch.grad and not e.batch.done)
+            if live + int(first[new].sum()) > prefix.SESSION_LIVE_FACTOR * input_ids.numel():
+                return None  # bound the memory held by live prompt graphs
         if new:
             self._run_new(input_ids, keys, first, new)
         entries = [self.entries[k] for k in keys]
