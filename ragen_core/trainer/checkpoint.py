@@ -24,7 +24,7 @@ import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -169,3 +169,63 @@ def lora_resume_source(path: str | Path) -> tuple[str, Path] | None:
     if not ref:
         return None
     return str(ref), adapter
+
+
+class CheckpointMixin:
+    """``save`` / ``_restore`` of :class:`ragen_core.trainer.trainer.Trainer` (everything a resume needs)."""
+
+    config: Any
+    run_dir: Path
+
+    def save(self, step: int) -> Path:
+        """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state."""
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "runner": self.runner.state_dict() if hasattr(self.runner, "state_dict") else None,
+            "val_runner": self.val_runner.state_dict() if self.val_runner is not None and hasattr(self.val_runner, "state_dict") else None,
+            "empty_streak": self.empty_streak,
+            "stopper": self.stopper.state_dict(),
+            "timing_totals": dict(self.timing_totals),
+            "diagnostics": {n: p.state_dict() for n, p in self._diagnostic_plugins().items() if hasattr(p, "state_dict")},
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        if self.ref_model is not None:
+            state["ref_model"] = self.ref_model.state_dict()
+        if getattr(self, "_lora_base", None):
+            state["lora_base"] = self._lora_base
+        return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, state)
+
+    def _diagnostic_plugins(self) -> dict[str, Any]:
+        pm = getattr(self, "pm", None)
+        out: dict[str, Any] = {}
+        if pm is None:
+            return out
+        for name in self.config.diagnostics:
+            plugin = pm.get_plugin(f"diagnostic-{name}")
+            if plugin is not None:
+                out[name] = plugin
+        return out
+
+    def _restore(self, path: Path) -> None:
+        """Load optimisers, critic, runners, counters, diagnostics and RNG states of a checkpoint."""
+        state = load_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        if self.ref_model is not None and "ref_model" in state:
+            self.ref_model.load_state_dict(state["ref_model"])
+        if state.get("runner") is not None and hasattr(self.runner, "load_state_dict"):
+            self.runner.load_state_dict(state["runner"])
+        if state.get("val_runner") is not None and self.val_runner is not None and hasattr(self.val_runner, "load_state_dict"):
+            self.val_runner.load_state_dict(state["val_runner"])
+        self.empty_streak = int(state.get("empty_streak", 0))
+        self.stopper.load_state_dict(state.get("stopper", {}))
+        self.timing_totals = dict(state.get("timing_totals", {}))
+        self._diag_states = dict(state.get("diagnostics", {}))
+        set_rng_state(state["rng"])
+        self.start_step = int(state["step"]) + 1
+
+    _diag_states: ClassVar[dict[str, Any]] = {}
