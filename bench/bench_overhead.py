@@ -56,16 +56,25 @@ def instrument(trainer, clock: Clock) -> None:
     for m in models:
         m.register_forward_pre_hook(pre, with_kwargs=True)
         m.register_forward_hook(post, with_kwargs=True)
-    original_backward = torch.Tensor.backward
+    # Tensor.backward and torch.autograd.backward (the shared-prefix session back-propagates prompt
+    # caches with the latter); the outermost call is timed, nested ones are not counted twice
+    depth = [0]
 
-    def timed_backward(self, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return original_backward(self, *a, **k)
-        finally:
-            clock.bwd += time.perf_counter() - t0
+    def timed(fn):
+        def wrapper(*a, **k):
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    clock.bwd += time.perf_counter() - t0
 
-    torch.Tensor.backward = timed_backward
+        return wrapper
+
+    torch.Tensor.backward = timed(torch.Tensor.backward)
+    torch.autograd.backward = timed(torch.autograd.backward)
 
 
 def main() -> None:
@@ -74,6 +83,7 @@ def main() -> None:
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    parser.add_argument("--no-shared-prefix", action="store_true", help="force the plain training forward (ragen_core.trainer.prefix.ENABLED = False)")
     args = parser.parse_args()
     import torch
 
@@ -83,6 +93,10 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_shared_prefix:
+        from ragen_core.trainer import prefix
+
+        prefix.ENABLED = False
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(RunConfig, [], [f"env={args.env}", f"algo={args.algo}", f"steps={args.steps + 1}", "warm_start.enabled=false",
                                           "test_freq=0", "save_freq=0", "progress=false", f"run_dir={tmp}/run"])
