@@ -6,7 +6,8 @@ Modules (importing this package is cheap; torch is imported only when training s
 * :mod:`~ragen_core.trainer.trainer` -- :class:`Trainer` (``Trainer(config).train()``).
 * :mod:`~ragen_core.trainer.batch` -- trajectories -> tensors over the exact sampled ids.
 * :mod:`~ragen_core.trainer.update` -- log-probs, values, advantages, critic/actor updates.
-* :mod:`~ragen_core.trainer.checkpoint` -- HF model folders + ``trainer_state.pt``; resume.
+* :mod:`~ragen_core.trainer.checkpoint` -- HF model folders + ``trainer_state.pt``; exact resume (LoRA too).
+* :mod:`~ragen_core.trainer.grad_analysis` -- per reward-std bucket gradient norms (spec 11).
 * :mod:`~ragen_core.trainer.warmstart` -- format warm start on random legal actions (no oracle).
 * :mod:`~ragen_core.trainer.loggers` -- JSONL / TensorBoard / W&B-offline hook loggers.
 * :mod:`~ragen_core.trainer.metrics` -- episode metrics and early-stopping rules.
