@@ -44,6 +44,32 @@ class GrowableLayer(DynamicLayer):
         self.values = self._vbuf[..., :need, :]
         return self.keys, self.values
 
+    def fill_rows(self, rows: list[tuple[torch.Tensor, torch.Tensor] | None], width: int, room: int) -> None:
+        """Start an empty layer with ``width`` positions per batch row, without a staging copy.
+
+        Row ``i`` gets ``rows[i]`` = (keys, values) of shape ``[heads, n, head_dim]`` right-aligned
+        (positions ``width - n`` to ``width``) and zeros before it, which the caller masks out as
+        padding (zeros, not garbage: a NaN in a masked key would still poison attention).
+        ``None`` rows are all padding. The buffer leaves room for ``room`` more positions plus
+        the reserve, so the prefill that follows writes in place.
+        """
+        k0, v0 = next(r for r in rows if r is not None)
+        self.lazy_initialization(k0, v0)
+        cap = width + room + self.reserve
+        kbuf = k0.new_empty((len(rows), k0.shape[0], cap, k0.shape[-1]))
+        vbuf = v0.new_empty((len(rows), v0.shape[0], cap, v0.shape[-1]))
+        for i, row in enumerate(rows):
+            n = 0 if row is None else row[0].shape[-2]
+            if n < width:
+                kbuf[i, :, : width - n] = 0
+                vbuf[i, :, : width - n] = 0
+            if row is not None:
+                kbuf[i, :, width - n : width] = row[0]
+                vbuf[i, :, width - n : width] = row[1]
+        self._kbuf, self._vbuf, self._filled = kbuf, vbuf, width
+        self.keys = kbuf[..., :width, :]
+        self.values = vbuf[..., :width, :]
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self._filled and self._kbuf is not None and self._vbuf is not None:
             self._kbuf = self._kbuf[indices, ...]

@@ -203,7 +203,7 @@ class HFEngine(Engine):
         cache = DynamicCache(config=model.config)
         use_growable_layers(cache, reserve=params.max_new_tokens + 1)
         if width_c:
-            self._fill_cache(cache, hits, width_c, device)
+            self._fill_cache(cache, hits, width_c, width_s, device)
         cache_kw = _cache_kwarg(model)
         prefill_mask = additive_prefill_mask(mask, width_s, _model_dtype(model)) if _float_mask_pays(model, device) else mask
         logits = model(
@@ -278,8 +278,16 @@ class HFEngine(Engine):
         return best
 
     @staticmethod
-    def _fill_cache(cache: Any, hits: list[_Entry | None], width: int, device: Any) -> None:
+    def _fill_cache(cache: Any, hits: list[_Entry | None], width: int, room: int, device: Any) -> None:
+        """Lay the kept caches of ``hits`` into ``cache``, right-aligned to ``width`` positions."""
+        from ragen_core.engines._kv import GrowableLayer
+
         ref = next(h for h in hits if h is not None)
+        layers = getattr(cache, "layers", None) or []
+        if len(layers) == len(ref.kv) and all(type(x) is GrowableLayer for x in layers):
+            for i, layer in enumerate(layers):  # straight into the buffers the prefill extends
+                layer.fill_rows([None if h is None else h.kv[i] for h in hits], width, room)
+            return
         for layer, (k0, v0) in enumerate(ref.kv):
             keys = k0.new_zeros((len(hits), k0.shape[0], width, k0.shape[2]))
             values = v0.new_zeros((len(hits), v0.shape[0], width, v0.shape[2]))
@@ -310,7 +318,11 @@ class HFEngine(Engine):
             valid = mask[i, :width].nonzero().squeeze(-1)[: len(seq)]
             if len(valid) != len(seq):
                 continue
-            kv = [(layer.keys[i, :, valid], layer.values[i, :, valid]) for layer in layers]
+            if len(seq) and int(valid[-1]) - int(valid[0]) + 1 == len(seq):  # no gap: plain slice copy
+                a, b = int(valid[0]), int(valid[-1]) + 1
+                kv = [(layer.keys[i, :, a:b].clone(), layer.values[i, :, a:b].clone()) for layer in layers]
+            else:
+                kv = [(layer.keys[i, :, valid], layer.values[i, :, valid]) for layer in layers]
             store.append(_Entry(tokens=seq, kv=kv))
 
 
