@@ -237,6 +237,40 @@ def test_session_critic_values_and_gradients_with_single_row_micro_batches(model
     _assert_grads_close(g0, g1)
 
 
+def test_lora_policy_gradients_and_reference_logprobs_match(switch):
+    peft = pytest.importorskip("peft")
+    from ragen_core.trainer.prefix_session import PrefixSession
+
+    base, _ = load_model_and_tokenizer("tiny")
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:  # non-zero adapters, so they change the outputs
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))) * 0.05)
+    lora.train()
+    ids, am, rm = make_batch(mixed_rows())
+
+    def run():
+        lora.zero_grad(set_to_none=True)
+        session = PrefixSession.create(lora, ids, am, rm)
+        for i in range(len(ids)):
+            lp, _ = token_logprobs(lora, ids[i : i + 1], am[i : i + 1], response_mask=rm[i : i + 1], session=session)
+            (lp * rm[i : i + 1]).sum().div(rm.sum()).backward()
+        if session is not None:
+            session.finish()
+        with torch.no_grad(), lora.disable_adapter():
+            ref, _ = token_logprobs(lora, ids, am, response_mask=rm)
+        return ref, {n: p.grad.clone() for n, p in lora.named_parameters() if p.grad is not None}
+
+    switch(False)
+    ref0, g0 = run()
+    switch(True)
+    ref1, g1 = run()
+    assert any("lora_A" in n for n in g0)
+    _assert_grads_close(g0, g1)
+    torch.testing.assert_close(ref1 * rm, ref0 * rm, atol=1e-5, rtol=1e-5)
+
+
 def test_falls_back_to_the_plain_forward_when_nothing_is_shared(model):
     ids, am, rm = make_batch([(_ids(20, 1) + [1, 2], [(20, 22)]), (_ids(20, 2) + [3], [(20, 21)])])
     assert prefix.plan_shared_prefix(ids, am, rm) is None  # all singletons

@@ -123,7 +123,8 @@ class PrefixSession:
         lens = first.index_select(0, idx)
         roots, _ = prefix.run_prefixes(self.model, input_ids.index_select(0, idx), lens)
         grad = torch.is_grad_enabled()
-        leaves = [(k.detach().requires_grad_(grad), v.detach().requires_grad_(grad)) for k, v in roots] if grad else roots
+        # a cache that no trainable parameter feeds (e.g. LoRA without k_proj: layer 0's keys) stays a constant
+        leaves = [(_leaf(k), _leaf(v)) for k, v in roots] if grad else roots
         batch = _PrefixBatch(roots=roots if grad else [], leaves=leaves, remaining=sum(self.counts.get(keys[i], 1) for i in new), grad=grad)
         self.batches.append(batch)
         for j, (i, r) in enumerate(zip(new, lens.tolist())):
@@ -138,7 +139,8 @@ class PrefixSession:
                 continue
             batch.done = True
             if batch.grad:
-                pairs = [(root, leaf.grad) for rk, lk in zip(batch.roots, batch.leaves) for root, leaf in zip(rk, lk) if leaf.grad is not None]
+                pairs = [(root, leaf.grad) for rk, lk in zip(batch.roots, batch.leaves) for root, leaf in zip(rk, lk)
+                         if leaf.grad is not None and root.requires_grad]
                 if pairs:
                     torch.autograd.backward([p[0] for p in pairs], grad_tensors=[p[1] for p in pairs])
             batch.roots, batch.leaves = [], []
@@ -148,6 +150,11 @@ class PrefixSession:
     def finish(self) -> None:
         """Back-propagate what is left (call after the last micro-batch's ``backward``)."""
         self._flush(force=True)
+
+
+def _leaf(root: torch.Tensor) -> torch.Tensor:
+    """A detached copy that collects ``d loss / d root`` when ``root`` depends on trainable parameters."""
+    return root.detach().requires_grad_(root.requires_grad)
 
 
 def _gather(entries: list[_Entry], width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
