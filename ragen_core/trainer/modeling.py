@@ -5,6 +5,13 @@ The critic is a **separate copy of the language model's trunk with a scalar valu
 the same LM architecture, initialised from the same weights). It has its own AdamW optimiser and
 learning rate, so value regression never disturbs the policy's weights. It is built only when the
 algorithm needs it (GAE / PPO).
+
+Given the response mask, rows that share their ids up to the first trained token (a GRPO group's
+prompt) run that prompt once: within a micro-batch (:mod:`ragen_core.trainer.prefix`) and, with a
+:class:`~ragen_core.trainer.prefix_session.PrefixSession`, across the micro-batches of a
+mini-batch. Results and gradients equal the full forward's up to float rounding; positions
+before a row's first trained token are then 0 (nothing reads them: losses, KL, entropy and GAE
+all use the response mask). ``ragen_core.trainer.prefix.ENABLED = False`` forces the full forward.
 """
 
 from __future__ import annotations
