@@ -311,3 +311,37 @@ def test_only_on_an_empty_after_filter_step_still_runs_the_separate_rollout(tmp_
     # the analysis rollout ran (3 groups x 2) and was filtered by its own (drop-all) filter instance
     assert row["grad_analysis/source_batch_size"] == 6 and row["grad_analysis/empty_after_filter"] == 1.0
     assert not any(k.startswith("grad_norm/") for k in row)
+
+
+class KeepFirstGroupFilter(DropAllFilter):
+    """Keeps only the lowest group id."""
+
+    def select(self, rollouts):
+        from ragen_core.interfaces.rollout_filter import FilterResult
+
+        first = min(rollouts.group_ids)
+        dropped = {g: "test keep-first" for g in rollouts.group_ids if g != first}
+        return FilterResult(kept_groups=[first], dropped=dropped, metrics={})
+
+
+def test_log_prefilter_analyses_the_unfiltered_batch_without_disturbing_the_update(tmp_path, tiny):
+    from ragen_core import registry
+    from ragen_core.interfaces.rollout_filter import FilterConfig
+    from ragen_core.specs import FilterSpec
+    from ragen_core.trainer.trainer import Trainer
+
+    registry.register(FilterSpec(name="ga-test-keep-first", config_model=FilterConfig, factory=f"{__name__}:KeepFirstGroupFilter"))
+    try:
+        # 2 kept rows fit one mini-batch of 2 (single-pass update); the 4 unfiltered rows do not, so
+        # state leaking from preparing the unfiltered batch would break the actor update
+        cfg = _config(tmp_path, "filter=ga-test-keep-first", "grad_analysis.every=1", "grad_analysis.log_prefilter=true",
+                      "optim.mini_batch_size=2", "steps=1", "test_freq=0", name="prefilter")
+        trainer = Trainer(cfg)
+        trainer.train()
+    finally:
+        registry.unregister("filter", "ga-test-keep-first")
+    (row,) = _rows(trainer)
+    assert row["grad_norm_prefilter/all/sample_count"] == 4 and row["grad_norm_prefilter/all/group_rv_count"] == 2
+    assert row["grad_norm/all/sample_count"] == 2 and row["train/batch_size"] == 2
+    assert row["grad_norm/all/task"] == pytest.approx(row["actor/grad_norm"], rel=1e-4)
+    assert row["actor/grad_norm/task"] == row["grad_norm/all/task"]

@@ -166,6 +166,8 @@ class GradAnalysisSection(_Section):
     the training rollout's, the training batch itself is analysed)."""
     group_size: int | None = Field(default=None, ge=1)
     """Group size of the separate analysis rollout (``None`` = as in training)."""
+    log_prefilter: bool = False
+    """Also analyse the batch before filtering (metrics under ``grad_norm_prefilter/``)."""
     only: bool = False
     """Analyse only: skip the critic and actor updates of every step (the policy never changes)."""
     exit_after: bool = False

@@ -29,16 +29,19 @@ It logs ``grad_analysis/source_env_groups|source_group_size|source_batch_size``,
 ``grad_analysis/adjusted_batch_size``; ``grad_analysis/uses_training_batch`` says which batch was
 used. With ``only`` such a rollout is analysed on empty-after-filter training steps too.
 
-Not implemented: the pre-filter analysis (``grad_norm_prefilter/``), the per-tag group scaling of
-multi-env runs and the data-parallel trailing-row trim (training runs in one process); the
+With ``grad_analysis.log_prefilter`` the unfiltered batch (training or analysis rollout) is also
+prepared (all group weights 1) and analysed, under the prefix ``grad_norm_prefilter/``.
+
+Not implemented: the per-tag group scaling of multi-env runs and the data-parallel trailing-row trim (training runs in one process); the
 separate analysis filter's own state is not checkpointed. The probe runs one epoch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 COMPONENTS = ("task", "entropy", "kl")
@@ -186,8 +189,13 @@ def analyse(
     bucketing: str = "quantile",
     n_buckets: int = 6,
     norm_constant: float | None = None,
+    prefix: str = "grad_norm",
 ) -> tuple[dict[str, float], list[tuple[str, int, float]]]:
-    """All bucket probes of one batch: ``(metrics, group table rows (bucket, group id, std))``."""
+    """All bucket probes of one batch: ``(metrics, group table rows (bucket, group id, std))``.
+
+    Metric names start with ``prefix`` (``grad_norm_prefilter`` for the unfiltered batch; only
+    the ``grad_norm`` ``all`` bucket is mirrored to ``actor/``).
+    """
     stds = group_reward_stds(batch.scores.tolist(), batch.group_ids.tolist(), batch.episode_ids.tolist())
     buckets = bucket_groups(stds, bucketing, n_buckets)
     buckets.append(("all", sorted(stds, key=lambda g: (stds[g], g))))
@@ -201,7 +209,7 @@ def analyse(
         if not rows:
             continue
         sub = batch.select(rows)
-        pre = f"grad_norm/{name}/"
+        pre = f"{prefix}/{name}/"
         bucket_stds = [stds[g] for g in groups]
         tokens = max(float(sub.response_mask.sum()), 1.0)
         metrics[pre + "sample_count"] = float(len(rows))
@@ -219,7 +227,7 @@ def analyse(
             metrics[pre + f"per_token/{comp}"] = norm / tokens
         for key, value in losses.items():
             metrics[pre + f"loss/{key}"] = value
-        if name == "all":
+        if name == "all" and prefix == "grad_norm":
             metrics.update({f"actor/grad_norm/{c}": v for c, v in norms.items()})
             metrics.update({f"actor/loss/{k}": v for k, v in losses.items()})
     return metrics, table
@@ -238,13 +246,41 @@ def uses_separate_rollout(config: Any) -> bool:
 
 class _NoTimer:
     def __call__(self, key: str) -> Any:
-        import contextlib
-
         return contextlib.nullcontext()
 
 
-def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float]]:
-    """Play, filter and prepare the analysis rollout; ``(batch or None when filtered empty, metrics)``."""
+@contextlib.contextmanager
+def _isolated(trainer: Any) -> Iterator[None]:
+    """Undo every attribute (re)binding on ``trainer`` made inside the block.
+
+    ``Trainer._filter`` / ``_prepare`` keep per-step state on the trainer (group weights, kept
+    ratio, single-pass flag, ...); preparing an analysis batch must not leak it into the update.
+    """
+    saved = dict(vars(trainer))
+    try:
+        yield
+    finally:
+        for key in [k for k in vars(trainer) if k not in saved]:
+            delattr(trainer, key)
+        for key, value in saved.items():
+            if vars(trainer).get(key) is not value:
+                setattr(trainer, key, value)
+
+
+def prepare_unfiltered(trainer: Any, batch: Any) -> Any:
+    """Fill log-probs, values and advantages of an *unfiltered* batch (all groups weight 1)."""
+    with _isolated(trainer):
+        trainer._group_weights = {}
+        trainer._kept_ratio = 1.0
+        trainer._prepare(batch, {}, _NoTimer(), None)
+    return batch
+
+
+def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float], Any]:
+    """Play, filter and prepare the analysis rollout.
+
+    Returns ``(batch or None when filtered empty, metrics, unfiltered batch (unprepared))``.
+    """
     from ragen_core import registry
     from ragen_core.seeding import derive_seed
     from ragen_core.trainer.batch import build_batch
@@ -263,48 +299,49 @@ def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float]]:
     per_turn = getattr(trainer._ga_runner.config, "context_window", "full") != "full"
     batch = build_batch(trajs, trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
                         grouping=cfg.reward.grouping, per_turn=per_turn)
-    saved = dict(vars(trainer))  # _filter/_prepare keep per-step state on the trainer: put it back afterwards
-    trainer.filter = trainer._ga_filter
-    try:
+    raw = batch
+    with _isolated(trainer):
+        trainer.filter = trainer._ga_filter
         filter_metrics: dict[str, float] = {}
         result, rows = trainer._filter(batch, filter_metrics)
         metrics.update({"grad_analysis/" + k.split("/", 1)[-1]: v for k, v in filter_metrics.items()})
         metrics["grad_analysis/empty_after_filter"] = float(bool(result.empty))
         if result.empty:
-            return None, metrics
+            return None, metrics, raw
         batch = batch.select(rows)
         metrics["grad_analysis/adjusted_batch_size"] = float(len(batch))
         trainer._prepare(batch, {}, _NoTimer(), result)
-    finally:
-        for key in [k for k in vars(trainer) if k not in saved]:
-            delattr(trainer, key)
-        for key, value in saved.items():
-            if vars(trainer).get(key) is not value:
-                setattr(trainer, key, value)
-    return batch, metrics
+    return batch, metrics, raw
 
 
-def run_for_trainer(trainer: Any, batch: Any, step: int) -> dict[str, float]:
+def run_for_trainer(trainer: Any, batch: Any, step: int, unfiltered: Any = None) -> dict[str, float]:
     """The trainer's hook: analyse the training ``batch`` (or the separate analysis rollout when
-    configured; ``batch`` may then be None) and write the group table."""
+    configured; ``batch`` may then be None) and write the group table.
+
+    ``unfiltered`` is the training batch before filtering, analysed under ``grad_norm_prefilter/``
+    when ``grad_analysis.log_prefilter`` is on (the separate rollout brings its own).
+    """
     cfg = trainer.config
     ga = cfg.grad_analysis
     source: dict[str, float] = {"grad_analysis/uses_training_batch": 1.0}
     if uses_separate_rollout(cfg):
-        batch, source = separate_batch(trainer, step)
-    if batch is None or len(batch) == 0:
-        return source
+        batch, source, unfiltered = separate_batch(trainer, step)
     extra = getattr(trainer.algorithm, "agg_kwargs", None) or {}
-    metrics, table = analyse(
-        trainer.model, batch, trainer.algorithm.config,
-        mini_batch_size=cfg.optim.mini_batch_size, micro_batch_size=cfg.optim.micro_batch_size,
-        temperature=trainer.train_sampling.temperature, bucketing=ga.bucketing, n_buckets=ga.buckets,
-        norm_constant=extra.get("norm_constant"),
-    )
+    kwargs: dict[str, Any] = {"mini_batch_size": cfg.optim.mini_batch_size, "micro_batch_size": cfg.optim.micro_batch_size,
+                              "temperature": trainer.train_sampling.temperature, "bucketing": ga.bucketing,
+                              "n_buckets": ga.buckets, "norm_constant": extra.get("norm_constant")}
+    metrics = dict(source)
+    if ga.log_prefilter and unfiltered is not None and len(unfiltered) > 0:
+        pre_metrics, _ = analyse(trainer.model, prepare_unfiltered(trainer, unfiltered), trainer.algorithm.config,
+                                 prefix="grad_norm_prefilter", **kwargs)
+        metrics.update(pre_metrics)
+    if batch is None or len(batch) == 0:
+        return metrics
+    probe, table = analyse(trainer.model, batch, trainer.algorithm.config, **kwargs)
+    metrics.update(probe)
     out_dir = trainer.run_dir / "grad_analysis"
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["bucket,group_id,reward_std"] + [f"{b},{g},{s:.6g}" for b, g, s in table]
     (out_dir / f"step_{step}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    metrics.update(source)
     metrics["grad_analysis/batch_size"] = float(len(batch))
     return metrics

@@ -275,6 +275,7 @@ class Trainer(CheckpointMixin, UpdateMixin):
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
         rv = metrics.get("rollout/in_group_reward_std", group_reward_std(self._grouped.rewards, self._grouped.group_ids))
         stop = self.stopper.observe_reward_std(rv)
+        self._unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
         batch = batch.select(rows)
         metrics["train/batch_size"] = float(len(batch))
         metrics["train/num_mini_batches"] = float(math.ceil(len(batch) / cfg.optim.mini_batch_size))
@@ -316,7 +317,8 @@ class Trainer(CheckpointMixin, UpdateMixin):
         if not gan.is_due(ga, step) or (batch is None and not gan.uses_separate_rollout(self.config)):
             return False
         with timer("grad_analysis"):
-            metrics.update(gan.run_for_trainer(self, batch, step))
+            unfiltered = getattr(self, "_unfiltered", None) if batch is not None else None
+            metrics.update(gan.run_for_trainer(self, batch, step, unfiltered))
         if ga.exit_after:
             metrics["trainer/exited_after_gradient_analysis"] = 1.0
             self.stop_reason = "trainer/exited_after_gradient_analysis"
