@@ -271,6 +271,47 @@ def test_lora_policy_gradients_and_reference_logprobs_match(switch):
     torch.testing.assert_close(ref1 * rm, ref0 * rm, atol=1e-5, rtol=1e-5)
 
 
+def test_turn_level_rows_share_their_common_first_prompt(model, switch, monkeypatch):
+    # one row per turn-2 context: first prompt + a different turn-1 reply + observation, trained only
+    # on the turn-2 reply; no two rows have the same ids before their first trained token
+    from ragen_core.trainer.prefix_session import PrefixSession
+
+    p1 = _ids(40, 1)
+    rows = [(p1 + _ids(3 + i, 50 + i) + _ids(5, 60) + _ids(4 + i, 70 + i), [(48 + i, 52 + 2 * i)]) for i in range(4)]
+    rows.append((_ids(30, 2) + _ids(6, 80), [(30, 36)]))  # a different prompt
+    ids, am, rm = make_batch(rows)
+    found = prefix.row_keys(ids, am, rm)
+    assert found is not None
+    assert found.starts.tolist() == [40, 40, 40, 40, 29]  # the common first prompt; the lone row: its own r
+    assert bool((found.starts <= rm.argmax(dim=1)).all())
+    prefix_rows = []
+    real = prefix.run_prefixes
+    monkeypatch.setattr(prefix, "run_prefixes", lambda m, x, lens: prefix_rows.append(lens.tolist()) or real(m, x, lens))
+
+    def run(micro):
+        model.zero_grad(set_to_none=True)
+        session = PrefixSession.create(model, ids, am, rm) if micro < len(ids) else None
+        lp_all = torch.zeros_like(rm)
+        for start in range(0, len(ids), micro):
+            sl = slice(start, start + micro)
+            lp, _ = token_logprobs(model, ids[sl], am[sl], response_mask=rm[sl], session=session)
+            (lp * rm[sl]).sum().div(rm.sum()).backward()
+            lp_all[sl] = lp.detach()
+        if session is not None:
+            session.finish()
+        return lp_all, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    switch(False)
+    lp0, g0 = run(len(ids))
+    switch(True)
+    for micro in (len(ids), 2):
+        prefix_rows.clear()
+        lp1, g1 = run(micro)
+        assert sorted(x for lens in prefix_rows for x in lens) == [29, 40]
+        torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
+        _assert_grads_close(g0, g1)
+
+
 def test_falls_back_to_the_plain_forward_when_nothing_is_shared(model):
     ids, am, rm = make_batch([(_ids(20, 1) + [1, 2], [(20, 22)]), (_ids(20, 2) + [3], [(20, 21)])])
     assert prefix.plan_shared_prefix(ids, am, rm) is None  # all singletons

@@ -37,12 +37,15 @@ ENABLED = True
 MIN_SAVING = 0.2
 """Use the shared path only when it saves at least this fraction of the token positions run."""
 
+MIN_SHARED_PREFIX = 16
+"""Rows with different ids before their first trained token share a common prefix only from this many ids on."""
+
 SESSION_LIVE_FACTOR = 2.0
 """A :class:`ragen_core.trainer.prefix_session.PrefixSession` keeps the graphs of at most this
 many times a micro-batch's padded tokens in prompt prefixes alive (with gradient); a micro-batch
 needing more (rows of many groups interleaved) runs its new prompts in the micro-batch instead."""
 
-__all__ = ["ENABLED", "MIN_SAVING", "SESSION_LIVE_FACTOR", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
+__all__ = ["ENABLED", "MIN_SAVING", "MIN_SHARED_PREFIX", "SESSION_LIVE_FACTOR", "RowKeys", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
            "supports_shared_prefix", "to_shifted"]
 
 
@@ -74,8 +77,29 @@ def first_trained(response_mask: torch.Tensor, lengths: torch.Tensor) -> torch.T
     return torch.where(first >= width, lengths - 1, first)
 
 
-def row_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> tuple[list[bytes], torch.Tensor, torch.Tensor] | None:
-    """Per row: a key (its ids before its first trained position ``r_i``, and ``r_i``), ``r`` and ``n``.
+@dataclass
+class RowKeys:
+    """Where each row of a batch can be cut, from :func:`row_keys`."""
+
+    keys: list[bytes]
+    """Per row, the identity of its prefix ``ids[:s_i]`` (rows with equal keys share it)."""
+    starts: torch.Tensor
+    """``[B]`` long: ``s_i``, the prefix length (``1 <= s_i <= r_i``)."""
+    lengths: torch.Tensor
+    """``[B]`` long: real tokens ``n_i``."""
+    row_ids: list[bytes]
+    """Per row, the identity of ``ids[:r_i]`` (all the ids its trained outputs depend on before ``r_i``)."""
+
+
+def row_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None,
+             starts_by_row: dict[bytes, int] | None = None) -> RowKeys | None:
+    """Cut every row at a prefix shared with other rows, never past its first trained position.
+
+    ``s_i = r_i`` when another row has the same ``ids[:r_i]`` (a GRPO group's prompt); otherwise
+    the longest common prefix (of at least :data:`MIN_SHARED_PREFIX` ids) with a neighbour in
+    sorted order, e.g. the first prompt shared by turn-level rows of later turns; otherwise
+    ``r_i`` (the row runs alone). ``starts_by_row`` (``row_ids -> s``, from a larger set of rows)
+    overrides that choice, so a session cuts a row the same way in every micro-batch.
 
     ``None`` when the shared path cannot be exact here: the switch is off, no response mask, a
     row is not right-padded, a trained position scores a padding token, or ``r_i = 0`` for some
@@ -99,29 +123,55 @@ def row_keys(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mas
     first = first_trained(rm, lengths)
     if bool((first < 1).any()):
         return None
-    rows = input_ids.detach().cpu()
-    keys = [r.to_bytes(4, "little") + rows[i, :r].numpy().tobytes() for i, r in enumerate(first.tolist())]
-    return keys, first.to(torch.long), lengths.to(torch.long)
+    rows = input_ids.detach().cpu().numpy()
+    r = first.tolist()
+    row_ids = [ri.to_bytes(4, "little") + rows[i, :ri].tobytes() for i, ri in enumerate(r)]
+    if starts_by_row is None:
+        starts = _choose_starts([rows[i, :ri] for i, ri in enumerate(r)], row_ids)
+    else:
+        starts = [min(starts_by_row.get(k, ri), ri) for k, ri in zip(row_ids, r)]
+    keys = [si.to_bytes(4, "little") + rows[i, :si].tobytes() for i, si in enumerate(starts)]
+    return RowKeys(keys=keys, starts=torch.tensor(starts, dtype=torch.long, device=input_ids.device), lengths=lengths.to(torch.long),
+                   row_ids=row_ids)
 
 
-def pays_off(keys: list[bytes], first: torch.Tensor, lengths: torch.Tensor, *, padded: bool) -> bool:
+def _choose_starts(prefixes: list[Any], row_ids: list[bytes]) -> list[int]:
+    """``s_i`` per row (see :func:`row_keys`) from each row's ``ids[:r_i]`` (numpy arrays)."""
+    import numpy as np
+
+    starts = [len(p) for p in prefixes]
+    order = sorted(range(len(prefixes)), key=lambda i: prefixes[i].tolist())
+    best = [0] * len(prefixes)
+    for a, b in zip(order, order[1:]):
+        if row_ids[a] == row_ids[b]:
+            common = len(prefixes[a])
+        else:
+            m = min(len(prefixes[a]), len(prefixes[b]))
+            diff = np.flatnonzero(prefixes[a][:m] != prefixes[b][:m])
+            common = int(diff[0]) if len(diff) else m
+        best[a], best[b] = max(best[a], common), max(best[b], common)
+    return [bst if bst >= max(MIN_SHARED_PREFIX, 1) else s for s, bst in zip(starts, best)]
+
+
+def pays_off(found: RowKeys, *, padded: bool) -> bool:
     """Whether sharing saves at least :data:`MIN_SAVING` of the token positions run.
 
     ``padded``: count positions as one batched call pads them (one micro-batch); otherwise
     count real tokens (prefixes reused across micro-batches).
     """
-    prefix_len = dict(zip(keys, first.tolist()))
-    if len(prefix_len) == len(keys):
+    prefix_len = dict(zip(found.keys, found.starts.tolist()))
+    if len(prefix_len) == len(found.keys):
         return False
+    suffix = found.lengths - found.starts
     if padded:
-        cost = len(prefix_len) * max(prefix_len.values()) + len(keys) * int((lengths - first).max())
-        return cost <= (1.0 - MIN_SAVING) * len(keys) * int(lengths.max())
-    cost = sum(prefix_len.values()) + int((lengths - first).sum())
-    return cost <= (1.0 - MIN_SAVING) * int(lengths.sum())
+        cost = len(prefix_len) * max(prefix_len.values()) + len(found.keys) * int(suffix.max())
+        return cost <= (1.0 - MIN_SAVING) * len(found.keys) * int(found.lengths.max())
+    cost = sum(prefix_len.values()) + int(suffix.sum())
+    return cost <= (1.0 - MIN_SAVING) * int(found.lengths.sum())
 
 
 def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> PrefixPlan | None:
-    """Cluster rows whose ids before their first trained position are identical.
+    """Cluster the rows of one micro-batch by shared prefix (cut points from :func:`row_keys`).
 
     Returns ``None`` (use the plain forward) when :func:`row_keys` refuses, no two rows share a
     prefix, or the saving is below :data:`MIN_SAVING`.
@@ -129,22 +179,19 @@ def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, re
     import torch
 
     found = row_keys(input_ids, attention_mask, response_mask)
-    if found is None:
-        return None
-    keys, first, lengths = found
-    if not pays_off(keys, first, lengths, padded=True):
+    if found is None or not pays_off(found, padded=True):
         return None
     index: dict[bytes, int] = {}
-    cluster = [index.setdefault(k, len(index)) for k in keys]
+    cluster = [index.setdefault(k, len(index)) for k in found.keys]
     prefix_lens = [0] * len(index)
-    for c, r in zip(cluster, first.tolist()):
-        prefix_lens[c] = r
+    for c, si in zip(cluster, found.starts.tolist()):
+        prefix_lens[c] = si
     dev = input_ids.device
     return PrefixPlan(
         cluster=torch.tensor(cluster, dtype=torch.long, device=dev),
         prefix_lens=torch.tensor(prefix_lens, dtype=torch.long, device=dev),
-        starts=first,
-        lengths=lengths,
+        starts=found.starts,
+        lengths=found.lengths,
         width=int(input_ids.shape[1]),
     )
 

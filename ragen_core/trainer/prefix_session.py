@@ -64,6 +64,7 @@ class PrefixSession:
 
     model: Any
     counts: dict[bytes, int]
+    starts_by_row: dict[bytes, int]
     entries: dict[bytes, _Entry] = field(default_factory=dict)
     batches: list[_PrefixBatch] = field(default_factory=list)
 
@@ -71,15 +72,12 @@ class PrefixSession:
     def create(cls, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None) -> PrefixSession | None:
         """A session for these rows (all rows of the pass, any padding width), or ``None``."""
         found = prefix.row_keys(input_ids, attention_mask, response_mask)
-        if found is None:
-            return None
-        keys, first, lengths = found
-        if not prefix.pays_off(keys, first, lengths, padded=False) or not prefix.supports_shared_prefix(model):
+        if found is None or not prefix.pays_off(found, padded=False) or not prefix.supports_shared_prefix(model):
             return None
         counts: dict[bytes, int] = {}
-        for k in keys:
+        for k in found.keys:
             counts[k] = counts.get(k, 0) + 1
-        return cls(model=model, counts=counts)
+        return cls(model=model, counts=counts, starts_by_row=dict(zip(found.row_ids, found.starts.tolist())))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor,
                 *, hidden: bool = False) -> tuple[Any, torch.Tensor, prefix.PrefixPlan] | None:
@@ -92,35 +90,35 @@ class PrefixSession:
         import torch
 
         self._flush()
-        found = prefix.row_keys(input_ids, attention_mask, response_mask)
+        found = prefix.row_keys(input_ids, attention_mask, response_mask, self.starts_by_row)
         if found is None:
             return None
-        keys, first, lengths = found
+        keys, starts, lengths = found.keys, found.starts, found.lengths
         dev = input_ids.device
         seen: set[bytes] = set()
         new = [i for i, k in enumerate(keys) if k not in self.entries and not (k in seen or seen.add(k))]
         if new and torch.is_grad_enabled():
             live = sum(int(e.length) for e in self.entries.values() if e.batch.grad and not e.batch.done)
-            if live + int(first[new].sum()) > prefix.SESSION_LIVE_FACTOR * input_ids.numel():
+            if live + int(starts[new].sum()) > prefix.SESSION_LIVE_FACTOR * input_ids.numel():
                 return None  # bound the memory held by live prompt graphs
         if new:
-            self._run_new(input_ids, keys, first, new)
+            self._run_new(input_ids, keys, starts, new)
         entries = [self.entries[k] for k in keys]
         kv = _gather(entries, max(e.length for e in entries))
         plens = torch.tensor([e.length for e in entries], dtype=torch.long, device=dev)
         prefix_mask = (torch.arange(kv[0][0].shape[2], device=dev)[None, :] < plens[:, None]).long()
-        out, ids_s = prefix.run_suffixes(self.model, input_ids, kv, prefix_mask, first, lengths, hidden=hidden)
+        out, ids_s = prefix.run_suffixes(self.model, input_ids, kv, prefix_mask, starts, lengths, hidden=hidden)
         for e in entries:
             e.batch.remaining -= 1
-        plan = prefix.PrefixPlan(cluster=torch.arange(len(keys), device=dev), prefix_lens=plens, starts=first, lengths=lengths,
+        plan = prefix.PrefixPlan(cluster=torch.arange(len(keys), device=dev), prefix_lens=plens, starts=starts, lengths=lengths,
                                  width=int(input_ids.shape[1]))
         return out, ids_s, plan
 
-    def _run_new(self, input_ids: torch.Tensor, keys: list[bytes], first: torch.Tensor, new: list[int]) -> None:
+    def _run_new(self, input_ids: torch.Tensor, keys: list[bytes], starts: torch.Tensor, new: list[int]) -> None:
         import torch
 
         idx = torch.tensor(new, dtype=torch.long, device=input_ids.device)
-        lens = first.index_select(0, idx)
+        lens = starts.index_select(0, idx)
         roots, _ = prefix.run_prefixes(self.model, input_ids.index_select(0, idx), lens)
         grad = torch.is_grad_enabled()
         # a cache that no trainable parameter feeds (e.g. LoRA without k_proj: layer 0's keys) stays a constant
