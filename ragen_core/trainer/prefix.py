@@ -2,12 +2,15 @@
 
 In GRPO every group of episodes starts with the same first prompt, often ~95 % of a row's
 tokens. A plain forward runs (and back-propagates through) that prompt once per row. Here the
-rows of a micro-batch are clustered by the ids before their first trained position; each
-cluster's prefix runs once, **with gradient**, filling a KV cache; the cache is expanded to
+rows of a micro-batch are clustered by a shared prefix that ends at or before each member's
+first trained position (:func:`row_keys`: the ids before the first trained token when another
+row has the same, else a long enough common prefix with another row); each cluster's prefix
+runs once, **with gradient**, filling a KV cache; the cache is expanded to
 the member rows with ``index_select`` (its backward sums the members' gradients, which is
 exactly what the plain forward's per-row copies add up to) and every row's suffix runs on top
 of it. The result is the same computation up to float rounding: same log-probs, entropies,
-values and parameter gradients at every position from the prefix's end on.
+values and parameter gradients at every position from the prefix's end on. Across the
+micro-batches of a mini-batch, :mod:`ragen_core.trainer.prefix_session` shares prefixes too.
 
 Layout (``B`` rows right-padded to ``L`` tokens; shifted arrays: position ``t`` scores token
 ``t+1``). Row ``i`` has ``n_i`` real tokens and its first trained position is ``r_i``; its
