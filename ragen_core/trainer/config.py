@@ -89,6 +89,10 @@ class OptimSection(_Section):
     """Episodes per forward/backward; gradients accumulate over a mini-batch."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Global-norm clip; a non-finite norm skips the optimiser step."""
+    lr_warmup_steps: int = Field(default=0, ge=0)
+    """Linear learning-rate warm-up over the first N training steps (actor and critic): step
+    ``k`` uses ``lr * min(1, k / N)``; 0 = off. Guards a warm-started model against Adam's first
+    updates, which move every weight by about ``lr`` whatever the gradient's size."""
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
     """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
     peft: PeftSection | None = None

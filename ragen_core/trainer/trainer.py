@@ -72,6 +72,13 @@ class Trainer(CheckpointMixin, UpdateMixin):
         acfg = self.algorithm.config
         self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config)
         self.filter = registry.make("filter", cfg.filter, cfg.filter_config)
+        if cfg.optim.filter_loss_scaling != "none" and getattr(self.filter.config, "loss_scaling", "none") != "none":
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(
+                "optim.filter_loss_scaling and filter_config.loss_scaling are both set: the advantages would be scaled twice",
+                hints=["keep one of them (set the other to 'none')"],
+            )
         self.needs_critic = bool(acfg.use_critic or getattr(self.estimator, "needs_critic", False))
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
@@ -203,6 +210,16 @@ class Trainer(CheckpointMixin, UpdateMixin):
             print(f"training stopped early at step {step}: {self.stop_reason}")
         return self.history
 
+    def _set_lr(self, step: int, metrics: dict[str, float]) -> None:
+        """Apply the linear warm-up of ``optim.lr_warmup_steps`` (stateless: resume-safe)."""
+        o = self.config.optim
+        factor = min(1.0, step / o.lr_warmup_steps) if o.lr_warmup_steps > 0 else 1.0
+        for opt, base in ((self.optimizer, o.lr), (self.critic_optimizer, o.critic_lr)):
+            if opt is not None:
+                for group in opt.param_groups:
+                    group["lr"] = base * factor
+        metrics["actor/lr_factor"] = factor
+
     def _should_save(self, step: int, last: bool) -> bool:
         freq = self.config.save_freq
         if freq == 0:
@@ -237,6 +254,7 @@ class Trainer(CheckpointMixin, UpdateMixin):
         metrics: dict[str, float] = {}
         timer = _Timer(metrics)
         t_step = time.perf_counter()
+        self._set_lr(step, metrics)
         with timer("gen"):
             trajs = self.runner.run(mode="train", sampling=self.train_sampling)
         self._save_rollouts(trajs, step)
