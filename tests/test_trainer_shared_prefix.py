@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from ragen_core.models import load_model_and_tokenizer  # noqa: E402
-from ragen_core.trainer import prefix  # noqa: E402
-from ragen_core.trainer.modeling import build_critic, token_logprobs  # noqa: E402
+from ragen_core.models import load_model_and_tokenizer
+from ragen_core.trainer import prefix
+from ragen_core.trainer.modeling import build_critic, token_logprobs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

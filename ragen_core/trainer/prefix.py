@@ -28,6 +28,7 @@ The path is used only when it is exact and pays off (see :func:`plan_shared_pref
 from __future__ import annotations
 
 import inspect
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,21 @@ SESSION_LIVE_FACTOR = 2.0
 many times a micro-batch's padded tokens in prompt prefixes alive (with gradient); a micro-batch
 needing more (rows of many groups interleaved) runs its new prompts in the micro-batch instead."""
 
-__all__ = ["ENABLED", "MIN_SAVING", "MIN_SHARED_PREFIX", "SESSION_LIVE_FACTOR", "RowKeys", "PrefixPlan", "plan_shared_prefix", "row_keys", "run_prefixes", "run_suffixes", "shared_prefix_forward",
-           "supports_shared_prefix", "to_shifted"]
+__all__ = [
+    "ENABLED",
+    "MIN_SAVING",
+    "MIN_SHARED_PREFIX",
+    "SESSION_LIVE_FACTOR",
+    "PrefixPlan",
+    "RowKeys",
+    "plan_shared_prefix",
+    "row_keys",
+    "run_prefixes",
+    "run_suffixes",
+    "shared_prefix_forward",
+    "supports_shared_prefix",
+    "to_shifted",
+]
 
 
 @dataclass
@@ -145,7 +159,7 @@ def _choose_starts(prefixes: list[Any], row_ids: list[bytes]) -> list[int]:
     starts = [len(p) for p in prefixes]
     order = sorted(range(len(prefixes)), key=lambda i: prefixes[i].tolist())
     best = [0] * len(prefixes)
-    for a, b in zip(order, order[1:]):
+    for a, b in itertools.pairwise(order):
         if row_ids[a] == row_ids[b]:
             common = len(prefixes[a])
         else:
