@@ -312,6 +312,30 @@ def test_turn_level_rows_share_their_common_first_prompt(model, switch, monkeypa
         _assert_grads_close(g0, g1)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_other_architectures_match_and_dropout_keeps_the_plain_path(switch, arch):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if arch == "gpt2":  # learned absolute positions, dropout 0.1 by default
+        m = GPT2LMHeadModel(GPT2Config(vocab_size=260, n_positions=64, n_embd=64, n_layer=2, n_head=2, attn_implementation="sdpa"))
+    else:
+        m = LlamaForCausalLM(LlamaConfig(vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, attn_implementation="sdpa"))
+    m.train()
+    assert prefix.supports_shared_prefix(m) == (arch != "gpt2")  # training with dropout: one mask per row copy
+    m.eval()
+    assert prefix.supports_shared_prefix(m)
+    ids, am, rm = make_batch(mixed_rows())
+    switch(False)
+    lp0, e0, g0 = _run_policy(m, ids, am, rm)
+    switch(True)
+    lp1, e1, g1 = _run_policy(m, ids, am, rm)
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    _assert_grads_close(g0, g1)
+
+
 def test_falls_back_to_the_plain_forward_when_nothing_is_shared(model):
     ids, am, rm = make_batch([(_ids(20, 1) + [1, 2], [(20, 22)]), (_ids(20, 2) + [3], [(20, 21)])])
     assert prefix.plan_shared_prefix(ids, am, rm) is None  # all singletons

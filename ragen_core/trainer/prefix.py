@@ -233,8 +233,9 @@ def supports_shared_prefix(model: Any) -> bool:
     attention in every layer (a sliding window would drop prefix keys), an attention kernel
     that accepts an arbitrary 2-D padding mask (``sdpa`` or ``eager``; flash attention cannot
     skip the padding between prefix and suffix), a RoPE whose frequencies do not depend on the
-    call's length (not ``dynamic``/``longrope``) and no gradient checkpointing (it turns the
-    cache off in training).
+    call's length (not ``dynamic``/``longrope``), no active dropout (the plain forward draws one
+    mask per row's copy of a prompt) and no gradient checkpointing (it turns the cache off in
+    training).
     """
     base = _base(model)
     cfg = getattr(base, "config", None)
@@ -251,6 +252,8 @@ def supports_shared_prefix(model: Any) -> bool:
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in ("dynamic", "longrope"):
         return False  # frequencies depend on the longest position in the call, which differs per call
+    if _dropout_active(model):
+        return False
     checkpointing = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else "is_gradient_checkpointing"
     if getattr(base, checkpointing, False):
         return False
@@ -260,6 +263,22 @@ def supports_shared_prefix(model: Any) -> bool:
         return hasattr(_new_cache(DynamicCache, cfg), "layers")
     except Exception:  # noqa: BLE001 - any import/API mismatch means: use the plain path
         return False
+
+
+def _dropout_active(model: Any) -> bool:
+    """Training with dropout: the plain forward draws a separate mask for every row's copy of a prompt."""
+    if not getattr(model, "training", False):
+        return False
+    cfg = getattr(_base(model), "config", None)
+    for name, value in (vars(cfg) if cfg is not None else {}).items():
+        if ("dropout" in name or "pdrop" in name) and isinstance(value, float) and value > 0:
+            return True
+    return any(type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
+
+
+def _keep_one(base: Any) -> dict[str, int]:
+    """``logits_to_keep=1`` (vocabulary projection of one position only) where the model takes it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
 
 
 def _new_cache(cls: Any, cfg: Any) -> Any:
@@ -308,9 +327,9 @@ def run_prefixes(model: Any, ids: torch.Tensor, prefix_lens: torch.Tensor) -> tu
     ar_p = torch.arange(width_p, device=ids.device)
     mask_p = (ar_p[None, :] < prefix_lens[:, None]).long()
     cache = _new_cache(DynamicCache, base.config)
-    # logits_to_keep=1: the prefix needs no logits, only its keys and values
+    # the prefix needs no logits, only its keys and values
     model(input_ids=ids[:, :width_p], attention_mask=mask_p, position_ids=ar_p.expand(len(ids), width_p), use_cache=True,
-          logits_to_keep=1, **{_cache_kwarg(base): cache})
+          **_keep_one(base), **{_cache_kwarg(base): cache})
     return [(layer.keys, layer.values) for layer in cache.layers], mask_p
 
 
@@ -331,8 +350,10 @@ def run_suffixes(model: Any, input_ids: torch.Tensor, kv: list[tuple[torch.Tenso
     cols = starts[:, None] + ar_s[None, :]
     ids_s = input_ids.gather(1, cols.clamp(max=width - 1))
     mask = torch.cat([prefix_mask, (ar_s[None, :] < suffix_lens[:, None]).long()], dim=1)
-    extra = {"output_hidden_states": True, "logits_to_keep": 1} if hidden else {}
-    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols, use_cache=True, **{_cache_kwarg(base): cache}, **extra)
+    extra = {"output_hidden_states": True, **_keep_one(base)} if hidden else {}
+    # padding positions only feed masked outputs; clamped so learned position tables stay in range
+    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols.clamp(max=width - 1), use_cache=True, **{_cache_kwarg(base): cache},
+                **extra)
     return (out.hidden_states[-1] if hidden else out.logits), ids_s
 
 
