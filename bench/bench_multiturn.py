@@ -71,8 +71,6 @@ def measure(runner, sampling, res: Result) -> None:
 
 
 def bench_preset(preset: str, args, env) -> list[Result] | None:
-    import torch
-
     from ragen_core.engines.hf import HFEngine
     from ragen_core.errors import RagenError
     from ragen_core.interfaces.engine import SamplingParams

@@ -72,7 +72,7 @@ def test_duplicate_rows_sample_independently_and_seeded(mt):
 
 
 def test_multi_turn_reuse_still_hits_after_expansion(mt):
-    model, tok = mt
+    tok = mt[1]
     a, b, _ = _abc(tok)
     prompts = [a, a, b]
     outs, engines = [], []
