@@ -57,3 +57,17 @@ def test_engine_replies_equal_with_and_without_the_prebuilt_mask(mt, monkeypatch
     for (ids_a, lp_a), (ids_b, lp_b) in zip(with_mask, plain):
         assert ids_a == ids_b
         assert lp_a == pytest.approx(lp_b, abs=1e-5)
+
+
+def test_bfloat16_model_with_padding_gives_finite_equal_replies(mt, monkeypatch):
+    import copy
+
+    model, tok = mt
+    half = (copy.deepcopy(model).to(torch.bfloat16), tok)
+    with_mask = _run(half)
+    monkeypatch.setattr(hf, "_float_mask_pays", lambda model, device: False)
+    plain = _run(half)
+    for (ids_a, lp_a), (ids_b, lp_b) in zip(with_mask, plain):
+        assert all(lp == lp for lp in lp_a)  # no NaN from fully masked pad queries
+        assert ids_a == ids_b
+        assert lp_a == pytest.approx(lp_b, abs=1e-3)
