@@ -20,7 +20,7 @@ Multi-turn speed (measured in ``bench/bench_multiturn.py``):
 * **Growable cache layers** (:mod:`ragen_core.engines._kv`): new positions are written into a
   buffer with the reply budget reserved, instead of ``torch.cat`` on every decode step; kept
   caches are laid straight into that buffer with room for the prefill.
-* **Prebuilt prefill mask** (CPU, sdpa/eager): one additive 4-D mask per prefill instead of a
+* **Prebuilt prefill mask** (sdpa on CPU): one additive 4-D mask per prefill instead of a
   boolean one that the attention kernel converts again in every layer (bit-identical output).
 * **Cheap sampling at large vocabularies** (:mod:`ragen_core.engines.sampling`).
 
@@ -362,9 +362,9 @@ def additive_prefill_mask(mask: torch.Tensor, queries: int, dtype: torch.dtype) 
 
 
 def _float_mask_pays(model: Any, device: torch.device) -> bool:
-    """Prebuild an additive mask only where it is used as is and saves work: CPU, sdpa/eager."""
+    """Prebuild an additive mask only where it was measured to save work: sdpa on CPU."""
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return device.type == "cpu" and impl in ("sdpa", "eager")
+    return device.type == "cpu" and impl == "sdpa"
 
 
 def _model_dtype(model: Any) -> torch.dtype:
