@@ -156,7 +156,7 @@ def component_grad_norms(
                 sub = batch.select(idx)
                 mask = sub.response_mask.to(device)
                 logp, entropy = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device),
-                                               temperature=temperature, with_entropy=comp == "entropy")
+                                               temperature=temperature, with_entropy=comp == "entropy", response_mask=mask)
                 if comp == "task":
                     old = sub.old_log_probs.to(device) if sub.old_log_probs is not None else logp.detach()
                     loss, _ = policy_loss(logp, old, sub.advantages.to(device), mask, clip_low=acfg.clip_ratio_low,
