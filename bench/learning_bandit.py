@@ -137,8 +137,10 @@ def main() -> None:
     parser.add_argument("--cache", default=str(ROOT / ".ragen_cache" / "warmstart"))
     parser.add_argument("--work", default=str(ROOT / "runs" / "learning_bandit"))
     parser.add_argument("--simulate", action="store_true", help="only print the advantage-bias table (no training)")
+    parser.add_argument("--from-runs", action="store_true",
+                        help="no training: rebuild the report from the metrics.jsonl files of a previous call with the same arguments")
     args = parser.parse_args()
-    args.argv = sys.argv[1:]
+    args.argv = [a for a in sys.argv[1:] if a != "--from-runs"]
     if args.simulate:
         simulate(args)
         return
@@ -160,7 +162,14 @@ def main() -> None:
     print(f"warm start ready ({warm_seconds:.0f} s): valid rate {meta.get('valid_rate')}")
     jobs = [(spec, seed) for spec in args.algos for seed in args.seeds]
     results: dict[tuple[str, int], list[dict]] = {}
-    if args.jobs > 1:
+    if args.from_runs:
+        import json
+
+        for spec, seed in jobs:
+            path = work / f"{_label(spec)[0]}-{seed}" / "metrics.jsonl"
+            results[(spec, seed)] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        t0 = time.time() - max(run[-1].get("bench/wall_s", 0.0) for run in results.values())
+    elif args.jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=args.jobs, max_tasks_per_child=1) as pool:
