@@ -175,17 +175,17 @@ def report(args: argparse.Namespace, records: list[dict], command: str) -> None:
              (f"'2x reached' = first step whose {args.smooth}-step moving average of the training-rollout success is at least twice "
              "the seed's warm-start eval success, with the CPU and wall minutes of training up to it."), "",
              ("| seed | success, warm start | success, after | ratio | valid, before | valid, after | 2x reached: step (CPU min / wall min) "
-             "| best moving avg (step) | steps | CPU min | wall min |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| best moving avg (step) | last moving avg | steps | CPU min | wall min |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         b, a, last = r["before"], r["after"] or {"success": float("nan"), "valid": float("nan")}, r["rows"][-1]
-        ratio = f"{a['success'] / b['success']:.1f}x" if b["success"] > 0 else "inf"
+        ratio = f"{a['success'] / b['success']:.1f}x" if b["success"] > 0 and a["success"] == a["success"] else "-"
         hit = _first_double(r, args.smooth)
         avg = [statistics.fmean(x["success"] for x in r["rows"][max(0, i - args.smooth + 1): i + 1]) for i in range(len(r["rows"]))]
         best = max(range(len(avg)), key=avg.__getitem__)
         at = f"{r['rows'].index(hit) + 1} ({hit['cpu_s'] / 60:.1f} / {hit['wall_s'] / 60:.1f})" if hit else "never"
         lines.append(f"| {r['seed']} | {b['success']:.3f} | {a['success']:.3f} | {ratio} | {b['valid']:.3f} | {a['valid']:.3f} | {at} | "
-                     f"{avg[best]:.3f} ({best + 1}) | "
+                     f"{avg[best]:.3f} ({best + 1}) | {avg[-1]:.3f} | "
                      f"{len(r['rows'])} | {last['cpu_s'] / 60:.1f} | {last['wall_s'] / 60:.1f} |")
     done = [r for r in records if r["after"]]
     bs, as_ = [r["before"]["success"] for r in done], [r["after"]["success"] for r in done]
