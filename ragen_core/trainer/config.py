@@ -54,8 +54,10 @@ class RolloutSection(_Section):
     """Episodes per group sharing one seed (reference 16)."""
     max_turns: int | None = Field(default=None, ge=1)
     """Model turns per episode; ``None`` uses the env config's ``max_turns``."""
-    max_model_len: int = Field(default=2048, ge=16)
-    """Context cap; the pre-flight check needs prompt + ``max_new_tokens`` to fit."""
+    max_model_len: int = Field(default=3600, ge=16)
+    """Context cap (spec default 3600); the pre-flight check needs prompt + ``max_new_tokens`` to
+    fit. Left at its default it shrinks to the model's ``max_position_embeddings`` when that is
+    smaller; set explicitly above it, the run is refused before rollout."""
     format_penalty: float = Field(default=-0.1, le=0)
     """Added once per turn whose reply did not parse or named unknown actions."""
     enable_think: bool = True

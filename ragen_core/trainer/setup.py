@@ -113,6 +113,14 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     from ragen_core import registry
 
     r = config.rollout
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(positions, int) and 0 < positions < r.max_model_len:
+        if "max_model_len" in r.model_fields_set:
+            raise ResourceError(
+                f"rollout.max_model_len={r.max_model_len} is longer than the model's {positions} positions",
+                [f"set rollout.max_model_len={positions} or less"],
+            )
+        r.max_model_len = positions  # the default cap, shrunk to what the model can attend over
     budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
     if r.max_model_len <= budget:
         raise ResourceError(

@@ -1,0 +1,48 @@
+"""The context cap versus the model's positions: shrink the default, refuse an explicit overshoot."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ragen_core.config import load_config
+from ragen_core.errors import ResourceError
+from ragen_core.models import load_model_and_tokenizer
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.setup import preflight, rollout_config
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory):
+    model, tok = load_model_and_tokenizer("tiny", cache_dir=tmp_path_factory.mktemp("tiny"))
+    model.config.max_position_embeddings = 1024  # pretend the model attends over 1024 positions only
+    return model, tok
+
+
+def _config(*overrides: str) -> RunConfig:
+    return load_config(RunConfig, [], [f"env={register_toy_env()}", "warm_start.enabled=false", *overrides])
+
+
+def test_default_cap_is_the_spec_value():
+    assert RunConfig().rollout.max_model_len == 3600
+
+
+def test_default_cap_shrinks_to_the_model_positions(short_model):
+    cfg = _config()
+    preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert cfg.rollout.max_model_len == 1024
+    assert rollout_config(cfg).max_model_len == 1024
+
+
+def test_explicit_cap_beyond_the_model_positions_is_refused(short_model):
+    cfg = _config("rollout.max_model_len=2048")
+    with pytest.raises(ResourceError, match="longer than the model's 1024 positions"):
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+
+
+def test_explicit_cap_within_the_model_positions_is_kept(short_model):
+    cfg = _config("rollout.max_model_len=900")
+    preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert cfg.rollout.max_model_len == 900
