@@ -251,10 +251,11 @@ def test_ctrl_c_finishes_the_step_and_saves_a_checkpoint(tmp_path):
     trainer = Trainer(make_config(tmp_path, "steps=5", "save_freq=0", "test_freq=0"))
     trainer.setup()
     trainer.pm.register(CtrlC())
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN when the test process was started in the background
     history = trainer.train()
     assert len(history) == 1 and "actor/pg_loss" in history[0]  # the interrupted step completed
     assert [p.name for p in (trainer.run_dir / "checkpoints").iterdir()] == ["step_1"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is restored
 
 
 def test_observer_with_a_misspelt_hook_is_refused(tmp_path, monkeypatch):
