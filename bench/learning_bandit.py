@@ -113,6 +113,16 @@ def one_run(args: argparse.Namespace, spec: str, seed: int, model: str, work: Pa
     return trainer.train()
 
 
+def _train_temperature(args: argparse.Namespace) -> str:
+    """The training sampling temperature the runs used (the RunConfig default unless overridden)."""
+    for item in args.set:
+        if item.startswith("sampling.train.temperature="):
+            return item.split("=", 1)[1]
+    from ragen_core.trainer.config import RunConfig
+
+    return str(RunConfig().sampling.train.temperature)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="bandit", help="bandit, or toy-corridor as a fast sanity check")
@@ -354,7 +364,8 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
         f"{args.groups} groups x {args.group_size} episodes per step; budget {args.steps} steps"
         + (f" or {args.budget_cpu_min:g} CPU minutes per run" if args.budget_cpu_min else "")
         + f"; total wall time {seconds / 60:.1f} min ({args.jobs} run(s) in parallel, --threads {args.threads}). "
-        + ("Pick-better-arm rate = share of the step's training episodes (temperature 1) choosing the high-risk arm "
+        + ("Pick-better-arm rate = share of the step's training episodes (sampled at the training temperature, "
+           f"{_train_temperature(args)}) choosing the high-risk arm "
            "(invalid replies count as misses); " if env == "bandit" else "Success = episode reached the goal; ")
         + f"first/last = mean over the first/last {k} steps; 'reached' = first step whose {what} is >= {GOAL} and stays "
         f">= {HOLD} for the rest of the run, with the run's CPU and wall minutes at that step.", "",
