@@ -46,13 +46,7 @@ def token_logprobs(
     """
     from ragen_core.trainer import prefix
 
-    found = None
-    if session is not None and response_mask is not None:
-        found = session.forward(input_ids, attention_mask, response_mask)
-    if found is None:
-        plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
-        if plan is not None and prefix.supports_shared_prefix(model):
-            found = (*prefix.shared_prefix_forward(model, input_ids, plan), plan)
+    found = prefix.shared_forward(model, input_ids, attention_mask, response_mask, session)
     if found is not None:
         logits, ids_s, plan = found
         targets = ids_s.roll(-1, dims=1)
@@ -119,7 +113,9 @@ def build_critic(policy: Any) -> Any:
             torch.nn.init.zeros_(self.head.weight)
             torch.nn.init.zeros_(self.head.bias)
             # the critic reads hidden states only: skip the vocabulary projection where the model allows
-            self._keep = {"logits_to_keep": 1} if _accepts(lm, "logits_to_keep") else {}
+            from ragen_core.trainer.prefix import keep_one_logit
+
+            self._keep = keep_one_logit(lm)
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None = None,
                     session: Any = None) -> torch.Tensor:
@@ -127,11 +123,7 @@ def build_critic(policy: Any) -> Any:
             first trained position); ``session`` as in :func:`token_logprobs` (built on ``self.lm``)."""
             from ragen_core.trainer import prefix
 
-            found = session.forward(input_ids, attention_mask, response_mask, hidden=True) if session is not None and response_mask is not None else None
-            if found is None:
-                plan = prefix.plan_shared_prefix(input_ids, attention_mask, response_mask)
-                if plan is not None and prefix.supports_shared_prefix(self.lm):
-                    found = (*prefix.shared_prefix_forward(self.lm, input_ids, plan, hidden=True), plan)
+            found = prefix.shared_forward(self.lm, input_ids, attention_mask, response_mask, session, hidden=True)
             if found is not None:
                 hidden, _, plan = found
                 return prefix.to_shifted(self.head(hidden.float()).squeeze(-1), plan)
@@ -143,14 +135,6 @@ def build_critic(policy: Any) -> Any:
     lm = copy.deepcopy(policy)
     lm.requires_grad_(True)
     return ValueModel(lm)
-
-
-def _accepts(model: Any, name: str) -> bool:
-    import inspect
-
-    get = getattr(model, "get_base_model", None)
-    base = get() if callable(get) else model
-    return name in inspect.signature(base.forward).parameters
 
 
 def batched_values(critic: Any, batch: Any, rows: list[int], micro: int) -> Any:

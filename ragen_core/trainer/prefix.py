@@ -57,9 +57,11 @@ __all__ = [
     "PrefixPlan",
     "RowKeys",
     "plan_shared_prefix",
+    "keep_one_logit",
     "row_keys",
     "run_prefixes",
     "run_suffixes",
+    "shared_forward",
     "shared_prefix_forward",
     "supports_shared_prefix",
     "to_shifted",
@@ -276,9 +278,9 @@ def _dropout_active(model: Any) -> bool:
     return any(type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
 
 
-def _keep_one(base: Any) -> dict[str, int]:
+def keep_one_logit(model: Any) -> dict[str, int]:
     """``logits_to_keep=1`` (vocabulary projection of one position only) where the model takes it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(_base(model).forward).parameters else {}
 
 
 def _new_cache(cls: Any, cfg: Any) -> Any:
@@ -286,6 +288,26 @@ def _new_cache(cls: Any, cfg: Any) -> Any:
         return cls(config=cfg)
     except TypeError:
         return cls()
+
+
+def shared_forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_mask: torch.Tensor | None,
+                   session: Any = None, *, hidden: bool = False) -> tuple[Any, torch.Tensor, PrefixPlan] | None:
+    """The shared path for one micro-batch: ``(out, suffix_ids, plan)``, or ``None`` for the plain forward.
+
+    Tries ``session`` (a :class:`ragen_core.trainer.prefix_session.PrefixSession`, prompts shared
+    across micro-batches) first, then sharing within these rows; ``out`` as in
+    :func:`shared_prefix_forward`, ``plan`` for :func:`to_shifted`.
+    """
+    if response_mask is None:
+        return None
+    if session is not None:
+        found = session.forward(input_ids, attention_mask, response_mask, hidden=hidden)
+        if found is not None:
+            return found
+    plan = plan_shared_prefix(input_ids, attention_mask, response_mask)
+    if plan is None or not supports_shared_prefix(model):
+        return None
+    return (*shared_prefix_forward(model, input_ids, plan, hidden=hidden), plan)
 
 
 def shared_prefix_forward(model: Any, input_ids: torch.Tensor, plan: PrefixPlan, *, hidden: bool = False) -> tuple[Any, torch.Tensor]:
@@ -329,7 +351,7 @@ def run_prefixes(model: Any, ids: torch.Tensor, prefix_lens: torch.Tensor) -> tu
     cache = _new_cache(DynamicCache, base.config)
     # the prefix needs no logits, only its keys and values
     model(input_ids=ids[:, :width_p], attention_mask=mask_p, position_ids=ar_p.expand(len(ids), width_p), use_cache=True,
-          **_keep_one(base), **{_cache_kwarg(base): cache})
+          **keep_one_logit(base), **{_cache_kwarg(base): cache})
     return [(layer.keys, layer.values) for layer in cache.layers], mask_p
 
 
@@ -350,7 +372,7 @@ def run_suffixes(model: Any, input_ids: torch.Tensor, kv: list[tuple[torch.Tenso
     cols = starts[:, None] + ar_s[None, :]
     ids_s = input_ids.gather(1, cols.clamp(max=width - 1))
     mask = torch.cat([prefix_mask, (ar_s[None, :] < suffix_lens[:, None]).long()], dim=1)
-    extra = {"output_hidden_states": True, **_keep_one(base)} if hidden else {}
+    extra = {"output_hidden_states": True, **keep_one_logit(base)} if hidden else {}
     # padding positions only feed masked outputs; clamped so learned position tables stay in range
     out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols.clamp(max=width - 1), use_cache=True, **{_cache_kwarg(base): cache},
                 **extra)
