@@ -96,15 +96,6 @@ def bucket_groups(stds: dict[int, float], mode: str = "quantile", n_buckets: int
     raise ValueError(f"unknown bucketing {mode!r}: use 'quantile' or 'fixed_rv'")
 
 
-def _agg_kwargs(mode: str, mask: Any, width: int, norm_constant: float | None) -> dict[str, float]:
-    """Mini-batch-wide normalisers exactly as the actor update passes them to the losses."""
-    if mode == "seq-mean-token-sum-norm":
-        return {"norm_constant": float(norm_constant or width)}
-    if mode == "token-mean":
-        return {"global_token_count": float(mask.sum())}
-    return {"global_seq_count": float((mask.sum(1) > 0).sum())}
-
-
 def _global_norm(params: list[Any]) -> float:
     import torch
 
@@ -132,7 +123,12 @@ def component_grad_norms(
     current policy is the old one (ratio 1), as in the trainer's single-pass update.
     """
     from ragen_core.trainer.batch import micro_batches
-    from ragen_core.trainer.losses import agg_loss, kl_penalty, policy_loss
+    from ragen_core.trainer.losses import (
+        agg_loss,
+        kl_penalty,
+        minibatch_normalisers,
+        policy_loss,
+    )
     from ragen_core.trainer.modeling import token_logprobs
 
     acfg = algo_config
@@ -140,7 +136,6 @@ def component_grad_norms(
     comps = ["task"] + (["entropy"] if acfg.entropy_coeff != 0 else []) + (["kl"] if acfg.use_kl_loss else [])
     params = [p for p in model.parameters() if p.requires_grad]
     device = params[0].device if params else "cpu"
-    width = batch.input_ids.shape[1] - 1
     rows = list(range(len(batch)))
     norms: dict[str, list[float]] = {c: [] for c in comps}
     losses: dict[str, list[float]] = {_LOSS_NAMES[c]: [] for c in comps}
@@ -148,7 +143,7 @@ def component_grad_norms(
         p.grad = None
     for mini in micro_batches(rows, mini_batch_size):
         micros = micro_batches(mini, micro_batch_size)
-        agg_kw = {} if not acfg.global_token_norm and mode != "seq-mean-token-sum-norm" else _agg_kwargs(mode, batch.response_mask[mini], width, norm_constant)
+        agg_kw = minibatch_normalisers(mode, batch.response_mask[mini], global_norm=acfg.global_token_norm, norm_constant=norm_constant)
         loss_w = 1.0 if agg_kw else 1.0 / len(micros)
         for comp in comps:
             value = 0.0

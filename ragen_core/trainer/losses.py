@@ -148,6 +148,24 @@ def masked_whiten(
 # aggregation
 
 
+def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, norm_constant: float | None = None) -> dict[str, float]:
+    """The :func:`agg_loss` keyword arguments that normalise each micro-batch by its whole mini-batch.
+
+    ``mask`` is the mini-batch's ``[B, L-1]`` response mask. ``seq-mean-token-sum-norm`` always
+    gets its constant (``norm_constant``, else the padded width); with ``global_norm`` the other
+    modes get the mini-batch's token or sequence count, so summed micro-batch losses equal the
+    mini-batch loss. An empty dict means every micro-batch normalises itself: average the
+    micro-batch losses instead of summing them.
+    """
+    if mode == "seq-mean-token-sum-norm":
+        return {"norm_constant": float(norm_constant or mask.shape[-1])}
+    if not global_norm:
+        return {}
+    if mode == "token-mean":
+        return {"global_token_count": float(mask.sum())}
+    return {"global_seq_count": float((mask.sum(1) > 0).sum())}
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     mask: torch.Tensor,

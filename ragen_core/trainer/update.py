@@ -148,7 +148,12 @@ class UpdateMixin:
 
     # ------------------------------------------------------------------ actor
     def update_actor(self, batch: TrainBatch) -> dict[str, float]:
-        from ragen_core.trainer.losses import agg_loss, kl_penalty, policy_loss
+        from ragen_core.trainer.losses import (
+            agg_loss,
+            kl_penalty,
+            minibatch_normalisers,
+            policy_loss,
+        )
         from ragen_core.trainer.modeling import token_logprobs
         from ragen_core.trainer.prefix_session import PrefixSession
 
@@ -157,7 +162,6 @@ class UpdateMixin:
         mode = acfg.loss_agg_mode
         temp = self.train_sampling.temperature
         device = next(self.model.parameters()).device
-        width = batch.input_ids.shape[1] - 1
         keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy_loss", "actor/kl_loss", "actor/grad_norm")
         single = getattr(self, "_single_pass", False)
         ent_full = batch.response_mask.new_zeros(batch.response_mask.shape) if single else None
@@ -171,10 +175,10 @@ class UpdateMixin:
             for mini in micro_batches(rows, o.mini_batch_size):
                 m_mini = batch.response_mask[mini]
                 mini_tokens = max(float(m_mini.sum()), 1.0)
-                counts = {}
-                if acfg.global_token_norm:
-                    counts = {"global_token_count": float(m_mini.sum()), "global_seq_count": float((m_mini.sum(1) > 0).sum())}
+                extra = getattr(self.algorithm, "agg_kwargs", None) or {}
+                agg_kw = minibatch_normalisers(mode, m_mini, global_norm=acfg.global_token_norm, norm_constant=extra.get("norm_constant"))
                 micros = micro_batches(mini, o.micro_batch_size)
+                loss_w = 1.0 if agg_kw else 1.0 / len(micros)
                 # losses: summed over micro-batches (they are already mini-batch normalised) or averaged;
                 # masked-mean metrics: weighted by each micro-batch's token share
                 acc = {k: 0.0 for k in keys}
@@ -185,7 +189,6 @@ class UpdateMixin:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     share = float(mask.sum()) / mini_tokens
-                    loss_w = 1.0 if (counts or mode == "seq-mean-token-sum-norm") else 1.0 / len(micros)
                     need_entropy = acfg.entropy_coeff != 0 or single
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp,
                                                    with_entropy=need_entropy, response_mask=mask, session=session)
@@ -194,14 +197,6 @@ class UpdateMixin:
                         ent_full[idx, : entropy.shape[1]] = entropy.detach().float().cpu()
                         if have_engine:
                             diff_sum += float(((logp.detach().cpu() - sub.engine_logprobs).abs() * sub.response_mask).sum())
-                    agg_kw = dict(counts)
-                    if mode == "seq-mean-token-sum-norm":
-                        extra = getattr(self.algorithm, "agg_kwargs", None) or {}
-                        agg_kw = {"norm_constant": float(extra.get("norm_constant") or width)}
-                    elif mode == "token-mean":
-                        agg_kw.pop("global_seq_count", None)
-                    else:
-                        agg_kw.pop("global_token_count", None)
                     pg, pm = policy_loss(logp, sub.old_log_probs.to(device), sub.advantages.to(device), mask,
                                          clip_low=acfg.clip_ratio_low, clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c,
                                          agg_mode=mode, **agg_kw)
