@@ -21,7 +21,6 @@ The result is cached as a model folder under ``warm_start.cache_dir/<key>`` wher
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -308,58 +307,32 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0) -> l
 def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
     """Log-probs of every token after each row's first reply token, with the prompt prefix cached.
 
-    The prompt before the first reply is run once without gradients and kept as a KV cache; only
-    the remainder (replies and later observations) is run with gradients. Forward values equal a
-    full forward; gradients skip the prompt's own activations (about 3x cheaper for long prompts).
+    The prompt before the first reply is run once without gradients and kept as a KV cache
+    (:func:`ragen_core.trainer.prefix.run_prefixes`); only the remainder (replies and later
+    observations) is run with gradients. Forward values equal a full forward; gradients skip the
+    prompt's own activations (about 3x cheaper for long prompts).
 
-    Returns ``(logp, mask)`` shaped ``[B, S-1]``: log-prob of suffix token ``j+1`` and whether it
-    is a sampled reply token.
+    Returns ``(logp, mask)`` in the batch's shifted ``[B, L-1]`` layout: the log-prob of token
+    ``t+1`` (0 before the row's first reply token) and the response mask.
     """
     import torch
 
+    from ragen_core.trainer import prefix
+    from ragen_core.trainer.modeling import _logp_entropy, token_logprobs
+
     device = next(model.parameters()).device
-    lengths = sub.attention_mask.sum(1).tolist()
-    splits = []
-    for i in range(len(sub)):
-        nz = torch.nonzero(sub.response_mask[i]).flatten()
-        splits.append(int(nz[0]) if len(nz) else int(lengths[i]) - 1)
-    if min(splits) < 1:
-        from ragen_core.trainer.modeling import token_logprobs
-
-        logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
-        return logp, sub.response_mask.to(device)
-    b, p_len = len(sub), max(splits)
-    s_len = max(int(n) - s for n, s in zip(lengths, splits))
-    pad = int(sub.input_ids[0, -1]) if sub.input_ids.shape[1] else 0
-    pre_ids = torch.full((b, p_len), pad, dtype=torch.long)
-    pre_mask = torch.zeros((b, p_len), dtype=torch.long)
-    suf_ids = torch.full((b, s_len), pad, dtype=torch.long)
-    suf_mask = torch.zeros((b, s_len), dtype=torch.long)
-    tgt_mask = torch.zeros((b, max(s_len - 1, 1)), dtype=torch.float32)
-    for i, (n, s) in enumerate(zip(lengths, splits)):
-        n = int(n)
-        pre_ids[i, p_len - s :] = sub.input_ids[i, :s]
-        pre_mask[i, p_len - s :] = 1
-        suf_ids[i, : n - s] = sub.input_ids[i, s:n]
-        suf_mask[i, : n - s] = 1
-        tgt_mask[i, : n - s - 1] = sub.response_mask[i, s : n - 1]
-    pre_pos = (pre_mask.cumsum(1) - 1).clamp(min=0)
-    suf_pos = torch.as_tensor(splits).unsqueeze(1) + torch.arange(s_len).unsqueeze(0)
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    params = inspect.signature(model.forward).parameters
-    kw = "cache" if "cache" in params else "past_key_values"
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefix logits are not needed
+    ids, am, mask = sub.input_ids.to(device), sub.attention_mask.to(device), sub.response_mask.to(device)
+    lengths = am.sum(1)
+    starts = prefix.first_trained(mask, lengths)
+    if bool((starts < 1).any()):
+        return token_logprobs(model, ids, am)[0], mask
     with torch.no_grad():
-        model(input_ids=pre_ids.to(device), attention_mask=pre_mask.to(device), position_ids=pre_pos.to(device), use_cache=True,
-              **{kw: cache}, **keep)
-    out = model(input_ids=suf_ids.to(device), attention_mask=torch.cat([pre_mask, suf_mask], 1).to(device), position_ids=suf_pos.to(device),
-                use_cache=True, **{kw: cache})
-    logits = out.logits[:, :-1, :].float()
-    targets = suf_ids[:, 1:].to(device).unsqueeze(-1)
-    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return logp, tgt_mask[:, : logp.shape[1]].to(device)
+        kv, prefix_mask = prefix.run_prefixes(model, ids, starts)
+    logits, ids_s = prefix.run_suffixes(model, ids, kv, prefix_mask, starts, lengths)
+    logp, _ = _logp_entropy(logits, ids_s.roll(-1, dims=1), 1.0, False)
+    plan = prefix.PrefixPlan(cluster=torch.arange(len(ids), device=device), prefix_lens=starts, starts=starts, lengths=lengths,
+                             width=int(ids.shape[1]))
+    return prefix.to_shifted(logp, plan), mask
 
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
