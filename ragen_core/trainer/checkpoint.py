@@ -18,11 +18,13 @@ rebuilds that base, loads the adapter on top and restores the optimiser, so the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -86,30 +88,21 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     import torch
 
     final = checkpoint_dir(run_dir, step)
-    tmp = final.with_name(final.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
     to_save = model
     if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
         import copy
 
         to_save = copy.deepcopy(model).merge_and_unload()
-    to_save.save_pretrained(str(tmp), safe_serialization=True)
-    if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
-        tokenizer.save_pretrained(str(tmp))
-    payload = dict(state)
-    payload["step"] = int(step)
-    payload["rng"] = rng_state()
-    if hasattr(model, "peft_config"):
-        payload["adapter_state"] = {k: v.detach().cpu() for k, v in model.state_dict().items() if "lora" in k}
-        model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
-        if state.get("lora_base"):
-            (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
-    torch.save(payload, tmp / STATE_FILE)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with _atomic_folder(final) as tmp:
+        _save_model_folder(tmp, to_save, tokenizer)
+        payload = dict(state)
+        payload["step"] = int(step)
+        payload["rng"] = rng_state()
+        if hasattr(model, "peft_config"):
+            model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
+            if state.get("lora_base"):
+                (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
+        torch.save(payload, tmp / STATE_FILE)
     if keep > 0:
         for _, old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -131,17 +124,32 @@ def save_lora_base(run_dir: str | Path, model: Any, tokenizer: Any) -> str:
     """
     final = Path(run_dir) / "checkpoints" / LORA_BASE_DIR
     if not (final / "config.json").is_file():
-        tmp = final.with_name(final.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
-            tokenizer.save_pretrained(str(tmp))
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        with _atomic_folder(final) as tmp:
+            _save_model_folder(tmp, model, tokenizer)
     return f"checkpoints/{LORA_BASE_DIR}"
+
+
+@contextlib.contextmanager
+def _atomic_folder(final: Path) -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``final``; once the block succeeds it replaces ``final``.
+
+    A process killed inside the block leaves only the ``.tmp`` folder, never a half-written ``final``.
+    """
+    tmp = final.with_name(final.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    yield tmp
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def _save_model_folder(folder: Path, model: Any, tokenizer: Any) -> None:
+    """A loadable Hugging Face folder: the model's weights and config, plus the tokenizer when given."""
+    model.save_pretrained(str(folder), safe_serialization=True)
+    if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+        tokenizer.save_pretrained(str(folder))
 
 
 def resolve_lora_base(run_dir: str | Path, ref: str) -> str:
