@@ -110,7 +110,8 @@ class WandbLogger:
         self.run.finish()
 
 
-LOGGERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
+LOGGERS = {"tensorboard": "tensorboard", "wandb": "wandb"}
+"""Optional logger name -> the package it needs."""
 
 
 def make_loggers(names: list[str], run_dir: str | Path, config: Any = None) -> list[Any]:
@@ -130,5 +131,5 @@ def make_loggers(names: list[str], run_dir: str | Path, config: Any = None) -> l
         try:
             loggers.append(TensorBoardLogger(run_dir) if name == "tensorboard" else WandbLogger(run_dir, config))
         except ImportError:
-            raise ConfigError(f"logger {name!r} needs the {LOGGERS[name][1]!r} package", [f"pip install 'ragen-core[{name}]'"]) from None
+            raise ConfigError(f"logger {name!r} needs the {LOGGERS[name]!r} package", [f"pip install 'ragen-core[{name}]'"]) from None
     return loggers
