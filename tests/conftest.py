@@ -14,3 +14,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _assert_same_metrics(a: list[dict], b: list[dict]) -> None:
+    """Two runs' metrics.jsonl rows agree: same steps, same keys, values within 1e-6 (timings aside)."""
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra if not k.startswith("timing_s/")}
+        assert keys == {k for k in rb if not k.startswith("timing_s/")}
+        for k in keys:
+            if ra[k] is None:
+                assert rb[k] is None, k
+            else:
+                assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
+
+
+@pytest.fixture
+def assert_same_metrics():
+    """The comparison of an uninterrupted run's metrics with a resumed run's (resume-equality tests)."""
+    return _assert_same_metrics

@@ -36,18 +36,6 @@ def make_config(tmp_path: Path, *overrides: str, name: str) -> RunConfig:
     return load_config(RunConfig, [], base + list(overrides))
 
 
-def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
-    assert [r["step"] for r in b] == [r["step"] for r in a]
-    for ra, rb in zip(a, b):
-        keys = {k for k in ra if not k.startswith("timing_s/")}
-        assert keys == {k for k in rb if not k.startswith("timing_s/")}
-        for k in keys:
-            if ra[k] is None:
-                assert rb[k] is None, k
-            else:
-                assert rb[k] == pytest.approx(ra[k], abs=1e-6), (ra["step"], k)
-
-
 def _two_plus_two(tmp_path: Path, *overrides: str) -> tuple[Trainer, Trainer]:
     full = Trainer(make_config(tmp_path, *overrides, name="full"))
     full.train()
@@ -58,12 +46,12 @@ def _two_plus_two(tmp_path: Path, *overrides: str) -> tuple[Trainer, Trainer]:
     return full, resumed
 
 
-def test_lora_resume_gives_identical_metrics_and_weights(tmp_path):
+def test_lora_resume_gives_identical_metrics_and_weights(tmp_path, assert_same_metrics):
     full, resumed = _two_plus_two(tmp_path)
     rows_full, rows_resumed = read_metrics(full.run_dir / "metrics.jsonl"), read_metrics(resumed.run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows_resumed] == [1, 2, 3, 4]
     assert rows_full[2]["actor/kl_loss"] > 0  # the adapters moved away from the reference
-    _assert_same_rows(rows_full, rows_resumed)
+    assert_same_metrics(rows_full, rows_resumed)
     # the resumed policy is again base + adapter, and its adapters equal the uninterrupted run's
     assert hasattr(resumed.model, "peft_config")
     sd_full, sd_res = full.model.state_dict(), resumed.model.state_dict()
