@@ -15,7 +15,8 @@ that provide it. The engine decodes the prompt and answers for the latest observ
 contains. Envs offering neither are skipped with a message. No oracle is consulted.
 
 The result is cached as a model folder under ``warm_start.cache_dir/<key>`` where the key hashes
-(env, preset, env config, model, rollout/warm-start settings, seed): a second run reuses it.
+(env, preset, env config, model, prompt-layout and warm-start settings, seed); the batch shape
+(``rollout.env_groups``, ``rollout.group_size``) is left out, so resizing a run reuses it.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def cache_key(config: RunConfig) -> str:
         "preset": config.preset,
         "env_config": config.env_config,
         "model": config.model,
-        "rollout": config.rollout.model_dump(mode="json"),
+        # Batch shape (groups x group size) never reaches the demonstrations (one episode per
+        # group) nor the check, so changing it keeps the cached warm start.
+        "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size"}),
         "max_new_tokens": config.sampling.train.max_new_tokens,
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled"}),
         "seed": config.seed,
