@@ -53,8 +53,9 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.warmstart import cache_key, cache_root, warm_start
 
+    base = next(iter(args.bases.values()), None)
     cfg = load_config(RunConfig, [], common(args) + [f"warm_start.episodes={args.warm_episodes}", f"warm_start.epochs={args.warm_epochs}",
-                                                     f"warm_start.cache_dir={args.cache}"])
+                                                     f"warm_start.cache_dir={args.cache}"], base=base)
     model, tok = load_model_and_tokenizer("tiny")
     warm_start(cfg, model, tok)
     return str(cache_root(cfg) / cache_key(cfg))
@@ -105,12 +106,46 @@ def one_run(args: argparse.Namespace, spec: str, seed: int, model: str, work: Pa
     extra = [kv for lab, *kvs in (args.set_for or []) if lab in (label, algo) for kv in kvs]
     cfg = load_config(RunConfig, [], common(args) + [f"algo={algo}", f"steps={args.steps}", f"seed={10000 + 1000 * seed}",
                                                      f"model={model}", "warm_start.enabled=false",
-                                                     f"run_dir={work / f'{label}-{seed}'}", *extra])
+                                                     f"run_dir={work / f'{label}-{seed}'}", *extra], base=args.bases.get(label))
     trainer = Trainer(cfg)
     trainer.setup()
     clock = _Clock(trainer, args.budget_cpu_min * 60.0)
     trainer.pm.register(clock, name="bench-clock")
     return trainer.train()
+
+
+def apply_recipes(args: argparse.Namespace) -> None:
+    """``--recipe``: each named env recipe is one run label; its settings are the runs' base.
+
+    The recipes' shape (groups, group size, reply tokens, lr, micro-batch, steps, warm start)
+    is copied into the matching flags, so the report prints what ran and ``common`` repeats it.
+    """
+    from ragen_core import registry
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+
+    args.bases = {}
+    if not args.recipe:
+        return
+    spec = registry.get_spec("env", args.env)
+    shapes, algos = set(), []
+    for name in args.recipe:
+        base = spec.recipe(name)  # type: ignore[attr-defined]
+        cfg = load_config(RunConfig, base=base)
+        args.bases[name] = base
+        algos.append(f"{name}={cfg.algo}")
+        shapes.add((cfg.rollout.env_groups, cfg.rollout.group_size, cfg.sampling.train.max_new_tokens, cfg.optim.lr, cfg.optim.critic_lr,
+                    cfg.optim.micro_batch_size, cfg.optim.mini_batch_size, cfg.steps, cfg.warm_start.episodes, cfg.warm_start.epochs,
+                    cfg.sampling.train.temperature))
+    if len(shapes) != 1:
+        raise SystemExit("--recipe: the recipes differ in batch shape, lr, steps, warm start or temperature; bench them one call each")
+    (args.groups, args.group_size, args.new_tokens, args.lr, critic_lr, args.micro, mini, steps, args.warm_episodes, args.warm_epochs,
+     temperature) = shapes.pop()
+    if critic_lr != args.lr or mini != args.groups * args.group_size:
+        raise SystemExit("--recipe: this bench runs critic_lr = lr and one optimiser step per rollout; the recipe differs")
+    args.steps = args.steps or steps
+    args.algos = algos
+    args.set = [f"sampling.train.temperature={temperature}", *args.set]
 
 
 def _train_temperature(args: argparse.Namespace) -> str:
@@ -131,7 +166,9 @@ def main() -> None:
                         help="overrides for one algorithm label only, e.g. --set-for ppo optim.critic_lr=1e-3 (repeatable)")
     parser.add_argument("--algos", nargs="+", default=["grpo", "ppo"], help="algorithm names, or label=algorithm")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--steps", type=int, default=12, help="step budget per run")
+    parser.add_argument("--recipe", nargs="+", default=[], metavar="NAME",
+                        help="env recipes to bench, one run label each (their settings replace --algos/--groups/--group-size/--new-tokens/--lr/--micro/warm-start flags)")
+    parser.add_argument("--steps", type=int, default=0, help="step budget per run (default 12, or the recipe's steps)")
     parser.add_argument("--budget-cpu-min", type=float, default=0.0, help="stop a run after this many CPU minutes (0 = no limit)")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
@@ -154,6 +191,8 @@ def main() -> None:
     if args.simulate:
         simulate(args)
         return
+    apply_recipes(args)
+    args.steps = args.steps or 12
     import torch
 
     if args.threads:

@@ -31,6 +31,7 @@ from ragen_core.specs import (
     FilterSpec,
     PluginConfig,
     PluginSpec,
+    Recipe,
 )
 
 #: Bumped only when an interface changes incompatibly. Plugins declare the value they were
@@ -62,6 +63,7 @@ __all__ = [
     "PluginNotFoundError",
     "PluginSpec",
     "RagenError",
+    "Recipe",
     "RegistryError",
     "StepResult",
     "hookimpl",

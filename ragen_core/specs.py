@@ -105,6 +105,33 @@ class PluginSpec(BaseModel):
         return import_string(self.factory)
 
 
+class Recipe(BaseModel):
+    """A named set of run settings an env ships for a task (``ragen run --env E --recipe NAME``).
+
+    ``config`` is a fragment of the run config, nested as in a YAML file (``{"sampling": {"train":
+    {"temperature": 0.6}}}``); it is the lowest layer, under ``--config`` files, flags and dotted
+    overrides. It may pick a preset and an algorithm but never the env itself or where the run is
+    written.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    summary: str
+    """One line: what the recipe trains and what it was measured to do."""
+    config: dict[str, Any]
+    """Run-config fragment (validated by the trainer's ``RunConfig`` when used)."""
+    measured: str = ""
+    """Where its measured result is reported (e.g. ``bench/results/learning_bandit.md``)."""
+
+    @field_validator("config")
+    @classmethod
+    def _no_env_or_output(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = sorted({"env", "run_dir"} & set(value))
+        if bad:
+            raise ValueError(f"a recipe may not set {', '.join(bad)} (the env is the recipe's owner; the output folder is the user's)")
+        return value
+
+
 class EnvSpec(PluginSpec):
     """Spec of an environment plugin (entry-point group ``ragen_core.envs``)."""
 
@@ -112,6 +139,21 @@ class EnvSpec(PluginSpec):
     async_step: bool = False
     """True when ``step`` may block on I/O (server-backed envs) and is safe to run in threads."""
     multimodal: bool = False
+    recipes: dict[str, Recipe] = Field(default_factory=dict)
+    """Named run settings for this env (``ragen run --recipe NAME``), e.g. one measured to learn."""
+
+    def recipe(self, name: str) -> dict[str, Any]:
+        """The run-config fragment of recipe ``name`` with ``env`` set, ready as a config base.
+
+        Raises:
+            KeyError: with the known recipe names, when this env has no recipe ``name``.
+        """
+        import copy
+
+        if name not in self.recipes:
+            known = ", ".join(self.recipes) or "none"
+            raise KeyError(f"env {self.name!r} has no recipe {name!r} (known: {known})")
+        return {"env": self.name, **copy.deepcopy(self.recipes[name].config)}
 
 
 class EstimatorSpec(PluginSpec):

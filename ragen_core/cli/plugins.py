@@ -88,7 +88,8 @@ def check_plugins(args: argparse.Namespace) -> int:
             spec.config_model()
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
-            table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", spec.summary[:60]])
+            notes = [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # report every plugin's failure on its own row
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -96,6 +97,25 @@ def check_plugins(args: argparse.Namespace) -> int:
     _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
     print(f"\n{len(table) - failures} ok, {failures} failed")
     return 1 if failures and strict else 0
+
+
+def _check_recipe(spec: object, recipe: str) -> list[str]:
+    """Validate an env recipe against the run config and the plugins it names.
+
+    Raises on a bad field; a plugin the recipe needs but that is not installed is a note (an env
+    installed alone next to the core is still healthy), returned as text.
+    """
+    from ragen_core.config import load_config
+    from ragen_core.errors import ConfigError, PluginNotFoundError
+    from ragen_core.trainer.config import RunConfig, check_plugin_configs
+
+    try:
+        check_plugin_configs(load_config(RunConfig, base=spec.recipe(recipe)))  # type: ignore[attr-defined]
+    except PluginNotFoundError as exc:
+        return [f"recipe {recipe!r} needs a plugin that is not installed: {str(exc).splitlines()[0]}"]
+    except Exception as exc:
+        raise ConfigError(f"recipe {recipe!r}: {str(exc).splitlines()[0]}") from exc
+    return []
 
 
 def show_plugin(args: argparse.Namespace) -> int:
@@ -112,6 +132,9 @@ def show_plugin(args: argparse.Namespace) -> int:
         print(f"aliases: {', '.join(spec.aliases)}")
     if spec.presets:
         print(f"presets: {', '.join(spec.presets)}")
+    for name, recipe in getattr(spec, "recipes", {}).items():
+        print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
+        print(f"  ragen run --env {spec.name} --recipe {name}")
     print("\nconfig fields:")
     rows = []
     for field_name, field in spec.config_model.model_fields.items():

@@ -3,11 +3,13 @@
 Examples::
 
     ragen run --env bandit                         # tiny model, GRPO, CPU-friendly defaults
+    ragen run --env bandit --recipe learn           # the env's settings measured to learn
     ragen run --env sokoban --algo ppo --filter snr-topp --steps 200 rollout.group_size=16
     ragen run --config exp.yaml optim.lr=1e-6
     ragen run --resume runs/bandit-grpo-20250101-120000 steps=40
 
-Precedence: ``--config`` files (in order) < the flags above < ``dotted.key=value`` overrides.
+Precedence: ``--recipe`` (named settings the env ships, see ``ragen plugins show env NAME``) <
+``--config`` files (in order) < the flags above < ``dotted.key=value`` overrides.
 With ``--resume RUN_DIR`` the run's own ``config.yaml`` is the base and training continues from
 its latest checkpoint.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", help="env plugin name (see 'ragen plugins')")
     parser.add_argument("--preset", help="env preset, e.g. CoordSokoban")
+    parser.add_argument("--recipe", help="named run settings the env ships, e.g. 'learn' (list: ragen plugins show env NAME)")
     parser.add_argument("--algo", help="algorithm plugin: ppo, grpo, drgrpo, dapo (default grpo)")
     parser.add_argument("--filter", help="rollout filter plugin (default none)")
     parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
@@ -62,7 +65,48 @@ def build_config(args: argparse.Namespace):
         raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
-    return load_config(RunConfig, files, flags + list(args.overrides))
+    base = recipe_base(args, files) if getattr(args, "recipe", None) else None
+    config = load_config(RunConfig, files, flags + list(args.overrides), base=base)
+    if base is not None:
+        if "algo" in base:
+            _check_recipe_algo(args.recipe, base["algo"], config.algo)
+        from ragen_core.trainer.config import check_plugin_configs
+
+        check_plugin_configs(config)  # a recipe's plugin settings fail here, before a model loads
+    return config
+
+
+def recipe_base(args: argparse.Namespace, files: list[str]) -> dict:
+    """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files)."""
+    from ragen_core import registry
+    from ragen_core.config import deep_merge, read_yaml
+    from ragen_core.errors import ConfigError
+
+    if args.resume:
+        raise ConfigError("--recipe cannot be combined with --resume", ["the run's config.yaml already holds the recipe's settings; drop --recipe"])
+    env = args.env
+    if env is None:
+        merged: dict = {}
+        for f in files:
+            merged = deep_merge(merged, read_yaml(f))
+        env = merged.get("env")
+    if not env:
+        raise ConfigError("--recipe needs an env", ["example: ragen run --env bandit --recipe learn"])
+    spec = registry.get_spec("env", str(env))
+    try:
+        return spec.recipe(args.recipe)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0]), [f"see 'ragen plugins show env {spec.name}'"]) from None
+
+
+def _check_recipe_algo(recipe: str, recipe_algo: str, algo: str) -> None:
+    """A recipe's algorithm settings only fit its own algorithm: refuse a different ``--algo``."""
+    from ragen_core import registry
+    from ragen_core.errors import ConfigError
+
+    if registry.get_spec("algorithm", recipe_algo).name != registry.get_spec("algorithm", algo).name:
+        raise ConfigError(f"recipe {recipe!r} is tuned for algo {recipe_algo!r}, not {algo!r}",
+                          ["drop --algo, or pick a recipe for that algorithm (ragen plugins show env NAME)"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,6 +118,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from ragen_core.trainer.trainer import Trainer
 
+    if getattr(args, "recipe", None):
+        from ragen_core import registry
+
+        print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
     trainer = Trainer(config, resume=bool(args.resume))
     history = trainer.train()
     last = history[-1] if history else {}

@@ -246,3 +246,18 @@ class RunConfig(_Section):
     @property
     def episodes_per_step(self) -> int:
         return self.rollout.env_groups * self.rollout.group_size
+
+
+def check_plugin_configs(config: RunConfig) -> None:
+    """Validate the env, algorithm, estimator and filter settings a run names, from specs only.
+
+    Imports no implementation (no torch), so a bad recipe or config file is reported before a
+    model loads. Raises the registry's errors (:class:`~ragen_core.errors.PluginConfigError`
+    naming the field path, :class:`~ragen_core.errors.PluginNotFoundError`).
+    """
+    from ragen_core import registry
+
+    registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
+    registry.make_config("estimator", algo.estimator, dict(algo.estimator_config))  # type: ignore[attr-defined]
+    registry.make_config("filter", config.filter, dict(config.filter_config))
