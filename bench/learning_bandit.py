@@ -64,9 +64,10 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
 class _Clock:
     """Trainer observer: stamps wall and CPU seconds on every step; stops at the CPU budget."""
 
-    def __init__(self, trainer: Any, budget_cpu_s: float) -> None:
+    def __init__(self, trainer: Any, budget_cpu_s: float, budget_wall_s: float = 0.0) -> None:
         self.trainer = trainer
         self.budget = budget_cpu_s
+        self.budget_wall = budget_wall_s
         self.t0 = time.time()
         self.c0 = time.process_time()
 
@@ -81,6 +82,8 @@ class _Clock:
         metrics["bench/cpu_s"] = time.process_time() - self.c0
         if self.budget > 0 and metrics["bench/cpu_s"] >= self.budget and self.trainer.stop_reason is None:
             self.trainer.stop_reason = "bench/cpu_budget"
+        if self.budget_wall > 0 and metrics["bench/wall_s"] >= self.budget_wall and self.trainer.stop_reason is None:
+            self.trainer.stop_reason = "bench/wall_budget"
 
 
 def _label(spec: str) -> tuple[str, str]:
@@ -109,7 +112,7 @@ def one_run(args: argparse.Namespace, spec: str, seed: int, model: str, work: Pa
                                                      f"run_dir={work / f'{label}-{seed}'}", *extra], base=args.bases.get(label))
     trainer = Trainer(cfg)
     trainer.setup()
-    clock = _Clock(trainer, args.budget_cpu_min * 60.0)
+    clock = _Clock(trainer, args.budget_cpu_min * 60.0, args.budget_wall_min * 60.0)
     trainer.pm.register(clock, name="bench-clock")
     return trainer.train()
 
@@ -170,6 +173,9 @@ def main() -> None:
                         help="env recipes to bench, one run label each (their settings replace --algos/--groups/--group-size/--new-tokens/--lr/--micro/warm-start flags)")
     parser.add_argument("--steps", type=int, default=0, help="step budget per run (default 12, or the recipe's steps)")
     parser.add_argument("--budget-cpu-min", type=float, default=0.0, help="stop a run after this many CPU minutes (0 = no limit)")
+    parser.add_argument("--budget-wall-min", type=float, default=0.0,
+                        help="stop a run after this many wall minutes of training (0 = no limit); the plot then uses wall time "
+                             "(meant for runs that have the machine to themselves, e.g. --jobs 1 --threads 2)")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro", type=int, default=8, help="optim.micro_batch_size")
@@ -348,17 +354,21 @@ def _interp(xs: list[float], ys: list[float], grid: list[float]) -> list[float]:
     return [float(v) if xs[0] <= g <= xs[-1] else float("nan") for v, g in zip(out, grid)]
 
 
-def plot(path: Path, curves: dict[str, list[list[dict]]], keys: list[tuple[str, str]], tag: str) -> None:
+def plot(path: Path, curves: dict[str, list[list[dict]]], keys: list[tuple[str, str]], tag: str, args: argparse.Namespace) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
+    wall = bool(getattr(args, "budget_wall_min", 0))
+    clock = "bench/wall_s" if wall else "bench/cpu_s"
+    xlabel = (f"wall minutes of the run ({args.jobs} run(s) at once, {args.threads or 'default'} torch thread(s))" if wall
+              else "CPU minutes of the run (1 torch thread)")
     fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2))
     for ax, (key, title) in zip(np.atleast_1d(axes), keys):
         for label, runs in curves.items():
-            xs_all = [[r.get("bench/cpu_s", 0.0) / 60 for r in run] for run in runs]
+            xs_all = [[r.get(clock, 0.0) / 60 for r in run] for run in runs]
             end = max(x[-1] for x in xs_all)
             grid = list(np.linspace(0, end, 200))
             ys = np.array([_interp([0.0] + x, [run[0].get(key, 0.0)] + [r.get(key, 0.0) or 0.0 for r in run], grid)
@@ -372,7 +382,7 @@ def plot(path: Path, curves: dict[str, list[list[dict]]], keys: list[tuple[str, 
         if "success" in key:
             ax.axhline(GOAL, color="grey", ls="--", lw=0.8)
         ax.set_title(f"{tag}: {title}")
-        ax.set_xlabel("CPU minutes of the run (1 torch thread)")
+        ax.set_xlabel(xlabel)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right", fontsize=8)
@@ -389,7 +399,7 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
     name = args.name or ("learning_bandit" if env == "bandit" else f"learning_{env.replace('-', '_')}")
     what = "pick-better-arm rate" if env == "bandit" else "success rate"
     succ, valid = f"train/{tag}/success", f"train/{tag}/action_is_valid"
-    plot(RESULTS / f"{name}.png", curves, [(succ, what), (valid, "valid reply rate")], tag)
+    plot(RESULTS / f"{name}.png", curves, [(succ, what), (valid, "valid reply rate")], tag, args)
     k = 3
     meta = meta or {}
     rate = meta.get("valid_rate")
@@ -402,6 +412,7 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
          if isinstance(rate, float) else "Warm start: no record."), "",
         f"{args.groups} groups x {args.group_size} episodes per step; budget {args.steps} steps"
         + (f" or {args.budget_cpu_min:g} CPU minutes per run" if args.budget_cpu_min else "")
+        + (f" or {args.budget_wall_min:g} wall minutes per run" if args.budget_wall_min else "")
         + f"; total wall time {seconds / 60:.1f} min ({args.jobs} run(s) in parallel, --threads {args.threads}). "
         + ("Pick-better-arm rate = share of the step's training episodes (sampled at the training temperature, "
            f"{_train_temperature(args)}) choosing the high-risk arm "

@@ -134,7 +134,7 @@ def test_bandit_learn_recipe_matches_the_measured_settings():
     from ragen_core.cli.run import build_config
 
     cfg = build_config(_args("--env", "bandit", "--recipe", "learn"))
-    assert (cfg.rollout.env_groups, cfg.rollout.group_size, cfg.steps) == (8, 16, 80)
+    assert (cfg.rollout.env_groups, cfg.rollout.group_size, cfg.steps) == (8, 16, 100)
     assert cfg.sampling.train.temperature == 0.6 and cfg.sampling.train.max_new_tokens == 32
     assert (cfg.optim.lr, cfg.optim.mini_batch_size, cfg.optim.micro_batch_size) == (1e-4, 128, 8)
     assert cfg.algo == "grpo" and cfg.algo_config["estimator_config"]["norm_adv_by_std"] is False

@@ -3,7 +3,7 @@
 ``ragen env play NAME`` lets a person (or a random agent) play an env in the terminal through the
 same text interface the LLM uses: the instruction, the observation, one reply per turn (action
 names joined by ``||``, or a full ``<answer>...</answer>`` reply), rewards and the final result.
-``ragen env list`` lists env names with their presets.
+``ragen env list`` lists env names with their presets and recipes.
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
         for name in registry.names("env"):
             entry = registry.find("env", name)
             try:
-                presets = ", ".join(registry.get_spec("env", name).presets)
+                spec = registry.get_spec("env", name)
+                presets = ", ".join(spec.presets)
+                recipes = ", ".join(getattr(spec, "recipes", {}))
+                presets += f"   recipes: {recipes}" if recipes else ""
             except RagenError as exc:
                 presets = f"(broken: {str(exc).splitlines()[0]})"
             print(f"{name:<16} {entry.origin:<30} {presets}")

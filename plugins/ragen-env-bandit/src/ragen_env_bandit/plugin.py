@@ -9,7 +9,7 @@ from ragen_env_bandit.config import BanditConfig
 #: 8 groups x 16 episodes, one optimiser step per rollout, 32 reply tokens, sampling at
 #: temperature 0.6 (the byte-level tiny model misspells the long arm names at 1.0).
 _LEARN = {
-    "steps": 80,
+    "steps": 100,
     "rollout": {"env_groups": 8, "group_size": 16},
     "sampling": {"train": {"max_new_tokens": 32, "temperature": 0.6}, "val": {"max_new_tokens": 32}},
     "optim": {"lr": 1e-4, "critic_lr": 1e-4, "mini_batch_size": 128, "micro_batch_size": 8},
@@ -28,6 +28,11 @@ SPEC = EnvSpec(
         "learn": Recipe(
             summary="GRPO with the group-mean baseline: picks the better arm >= 90 % after 3.5-7 CPU min (tiny model, 3/3 seeds)",
             config={**_LEARN, "algo": "grpo", "algo_config": {"estimator_config": {"norm_adv_by_std": False}}},
+            measured="bench/results/learning_bandit.md",
+        ),
+        "learn-ppo": Recipe(
+            summary="PPO (critic, GAE lambda 1, batch-whitened advantages) on the same settings",
+            config={**_LEARN, "algo": "ppo"},
             measured="bench/results/learning_bandit.md",
         ),
     },
