@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGE_FILES := requirements-dev.txt pyproject.toml $(wildcard ragen-env-*/pyproject.toml ragen-filters/pyproject.toml plugins/*/pyproject.toml)
-STEPS ?= 30
+STEPS ?=
 PYTEST_ARGS ?=
 
 .PHONY: setup test run check-standalone clean
@@ -23,7 +23,7 @@ test: setup
 	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
 
 run: setup
-	$(BIN)/ragen run --env bandit --steps $(STEPS)
+	$(BIN)/ragen run --env bandit --recipe learn $(if $(STEPS),--steps $(STEPS))
 
 check-standalone:
 	scripts/check-standalone.sh
