@@ -127,7 +127,10 @@ def test_quality_gate_adds_rounds_until_target_or_budget(tmp_path, monkeypatch, 
     assert f"valid rate {rates[rounds - 1]:.3f}" in out
     assert ("not reached" in out) is (not reached)
     folder = tmp_path / "cache" / warmstart.cache_key(cfg)
-    assert json.loads((folder / warmstart.META_FILE).read_text())["valid_rate"] == rates[rounds - 1]
+    record = json.loads((folder / warmstart.META_FILE).read_text())
+    assert record["valid_rate"] == rates[rounds - 1]
+    assert record["settings"]["warm_start"]["episodes"] == 3 and record["settings"]["seed"] == cfg.seed  # how to make it again
+    assert record["check_temperature"] == cfg.sampling.train.temperature
     again = warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0], tok)  # cached: no new measurement
     assert again.ragen_warm_start == meta
     assert f"using cached model {folder} (valid rate {rates[rounds - 1]:.3f})" in capsys.readouterr().out

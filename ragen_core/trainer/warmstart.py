@@ -129,8 +129,9 @@ class DemoEngine(Engine):
         return out
 
 
-def cache_key(config: RunConfig) -> str:
-    payload = {
+def cache_payload(config: RunConfig) -> dict[str, Any]:
+    """The settings a warm start depends on: hashed into the cache key, kept in ``warm_start.json``."""
+    return {
         "env": config.env,
         "preset": config.preset,
         "env_config": config.env_config,
@@ -142,6 +143,10 @@ def cache_key(config: RunConfig) -> str:
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled"}),
         "seed": config.seed,
     }
+
+
+def cache_key(config: RunConfig) -> str:
+    payload = cache_payload(config)
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return f"{config.env}-{config.preset or 'default'}-{digest}"
 
@@ -219,7 +224,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         if rate >= ws.target_valid_rate or time.time() - t0 >= ws.max_seconds:
             break
     meta = {"valid_rate": history[-1]["valid_rate"], "target_valid_rate": ws.target_valid_rate, "rounds": len(history),
-            "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history}
+            "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history,
+            # what made this folder, so a cached model can be made again (and compared) later
+            "settings": json.loads(json.dumps(cache_payload(config), default=str)),
+            "check_temperature": config.sampling.train.temperature}
     if verbose and not meta["reached_target"]:
         print(f"warm start: target valid rate {ws.target_valid_rate:.2f} not reached within the budget "
               f"({ws.max_rounds} rounds / {ws.max_seconds:.0f} s); continuing with valid rate {meta['valid_rate']:.3f}")
