@@ -106,12 +106,17 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         raise ConfigError(validation_message(exc, prefix), ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"] if unknown else []) from None
 
 
-def load_config(model_cls: type[M], files: Iterable[str | Path] = (), overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> M:
-    """Merge ``base``, then each YAML file, then dotted overrides; validate into ``model_cls``."""
+def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with each YAML file merged over it in order (unvalidated)."""
     data: dict[str, Any] = dict(base or {})
     for f in files:
         data = deep_merge(data, read_yaml(f))
-    data = apply_overrides(data, overrides)
+    return data
+
+
+def load_config(model_cls: type[M], files: Iterable[str | Path] = (), overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> M:
+    """Merge ``base``, then each YAML file, then dotted overrides; validate into ``model_cls``."""
+    data = apply_overrides(merge_files(files, base), overrides)
     return validate(model_cls, data)
 
 

@@ -79,17 +79,12 @@ def build_config(args: argparse.Namespace):
 def recipe_base(args: argparse.Namespace, files: list[str]) -> dict:
     """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files)."""
     from ragen_core import registry
-    from ragen_core.config import deep_merge, read_yaml
+    from ragen_core.config import merge_files
     from ragen_core.errors import ConfigError
 
     if args.resume:
         raise ConfigError("--recipe cannot be combined with --resume", ["the run's config.yaml already holds the recipe's settings; drop --recipe"])
-    env = args.env
-    if env is None:
-        merged: dict = {}
-        for f in files:
-            merged = deep_merge(merged, read_yaml(f))
-        env = merged.get("env")
+    env = args.env if args.env is not None else merge_files(files).get("env")
     if not env:
         raise ConfigError("--recipe needs an env", ["example: ragen run --env bandit --recipe learn"])
     spec = registry.get_spec("env", str(env))
