@@ -66,6 +66,6 @@ __all__ = [
     "Recipe",
     "RegistryError",
     "StepResult",
-    "hookimpl",
     "__version__",
+    "hookimpl",
 ]

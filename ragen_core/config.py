@@ -12,8 +12,9 @@ Override values are parsed as YAML scalars (``8`` -> int, ``true`` -> bool, ``[1
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import difflib
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ragen_core.errors import (
     DuplicatePluginError,
@@ -35,7 +36,13 @@ from ragen_core.errors import (
     PluginLoadError,
     PluginNotFoundError,
 )
-from ragen_core.specs import GROUPS, SPEC_CLASSES, PluginConfig, PluginSpec, normalize_name
+from ragen_core.specs import (
+    GROUPS,
+    SPEC_CLASSES,
+    PluginConfig,
+    PluginSpec,
+    normalize_name,
+)
 
 IN_PROCESS = "<in-process>"
 CORE_DIST = "ragen-core"

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from ragen_core.errors import RagenError
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,9 @@ instead of dropping) and metrics. A filter never mutates its input.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import Field
 

@@ -16,7 +16,12 @@ they run.
 
 from __future__ import annotations
 
-from ragen_core.testing.env_checks import ENV_CHECKS, GARBAGE_REPLIES, check_env, parametrize_env_checks
+from ragen_core.testing.env_checks import (
+    ENV_CHECKS,
+    GARBAGE_REPLIES,
+    check_env,
+    parametrize_env_checks,
+)
 from ragen_core.testing.fakes import ScriptedPolicy, fake_entry_points
 from ragen_core.testing.plugin_checks import (
     check_diagnostic,

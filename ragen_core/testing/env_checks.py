@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import math
 import pickle
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ragen_core import registry
 from ragen_core.interfaces.env import Env, StepResult

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 
 def fake_entry_points(
@@ -27,7 +27,7 @@ def fake_entry_points(
     root = Path(root)
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    meta = [f"Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     (info / "METADATA").write_text("\n".join(meta) + "\n", encoding="utf-8")
     lines: list[str] = []
