@@ -192,3 +192,65 @@ def test_cache_key_ignores_batch_shape_but_not_prompt_layout(tmp_path):
     for change in ({"max_turns": 2}, {"enable_think": False}, {"max_model_len": 512}):
         other = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update=change)})
         assert cache_key(other) != cache_key(cfg), change
+
+
+def test_balanced_picks_show_every_action_of_a_state_equally_often_in_random_order():
+    from collections import Counter
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import DemoEngine
+
+    _, tok = load_model_and_tokenizer("tiny")
+    actions = ["Up", "Down", "Left"]
+    orders = set()
+    for seed in range(4):
+        engine = DemoEngine(tok, seed=seed, balance={})
+        picks = [engine.pick(actions, "state A") for _ in range(30)]
+        assert Counter(picks) == {a: 10 for a in actions}
+        assert all(set(picks[i : i + 3]) == set(actions) for i in range(0, 30, 3))  # each pass shows all of them
+        orders.add(tuple(picks[:3]))
+        assert engine.pick(["Left", "Right"], "state B") in {"Left", "Right"}  # states keep separate queues
+        assert engine.pick(["Stay"], "state A") == "Stay"  # a queue holding actions no longer legal is refilled
+    assert len(orders) > 1  # random order, not a fixed cycle
+    # independent draws (the unbalanced mode) are lopsided on some seed
+    lopsided = [Counter(DemoEngine(tok, seed=s).pick(actions) for _ in range(30)) for s in range(4)]
+    assert any(max(c.values()) - min(c.get(a, 0) for a in actions) > 1 for c in lopsided)
+
+
+def test_balanced_demonstrations_even_out_actions_per_state_across_rounds(tmp_path):
+    from collections import Counter, defaultdict
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations
+
+    _, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "warm_start.episodes=7")
+    balance: dict[str, list[str]] = {}
+    per_state: dict[tuple[int, ...], Counter] = defaultdict(Counter)
+    for rnd in range(2):
+        for tr in demonstrations(cfg, tok, round_no=rnd, balance=balance):
+            per_state[tuple(tr.turns[0].prompt_ids)][tr.turns[0].actions[0]] += 1
+    counts = [c for c in per_state.values() if sum(c.values()) >= 2]
+    assert counts  # some start state recurs across the 14 episodes
+    for c in counts:
+        assert max(c.get(a, 0) for a in ("Left", "Right")) - min(c.get(a, 0) for a in ("Left", "Right")) <= 1
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_sft_lr_schedule(tmp_path, schedule):
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations, sft
+
+    model, tok = load_model_and_tokenizer("tiny")
+    trajs = demonstrations(_cfg(tmp_path), tok)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    seen: list[float] = []
+    opt.register_step_pre_hook(lambda o, *_: seen.append(o.param_groups[0]["lr"]))
+    losses = sft(model, tok, trajs, epochs=4, lr=2e-3, batch_size=3, seed=0, optimizer=opt, schedule=schedule)
+    assert len(seen) == len(losses) == 8 and seen[0] == pytest.approx(2e-3)
+    if schedule == "constant":
+        assert seen == [pytest.approx(2e-3)] * 8
+    else:  # decays towards 0 within the call
+        assert all(a > b for a, b in zip(seen, seen[1:])) and seen[-1] < 0.1 * 2e-3

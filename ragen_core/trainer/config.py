@@ -123,6 +123,12 @@ class WarmStartSection(_Section):
     batch_size: int = Field(default=16, ge=1)
     thoughts: list[str] = Field(default_factory=lambda: ["", "{a}", "I pick {a}."])
     """Reasoning texts of the demonstrations, one drawn per reply; ``{a}`` is the (random) action."""
+    balanced: bool = True
+    """Show every legal action of a state equally often across the demonstrations (random order
+    per state) instead of drawing each independently; independent draws leave rarely visited
+    states lopsided, and the model learns that tilt as a preference RL must first undo."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """``cosine`` decays the rate to 0 within each round (restarting every round)."""
     spaced: bool = True
     """Write replies as ``<think> .. </think> <answer> a </answer>`` (the spacing of the prompt's
     format line) instead of without spaces; copying from the prompt's example is then easier."""

@@ -7,6 +7,12 @@ itself: a scripted engine (:class:`DemoEngine`) answers every prompt of a normal
 prompts, so demonstrations use exactly the prompt layout of training. The model is then
 fine-tuned with cross-entropy on the reply tokens only.
 
+By default (``warm_start.balanced``) the random actions are balanced per state: a state visited
+``n`` times shows each of its ``k`` legal actions ``n/k`` times (in random order), so the
+warm-started model starts RL without preferences it picked up from sampling noise. On Bandit
+this took the format-valid rate after three rounds from 88 % to 97 % and evened out the per-pair
+arm preferences (``bench/results/learning_bandit_fresh.md``).
+
 Legal actions depend on the state (Bandit's arm names change per seed), and an engine sees only
 prompt ids. So the env is wrapped (:class:`RecordingEnv`, registered in-process for the duration
 of the demo rollout): after every reset/step it records, keyed by the observation text, the
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -85,26 +92,51 @@ class DemoEngine(Engine):
     """A scripted engine replying with a random legal action (see :data:`_LEGAL`) in the reply format."""
 
     def __init__(self, tokenizer: Any, *, enable_think: bool = True, seed: int = 0, thoughts: tuple[str, ...] = _THOUGHTS,
-                 spaced: bool = False) -> None:
+                 spaced: bool = False, balance: dict[str, list[str]] | None = None) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.enable_think = enable_think
         self.thoughts = tuple(thoughts) or ("",)
         self.spaced = spaced
+        self.balance = balance
+        """Per-state queues of actions still to show (``None`` = independent uniform draws)."""
         self.rng = make_rng(seed, "demo-engine")
         end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
         self.end_id = end if isinstance(end, int) else tokenizer.eos_token_id
 
     def legal_actions(self, prompt_text: str) -> list[str] | None:
-        best, best_pos = None, -1
-        for obs, actions in _LEGAL.items():
-            pos = prompt_text.rfind(obs) if obs else -1
-            if pos > best_pos or (pos == best_pos and pos >= 0 and best is not None and len(obs) > len(best[0])):
-                best, best_pos = (obs, actions), pos
-        return best[1] if best else None
+        state = self.latest_state(prompt_text)
+        return _LEGAL[state] if state is not None else None
 
-    def reply_text(self, actions: list[str] | None, thought: str | None = None) -> str:
-        action = actions[int(self.rng.integers(len(actions)))] if actions else "?"
+    def latest_state(self, prompt_text: str) -> str | None:
+        """The recorded observation that appears last in the prompt (the current state)."""
+        best, best_pos = None, -1
+        for obs in _LEGAL:
+            pos = prompt_text.rfind(obs) if obs else -1
+            if pos > best_pos or (pos == best_pos and pos >= 0 and best is not None and len(obs) > len(best)):
+                best, best_pos = obs, pos
+        return best
+
+    def pick(self, actions: list[str], state: str | None = None) -> str:
+        """A uniformly random legal action; balanced per state when :attr:`balance` is set.
+
+        Balanced: each state draws its actions without replacement from a shuffled copy, refilled
+        when empty, so over many visits every legal action of a state is shown equally often
+        (still random, no oracle). Independent draws leave a state with few visits lopsided, and
+        the model copies that lopsidedness as a preference RL then has to undo.
+        """
+        if self.balance is None or state is None:
+            return actions[int(self.rng.integers(len(actions)))]
+        queue = self.balance.get(state)
+        if not queue or not set(queue) <= set(actions):
+            queue = [actions[i] for i in self.rng.permutation(len(actions))]
+            self.balance[state] = queue
+        return queue.pop()
+
+    def reply_text(self, actions: list[str] | None, thought: str | None = None, *, state: str | None = None,
+                   action: str | None = None) -> str:
+        if action is None:
+            action = self.pick(actions, state) if actions else "?"
         sp = " " if self.spaced else ""
         if not self.enable_think:  # the generation prefix "<answer>" is already in the prompt
             return f"{sp}{action}{sp}</answer>"
@@ -119,12 +151,14 @@ class DemoEngine(Engine):
     def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
         out = []
         for prompt in prompts:
-            actions = self.legal_actions(self.tokenizer.decode(prompt, skip_special_tokens=False))
-            state = self.rng.bit_generator.state
-            ids = self._encode(self.reply_text(actions))
+            state = self.latest_state(self.tokenizer.decode(prompt, skip_special_tokens=False))
+            actions = _LEGAL[state] if state is not None else None
+            action = self.pick(actions, state) if actions else "?"
+            rng_state = self.rng.bit_generator.state
+            ids = self._encode(self.reply_text(actions, action=action))
             if len(ids) > params.max_new_tokens:  # too long for the budget: same action, empty thought
-                self.rng.bit_generator.state = state
-                ids = self._encode(self.reply_text(actions, thought=""))
+                self.rng.bit_generator.state = rng_state
+                ids = self._encode(self.reply_text(actions, thought="", action=action))
             out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop"))
         return out
 
@@ -205,15 +239,16 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     t0 = time.time()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
+    balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
     history: list[dict[str, Any]] = []
     steps = 0
     for rnd in range(ws.max_rounds):
         if verbose:
             print(f"warm start round {rnd + 1}: supervised fine-tuning on {ws.episodes} more random-action demonstrations "
                   f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
-        trajs += demonstrations(config, tokenizer, round_no=rnd)
+        trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
-                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight)
+                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule)
         steps += len(losses)
         rate = valid_rate(config, model, tokenizer)
         history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
@@ -282,10 +317,12 @@ _LAST_REPLIES: list[str] = []
 """The first few replies of the latest :func:`valid_rate` measurement (kept in the warm-start record)."""
 
 
-def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0) -> list[Any]:
+def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, balance: dict[str, list[str]] | None = None) -> list[Any]:
     """Roll out :class:`DemoEngine` through the normal runner on seeds disjoint from training.
 
     Round ``r > 0`` of the warm start uses its own seeds, so every round adds new states.
+    ``balance`` (see :meth:`DemoEngine.pick`) carries the per-state action queues across rounds;
+    ``None`` with ``warm_start.balanced`` starts fresh queues for this call.
     """
     from ragen_core import registry
     from ragen_core.specs import EnvSpec
@@ -307,7 +344,10 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0) -> l
         demo_cfg = config.model_copy(update={"seed": seed, "env": name})
         if ws.max_turns is not None:
             demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
-        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced)
+        if balance is None and ws.balanced:
+            balance = {}
+        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced,
+                            balance=balance if ws.balanced else None)
         runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
         return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
     finally:
@@ -347,10 +387,12 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
 
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
-        optimizer: Any = None, prompt_loss_weight: float = 0.0) -> list[float]:
+        optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant") -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
 
     ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
+    ``schedule="cosine"`` decays the rate from ``lr`` to 0 over this call's steps (each warm-start
+    round restarts it), so the model a round ends with is not tilted by its last few batches.
     ``prompt_loss_weight > 0`` adds that weight times the loss on every other token (prompt,
     observations) and runs the full sequence with gradients; the reported loss is the reply part.
     """
@@ -366,9 +408,14 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     losses: list[float] = []
     device = next(model.parameters()).device
     model.eval()
+    total = epochs * -(-len(batch) // batch_size)
+    step = 0
     for _ in range(epochs):
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):
+            for group in opt.param_groups:
+                group["lr"] = lr if schedule == "constant" else lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
+            step += 1
             sub = batch.select(order[start : start + batch_size])
             if prompt_loss_weight > 0:
                 logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
