@@ -128,7 +128,8 @@ class WarmStartSection(_Section):
     per state) instead of drawing each independently; independent draws leave rarely visited
     states lopsided, and the model learns that tilt as a preference RL must first undo."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
-    """``cosine`` decays the rate to 0 within each round (restarting every round)."""
+    """``cosine`` decays the rate to 0 within each round (restarting every round). On Bandit it
+    learned more slowly than ``constant`` (69 % vs 91 % valid after three rounds)."""
     spaced: bool = True
     """Write replies as ``<think> .. </think> <answer> a </answer>`` (the spacing of the prompt's
     format line) instead of without spaces; copying from the prompt's example is then easier."""
