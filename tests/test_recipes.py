@@ -140,4 +140,4 @@ def test_bandit_learn_recipe_matches_the_measured_settings():
     assert cfg.algo == "grpo" and cfg.algo_config["estimator_config"]["norm_adv_by_std"] is False
     ws = cfg.warm_start
     assert (ws.episodes, ws.epochs, ws.max_rounds, ws.target_valid_rate) == (256, 4, 5, 0.95) and ws.max_seconds >= 3600  # no time cut
-    assert ws.thoughts == [""]  # empty reasoning: the fresh warm start reached the 90 % gate only with it
+    assert ws.thoughts == [""]  # empty reasoning: only with it did the fresh warm start reach its valid-reply gate

@@ -238,6 +238,8 @@ def test_balanced_demonstrations_even_out_actions_per_state_across_rounds(tmp_pa
 
 @pytest.mark.parametrize("schedule", ["constant", "cosine"])
 def test_sft_lr_schedule(tmp_path, schedule):
+    import itertools
+
     import torch
 
     from ragen_core.models import load_model_and_tokenizer
@@ -253,4 +255,4 @@ def test_sft_lr_schedule(tmp_path, schedule):
     if schedule == "constant":
         assert seen == [pytest.approx(2e-3)] * 8
     else:  # decays towards 0 within the call
-        assert all(a > b for a, b in zip(seen, seen[1:])) and seen[-1] < 0.1 * 2e-3
+        assert all(a > b for a, b in itertools.pairwise(seen)) and seen[-1] < 0.1 * 2e-3

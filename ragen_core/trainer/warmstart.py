@@ -11,7 +11,7 @@ By default (``warm_start.balanced``) the random actions are balanced per state: 
 ``n`` times shows each of its ``k`` legal actions ``n/k`` times (in random order), so the
 warm-started model starts RL without preferences it picked up from sampling noise. On Bandit
 this took the format-valid rate after three rounds from 88 % to 97 % and evened out the per-pair
-arm preferences (``bench/results/learning_bandit_fresh.md``).
+arm preferences (``bench/results/learning_bandit_fresh3.md``).
 
 Legal actions depend on the state (Bandit's arm names change per seed), and an engine sees only
 prompt ids. So the env is wrapped (:class:`RecordingEnv`, registered in-process for the duration
@@ -104,10 +104,6 @@ class DemoEngine(Engine):
         end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
         self.end_id = end if isinstance(end, int) else tokenizer.eos_token_id
 
-    def legal_actions(self, prompt_text: str) -> list[str] | None:
-        state = self.latest_state(prompt_text)
-        return _LEGAL[state] if state is not None else None
-
     def latest_state(self, prompt_text: str) -> str | None:
         """The recorded observation that appears last in the prompt (the current state)."""
         best, best_pos = None, -1
@@ -133,10 +129,7 @@ class DemoEngine(Engine):
             self.balance[state] = queue
         return queue.pop()
 
-    def reply_text(self, actions: list[str] | None, thought: str | None = None, *, state: str | None = None,
-                   action: str | None = None) -> str:
-        if action is None:
-            action = self.pick(actions, state) if actions else "?"
+    def reply_text(self, action: str, thought: str | None = None) -> str:
         sp = " " if self.spaced else ""
         if not self.enable_think:  # the generation prefix "<answer>" is already in the prompt
             return f"{sp}{action}{sp}</answer>"
@@ -155,10 +148,10 @@ class DemoEngine(Engine):
             actions = _LEGAL[state] if state is not None else None
             action = self.pick(actions, state) if actions else "?"
             rng_state = self.rng.bit_generator.state
-            ids = self._encode(self.reply_text(actions, action=action))
+            ids = self._encode(self.reply_text(action))
             if len(ids) > params.max_new_tokens:  # too long for the budget: same action, empty thought
                 self.rng.bit_generator.state = rng_state
-                ids = self._encode(self.reply_text(actions, thought="", action=action))
+                ids = self._encode(self.reply_text(action, thought=""))
             out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop"))
         return out
 
@@ -344,10 +337,9 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
         demo_cfg = config.model_copy(update={"seed": seed, "env": name})
         if ws.max_turns is not None:
             demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
-        if balance is None and ws.balanced:
-            balance = {}
+        queues = (balance if balance is not None else {}) if ws.balanced else None
         engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced,
-                            balance=balance if ws.balanced else None)
+                            balance=queues)
         runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
         return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
     finally:
