@@ -256,3 +256,19 @@ def test_sft_lr_schedule(tmp_path, schedule):
         assert seen == [pytest.approx(2e-3)] * 8
     else:  # decays towards 0 within the call
         assert all(a > b for a, b in itertools.pairwise(seen)) and seen[-1] < 0.1 * 2e-3
+
+
+def test_warm_start_trains_windowed_multi_turn_demonstrations_per_turn(tmp_path):
+    """last-k context: later prompts do not extend earlier ones, so each turn is its own SFT row."""
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.warmstart import demonstrations, warm_start
+
+    cfg = _cfg(tmp_path, "rollout.extra.context_window=last-k", "rollout.extra.max_context_turns=1")
+    model, tok = load_model_and_tokenizer("tiny")
+    trajs = demonstrations(cfg, tok)
+    assert max(len(t.turns) for t in trajs) == 2
+    with pytest.raises(ValueError, match="full"):
+        build_batch(trajs, tok.pad_token_id)
+    warm = warm_start(cfg, model, tok, verbose=False)
+    assert warm.ragen_warm_start["history"][0]["sft_steps"] > 0

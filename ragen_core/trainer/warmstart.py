@@ -211,6 +211,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     import time
 
     from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.setup import rollout_config
 
     ws = config.warm_start
     folder = cache_root(config) / cache_key(config)
@@ -233,6 +234,8 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
     balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
+    # windowed context modes: later turns do not extend earlier ones, so each turn is its own row
+    per_turn = getattr(rollout_config(config), "context_window", "full") != "full"
     history: list[dict[str, Any]] = []
     steps = 0
     for rnd in range(ws.max_rounds):
@@ -241,7 +244,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                   f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
         trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
-                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule)
+                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn)
         steps += len(losses)
         rate = valid_rate(config, model, tokenizer)
         history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
@@ -379,7 +382,7 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
 
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
-        optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant") -> list[float]:
+        optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant", per_turn: bool = False) -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
 
     ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
@@ -387,6 +390,8 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     round restarts it), so the model a round ends with is not tilted by its last few batches.
     ``prompt_loss_weight > 0`` adds that weight times the loss on every other token (prompt,
     observations) and runs the full sequence with gradients; the reported loss is the reply part.
+    ``per_turn`` makes every turn its own row (needed when the demonstrations come from a windowed
+    context mode, whose turns are not one growing sequence).
     """
     import torch
 
@@ -394,7 +399,7 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     from ragen_core.trainer.modeling import token_logprobs
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batch = build_batch(trajs, pad)
+    batch = build_batch(trajs, pad, per_turn=per_turn)
     opt = optimizer or torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     rng = make_rng(seed, "sft-order")
     losses: list[float] = []
