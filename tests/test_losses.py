@@ -134,6 +134,32 @@ def test_agg_global_token_count_fixes_micro_batch_dependence():
     assert float(total) == pytest.approx(29 / 6)
 
 
+def test_agg_row_weights_make_an_episode_one_sequence():
+    # rows 0 and 1 are two turns of one episode (weight 1/2 each), row 3 a one-turn episode
+    # (weight 1); row 2 is empty. Row means 1.5, 6.5, -, 2.0; row sums 3, 26, -, 4.
+    loss = t(LOSS + [[2.0, 2.0, 2.0, 2.0]])
+    mask = t(LMASK + [[1.0, 1.0, 0.0, 0.0]])
+    w = t([0.5, 0.5, 1.0, 1.0])
+    # (0.5*1.5 + 0.5*6.5 + 1*2.0) / (0.5 + 0.5 + 1) = 6 / 2 = 3 (unweighted: 10 / 3)
+    assert float(L.agg_loss(loss, mask, "seq-mean-token-mean", row_weights=w)) == pytest.approx(3.0)
+    assert float(L.agg_loss(loss, mask, "seq-mean-token-mean")) == pytest.approx(10 / 3)
+    # (0.5*3 + 0.5*26 + 4) / 2 = 9.25
+    assert float(L.agg_loss(loss, mask, "seq-mean-token-sum", row_weights=w)) == pytest.approx(9.25)
+    # token-mean ignores the weights: 33 tokens-sum over 8 tokens
+    assert float(L.agg_loss(loss, mask, "token-mean", row_weights=w)) == pytest.approx(33 / 8)
+    # micro-batches {0, 1} and {2, 3} normalised by the mini-batch's weighted count sum to the whole
+    kw = L.minibatch_normalisers("seq-mean-token-mean", mask, global_norm=True, row_weights=w)
+    assert kw == {"global_seq_count": pytest.approx(2.0)}
+    parts = [L.agg_loss(loss[a:b], mask[a:b], "seq-mean-token-mean", row_weights=w[a:b], **kw) for a, b in ((0, 2), (2, 4))]
+    assert float(sum(parts)) == pytest.approx(3.0)
+
+
+def test_episode_row_weights():
+    from ragen_core.trainer.update import episode_row_weights
+
+    assert episode_row_weights(torch.tensor([4, 4, 7, 4, 9])).tolist() == pytest.approx([1 / 3, 1 / 3, 1.0, 1 / 3, 1.0])
+
+
 @pytest.mark.parametrize("mode", L.AGG_MODES)
 def test_agg_empty_mask_is_zero(mode):
     assert float(L.agg_loss(t(LOSS), torch.zeros(3, 4), mode)) == 0.0

@@ -317,3 +317,40 @@ def test_first_step_logs_the_warm_start_valid_rate(tmp_path):
     history = Trainer(cfg).train()
     rate = history[0]["warm_start/valid_rate"]
     assert 0.0 <= rate <= 1.0
+
+
+def _corridor_script(tok):
+    """Call 0: even rows walk straight to the goal (one turn, reward 1); every other reply walks
+    away from it, so those episodes play both turns and fail."""
+    import re
+
+    from ragen_core.engines.scripted import ScriptedEngine
+
+    def script(call, row, prompt):
+        state = re.findall(r"[P_G]*P[P_G]*G[P_G]*|[P_G]*G[P_G]*P[P_G]*", tok.decode(prompt))[-1]
+        move = "Right" if state.index("G") > state.index("P") else "Left"
+        steps = abs(state.index("G") - state.index("P"))
+        if call == 0 and row % 2 == 0:
+            return f"go</think><answer>{' || '.join([move] * steps)}</answer>"  # the prompt ends with "<think>"
+        return f"go</think><answer>{'Left' if move == 'Right' else 'Right'}</answer>"
+
+    return ScriptedEngine(script, tok)
+
+
+@pytest.mark.parametrize("unit", ["row", "episode"])
+def test_seq_mean_unit_episode_weighs_each_episode_once_in_windowed_mode(tmp_path, monkeypatch, unit):
+    """Group-normalised advantages sum to 0 over a group's episodes. Counting every turn row as a
+    sequence, the two-turn failures outweigh the one-turn successes and the first (ratio 1) policy
+    loss is positive; counting episodes, it is 0."""
+    from ragen_core.trainer import setup
+
+    monkeypatch.setattr(setup, "make_engine", lambda c, m, t: _corridor_script(t))
+    trainer = Trainer(make_config(tmp_path, "steps=1", "test_freq=0", "env_config.max_actions_per_turn=2", "rollout.extra.context_window=last-k",
+                                  "rollout.extra.max_context_turns=1", "optim.mini_batch_size=64", "optim.micro_batch_size=2",
+                                  "sampling.train.max_new_tokens=40", f"optim.seq_mean_unit={unit}", "filter=none"))
+    (row,) = trainer.train()
+    assert row["train/success"] == pytest.approx(0.5) and row["train/batch_size"] == 6  # 2 x 1 + 2 x 2 turn rows
+    if unit == "episode":
+        assert row["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)
+    else:
+        assert row["actor/pg_loss"] > 0.1

@@ -95,6 +95,13 @@ class OptimSection(_Section):
     """Linear learning-rate warm-up over the first N training steps (actor and critic): step
     ``k`` uses ``lr * min(1, k / N)``; 0 = off. Guards a warm-started model against Adam's first
     updates, which move every weight by about ``lr`` whatever the gradient's size."""
+    seq_mean_unit: Literal["row", "episode"] = "row"
+    """What the ``seq-mean-*`` loss modes average over when a windowed context mode trains one row
+    per turn. ``row`` (reference): every turn row is a sequence, so an episode weighs as many
+    rows as it has turns, and with a group-mean baseline the long (often failed) episodes tilt
+    the tokens every reply shares (the format) towards negative advantage. ``episode``: the rows
+    of an episode share one sequence's weight (``1/turns`` each), as one row per episode does in
+    ``full`` mode. No effect in ``full`` mode or with ``token-mean``."""
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
     """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
     peft: PeftSection | None = None

@@ -148,14 +148,16 @@ def masked_whiten(
 # aggregation
 
 
-def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, norm_constant: float | None = None) -> dict[str, float]:
+def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, norm_constant: float | None = None,
+                          row_weights: torch.Tensor | None = None) -> dict[str, float]:
     """The :func:`agg_loss` keyword arguments that normalise each micro-batch by its whole mini-batch.
 
     ``mask`` is the mini-batch's ``[B, L-1]`` response mask. ``seq-mean-token-sum-norm`` always
     gets its constant (``norm_constant``, else the padded width); with ``global_norm`` the other
     modes get the mini-batch's token or sequence count, so summed micro-batch losses equal the
-    mini-batch loss. An empty dict means every micro-batch normalises itself: average the
-    micro-batch losses instead of summing them.
+    mini-batch loss. With ``row_weights`` (``[B]``) the sequence count is their sum over rows that
+    have tokens. An empty dict means every micro-batch normalises itself: average the micro-batch
+    losses instead of summing them.
     """
     if mode == "seq-mean-token-sum-norm":
         return {"norm_constant": float(norm_constant or mask.shape[-1])}
@@ -163,7 +165,8 @@ def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, n
         return {}
     if mode == "token-mean":
         return {"global_token_count": float(mask.sum())}
-    return {"global_seq_count": float((mask.sum(1) > 0).sum())}
+    has = (mask.sum(1) > 0).double()
+    return {"global_seq_count": float((has if row_weights is None else has * row_weights.double()).sum())}
 
 
 def agg_loss(
@@ -174,6 +177,7 @@ def agg_loss(
     global_token_count: float | torch.Tensor | None = None,
     global_seq_count: float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    row_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Aggregate a per-token loss ``L[i, t]`` into a scalar (spec 8.5).
 
@@ -192,6 +196,10 @@ def agg_loss(
 
     ``global_seq_count`` replaces ``|S|`` in the two ``seq-mean`` modes in the same way as
     ``global_token_count`` does for ``token-mean``. Empty masks give 0.
+
+    ``row_weights`` (``[B]``, seq-mean modes only) weighs each row's sequence loss, and ``|S|``
+    becomes the weights' sum over ``S``: with one row per turn and weight ``1/turns`` per row, each
+    *episode* counts as one sequence (``optim.seq_mean_unit=episode``). Other modes ignore it.
 
     Raises:
         ConfigError: unknown ``mode``.
@@ -215,6 +223,8 @@ def agg_loss(
             else seq_sum
         )
         has_tokens = (tokens_per_seq > 0).to(loss_mat.dtype)
+        if row_weights is not None:
+            has_tokens = has_tokens * row_weights.to(device=loss_mat.device, dtype=loss_mat.dtype)
         n_seq = (
             has_tokens.sum()
             if global_seq_count is None
@@ -254,6 +264,7 @@ def policy_loss(
     global_token_count: float | torch.Tensor | None = None,
     global_seq_count: float | torch.Tensor | None = None,
     norm_constant: float | None = None,
+    row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO surrogate with asymmetric and dual clipping (spec 8.5).
 
@@ -265,7 +276,7 @@ def policy_loss(
         L  = min(Lc, −A·clip_c)   if A < 0      (dual clip)
         L  = Lc                   if A ≥ 0
 
-    then ``loss = agg_loss(L, mask, agg_mode)``.
+    then ``loss = agg_loss(L, mask, agg_mode, row_weights=...)``.
 
     Returns:
         ``(loss, metrics)``; metrics (masked means, floats): ``pg_loss``; ``pg_clipfrac`` —
@@ -296,6 +307,7 @@ def policy_loss(
         global_token_count=global_token_count,
         global_seq_count=global_seq_count,
         norm_constant=norm_constant,
+        row_weights=row_weights,
     )
     with torch.no_grad():
         fm = mask.to(log_probs.dtype)

@@ -26,6 +26,14 @@ def _masked_mean(x: Any, m: Any) -> float:
     return float((x * m).sum()) / total if total > 0 else 0.0
 
 
+def episode_row_weights(episode_ids: Any) -> Any:
+    """``[B]`` weight ``1/n`` of each row whose episode has ``n`` rows in the batch (``optim.seq_mean_unit=episode``)."""
+    import torch
+
+    _, inverse, counts = torch.unique(episode_ids, return_inverse=True, return_counts=True)
+    return 1.0 / counts[inverse].double()
+
+
 class UpdateMixin:
     """Methods of the trainer that compute and apply gradients."""
 
@@ -171,12 +179,15 @@ class UpdateMixin:
         skipped = 0
         rows = list(range(len(batch)))
         params = [p for p in self.model.parameters() if p.requires_grad]
+        weights = episode_row_weights(batch.episode_ids) if o.seq_mean_unit == "episode" and mode in ("seq-mean-token-mean", "seq-mean-token-sum") else None
+        weights = weights if weights is None or bool((weights < 1).any()) else None  # one row per episode: plain seq-mean
         for _ in range(o.ppo_epochs):
             for mini in micro_batches(rows, o.mini_batch_size):
                 m_mini = batch.response_mask[mini]
                 mini_tokens = max(float(m_mini.sum()), 1.0)
                 extra = getattr(self.algorithm, "agg_kwargs", None) or {}
-                agg_kw = minibatch_normalisers(mode, m_mini, global_norm=acfg.global_token_norm, norm_constant=extra.get("norm_constant"))
+                agg_kw = minibatch_normalisers(mode, m_mini, global_norm=acfg.global_token_norm, norm_constant=extra.get("norm_constant"),
+                                               row_weights=None if weights is None else weights[mini])
                 micros = micro_batches(mini, o.micro_batch_size)
                 loss_w = 1.0 if agg_kw else 1.0 / len(micros)
                 # losses: summed over micro-batches (they are already mini-batch normalised) or averaged;
@@ -188,6 +199,7 @@ class UpdateMixin:
                 for idx in micros:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
+                    kw = agg_kw if weights is None else {**agg_kw, "row_weights": weights[idx].to(device)}
                     share = float(mask.sum()) / mini_tokens
                     need_entropy = acfg.entropy_coeff != 0 or single
                     logp, entropy = token_logprobs(self.model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temp,
@@ -199,17 +211,17 @@ class UpdateMixin:
                             diff_sum += float(((logp.detach().cpu() - sub.engine_logprobs).abs() * sub.response_mask).sum())
                     pg, pm = policy_loss(logp, sub.old_log_probs.to(device), sub.advantages.to(device), mask,
                                          clip_low=acfg.clip_ratio_low, clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c,
-                                         agg_mode=mode, **agg_kw)
+                                         agg_mode=mode, **kw)
                     loss = pg
                     acc["actor/pg_loss"] += pm["pg_loss"] * loss_w
                     for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
                         acc[f"actor/{k}"] += pm[k] * share
                     if need_entropy:
-                        ent_loss = agg_loss(entropy, mask, mode, **agg_kw)
+                        ent_loss = agg_loss(entropy, mask, mode, **kw)
                         loss = loss - acfg.entropy_coeff * ent_loss
                         acc["actor/entropy_loss"] += float(ent_loss.detach()) * loss_w
                     if acfg.use_kl_loss:
-                        kl = agg_loss(kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type), mask, mode, **agg_kw)
+                        kl = agg_loss(kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type), mask, mode, **kw)
                         loss = loss + acfg.kl_loss_coef * kl
                         acc["actor/kl_loss"] += float(kl.detach()) * loss_w
                     (loss * loss_w).backward()
