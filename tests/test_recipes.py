@@ -141,3 +141,20 @@ def test_bandit_learn_recipe_matches_the_measured_settings():
     ws = cfg.warm_start
     assert (ws.episodes, ws.epochs, ws.max_rounds, ws.target_valid_rate) == (256, 4, 5, 0.95) and ws.max_seconds >= 3600  # no time cut
     assert ws.thoughts == [""]  # empty reasoning: only with it did the fresh warm start reach its valid-reply gate
+
+
+def test_frozenlake_one_lake_recipe_matches_the_measured_settings():
+    """The recipe is what bench/learning_grid.py --recipe measured: one fixed deterministic lake,
+    one-turn context, GRPO counting each episode once with a KL loss, first-turn warm start with
+    empty reasoning."""
+    pytest.importorskip("ragen_env_frozenlake")
+    from ragen_core.cli.run import build_config
+
+    cfg = build_config(_args("--env", "frozenlake", "--recipe", "learn-one-lake"))
+    assert cfg.preset == "CoordFrozenLake" and cfg.env_config == {"map_seed": 3} and cfg.algo == "grpo"
+    assert cfg.algo_config == {"use_kl_loss": True, "kl_loss_coef": 0.1, "kl_loss_type": "k3"}
+    assert cfg.rollout.extra == {"context_window": "last-k", "max_context_turns": 1}
+    assert (cfg.rollout.env_groups, cfg.rollout.group_size, cfg.sampling.train.max_new_tokens) == (1, 16, 32)
+    assert cfg.optim.seq_mean_unit == "episode" and cfg.optim.lr_warmup_steps == 5 and cfg.optim.lr == 2e-4
+    ws = cfg.warm_start
+    assert (ws.max_turns, ws.thoughts, ws.target_valid_rate, ws.episodes) == (1, [""], 0.95, 256)
