@@ -51,14 +51,14 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     from ragen_core.config import load_config
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.config import RunConfig
-    from ragen_core.trainer.warmstart import cache_key, cache_root, warm_start
+    from ragen_core.trainer.warmstart import cache_folder, warm_start
 
     base = next(iter(args.bases.values()), None)
     cfg = load_config(RunConfig, [], common(args) + [f"warm_start.episodes={args.warm_episodes}", f"warm_start.epochs={args.warm_epochs}",
                                                      f"warm_start.cache_dir={args.cache}"], base=base)
     model, tok = load_model_and_tokenizer("tiny")
     warm_start(cfg, model, tok)
-    return str(cache_root(cfg) / cache_key(cfg))
+    return str(cache_folder(cfg))
 
 
 class _Clock:

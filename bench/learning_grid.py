@@ -81,16 +81,16 @@ def build_warm_start(args: argparse.Namespace, build: bool = True) -> dict:
     """Build (or load from ``--cache``) the recipe's own warm start; sets ``args.warm_model``; returns its record.
 
     ``build=False`` (``--report-only``) only reads the record of the cached folder."""
+    import torch
+
     from ragen_core.config import load_config
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.config import RunConfig
-    from ragen_core.trainer.warmstart import cache_key, cache_root, read_meta, warm_start
-
-    import torch
+    from ragen_core.trainer.warmstart import cache_folder, read_meta, warm_start
 
     torch.set_num_threads(args.threads)
     cfg = load_config(RunConfig, [], [*args.set, f"warm_start.cache_dir={args.cache}"], base=recipe_base(args))
-    folder = cache_root(cfg) / cache_key(cfg)
+    folder = cache_folder(cfg)
     cached = (folder / "config.json").is_file()
     if not build:
         args.warm_model = str(folder)

@@ -158,6 +158,13 @@ def turn_rows(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], lis
     return rows, layouts, episode, turn_no
 
 
+def per_turn_rows(runner_config: Any) -> bool:
+    """True when a rollout runner's config uses a windowed context mode (``last-k``,
+    ``single-turn``): later turns do not extend earlier ones, so :func:`build_batch` needs
+    ``per_turn=True`` (one row per turn)."""
+    return getattr(runner_config, "context_window", "full") != "full"
+
+
 def build_batch(
     trajectories: Sequence[Trajectory],
     pad_token_id: int,

@@ -278,7 +278,7 @@ def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float], Any]
     """
     from ragen_core import registry
     from ragen_core.seeding import derive_seed
-    from ragen_core.trainer.batch import build_batch
+    from ragen_core.trainer.batch import build_batch, per_turn_rows
     from ragen_core.trainer.setup import make_runner
 
     cfg = trainer.config
@@ -291,7 +291,7 @@ def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float], Any]
     metrics = {"grad_analysis/source_env_groups": float(groups), "grad_analysis/source_group_size": float(size),
                "grad_analysis/source_batch_size": float(len(trajs)), "grad_analysis/uses_training_batch": 0.0}
     trajs = [t for t in trajs if t.turns]
-    per_turn = getattr(trainer._ga_runner.config, "context_window", "full") != "full"
+    per_turn = per_turn_rows(trainer._ga_runner.config)
     batch = build_batch(trajs, trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
                         grouping=cfg.reward.grouping, per_turn=per_turn)
     raw = batch

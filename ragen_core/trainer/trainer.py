@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.trainer.batch import TrainBatch, build_batch
+from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.context import TrainContext
@@ -268,7 +268,7 @@ class Trainer(CheckpointMixin, UpdateMixin):
             metrics["warm_start/valid_rate"] = float(meta["valid_rate"])
         # episodes whose first prompt did not fit the context have no tokens to train on
         trajs = [t for t in trajs if t.turns]
-        per_turn = getattr(self.runner.config, "context_window", "full") != "full"
+        per_turn = per_turn_rows(self.runner.config)
         batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
                             grouping=cfg.reward.grouping, per_turn=per_turn)
         with timer("filter"):

@@ -179,10 +179,9 @@ class UpdateMixin:
         skipped = 0
         rows = list(range(len(batch)))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        weights = None  # optim.seq_mean_unit=episode with one row per turn: each episode is one sequence
+        weights = None  # optim.seq_mean_unit=episode: the turn rows of an episode share one sequence's weight
         if o.seq_mean_unit == "episode" and mode in ("seq-mean-token-mean", "seq-mean-token-sum"):
             weights = episode_row_weights(batch.episode_ids)
-            weights = weights if bool((weights < 1).any()) else None  # one row per episode: plain seq-mean
         for _ in range(o.ppo_epochs):
             for mini in micro_batches(rows, o.mini_batch_size):
                 m_mini = batch.response_mask[mini]

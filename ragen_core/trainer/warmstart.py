@@ -187,6 +187,11 @@ def cache_root(config: RunConfig) -> Path:
     return default_cache_dir().parent / "warmstart"
 
 
+def cache_folder(config: RunConfig) -> Path:
+    """The folder :func:`warm_start` writes (and reuses) for ``config``."""
+    return cache_root(config) / cache_key(config)
+
+
 def has_random_actions(config: RunConfig) -> bool:
     """True when the env exposes legal actions (``action_names`` or an overridden ``random_action``)."""
     from ragen_core import registry
@@ -211,10 +216,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     import time
 
     from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
 
     ws = config.warm_start
-    folder = cache_root(config) / cache_key(config)
+    folder = cache_folder(config)
     if (folder / "config.json").is_file():
         warm = load_model_and_tokenizer(str(folder), device=device)[0]
         meta = read_meta(folder)
@@ -234,8 +240,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
     balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
-    # windowed context modes: later turns do not extend earlier ones, so each turn is its own row
-    per_turn = getattr(rollout_config(config), "context_window", "full") != "full"
+    per_turn = per_turn_rows(rollout_config(config))
     history: list[dict[str, Any]] = []
     steps = 0
     for rnd in range(ws.max_rounds):
