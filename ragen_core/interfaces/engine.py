@@ -1,14 +1,23 @@
-"""Rollout engine interface: batched generation over token ids, with weight sync.
+"""Rollout engine interface: batched generation over token ids, with versioned weight sync.
 
-The trainer hands the engine prompt *token ids* (never text) and receives the sampled ids and
-their log-probs, so the update trains on exactly what was sampled. After each optimiser step the
-trainer calls :meth:`Engine.sync_weights`; an in-process HF engine shares the policy module and
-does nothing, a vLLM engine copies the weights into its workers.
+The runner hands the engine prompt *token ids* (never text) and receives the sampled ids and
+their log-probs, so the update trains on exactly what was sampled. Everything that crosses this
+seam is data, so an engine may live in this process (the HF engine), in a vLLM process, or on
+another machine:
+
+* :meth:`Engine.attach` binds the engine to the policy once (an in-process engine shares the
+  module; a remote one only reads the architecture and the first weights);
+* :meth:`Engine.sync_weights` takes a state dict and a **policy version** after every update
+  (no live model object needed); every :class:`Generation` says which version sampled it;
+* ``generate(prompts, params, seeds)`` takes one seed per prompt (per episode and turn), so a
+  reply depends on its own episode's seed, never on its position in the batch or on which other
+  episodes are still running.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,11 +27,15 @@ from ragen_core.specs import PluginConfig
 
 
 class SamplingParams(PluginConfig):
+    """How to sample one reply (the one sampling config: run configs use it too, spec 6.2)."""
+
     temperature: float = Field(default=1.0, ge=0)
+    """Softmax temperature; 0 or ``do_sample: false`` means greedy."""
     top_p: float = Field(default=1.0, gt=0, le=1)
     top_k: int = -1
     """-1 disables top-k."""
-    max_new_tokens: int = Field(default=400, ge=1)
+    max_new_tokens: int = Field(default=48, ge=1)
+    """Generation budget per turn (the reference's ``response_length``, 400 on GPU)."""
     do_sample: bool = True
     """False = greedy."""
 
@@ -34,22 +47,64 @@ class Generation:
     logprobs: list[float] | None
     """Log-prob of each sampled id under the sampling distribution, when the engine reports them."""
     finish_reason: Literal["stop", "length"]
+    policy_version: int = 0
+    """The policy version (see :meth:`Engine.sync_weights`) whose weights sampled this reply."""
+
+
+def per_prompt_seeds(seeds: int | Sequence[int] | None, n: int) -> list[int] | None:
+    """One seed per prompt: a sequence is taken as is (its length must be ``n``); an int is a base
+    expanded as ``derive_seed(base, i)`` (convenience for tests and one-off calls); None = unseeded.
+
+    Raises:
+        ValueError: a sequence of the wrong length.
+    """
+    if seeds is None:
+        return None
+    if isinstance(seeds, int):
+        from ragen_core.seeding import derive_seed
+
+        return [derive_seed(seeds, i) for i in range(n)]
+    out = [int(s) for s in seeds]
+    if len(out) != n:
+        raise ValueError(f"generate got {len(out)} seeds for {n} prompts (one seed per prompt)")
+    return out
 
 
 class Engine(ABC):
-    """Base class of engine plugins."""
+    """Base class of engine plugins (see the module docstring for the contract)."""
 
     config_class: type[PluginConfig] = PluginConfig
 
     def __init__(self, config: PluginConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(**overrides)
+        self.policy_version = 0
+        """Version of the weights the engine samples from (set by :meth:`sync_weights`)."""
+
+    def attach(self, model: Any, tokenizer: Any) -> None:
+        """Bind to the policy before the first rollout.
+
+        The default takes the tokenizer and the model's current weights as version 0 through
+        :meth:`sync_weights`; in-process engines override it to share the module instead.
+        """
+        self.tokenizer = tokenizer
+        self.sync_weights(model.state_dict(), version=0)
 
     @abstractmethod
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
-        """Generate one continuation per prompt, in one batched call."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
+        """Generate one continuation per prompt, in one batched call.
 
-    def sync_weights(self, model: Any) -> None:
-        """Make the engine sample from ``model``'s current weights."""
+        ``seeds``: one per prompt (see :func:`per_prompt_seeds`); the same prompt, params,
+        weights and seed give the same reply whatever else is in the batch.
+        """
+
+    def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Sample from ``weights`` (a state dict of the attached architecture) from now on.
+
+        ``version`` is the policy version the trainer assigns (the number of optimiser updates
+        so far); later generations report it. Engines that share the policy module in-process
+        may skip the copy when ``weights`` are that module's own tensors.
+        """
+        self.policy_version = int(version)
 
     def close(self) -> None:
         """Release resources. Idempotent."""

@@ -1,0 +1,187 @@
+"""Env-pool interface: where environments run, spoken to in plain data only.
+
+The rollout runner never holds an :class:`~ragen_core.interfaces.env.Env` object. It asks a pool
+to reset a list of episodes and then, once per turn, to step all live episodes at once; every
+value that crosses this seam is plain data (ints, strings, floats, lists, dicts of those), so
+the same runner drives envs in this process (the ``local`` pool), in worker processes
+(``process``), in Ray actors or behind HTTP (separate distributions that register a pool under
+the ``ragen_core.env_pools`` entry-point group).
+
+Division of labour:
+
+* the **runner** owns the trajectories (one writer of an episode's status): prompts, parsing,
+  mapping actions onto the env's vocabulary, the format penalty, the action budget, and deciding
+  when an episode ends;
+* the **pool** owns env instances: it builds them from ``(name, config JSON, preset)`` wherever
+  it runs them, resets them with the seeds it is given, executes the actions it is sent in order
+  (stopping at the first ``done``), and reports what happened. A pool enforces its per-step
+  timeout: an episode whose env does not answer in time comes back failed (``end_reason =
+  "timeout"``) instead of hanging the run.
+
+Seeds and groups are the runner's business: a :class:`ResetRequest` carries the seed and the
+member index; the pool does not know about groups.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragen_core.specs import PluginConfig
+
+#: Why a pool ended an episode: ``"done"`` (the env said so), ``"timeout"`` (no answer within the
+#: pool's step timeout), ``"failed"`` (the env worker crashed or the env raised; see ``error``).
+PoolEndReason = Literal["", "done", "timeout", "failed"]
+
+
+class EnvRef(BaseModel):
+    """Which env to build, as data: a registered name, config overrides and an optional preset."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Overrides validated by the env's config model (JSON-serialisable)."""
+    preset: str | None = None
+
+
+@dataclass(frozen=True)
+class EnvFacts:
+    """What the prompt and the runner's turn rules need from an env instance (spec 5, 4.4)."""
+
+    action_names: tuple[str, ...] | None
+    """Fixed action vocabulary the runner maps replies onto (case-insensitively), or None."""
+    action_sep: str | None
+    """Separator of several actions in one answer; None for free-form single answers."""
+    max_actions_per_episode: int
+    max_actions_per_turn: int
+    max_turns: int
+    max_tokens: int
+    """Response-length hint shown in the prompt."""
+
+    @classmethod
+    def of(cls, env: Any) -> EnvFacts:
+        """Facts of a live env (used by pools, on the side where the env lives)."""
+        names = env.action_names
+        c = env.config
+        return cls(
+            action_names=tuple(names) if names is not None else None,
+            action_sep=env.action_sep,
+            max_actions_per_episode=int(c.max_actions_per_episode),
+            max_actions_per_turn=int(c.max_actions_per_turn),
+            max_turns=int(c.max_turns),
+            max_tokens=int(c.max_tokens),
+        )
+
+
+@dataclass(frozen=True)
+class ResetRequest:
+    """Start episode ``episode_id`` from ``seed`` (member ``member`` of its group) in ``mode``."""
+
+    episode_id: int
+    seed: int
+    member: int = 0
+    mode: str = "train"
+
+
+@dataclass
+class EpisodeStart:
+    """What a reset returns for one episode."""
+
+    episode_id: int
+    observation: str
+    instruction: str
+    """Task instruction for the system prompt, from this instance's config."""
+    facts: EnvFacts
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """Execute ``actions`` in order in episode ``episode_id``'s env.
+
+    The runner has already mapped them onto the env's vocabulary and cut them to the action
+    budget. An empty list means the reply had no usable action: the pool executes nothing and
+    returns the env's current rendering.
+    """
+
+    episode_id: int
+    actions: tuple[str, ...] = ()
+
+
+@dataclass
+class StepOutcome:
+    """What one turn did in one episode's env."""
+
+    episode_id: int
+    observation: str
+    reward: float = 0.0
+    """Sum of the rewards of the executed actions (finite)."""
+    done: bool = False
+    """The env ended the episode (``info["success"]`` says whether it was solved)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Info of the last executed action (empty when nothing ran)."""
+    executed: list[str] = field(default_factory=list)
+    """Actions actually executed (a ``done`` stops the rest)."""
+    end_reason: PoolEndReason = ""
+    """Set when the pool ended the episode (see :data:`PoolEndReason`)."""
+    error: str = ""
+    """One line saying what went wrong when ``end_reason`` is ``"timeout"`` or ``"failed"``."""
+
+
+class EnvPoolConfig(PluginConfig):
+    """Settings every pool has."""
+
+    step_timeout_s: float | None = Field(default=None, gt=0)
+    """Longest one episode's step may take; the episode then fails with ``end_reason="timeout"``.
+    None waits forever."""
+    reset_timeout_s: float | None = Field(default=None, gt=0)
+    """Longest one reset may take; a reset that does not finish in time is an error."""
+
+
+class EnvPool(ABC):
+    """Runs env instances of one env for the rollout runner (see the module docstring).
+
+    Args:
+        env: The env to build (name, config overrides, preset).
+        config: The pool's settings (subclasses extend :class:`EnvPoolConfig`).
+
+    Call order: ``reset(requests)`` -> ``step(requests)`` * n -> ``reset`` again or ``close()``.
+    Episode ids are chosen by the runner; ids of a reset replace every earlier episode of the
+    pool. ``close`` is idempotent.
+    """
+
+    config_class: type[EnvPoolConfig] = EnvPoolConfig
+
+    def __init__(self, env: EnvRef, config: EnvPoolConfig | None = None, **overrides: Any) -> None:
+        self.env = env
+        self.config = config if config is not None else self.config_class(**overrides)
+
+    @abstractmethod
+    def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        """Reset one env instance per request; return the starts in request order.
+
+        Raises:
+            EnvError: an env failed to reset (the message names env, seed and member).
+        """
+
+    @abstractmethod
+    def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        """Step every requested episode once (all live episodes of a turn); outcomes in request order.
+
+        Raises:
+            EnvError: an env raised or returned a non-finite reward, for pools that run envs
+                where such a bug can be reported directly (the local pool). Pools whose workers
+                can crash report that as a failed episode instead.
+        """
+
+    def close(self) -> None:
+        """Release every env instance and worker. Idempotent."""
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
