@@ -7,7 +7,7 @@ and is covered by hand-computed golden tests in ``tests/test_losses.py``.
 Contents:
 
 * masked statistics: :func:`masked_sum`, :func:`masked_mean`, :func:`masked_var`,
-  :func:`masked_whiten`;
+  :func:`masked_whiten`, re-exported from their home :mod:`ragen_core.masked`;
 * :func:`agg_loss`: the four loss aggregation modes (``token-mean`` optionally normalised by a
   global token count, which fixes limitation L9);
 * :func:`policy_loss`: clipped surrogate with asymmetric clip and dual clip;
@@ -25,6 +25,8 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ragen_core.errors import ConfigError
+from ragen_core.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from ragen_core.masked import safe_denominator as _safe_denominator
 
 if TYPE_CHECKING:
     import torch
@@ -71,77 +73,6 @@ REWARD_NORM_METHODS = ("identity", "mean", "mean_std", "asym_clip")
 
 LOG_RATIO_CLAMP = 20.0
 """Log-ratios are clamped to ``[-20, 20]`` before ``exp`` (spec 8.1)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# masked statistics
-
-
-def _safe_denominator(value: torch.Tensor) -> torch.Tensor:
-    """Replace a zero normaliser by 1 so an empty mask yields 0, never NaN."""
-    import torch
-
-    return torch.where(value != 0, value, torch.ones_like(value))
-
-
-def masked_sum(
-    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
-) -> torch.Tensor:
-    """``Σ values · mask`` over ``dim`` (all elements when ``dim`` is None)."""
-    prod = values * mask.to(values.dtype)
-    return prod.sum() if dim is None else prod.sum(dim=dim)
-
-
-def masked_mean(
-    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
-) -> torch.Tensor:
-    """``Σ x·m / Σ m`` over ``dim``; 0 where the mask is empty.
-
-    Args:
-        values: Tensor of values.
-        mask: Same shape; bool or float weights.
-        dim: Dimension to reduce; None reduces everything to a scalar.
-    """
-    m = mask.to(values.dtype)
-    return masked_sum(values, m, dim) / _safe_denominator(
-        m.sum() if dim is None else m.sum(dim=dim)
-    )
-
-
-def masked_var(
-    values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True
-) -> torch.Tensor:
-    """Masked variance over all elements: ``Σ m (x − μ)² / (n − 1)`` with ``n = Σ m``.
-
-    ``unbiased=False`` divides by ``n``. With ``n ≤ 1`` (unbiased) or ``n = 0`` the variance
-    is defined as 0 instead of failing, so whitening a single token gives 0.
-    """
-    m = mask.to(values.dtype)
-    mean = masked_mean(values, m)
-    sq = masked_sum((values - mean) ** 2, m)
-    n = m.sum()
-    denom = n - 1 if unbiased else n
-    return sq / _safe_denominator(denom.clamp(min=0)) * (denom > 0).to(values.dtype)
-
-
-def masked_whiten(
-    values: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    shift_mean: bool = True,
-    eps: float = 1e-8,
-) -> torch.Tensor:
-    """``(x − μ_m) / sqrt(var_m + eps)`` with the masked mean and unbiased masked variance.
-
-    With ``shift_mean=False`` the mean is added back after scaling. Values outside the mask
-    are transformed too; callers multiply by the mask when they need zeros there.
-    """
-    import torch
-
-    mean = masked_mean(values, mask)
-    var = masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + eps)
-    return whitened if shift_mean else whitened + mean
 
 
 # ---------------------------------------------------------------------------------------------

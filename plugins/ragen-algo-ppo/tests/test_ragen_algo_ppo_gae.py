@@ -12,7 +12,7 @@ from ragen_algo_ppo.config import GAEConfig
 from ragen_algo_ppo.gae import GAEEstimator, masked_gae, whiten_advantages
 
 from ragen_core.interfaces.advantage import AdvantageInputs
-from ragen_core.trainer.losses import masked_mean, masked_var
+from ragen_core.masked import masked_mean, masked_var
 
 
 def t(x):

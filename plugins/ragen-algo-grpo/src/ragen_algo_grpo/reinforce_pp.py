@@ -26,6 +26,7 @@ from ragen_core.interfaces.advantage import (
     AdvantageInputs,
     AdvantageOutputs,
 )
+from ragen_core.masked import masked_whiten
 
 if TYPE_CHECKING:
     import torch
@@ -57,8 +58,6 @@ def reinforce_pp_advantages(
     whiten: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, returns)`` of REINFORCE++ (module docstring)."""
-    from ragen_core.trainer.losses import masked_whiten
-
     returns = discounted_returns(token_rewards, response_mask, gamma)
     fmask = (response_mask > 0).to(token_rewards.dtype)
     adv = masked_whiten(returns, fmask) * fmask if whiten else returns.clone()
@@ -75,8 +74,6 @@ def reinforce_pp_baseline_advantages(
 ) -> torch.Tensor:
     """Advantages of REINFORCE++-baseline (module docstring)."""
     import torch
-
-    from ragen_core.trainer.losses import masked_whiten
 
     with torch.no_grad():
         scores = token_rewards.sum(dim=-1)

@@ -26,6 +26,7 @@ from ragen_core.interfaces.advantage import (
     AdvantageInputs,
     AdvantageOutputs,
 )
+from ragen_core.masked import masked_mean, masked_var, masked_whiten
 
 if TYPE_CHECKING:
     import torch
@@ -88,8 +89,6 @@ def whiten_advantages(
     """
     import torch
 
-    from ragen_core.trainer.losses import masked_whiten
-
     fmask = (response_mask > 0).to(advantages.dtype)
     if group_ids is None:
         return masked_whiten(advantages, fmask, eps=eps) * fmask
@@ -131,8 +130,6 @@ class GAEEstimator(AdvantageEstimator):
 def _metrics(
     raw: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor
 ) -> dict[str, float]:
-    from ragen_core.trainer.losses import masked_mean, masked_var
-
     fmask = (mask > 0).to(raw.dtype)
     return {
         "raw_adv_mean": float(masked_mean(raw, fmask)),

@@ -1,0 +1,104 @@
+"""Masked tensor statistics: the stable API algorithm plugins build on.
+
+Estimators and losses work on ``[batch, tokens]`` tensors where only some positions count (the
+tokens the model generated). Every helper here takes ``values`` and a ``mask`` of the same shape
+and reduces over the masked positions only. Plugins import them from this module
+(``from ragen_core.masked import masked_whiten``); the signatures and the behaviour below change
+only through the deprecation rules of the plugin API.
+
+Conventions shared by every helper:
+
+* **Mask semantics.** ``mask`` may be bool or float. It is cast to ``values``' dtype and used as a
+  weight: ``Σ x·m / Σ m``. A 0/1 mask therefore selects positions; fractional weights are allowed
+  and weigh positions. Values at positions with ``m = 0`` never affect a result, except through
+  ``0 · inf = NaN`` (keep masked-out positions finite).
+* **Shapes.** ``masked_sum`` and ``masked_mean`` reduce over ``dim`` (all elements when ``dim``
+  is None). ``masked_var`` and ``masked_whiten`` always use the statistics of *all* masked
+  elements; ``masked_whiten`` returns a tensor shaped like ``values``.
+* **Empty masks.** A zero normaliser is replaced by 1 (:func:`safe_denominator`), so an empty
+  mask gives a mean and variance of 0, never NaN.
+* **Dtype.** Results keep ``values``' dtype; nothing is upcast, so float32 inputs give float32
+  statistics with float32 rounding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "safe_denominator",
+]
+
+
+def safe_denominator(value: torch.Tensor) -> torch.Tensor:
+    """``value`` with zeros replaced by 1, so dividing an empty sum by it gives 0, never NaN."""
+    import torch
+
+    return torch.where(value != 0, value, torch.ones_like(value))
+
+
+def masked_sum(
+    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
+) -> torch.Tensor:
+    """``Σ values · mask`` over ``dim`` (all elements when ``dim`` is None)."""
+    prod = values * mask.to(values.dtype)
+    return prod.sum() if dim is None else prod.sum(dim=dim)
+
+
+def masked_mean(
+    values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
+) -> torch.Tensor:
+    """``Σ x·m / Σ m`` over ``dim``; 0 where the mask is empty.
+
+    Args:
+        values: Tensor of values.
+        mask: Same shape; bool or float weights.
+        dim: Dimension to reduce; None reduces everything to a scalar.
+    """
+    m = mask.to(values.dtype)
+    return masked_sum(values, m, dim) / safe_denominator(
+        m.sum() if dim is None else m.sum(dim=dim)
+    )
+
+
+def masked_var(
+    values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True
+) -> torch.Tensor:
+    """Masked variance over all elements: ``Σ m (x − μ)² / (n − 1)`` with ``n = Σ m``.
+
+    ``unbiased=False`` divides by ``n``. With ``n ≤ 1`` (unbiased) or ``n = 0`` the variance
+    is defined as 0 instead of failing, so whitening a single token gives 0.
+    """
+    m = mask.to(values.dtype)
+    mean = masked_mean(values, m)
+    sq = masked_sum((values - mean) ** 2, m)
+    n = m.sum()
+    denom = n - 1 if unbiased else n
+    return sq / safe_denominator(denom.clamp(min=0)) * (denom > 0).to(values.dtype)
+
+
+def masked_whiten(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """``(x − μ_m) / sqrt(var_m + eps)`` with the masked mean and unbiased masked variance.
+
+    With ``shift_mean=False`` the mean is added back after scaling. Values outside the mask
+    are transformed too; callers multiply by the mask when they need zeros there.
+    """
+    import torch
+
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    return whitened if shift_mean else whitened + mean
