@@ -19,6 +19,12 @@ Conventions shared by every helper:
   mask gives a mean and variance of 0, never NaN.
 * **Dtype.** Results keep ``values``' dtype; nothing is upcast, so float32 inputs give float32
   statistics with float32 rounding.
+* **Constant inputs are exact.** When every masked value (along ``dim``) is the same number
+  ``c``, :func:`masked_mean` returns ``c`` itself rather than ``Σ c·m / Σ m`` (which float
+  rounding can move by an ulp). Hence :func:`masked_var` of a constant is exactly 0 and
+  :func:`masked_whiten` of a constant is exactly 0 on the mask: whitening ``x − μ`` that is one
+  ulp off by ``sqrt(eps)`` would otherwise turn rounding noise into advantages of order 1e-3 to 1
+  on batches that carry no signal at all.
 """
 
 from __future__ import annotations
@@ -55,17 +61,28 @@ def masked_sum(
 def masked_mean(
     values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 ) -> torch.Tensor:
-    """``Σ x·m / Σ m`` over ``dim``; 0 where the mask is empty.
+    """``Σ x·m / Σ m`` over ``dim``; 0 where the mask is empty; exactly ``c`` if all masked x = c.
 
     Args:
         values: Tensor of values.
         mask: Same shape; bool or float weights.
         dim: Dimension to reduce; None reduces everything to a scalar.
     """
+    import torch
+
     m = mask.to(values.dtype)
-    return masked_sum(values, m, dim) / safe_denominator(
+    on = m != 0
+    mean = masked_sum(values, m, dim) / safe_denominator(
         m.sum() if dim is None else m.sum(dim=dim)
     )
+    # The smallest and largest masked value coincide exactly when the masked values are one
+    # constant c; an empty mask gives (inf, -inf) and keeps the 0 above. No host sync needed.
+    # ``mean + (c − mean)`` is exactly c (mean is within an ulp of c, so the difference is exact)
+    # and keeps the gradient of the plain mean for callers that differentiate.
+    lo = values.masked_fill(~on, float("inf"))
+    hi = values.masked_fill(~on, float("-inf"))
+    lo, hi = (lo.amin(), hi.amax()) if dim is None else (lo.amin(dim), hi.amax(dim))
+    return torch.where(lo == hi, mean + (lo - mean).detach(), mean)
 
 
 def masked_var(
@@ -74,7 +91,8 @@ def masked_var(
     """Masked variance over all elements: ``Σ m (x − μ)² / (n − 1)`` with ``n = Σ m``.
 
     ``unbiased=False`` divides by ``n``. With ``n ≤ 1`` (unbiased) or ``n = 0`` the variance
-    is defined as 0 instead of failing, so whitening a single token gives 0.
+    is defined as 0 instead of failing, so whitening a single token gives 0. Constant masked
+    values give exactly 0 (see :func:`masked_mean`).
     """
     m = mask.to(values.dtype)
     mean = masked_mean(values, m)
@@ -94,7 +112,8 @@ def masked_whiten(
     """``(x − μ_m) / sqrt(var_m + eps)`` with the masked mean and unbiased masked variance.
 
     With ``shift_mean=False`` the mean is added back after scaling. Values outside the mask
-    are transformed too; callers multiply by the mask when they need zeros there.
+    are transformed too; callers multiply by the mask when they need zeros there. Masked values
+    that are all equal whiten to exactly 0 (exactly ``c`` with ``shift_mean=False``).
     """
     import torch
 
