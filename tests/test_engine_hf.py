@@ -56,9 +56,9 @@ def test_greedy_batched_equals_single_and_hf_generate(engine, mt):
 def test_same_seed_same_samples_other_seed_differs(engine, mt):
     prompts = _prompts(mt[1]) * 2
     params = SamplingParams(max_new_tokens=16)
-    a = engine.generate(prompts, params, seed=7)
-    b = engine.generate(prompts, params, seed=7)
-    c = engine.generate(prompts, params, seed=8)
+    a = engine.generate(prompts, params, seeds=7)
+    b = engine.generate(prompts, params, seeds=7)
+    c = engine.generate(prompts, params, seeds=8)
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
     assert [g.logprobs for g in a] == [g.logprobs for g in b]
     assert [g.token_ids for g in a] != [g.token_ids for g in c]
@@ -66,7 +66,7 @@ def test_same_seed_same_samples_other_seed_differs(engine, mt):
 
 def test_global_rng_untouched(engine, mt):
     state = torch.random.get_rng_state()
-    engine.generate(_prompts(mt[1]), SamplingParams(max_new_tokens=4), seed=1)
+    engine.generate(_prompts(mt[1]), SamplingParams(max_new_tokens=4), seeds=1)
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -105,7 +105,7 @@ def test_logprobs_are_under_the_sampling_distribution(engine, mt):
     model, tok = mt
     params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=10)
     prompt = _prompts(tok)[2]
-    g = engine.generate([prompt], params, seed=3)[0]
+    g = engine.generate([prompt], params, seeds=3)[0]
     ids = torch.tensor([prompt + g.token_ids])
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
@@ -137,7 +137,7 @@ def test_greedy_logprobs_are_model_log_softmax(engine, mt):
 
 def test_top_k_one_equals_greedy(engine, mt):
     prompts = _prompts(mt[1])
-    a = engine.generate(prompts, SamplingParams(top_k=1, max_new_tokens=8), seed=5)
+    a = engine.generate(prompts, SamplingParams(top_k=1, max_new_tokens=8), seeds=5)
     b = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=8))
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
     assert all(lp == pytest.approx(0.0, abs=1e-6) for g in a for lp in g.logprobs)
@@ -145,16 +145,15 @@ def test_top_k_one_equals_greedy(engine, mt):
 
 def test_temperature_zero_is_greedy(engine, mt):
     prompts = _prompts(mt[1])
-    a = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=6), seed=1)
+    a = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=6), seeds=1)
     b = engine.generate(prompts, SamplingParams(do_sample=False, max_new_tokens=6))
     assert [g.token_ids for g in a] == [g.token_ids for g in b]
 
 
 def test_sample_next_masks_unused_vocab():
     logits = torch.tensor([[0.0, 0.0, 50.0, 50.0]])
-    gen = torch.Generator().manual_seed(0)
     for params in (SamplingParams(do_sample=False), SamplingParams()):
-        ids, _ = sample_next(logits, params, gen, vocab_limit=2)
+        ids, _ = sample_next(logits, params, torch.rand(1, generator=torch.Generator().manual_seed(0)), vocab_limit=2)
         assert ids.item() in (0, 1)
 
 
@@ -164,7 +163,7 @@ def test_top_p_keeps_smallest_nucleus():
     gen = torch.Generator().manual_seed(0)
     seen = set()
     for _ in range(200):
-        ids, lp = sample_next(logits, SamplingParams(top_p=0.6), gen)
+        ids, lp = sample_next(logits, SamplingParams(top_p=0.6), torch.rand(1, generator=gen))
         seen.add(ids.item())
         if ids.item() == 0:
             assert lp.item() == pytest.approx(float(torch.log(torch.tensor(0.5 / 0.8))), abs=1e-5)
@@ -179,26 +178,86 @@ def test_max_batch_size_chunks_keep_greedy_results(mt):
     assert [g.token_ids for g in whole] == [g.token_ids for g in chunked]
 
 
-def test_sync_weights_switches_model(engine, mt):
-    model, tok = mt
-    prompts = _prompts(tok)
-    before = engine.generate(prompts, GREEDY)
+def _perturbed(model):
     other = copy.deepcopy(model)
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(0)) * 0.5)
-    engine.sync_weights(other)
-    after = engine.generate(prompts, GREEDY)
-    assert [g.token_ids for g in before] != [g.token_ids for g in after]
-    engine.sync_weights(model)
-    assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == [g.token_ids for g in before]
+    return other
+
+
+def test_sync_weights_from_another_state_dict_copies_into_the_attached_module(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    mine = copy.deepcopy(model)  # the engine writes into its module: keep the shared fixture intact
+    eng = HFEngine(model=mine, tokenizer=tok)
+    before = [g.token_ids for g in eng.generate(prompts, GREEDY)]
+    other = _perturbed(model)
+    expected = [g.token_ids for g in HFEngine(model=other, tokenizer=tok).generate(prompts, GREEDY)]
+    assert expected != before
+    eng.sync_weights(other.state_dict(), version=3)
+    assert eng.model is mine
+    after = eng.generate(prompts, GREEDY)
+    assert [g.token_ids for g in after] == expected
+    assert [g.policy_version for g in after] == [3, 3, 3]
+    for (name, a), b in zip(mine.state_dict().items(), other.state_dict().values()):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr(), name  # copied, not shared
+    eng.sync_weights(model.state_dict(), version=4)
+    assert [g.token_ids for g in eng.generate(prompts, GREEDY)] == before
+
+
+def test_sync_weights_with_the_modules_own_tensors_copies_nothing(mt, monkeypatch):
+    model, tok = mt
+    mine = copy.deepcopy(model)
+    eng = HFEngine(model=mine, tokenizer=tok)
+    eng.generate(_prompts(tok), GREEDY)
+    assert eng._store
+
+    def refuse(*a, **k):
+        raise AssertionError("own tensors must not be copied")
+
+    monkeypatch.setattr(mine, "load_state_dict", refuse)
+    eng.sync_weights(mine.state_dict(), version=2)
+    assert eng.policy_version == 2 and eng._store == []  # version recorded, kept caches dropped
+
+
+def test_sync_weights_after_an_in_place_update_samples_the_new_weights(mt):
+    model, tok = mt
+    prompts = _prompts(tok)
+    mine = copy.deepcopy(model)
+    eng = HFEngine(model=mine, tokenizer=tok)
+    eng.generate(prompts, GREEDY)  # leaves kept caches computed with the old weights
+    with torch.no_grad():
+        for p, q in zip(mine.parameters(), _perturbed(model).parameters()):
+            p.copy_(q)  # what an optimiser step does: same tensors, new values
+    eng.sync_weights(mine.state_dict(), version=1)
+    expected = HFEngine(model=_perturbed(model), tokenizer=tok).generate(prompts, GREEDY)
+    assert [g.token_ids for g in eng.generate(prompts, GREEDY)] == [g.token_ids for g in expected]
+
+
+def test_policy_version_on_generations(engine, mt):
+    model, tok = mt
+    assert {g.policy_version for g in engine.generate(_prompts(tok), GREEDY)} == {0}
+    engine.sync_weights(model.state_dict(), version=7)
+    assert {g.policy_version for g in engine.generate(_prompts(tok), SamplingParams(max_new_tokens=3), seeds=1)} == {7}
+    engine.attach(model, tok)
+    assert engine.policy_version == 0
+
+
+def test_sync_weights_rejects_a_state_dict_of_another_shape(mt):
+    model, tok = mt
+    eng = HFEngine(model=copy.deepcopy(model), tokenizer=tok)
+    weights = dict(model.state_dict())
+    weights.pop(next(iter(weights)))
+    with pytest.raises(RagenError, match="does not fit the attached model"):
+        eng.sync_weights(weights, version=1)
 
 
 def test_training_mode_restored(engine, mt):
     model, tok = mt
     model.train()
     try:
-        engine.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seed=0)
+        engine.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seeds=0)
         assert model.training
     finally:
         model.eval()
@@ -222,7 +281,7 @@ def test_engine_loads_model_lazily(tmp_path, monkeypatch):
     monkeypatch.setenv("RAGEN_CACHE", str(tmp_path))
     eng = HFEngine(HFEngineConfig(model="tiny"))
     assert eng.model is None
-    out = eng.generate([[104, 105]], SamplingParams(max_new_tokens=3), seed=0)
+    out = eng.generate([[104, 105]], SamplingParams(max_new_tokens=3), seeds=0)
     assert eng.model is not None and len(out[0].token_ids) <= 3
 
 
@@ -231,12 +290,12 @@ def test_plugin_module_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def _two_turns(engine, tok, params, seed=None):
+def _two_turns(engine, tok, params, seeds=None):
     prompts = _prompts(tok)
-    first = engine.generate(prompts, params, seed=seed)
+    first = engine.generate(prompts, params, seeds=seeds)
     nxt = [p + g.token_ids + tok.encode(f"\nnext {i}", add_special_tokens=False) for i, (p, g) in enumerate(zip(prompts, first))]
     nxt[0] = tok.encode("an unrelated fresh prompt", add_special_tokens=False)
-    return first, nxt, engine.generate(nxt, params, seed=seed)
+    return first, nxt, engine.generate(nxt, params, seeds=seeds)
 
 
 def test_kv_reuse_gives_same_greedy_replies_and_skips_prefill(mt):
@@ -262,7 +321,7 @@ def test_kv_reuse_sampling_is_still_seed_deterministic(mt):
     runs = []
     for reuse in (True, True, False):
         eng = HFEngine(HFEngineConfig(reuse_kv_cache=reuse), model=model, tokenizer=tok)
-        runs.append([g.token_ids for g in _two_turns(eng, tok, params, seed=11)[2]])
+        runs.append([g.token_ids for g in _two_turns(eng, tok, params, seeds=11)[2]])
     assert runs[0] == runs[1]
     assert runs[0] == runs[2]  # same distribution, same generator stream
 
@@ -271,7 +330,7 @@ def test_sync_weights_drops_kept_cache(engine, mt):
     model, tok = mt
     engine.generate(_prompts(tok), GREEDY)
     assert engine._store
-    engine.sync_weights(model)
+    engine.sync_weights(model.state_dict(), version=1)
     assert engine._store == []
 
 
@@ -322,5 +381,13 @@ def test_torch_threads_setting_is_restored(mt):
     model, tok = mt
     before = torch.get_num_threads()
     eng = HFEngine(HFEngineConfig(torch_threads=1), model=model, tokenizer=tok)
-    eng.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seed=0)
+    eng.generate(_prompts(tok), SamplingParams(max_new_tokens=2), seeds=0)
     assert torch.get_num_threads() == before
+
+
+def test_stats_split_model_forwards_from_the_engines_own_time(engine, mt):
+    assert engine.stats["forward_s"] == engine.stats["total_s"] == 0.0
+    engine.generate(_prompts(mt[1]), SamplingParams(max_new_tokens=4), seeds=0)
+    st = engine.stats
+    assert 0.0 < st["forward_s"] < st["total_s"]  # the rest is the engine's own time
+    assert st["calls"] == 1 and st["generated_tokens"] == 12

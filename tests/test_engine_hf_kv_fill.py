@@ -47,7 +47,7 @@ def _three_turns(mt):
     params = SamplingParams(temperature=1.0, max_new_tokens=5)
     outs = []
     for turn in range(3):
-        gens = eng.generate(prompts, params, seed=turn)
+        gens = eng.generate(prompts, params, seeds=turn)
         outs.append([(g.token_ids, g.logprobs) for g in gens])
         # Rows grow by different amounts, so kept caches have different lengths (padding).
         prompts = [p + g.token_ids + tok.encode("." * (i + turn + 1), add_special_tokens=False) for i, (p, g) in enumerate(zip(prompts, gens))]

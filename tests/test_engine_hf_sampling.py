@@ -6,8 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ragen_core.engines import sampling
-from ragen_core.engines.sampling import _nucleus_mask, draw, sample_next
+from ragen_core.engines.sampling import _nucleus_mask, draw, row_uniforms, sample_next
 from ragen_core.interfaces.engine import SamplingParams
 
 
@@ -19,10 +18,13 @@ def _sorted_nucleus(x: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(x, float("-inf")).scatter(-1, order, sorted_x.masked_fill(drop, float("-inf")))
 
 
+def _u(rows: int, seed: int) -> torch.Tensor:
+    return torch.rand(rows, generator=torch.Generator().manual_seed(seed))
+
+
 def test_draw_frequencies_follow_probs_and_skip_zero_mass():
     probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(4000, 1)
-    gen = torch.Generator().manual_seed(0)
-    ids = draw(probs, gen)
+    ids = draw(probs, _u(len(probs), 0))
     counts = torch.bincount(ids, minlength=5).double() / len(ids)
     assert counts[1] == 0 and counts[4] == 0
     # Binomial standard error with n=4000 is <= 0.008; allow 4 of them.
@@ -32,17 +34,35 @@ def test_draw_frequencies_follow_probs_and_skip_zero_mass():
 
 def test_draw_accepts_unnormalised_rows_and_is_seeded():
     probs = torch.tensor([[2.0, 6.0, 0.0], [0.0, 0.0, 5.0]])
-    a = [draw(probs, torch.Generator().manual_seed(3)).tolist() for _ in range(2)]
+    a = [draw(probs, _u(2, 3)).tolist() for _ in range(2)]
     assert a[0] == a[1]
     assert a[0][1] == 2  # the only id with mass
-    draws = draw(probs[:1].repeat(3000, 1), torch.Generator().manual_seed(1))
+    draws = draw(probs[:1].repeat(3000, 1), _u(3000, 1))
     assert abs(float((draws == 1).double().mean()) - 0.75) < 0.04
 
 
-def test_draw_at_the_top_of_the_cdf_takes_the_last_id_with_mass(monkeypatch):
+def test_draw_at_the_top_of_the_cdf_takes_the_last_id_with_mass():
     probs = torch.tensor([[0.25, 0.75, 0.0, 0.0], [0.5, 0.0, 0.0, 0.5]])
-    monkeypatch.setattr(sampling.torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw.get("dtype")))
-    assert draw(probs, torch.Generator()).tolist() == [1, 3]
+    # u * total rounding up to the total (u = 1 stands in for it): the last id with mass.
+    assert draw(probs, torch.ones(2)).tolist() == [1, 3]
+
+
+def test_draw_row_depends_only_on_its_own_uniform():
+    probs = torch.tensor([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0], [0.1, 0.1, 0.8]])
+    u = torch.tensor([0.1, 0.5, 0.95])
+    together = draw(probs, u).tolist()
+    assert together == [0, 0, 2]  # cdf rows [.2 .5 1], [.6 1 1], [.1 .2 1]
+    assert [draw(probs[i : i + 1], u[i : i + 1]).item() for i in range(3)] == together
+
+
+def test_row_uniforms_are_one_stream_per_seed():
+    a = row_uniforms([5, 6, 7], steps=10)
+    b = row_uniforms([7, 99], steps=10)
+    assert a.shape == (3, 10) and a.dtype == torch.float32
+    assert bool(((a >= 0) & (a < 1)).all())
+    assert torch.equal(a[2], b[0])  # seed 7's stream, whatever the other rows
+    assert not torch.equal(a[0], a[1])
+    assert torch.equal(row_uniforms([7], steps=4)[0], a[2, :4])  # a longer budget only extends it
 
 
 @pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99, 0.9999])
@@ -64,6 +84,6 @@ def test_nucleus_keeps_the_first_id_and_respects_top_k_masking():
 def test_sample_next_with_vocab_limit_never_returns_cut_ids():
     logits = torch.zeros(2000, 6)
     logits[:, 4:] = 100.0
-    ids, lp = sample_next(logits, SamplingParams(), torch.Generator().manual_seed(0), vocab_limit=4)
+    ids, lp = sample_next(logits, SamplingParams(), _u(2000, 0), vocab_limit=4)
     assert int(ids.max()) < 4
     assert torch.allclose(lp, torch.full_like(lp, -torch.log(torch.tensor(4.0)).item()))

@@ -53,7 +53,7 @@ def test_sharing_off_prefills_every_row_with_identical_samples(mt):
     a, b, _ = _abc(mt[1])
     prompts = [a, a, b, a]
     on, off = _engine(mt), _engine(mt, share_prompt_prefill=False)
-    got_on, got_off = on.generate(prompts, SAMPLED, seed=4), off.generate(prompts, SAMPLED, seed=4)
+    got_on, got_off = on.generate(prompts, SAMPLED, seeds=4), off.generate(prompts, SAMPLED, seeds=4)
     assert [g.token_ids for g in got_on] == [g.token_ids for g in got_off]
     for x, y in zip(got_on, got_off):
         assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
@@ -65,8 +65,8 @@ def test_duplicate_rows_sample_independently_and_seeded(mt):
     a, _, _ = _abc(mt[1])
     prompts = [a] * 4
     params = SamplingParams(temperature=1.0, max_new_tokens=12)
-    first = [g.token_ids for g in _engine(mt).generate(prompts, params, seed=9)]
-    again = [g.token_ids for g in _engine(mt).generate(prompts, params, seed=9)]
+    first = [g.token_ids for g in _engine(mt).generate(prompts, params, seeds=9)]
+    again = [g.token_ids for g in _engine(mt).generate(prompts, params, seeds=9)]
     assert first == again
     assert len({tuple(t) for t in first}) > 1  # shared prefill, separate draws
 
@@ -78,7 +78,7 @@ def test_multi_turn_reuse_still_hits_after_expansion(mt):
     outs, engines = [], []
     for reuse in (True, False):
         eng = _engine(mt, reuse_kv_cache=reuse)
-        first = eng.generate(prompts, SAMPLED, seed=1)
+        first = eng.generate(prompts, SAMPLED, seeds=1)
         nxt = [p + g.token_ids + tok.encode(f"\nturn 2 row {i}", add_special_tokens=False) for i, (p, g) in enumerate(zip(prompts, first))]
         second = eng.generate(nxt, GREEDY)
         outs.append(([g.token_ids for g in first], [g.token_ids for g in second], [g.logprobs for g in second]))

@@ -71,11 +71,32 @@ class GrowableLayer(DynamicLayer):
         self.values = vbuf[..., :width, :]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self._filled and self._kbuf is not None and self._vbuf is not None:
-            self._kbuf = self._kbuf[indices, ...]
-            self._vbuf = self._vbuf[indices, ...]
-            self.keys = self._kbuf[..., : self._filled, :]
-            self.values = self._vbuf[..., : self._filled, :]
+        """Keep batch rows ``indices`` (new row ``j`` = old row ``indices[j]``).
+
+        Fewer or as many rows (finished rows leaving the batch): rows move inside the existing
+        buffer, so only the filled part of the rows that change place is copied (the engine
+        fills holes from the tail, so that is at most one row per finished row) and the reserve
+        is never allocated again. More rows (a shared prefill repeated per prompt) need a new
+        buffer. Either way ``keys``/``values`` then hold exactly the selected rows.
+        Pass ``indices`` on the CPU to plan the moves without a device synchronisation.
+        """
+        if not self._filled or self._kbuf is None or self._vbuf is None:
+            return
+        n, f = len(indices), self._filled
+        if n > self._kbuf.shape[0]:
+            self._kbuf = self._kbuf[indices.to(self._kbuf.device), ...]
+            self._vbuf = self._vbuf[indices.to(self._vbuf.device), ...]
+        else:
+            moved = (indices != torch.arange(n, device=indices.device)).nonzero().squeeze(-1)
+            if len(moved):
+                # The right-hand side is gathered before anything is written, so a row may be
+                # both read and overwritten in the same move.
+                dst, src = moved.to(self._kbuf.device), indices[moved].to(self._kbuf.device)
+                self._kbuf[dst, :, :f] = self._kbuf[src, :, :f]
+                self._vbuf[dst, :, :f] = self._vbuf[src, :, :f]
+            self._kbuf, self._vbuf = self._kbuf[:n], self._vbuf[:n]
+        self.keys = self._kbuf[..., :f, :]
+        self.values = self._vbuf[..., :f, :]
 
 
 def use_growable_layers(cache: Any, reserve: int) -> None:

@@ -2,8 +2,8 @@
 
 Why a hand-written decode loop instead of ``model.generate``: the rollout layer needs exactly
 the sampled ids (with the EOS the model emitted, never padding), the log-probability of each
-sampled id under the distribution it was drawn from (after temperature, top-k and top-p), a
-seeded generator that does not touch the global torch RNG, and the freedom to drop finished
+sampled id under the distribution it was drawn from (after temperature, top-k and top-p), one
+seeded random stream per reply that leaves the global torch RNG alone, and the freedom to drop finished
 rows from the batch and its KV cache. ``generate`` offers these only piecemeal (scores are
 post-processor logits, finished rows keep decoding padding). The loop is short: one
 prefill forward over the left-padded batch, then one forward per new token on the cache.
@@ -22,28 +22,41 @@ Multi-turn speed (measured in ``bench/bench_multiturn.py``):
   caches are laid straight into that buffer with room for the prefill.
 * **Prebuilt prefill mask** (sdpa on CPU): one additive 4-D mask per prefill instead of a
   boolean one that the attention kernel converts again in every layer (bit-identical output).
+* **Finished rows leave in place**: when replies end, the last live rows move into their
+  places inside the KV buffers (:meth:`~ragen_core.engines._kv.GrowableLayer.batch_select_indices`);
+  nothing is reallocated and only the moved rows' filled positions are copied.
 * **Cheap sampling at large vocabularies** (:mod:`ragen_core.engines.sampling`).
 
 What is left is the model's own work: on the tiny model ~94 % of a multi-turn rollout's CPU
-time is inside its forward (see ``bench/results/multiturn.md``).
+time is inside its forward (see ``bench/results/multiturn.md``). :attr:`HFEngine.stats` keeps
+the split: ``forward_s`` (model forwards) against ``total_s`` (whole ``generate`` calls).
 
-The engine holds a reference to the policy module, so :meth:`HFEngine.sync_weights` is free:
-the next call samples from whatever weights the module has (kept KV caches are dropped).
+Seeds: every reply has its own random stream, seeded by its prompt's seed
+(:func:`~ragen_core.engines.sampling.row_uniforms`: one uniform per new token), so a reply
+depends on its prompt, the params, the weights and its seed, not on its row, on the other
+prompts of the batch, or on when they finish (up to floating-point differences between batch
+shapes, which can move a draw that lands exactly on a boundary). Rows without a seed get one
+from ``os.urandom``.
+
+Weights: the engine holds a reference to the policy module. :meth:`HFEngine.sync_weights` with
+that module's own state dict (the trainer's case) only records the version and drops the kept
+KV caches; any other state dict is loaded into the module first.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ragen_core.engines.config import HFEngineConfig
-from ragen_core.engines.sampling import sample_next
+from ragen_core.engines.sampling import row_uniforms, sample_next
 from ragen_core.errors import RagenError
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
-from ragen_core.seeding import derive_seed
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
 
 __all__ = ["HFEngine", "additive_prefill_mask", "sample_next"]
 
@@ -77,15 +90,19 @@ class HFEngine(Engine):
         #: (prompt ids actually run through the model), ``reused_tokens`` (served from kept KV
         #: caches), ``shared_tokens`` (ids of prompts identical to an earlier prompt of the same
         #: batch, served by its prefill) and ``generated_tokens``. ``prompt_tokens`` is the sum
-        #: of ``prefill_tokens``, ``reused_tokens`` and ``shared_tokens``.
-        self.stats: dict[str, int] = dict.fromkeys(
+        #: of ``prefill_tokens``, ``reused_tokens`` and ``shared_tokens``. Seconds: ``total_s``
+        #: (inside ``generate``) and ``forward_s`` (inside the model's forwards, synchronised on
+        #: CUDA); the difference is the engine's own time (batching, sampling, cache moves).
+        self.stats: dict[str, float] = dict.fromkeys(
             ("calls", "prompt_tokens", "prefill_tokens", "reused_tokens", "shared_tokens", "generated_tokens"), 0
         )
+        self.stats.update(forward_s=0.0, total_s=0.0)
 
     # ------------------------------------------------------------------ setup
     def attach(self, model: Any, tokenizer: Any = None) -> None:
-        """Sample from ``model`` (and decode with ``tokenizer``) from now on."""
+        """Share ``model`` in-process (no copy) and decode with ``tokenizer``; policy version 0."""
         self.model = model
+        self.policy_version = 0
         self.clear_cache()
         if tokenizer is not None:
             self.tokenizer = tokenizer
@@ -102,13 +119,30 @@ class HFEngine(Engine):
         if self.tokenizer is None:
             self.tokenizer = tokenizer
 
-    def sync_weights(self, model: Any) -> None:
-        """Share ``model`` in-process: later calls sample from its current weights.
+    def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Sample from ``weights`` as policy ``version`` from now on (see :meth:`Engine.sync_weights`).
 
-        Also drops kept KV caches, which were computed with the old weights. A caller that
-        changes the shared module's weights in place must call this too.
+        When ``weights`` are the attached module's own tensors (same names, same storage: the
+        trainer updated the shared module in place) nothing is copied; otherwise they are loaded
+        into the attached module (``strict``: every name must match). Either way the kept KV
+        caches, computed with the old weights, are dropped.
+
+        Raises:
+            RagenError: ``weights`` do not fit the attached module (missing, unexpected or
+                mis-shaped entries).
         """
-        self.model = model
+        self.load()
+        if not _same_storage(weights, self.model.state_dict()):
+            try:
+                with torch.no_grad():
+                    self.model.load_state_dict(weights, strict=True)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0]
+                raise RagenError(
+                    f"HFEngine.sync_weights: the state dict does not fit the attached model: {first}",
+                    hints=["pass the policy's own state_dict() (merged adapters need the same wrapping as the attached model)"],
+                ) from exc
+        self.policy_version = int(version)
         self.clear_cache()
 
     def close(self) -> None:
@@ -129,20 +163,24 @@ class HFEngine(Engine):
         return ids
 
     # ------------------------------------------------------------- generation
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
         """Sample one reply per prompt (see :meth:`Engine.generate`).
 
-        Same ``seed``, prompts, params and weights give the same replies. ``logprobs`` are
-        taken under the distribution actually sampled from (temperature, top-k, top-p
-        applied); for greedy decoding they are the model's plain log-softmax.
+        Reply ``i`` depends on ``prompts[i]``, ``seeds[i]``, the params and the weights only (see
+        the module docstring). ``logprobs`` are taken under the distribution actually sampled
+        from (temperature, top-k, top-p applied); for greedy decoding they are the model's plain
+        log-softmax.
         """
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise RagenError("HFEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
+        started = time.perf_counter()
+        row_seeds = per_prompt_seeds(seeds, len(prompts))
+        if row_seeds is None:
+            row_seeds = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF for _ in prompts]
         self.load()
         size = self.config.max_batch_size or len(prompts)
-        base = seed if seed is not None else int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         out: list[Generation] = []
         model = self.model
         if model is not self._store_model:
@@ -156,26 +194,37 @@ class HFEngine(Engine):
             torch.set_num_threads(self.config.torch_threads)
         try:
             with torch.no_grad():
-                for chunk, start in enumerate(range(0, len(prompts), size)):
-                    out.extend(self._generate_batch(prompts[start : start + size], params, derive_seed(base, chunk)))
+                for start in range(0, len(prompts), size):
+                    out.extend(self._generate_batch(prompts[start : start + size], params, row_seeds[start : start + size]))
         finally:
             model.train(was_training)
             torch.set_num_threads(threads)
             # Only the replies of the latest call are kept: the next turn extends exactly these.
             self._store, self._next_store = self._next_store, []
+            self.stats["total_s"] += time.perf_counter() - started
         return out
+
+    def _forward(self, model: Any, **kwargs: Any) -> torch.Tensor:
+        """The last position's logits of one model call, timed into ``stats["forward_s"]``."""
+        t0 = time.perf_counter()
+        logits = model(use_cache=True, **kwargs).logits[:, -1, :]
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)  # kernels run asynchronously: time them, not their launch
+        self.stats["forward_s"] += time.perf_counter() - t0
+        return logits
 
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seed: int) -> list[Generation]:
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
         from transformers import DynamicCache
 
         from ragen_core.engines._kv import use_growable_layers
 
         model, device = self.model, self._device()
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
+        greedy = not params.do_sample or params.temperature == 0
+        # One stream per reply: column t is the uniform of its t-th new token (see row_uniforms).
+        uniforms = None if greedy else row_uniforms(seeds, params.max_new_tokens, device)
         stop = torch.tensor(sorted(self.stop_ids), device=device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else int(stop[0])
         vocab_limit = len(self.tokenizer) if self.config.mask_unused_vocab else None
@@ -213,9 +262,9 @@ class HFEngine(Engine):
             self._fill_cache(cache, hits, width_c, width_s, device)
         cache_kw = _cache_kwarg(model)
         prefill_mask = additive_prefill_mask(mask, width_s, _model_dtype(model)) if _float_mask_pays(model, device) else mask
-        logits = model(
-            input_ids=input_ids, attention_mask=prefill_mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kw: cache}
-        ).logits[:, -1, :]
+        logits = self._forward(
+            model, input_ids=input_ids, attention_mask=prefill_mask, position_ids=positions, logits_to_keep=1, **{cache_kw: cache}
+        )
         del prefill_mask
         next_pos = positions[:, -1] + 1
         if m < n:
@@ -227,29 +276,29 @@ class HFEngine(Engine):
         logps: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str] = ["length"] * n
         rows = torch.arange(n, device=device)  # original index of each live batch row
-        alive = torch.ones(n, dtype=torch.bool, device=device)
+        alive = [True] * n  # per batch row
         store: list[_Entry] = []
         for step in range(params.max_new_tokens):
-            tok, lp = sample_next(logits.float(), params, gen, vocab_limit)
-            for row, t, l, a in zip(rows.tolist(), tok.tolist(), lp.tolist(), alive.tolist()):
-                if a:
+            u = None if uniforms is None else uniforms[rows, step]
+            tok, lp = sample_next(logits.float(), params, u, vocab_limit)
+            stopped = torch.isin(tok, stop).tolist()
+            for i, (row, t, l) in enumerate(zip(rows.tolist(), tok.tolist(), lp.tolist())):
+                if alive[i]:
                     tokens[row].append(t)
                     logps[row].append(l)
-            ended = torch.isin(tok, stop) & alive
-            for row in rows[ended].tolist():
-                reasons[row] = "stop"
-            alive = alive & ~ended
-            if not bool(alive.any()) or step == params.max_new_tokens - 1:
+                    if stopped[i]:
+                        reasons[row], alive[i] = "stop", False
+            if not any(alive) or step == params.max_new_tokens - 1:
                 break
-            if self.config.drop_finished and not bool(alive.all()):
-                self._save(store, cache, mask, rows, (~alive).nonzero().squeeze(-1).tolist(), prompts, tokens)
-                keep = alive.nonzero().squeeze(-1)
+            if self.config.drop_finished and not all(alive):
+                self._save(store, cache, mask, rows, [i for i, a in enumerate(alive) if not a], prompts, tokens)
+                keep = torch.tensor(_fill_holes(alive))  # on the CPU: the cache plans its moves without a sync
                 cache.batch_select_indices(keep)
-                rows, tok, mask, next_pos, alive = rows[keep], tok[keep], mask[keep], next_pos[keep], alive[keep]
+                keep = keep.to(device)
+                rows, tok, mask, next_pos = rows[keep], tok[keep], mask[keep], next_pos[keep]
+                alive = [True] * len(keep)
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            logits = model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], use_cache=True, **{cache_kw: cache}
-            ).logits[:, -1, :]
+            logits = self._forward(model, input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], **{cache_kw: cache})
             next_pos = next_pos + 1
         self._save(store, cache, mask, rows, list(range(len(rows))), prompts, tokens)
         self._next_store.extend(store)
@@ -260,7 +309,10 @@ class HFEngine(Engine):
         st["prefill_tokens"] += sum(len(x) for x in suffixes)
         st["shared_tokens"] += sum(len(p) for p in prompts) - sum(len(p) for p in uniq)
         st["generated_tokens"] += sum(len(t) for t in tokens)
-        return [Generation(token_ids=tokens[i], logprobs=logps[i], finish_reason=reasons[i]) for i in range(n)]  # type: ignore[arg-type]
+        return [
+            Generation(token_ids=tokens[i], logprobs=logps[i], finish_reason=reasons[i], policy_version=self.policy_version)  # type: ignore[arg-type]
+            for i in range(n)
+        ]
 
     # ------------------------------------------------------- KV reuse across calls
     def clear_cache(self) -> None:
@@ -331,6 +383,30 @@ class HFEngine(Engine):
             else:
                 kv = [(layer.keys[i, :, valid], layer.values[i, :, valid]) for layer in layers]
             store.append(_Entry(tokens=seq, kv=kv))
+
+
+def _fill_holes(alive: list[bool]) -> list[int]:
+    """Rows to keep, in their new order: live rows stay put, the last live rows fill the holes.
+
+    Moving a tail row into each finished row's place keeps the copy per finished row to one row
+    (keeping the order would shift every row after the first hole).
+    """
+    n = sum(alive)
+    tail = iter([i for i in range(n, len(alive)) if alive[i]])
+    return [i if alive[i] else next(tail) for i in range(n)]
+
+
+def _same_storage(weights: Mapping[str, Any], own: Mapping[str, Any]) -> bool:
+    """True when ``weights`` are ``own``'s tensors themselves (same names, same memory)."""
+    if weights.keys() != own.keys():
+        return False
+    for name, mine in own.items():
+        w = weights[name]
+        if not isinstance(w, torch.Tensor) or w.device != mine.device or w.data_ptr() != mine.data_ptr():
+            return False
+        if w.shape != mine.shape or w.dtype != mine.dtype:
+            return False
+    return True
 
 
 @dataclass

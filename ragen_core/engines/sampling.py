@@ -5,7 +5,7 @@ small model's decode step on CPU:
 
 * ``torch.multinomial`` draws one exponential variate per vocabulary entry (~50 ms for 16 rows
   of 152k ids on one core); :func:`draw` inverts the cumulative distribution instead (one
-  uniform per row, ~2.5 ms).
+  uniform per row, ~2.5 ms). The uniforms come from one stream per reply (:func:`row_uniforms`).
 * top-p with a full sort of the vocabulary costs ~190 ms for those 16 rows; :func:`sample_next`
   finds the nucleus among the ``k`` largest logits, growing ``k`` until the nucleus fits.
 * unusable ids beyond the tokenizer are cut off with a view, not a masked copy.
@@ -18,15 +18,17 @@ import torch
 from ragen_core.interfaces.engine import SamplingParams
 
 
-def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One id per row of ``probs`` (non-negative, rows need not sum to 1), by inverse CDF.
 
-    Ids with probability 0 are never drawn. Consumes one uniform variate per row from
-    ``generator``.
+    ``uniforms`` holds one variate in ``[0, 1)`` per row (see :func:`row_uniforms`): row ``i``
+    takes the first id whose cumulative mass exceeds ``uniforms[i]`` times the row's total, so
+    a row's draw depends on its own probabilities and variate only. Ids with probability 0 are
+    never drawn.
     """
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:]
-    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device, dtype=cdf.dtype) * total
+    u = uniforms.to(device=cdf.device, dtype=cdf.dtype).reshape(-1, 1) * total
     ids = torch.searchsorted(cdf, u, right=True).squeeze(-1)
     # Rounding can put u at the very top (u == total): take the last id with mass instead.
     over = ids >= probs.shape[-1]
@@ -34,6 +36,19 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.int8).argmax(dim=-1)
         ids = torch.where(over, last, ids)
     return ids
+
+
+def row_uniforms(seeds: list[int], steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[len(seeds), steps]`` uniforms in ``[0, 1)``: row ``i`` is a stream seeded by ``seeds[i]`` alone.
+
+    The HF engine gives every reply its own stream (column ``t`` is the variate of its ``t``-th
+    new token), so a reply never depends on the other rows of its batch, on its position, or on
+    which rows already finished. The streams come from CPU ``torch.Generator`` s (the same values
+    whatever the device) and cross to ``device`` in one copy.
+    """
+    gen = torch.Generator()
+    rows = [torch.rand(steps, generator=gen.manual_seed(int(s))) for s in seeds]
+    return torch.stack(rows).to(device) if rows else torch.empty((0, steps), device=device)
 
 
 def _nucleus_mask(x: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -59,7 +74,7 @@ def _nucleus_mask(x: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator, vocab_limit: int | None = None
+    logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None, vocab_limit: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row; return ``(ids, log-probs of those ids)``.
 
@@ -67,7 +82,8 @@ def sample_next(
     by the temperature, restricted to the ``top_k`` best (``-1`` = off) and to the smallest set
     whose probability reaches ``top_p``; the returned log-probs are those of this final
     distribution. Ties in greedy decoding resolve to the lowest id. Ids at or beyond
-    ``vocab_limit`` are never returned.
+    ``vocab_limit`` are never returned. ``uniforms``: one variate per row (see :func:`draw`);
+    greedy decoding ignores it (may be None).
     """
     if vocab_limit is not None and vocab_limit < logits.shape[-1]:
         logits = logits[:, :vocab_limit]
@@ -84,6 +100,8 @@ def sample_next(
     # the chosen ids' log-probs (the same value log_softmax gives).
     top = x.max(dim=-1, keepdim=True).values
     weights = (x - top).exp()
-    ids = draw(weights, generator)
+    if uniforms is None:
+        raise ValueError("sample_next needs one uniform per row to sample (uniforms=None is for greedy decoding only)")
+    ids = draw(weights, uniforms)
     logz = top + weights.sum(dim=-1, keepdim=True).log()
     return ids, (x.gather(-1, ids[:, None]) - logz).squeeze(-1)
