@@ -9,10 +9,10 @@ byte by byte).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
 
 Reply = str | Sequence[int]
 #: ``script(call_index, row_index, prompt_ids) -> reply``
@@ -20,7 +20,7 @@ ScriptFn = Callable[[int, int, list[int]], Reply]
 
 
 class ScriptedEngine(Engine):
-    """Returns scripted replies; records every call's prompts in :attr:`calls`.
+    """Returns scripted replies; records every call's prompts in :attr:`calls` and seeds in :attr:`seeds`.
 
     Args:
         script: A list of replies (used per call in order, the same reply for every row, the last
@@ -38,15 +38,29 @@ class ScriptedEngine(Engine):
         im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.eos_id = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
         self.calls: list[list[list[int]]] = []
+        self.seeds: list[list[int] | None] = []
+        """Per call: the per-prompt seeds it was given (None when unseeded)."""
 
     def _reply(self, call: int, row: int, prompt: list[int]) -> Reply:
         if callable(self.script):
             return self.script(call, row, prompt)
         return self.script[min(call, len(self.script) - 1)]
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
+    def attach(self, model: Any, tokenizer: Any) -> None:
+        """Nothing to bind (there is no model); a given tokenizer replaces the one from construction."""
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+        self.policy_version = 0
+
+    def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Record ``version`` (later replies report it); the weights are not used."""
+        self.policy_version = int(version)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
+        """The scripted replies (``seeds`` are only recorded: replies do not depend on them)."""
         call = len(self.calls)
         self.calls.append([list(p) for p in prompts])
+        self.seeds.append(per_prompt_seeds(seeds, len(prompts)))
         out = []
         for row, prompt in enumerate(prompts):
             reply = self._reply(call, row, list(prompt))
@@ -59,5 +73,6 @@ class ScriptedEngine(Engine):
             reason = "stop" if ids and ids[-1] == self.eos_id else "length"
             if len(ids) > params.max_new_tokens:
                 ids, reason = ids[: params.max_new_tokens], "length"
-            out.append(Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=reason))  # type: ignore[arg-type]
+            gen = Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=reason, policy_version=self.policy_version)  # type: ignore[arg-type]
+            out.append(gen)
         return out
