@@ -88,7 +88,7 @@ def test_batch_equals_one_prompt_at_a_time(engine, mt):
 def test_sampled_logprobs_are_under_the_truncated_tempered_distribution(engine, mt):
     model, tok = mt
     prompt = _prompts(tok)[2]
-    g = engine.generate([prompt], SAMPLED, seed=3)[0]
+    g = engine.generate([prompt], SAMPLED, seeds=3)[0]
     assert len(g.token_ids) == len(g.logprobs) > 0
     with torch.no_grad():
         logits = model(torch.tensor([prompt + g.token_ids])).logits[0, len(prompt) - 1 : -1].float()
@@ -106,9 +106,9 @@ def test_sampled_logprobs_are_under_the_truncated_tempered_distribution(engine, 
 
 def test_same_seed_same_samples_other_seed_differs(engine, mt):
     prompts = _prompts(mt[1])
-    a = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=7)]
-    b = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=7)]
-    c = [g.token_ids for g in engine.generate(prompts, SAMPLED, seed=8)]
+    a = [g.token_ids for g in engine.generate(prompts, SAMPLED, seeds=7)]
+    b = [g.token_ids for g in engine.generate(prompts, SAMPLED, seeds=7)]
+    c = [g.token_ids for g in engine.generate(prompts, SAMPLED, seeds=8)]
     assert a == b
     assert a != c
 
@@ -118,7 +118,7 @@ def test_global_torch_rng_untouched(engine, mt):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    engine.generate(prompts, SAMPLED, seed=1)
+    engine.generate(prompts, SAMPLED, seeds=1)
     engine.generate(prompts, SAMPLED)
     assert torch.equal(torch.rand(3), expected)
 
@@ -127,9 +127,9 @@ def test_top_k_one_and_temperature_zero_are_greedy(engine, mt):
     prompts = _prompts(mt[1])
     greedy = [g.token_ids for g in engine.generate(prompts, GREEDY)]
     top1 = SamplingParams(temperature=1.0, top_k=1, max_new_tokens=8)
-    assert [g.token_ids for g in engine.generate(prompts, top1, seed=1)] == greedy
+    assert [g.token_ids for g in engine.generate(prompts, top1, seeds=1)] == greedy
     zero = SamplingParams(temperature=0.0, max_new_tokens=8)
-    assert [g.token_ids for g in engine.generate(prompts, zero, seed=1)] == greedy
+    assert [g.token_ids for g in engine.generate(prompts, zero, seeds=1)] == greedy
 
 
 def test_stop_ids_are_eos_and_im_end(engine, mt):
@@ -170,15 +170,27 @@ def test_sync_weights_makes_vllm_follow_the_trainer_model(engine, mt):
             p.add_(0.5 * torch.randn(p.shape, generator=gen))
     ref = HFEngine(HFEngineConfig(), model=moved, tokenizer=tok).generate(prompts, GREEDY)
     try:
-        engine.sync_weights(moved)
+        engine.sync_weights(moved.state_dict(), version=5)
         after = engine.generate(prompts, GREEDY)
         assert [g.token_ids for g in after] == [r.token_ids for r in ref]
         assert [g.token_ids for g in after] != before
+        assert {g.policy_version for g in after} == {5}
         for g, r in zip(after, ref):
             assert g.logprobs == pytest.approx(r.logprobs, abs=1e-3)
     finally:
-        engine.sync_weights(model)
-    assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == before
+        engine.sync_weights(model.state_dict(), version=0)
+    restored = engine.generate(prompts, GREEDY)
+    assert [g.token_ids for g in restored] == before and {g.policy_version for g in restored} == {0}
+
+
+def test_reply_depends_on_its_own_seed_not_its_position(engine, mt):
+    prompts = _prompts(mt[1])
+    seeds = [101, 102, 103, 104, 105]
+    together = [g.token_ids for g in engine.generate(prompts, SAMPLED, seeds=seeds)]
+    alone = [engine.generate([p], SAMPLED, seeds=[s])[0].token_ids for p, s in zip(prompts, seeds)]
+    assert together == alone
+    flipped = [g.token_ids for g in engine.generate(prompts[::-1], SAMPLED, seeds=seeds[::-1])]
+    assert flipped == together[::-1]
 
 
 def test_batch_larger_than_one_scheduler_step(engine, hf, mt):
@@ -188,8 +200,8 @@ def test_batch_larger_than_one_scheduler_step(engine, hf, mt):
     prompts = [tok.encode(f"batch {i:03d} ", add_special_tokens=False) + base for i in range(72)]
     assert sum(map(len, prompts)) > 4096
     sampled = SamplingParams(max_new_tokens=3)
-    first = engine.generate(prompts, sampled, seed=5)  # first: nothing of these prompts is cached yet
-    assert [g.token_ids for g in first] == [g.token_ids for g in engine.generate(prompts, sampled, seed=5)]
+    first = engine.generate(prompts, sampled, seeds=5)  # first: nothing of these prompts is cached yet
+    assert [g.token_ids for g in first] == [g.token_ids for g in engine.generate(prompts, sampled, seeds=5)]
     greedy = SamplingParams(do_sample=False, max_new_tokens=3)
     assert [g.token_ids for g in engine.generate(prompts, greedy)] == [g.token_ids for g in hf.generate(prompts, greedy)]
 

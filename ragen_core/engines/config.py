@@ -69,4 +69,4 @@ class VLLMEngineConfig(PluginConfig):
     """Run vLLM's engine core in a separate process. False keeps it in this process, so weight
     sync hands tensors over without pickling (sets ``VLLM_ENABLE_V1_MULTIPROCESSING``)."""
     seed: int = 0
-    """vLLM's own global seed (per-request seeds come from ``generate``'s ``seed``)."""
+    """vLLM's own global seed (each request's seed is its prompt's entry of ``generate``'s ``seeds``)."""

