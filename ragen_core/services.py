@@ -1,0 +1,584 @@
+"""Service helper: start, share, restart and stop the child process an env depends on.
+
+Some envs need a server next to them: a code sandbox, a retrieval server, a web shop, a Lean
+checker. This module does the process work for them, so each env package only describes *how*
+to launch its server (a :class:`ServiceSpec`, written in code) and lets the user set the knobs
+(a :class:`ServiceConfig`, embedded in the env's pydantic config).
+
+Lifecycle:
+    1. ``acquire(spec, config)`` picks a free loopback port (bind port 0, read it, close it),
+       substitutes ``{port}`` and ``{host}`` in the command and in the env values, and starts
+       the child in its own session with its stdout and stderr appended to a log file (a pipe
+       nobody reads would fill up and block the child).
+    2. It waits until the child is *ready*, not merely alive: a ``GET`` on ``spec.health_path``
+       answers 2xx, or, when the spec has no health path, a TCP connect succeeds. A server that
+       is still loading its index is alive but not ready. If the child exits first, or
+       ``ready_timeout_s`` passes, the child's process group is killed and a
+       :class:`ServiceError` names the service, the command, the reason and the last lines of
+       the child's output. If the child died because another process took the port between our
+       pick and its bind, a new port is tried (``port_attempts`` in all).
+    3. The service is shared: every ``acquire`` with the same spec and config in this process
+       returns a handle on the same child and adds one to its reference count. Each env calls
+       ``handle.release()`` (or uses the handle as a context manager) when it closes; the last
+       release stops the child. All of this is thread-safe.
+    4. Before talking to the server, an env calls ``handle.ensure_ready()``, which returns the
+       URL. It is cheap when the child is alive (no request is made). When the child has died,
+       it is restarted after an exponential back-off (``backoff_s`` doubling up to
+       ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s``; past
+       that, ``ensure_ready`` raises. The port is kept when it is still free, so URLs mostly
+       stay valid, but read the URL from ``ensure_ready()`` rather than caching it.
+    5. Children are stopped on the last release, by ``stop_all()``, at interpreter exit
+       (atexit, which also covers Ctrl-C: Python turns SIGINT into KeyboardInterrupt and exits
+       normally) and on SIGTERM. SIGINT is never touched, and SIGTERM only while nobody else
+       handles it: then the default action would kill the process without running atexit, so
+       a handler (set from the main thread) stops the children and dies by the signal as
+       before. A trainer's own SIGTERM handler is left alone; atexit covers its exit.
+       Stopping sends SIGTERM to the child's process group, waits ``stop_timeout_s``, then
+       sends SIGKILL. On Linux the child is also told to die with its parent
+       (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the trainer does not leak it.
+
+URL mode: when the user sets ``config.url`` no child is started. The server at that URL is
+checked for readiness once (polling up to ``ready_timeout_s``), ``ensure_ready()`` returns the
+URL without further checks, and releasing the handle does nothing to the remote server.
+
+Example (an env package)::
+
+    from pydantic import Field
+    from ragen_core.services import ServiceConfig, ServiceSpec, acquire
+
+    RETRIEVER = ServiceSpec(
+        name="retriever",
+        command=("python", "-m", "my_env.server", "--host", "{host}", "--port", "{port}"),
+        health_path="/health",
+    )
+
+    class SearchConfig(EnvConfig):
+        retriever: ServiceConfig = Field(default_factory=lambda: ServiceConfig(ready_timeout_s=600))
+
+    class SearchEnv(Env):
+        def __init__(self, config: SearchConfig) -> None:
+            self._retriever = acquire(RETRIEVER, config.retriever)
+
+        def step(self, action):
+            url = self._retriever.ensure_ready()
+            ...  # POST {url}/retrieve
+
+        def close(self) -> None:
+            self._retriever.release()
+
+Limits: the readiness probe connects directly (no HTTP proxy). ``PR_SET_PDEATHSIG`` reaches
+only the direct child, so a launcher script should ``exec`` its server rather than fork it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import http.client
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ragen_core.errors import RagenError
+from ragen_core.specs import PluginConfig
+
+HOST = "127.0.0.1"
+"""Children listen on loopback only: they serve this process, not the network."""
+
+_TAIL_LINES = 5
+_POLL_MAX_S = 0.25
+
+
+class ServiceError(RagenError):
+    """A service could not be started, did not become ready, or died too often."""
+
+
+class ServiceSpec(BaseModel):
+    """How an env package launches its server; written in code, not set by users."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Short name used in errors and log file names (``retriever``, ``sandbox``)."""
+    command: tuple[str, ...] = Field(min_length=1)
+    """argv of the child; ``{port}`` and ``{host}`` are replaced by the chosen port and host."""
+    health_path: str | None = "/health"
+    """Path answering 2xx once the server is ready; None: ready when a TCP connect succeeds."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables added to this process's environment for the child (``{port}``/``{host}`` too)."""
+    cwd: str | None = None
+    """Working directory of the child (default: this process's)."""
+
+    @field_validator("health_path")
+    @classmethod
+    def _path_starts_with_slash(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"health_path must start with '/', got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _port_is_passed(self) -> ServiceSpec:
+        if not any("{port}" in s for s in (*self.command, *self.env.values())):
+            raise ValueError("the child cannot learn its port: put '{port}' in command or in an env value")
+        return self
+
+
+class ServiceConfig(PluginConfig):
+    """User-facing settings of one service; env packages embed it in their own config."""
+
+    url: str | None = None
+    """Connect to this running server (``http://host:port``) instead of starting a child."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """Fixed loopback port for the child; None picks a free one (and retries on a race)."""
+    ready_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a start (or the URL-mode check) may take before it counts as failed."""
+    max_restarts: int = Field(default=3, ge=0)
+    """Restarts allowed within ``restart_window_s``; one more death raises ServiceError."""
+    restart_window_s: float = Field(default=600.0, gt=0)
+    """Sliding window, in seconds, over which restarts are counted."""
+    backoff_s: float = Field(default=0.5, ge=0)
+    """Delay before the first restart in the window; doubles with each further restart."""
+    backoff_max_s: float = Field(default=8.0, ge=0)
+    """Cap of the restart delay."""
+    stop_timeout_s: float = Field(default=5.0, gt=0)
+    """Grace period between SIGTERM and SIGKILL when stopping the child."""
+    port_attempts: int = Field(default=3, ge=1)
+    """Ports tried when the child loses its freshly picked port to another process."""
+    log_dir: str | None = None
+    """Where the child's output log is kept; None: a temporary file removed on a clean stop."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and (urlsplit(value).scheme not in ("http", "https") or not urlsplit(value).hostname):
+            raise ValueError(f"url must look like http://host:port, got {value!r}")
+        return value.rstrip("/") if value else value
+
+
+def free_port(host: str = HOST) -> int:
+    """A port that was free a moment ago (the OS picks it for a bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _port_busy(host: str, port: int) -> bool:
+    # SO_REUSEADDR so a closed connection lingering in TIME_WAIT does not count as busy.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _probe(url: str, health_path: str | None, timeout: float) -> str | None:
+    """None when the server at ``url`` is ready, else why not (for the error message)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or HOST
+    if health_path is None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as e:
+            return f"TCP connect failed ({e.strerror or e})"
+        return None
+    path = parts.path.rstrip("/") + health_path
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
+        return f"GET {path} failed ({getattr(e, 'strerror', None) or e!r})"
+    finally:
+        conn.close()
+    return None if 200 <= status < 300 else f"GET {path} answered HTTP {status}"
+
+
+# The child runs this shim before exec'ing the real command: the kernel then kills it when its
+# parent dies, even by SIGKILL. A shim rather than ``preexec_fn`` because preexec_fn is unsafe
+# with threads and stops CPython from using vfork (slow for a trainer with a large address space).
+_DEATHSIG_SHIM = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the parent died before prctl took effect
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as e:
+    sys.stderr.write(f"cannot run {sys.argv[2]!r}: {e.strerror}\\n")
+    sys.exit(127)
+"""
+
+#: Wrap children in the shim above. Linux only; tests turn it off to check atexit and SIGTERM alone.
+_DIE_WITH_PARENT = sys.platform.startswith("linux")
+
+_registry_lock = threading.Lock()
+_services: dict[str, _Service] = {}
+_hooks_installed = False
+_shutting_down = False
+_spawner: ThreadPoolExecutor | None = None
+
+
+def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    # PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, and the rollout
+    # runner steps envs in short-lived thread pools. So children are forked from the main
+    # thread or from one long-lived spawner thread, never from a worker that will soon exit.
+    global _spawner
+    if _DIE_WITH_PARENT and sys.executable:
+        argv = [sys.executable, "-I", "-S", "-c", _DEATHSIG_SHIM, str(os.getpid()), *argv]
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **kwargs)
+    with _registry_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragen-service-spawner")
+    return _spawner.submit(subprocess.Popen, argv, **kwargs).result()
+
+
+def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM the child's process group, wait up to ``timeout``, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the whole group is gone already
+        try:
+            proc.wait(timeout)
+            if sig == signal.SIGTERM:
+                timeout = 0  # the leader is gone: SIGKILL only stragglers it left in its group
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        proc.wait(5)  # SIGKILL cannot be refused; the bound only guards against a stuck wait
+    except subprocess.TimeoutExpired:
+        pass
+
+
+class _Service:
+    """One running (or connected) service and the handles that share it."""
+
+    def __init__(self, key: str, spec: ServiceSpec, config: ServiceConfig) -> None:
+        self.key, self.spec, self.config = key, spec, config
+        self.lock = threading.Lock()
+        self.refcount = 0
+        self.owner_pid = os.getpid()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+        self.url: str | None = config.url
+        self.argv: list[str] = list(spec.command)
+        self.log_path: str | None = None
+        self.restarts: collections.deque[float] = collections.deque()
+        self.started = False  # the first start (or URL check) succeeded
+        self.stopped = False  # stopped for good: by the last release or by stop_all
+
+    def output_tail(self) -> str:
+        """The last few non-empty lines of the child's log, joined into one line."""
+        if not self.log_path or not os.path.exists(self.log_path):
+            return "(none)"
+        with open(self.log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(self.log_path) - 8192))
+            lines = [ln.strip()[:200] for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        return " | ".join(lines[-_TAIL_LINES:]) or "(none)"
+
+    def error(self, reason: str, hints: tuple[str, ...] = ()) -> ServiceError:
+        where = f"service {self.spec.name!r} ({shlex.join(self.argv)})"
+        return ServiceError(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
+
+    def start(self) -> None:
+        """Start the child and wait until it is ready; retry on a lost port race. Lock held."""
+        if self.config.url is not None:
+            self._wait_for_url()
+            return
+        cfg = self.config
+        if cfg.port is not None and _port_busy(HOST, cfg.port):
+            raise ServiceError(
+                f"service {self.spec.name!r}: port {cfg.port} on {HOST} is already in use (config port={cfg.port})",
+                ["stop whatever listens there, or leave `port` unset so a free port is picked"],
+            )
+        if self.log_path is None:
+            if cfg.log_dir is not None:
+                os.makedirs(cfg.log_dir, exist_ok=True)
+            safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.spec.name)
+            fd, self.log_path = tempfile.mkstemp(prefix=f"ragen-service-{safe_name}-", suffix=".log", dir=cfg.log_dir)
+            os.close(fd)
+        port = cfg.port or (self.port if self.port and not _port_busy(HOST, self.port) else free_port())
+        for attempt in range(1, cfg.port_attempts + 1):
+            lost_port = self._start_once(port)
+            if not lost_port:
+                return
+            if cfg.port is not None or attempt == cfg.port_attempts:
+                raise self.error(f"could not bind port {port}: another process took it ({attempt} port(s) tried)")
+            port = free_port()
+
+    def _start_once(self, port: int) -> bool:
+        """One start on ``port``. True when the child died because the port was taken."""
+        if _shutting_down:
+            raise ServiceError(f"service {self.spec.name!r} not started: the interpreter is shutting down")
+        spec = self.spec
+
+        def fill(s: str) -> str:
+            return s.replace("{port}", str(port)).replace("{host}", HOST)
+
+        self.argv = [fill(a) for a in spec.command]
+        env = {**os.environ, **{k: fill(v) for k, v in spec.env.items()}}
+        assert self.log_path is not None
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- ragen: starting {shlex.join(self.argv)}\n".encode())
+            log.flush()
+            try:
+                self.proc = _popen(self.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as e:  # only without the shim: command missing, bad cwd
+                raise self.error(f"could not be started: {e.strerror or e}") from None
+        self.port, self.url = port, f"http://{HOST}:{port}"
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        delay = 0.02
+        while True:
+            why = _probe(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            code = self.proc.poll()  # after the probe: a dying child must not pass for ready
+            if code is not None:
+                _kill_group(self.proc, 0)
+                if _port_busy(HOST, port) or "address already in use" in self.output_tail().lower():
+                    return True
+                raise self.error(f"exited with status {code} before it was ready")
+            if why is None:
+                return False
+            if time.monotonic() >= deadline:
+                _kill_group(self.proc, self.config.stop_timeout_s)
+                raise self.error(
+                    f"was not ready after {self.config.ready_timeout_s:g} s (last probe: {why}); the child was killed",
+                    ("if it is just slow to load, raise ready_timeout_s",),
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX_S)
+
+    def _wait_for_url(self) -> None:
+        assert self.url is not None
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        while (why := _probe(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"service {self.spec.name!r} at {self.url} was not ready after {self.config.ready_timeout_s:g} s ({why})",
+                    ["check that the server runs and `url` is right, or unset `url` to let RAGEN start it"],
+                )
+            time.sleep(_POLL_MAX_S)
+
+    def ensure_ready(self) -> str:
+        """The URL, after restarting the child (with back-off, within limits) if it died."""
+        with self.lock:
+            if self.owner_pid != os.getpid():
+                raise ServiceError(f"service {self.spec.name!r} belongs to process {self.owner_pid}; acquire it again here")
+            if self.stopped:
+                raise ServiceError(f"service {self.spec.name!r} was stopped (stop_all or interpreter exit); acquire it again")
+            if self.proc is None:  # URL mode: checked once, at acquire
+                assert self.url is not None
+                return self.url
+            cfg = self.config
+            while (code := self.proc.poll()) is not None:
+                _kill_group(self.proc, 0)  # whatever it left in its group
+                now = time.monotonic()
+                while self.restarts and now - self.restarts[0] > cfg.restart_window_s:
+                    self.restarts.popleft()
+                if len(self.restarts) >= cfg.max_restarts:
+                    raise self.error(
+                        f"died (exit status {code}) after {len(self.restarts)} restart(s) within "
+                        f"{cfg.restart_window_s:g} s (max_restarts={cfg.max_restarts}); giving up",
+                        ("see the log for why it dies; raise max_restarts if the deaths are expected",),
+                    )
+                time.sleep(min(cfg.backoff_s * 2 ** len(self.restarts), cfg.backoff_max_s))
+                self.restarts.append(time.monotonic())
+                self.start()
+            assert self.url is not None
+            return self.url
+
+    def stop(self, keep_log: bool) -> None:
+        """Stop the child for good. Takes no lock: the SIGTERM handler and atexit call it too."""
+        self.stopped = True
+        proc = self.proc
+        if proc is None or self.owner_pid != os.getpid():
+            return
+        _kill_group(proc, self.config.stop_timeout_s)
+        if not keep_log and self.config.log_dir is None and self.log_path:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+
+class ServiceHandle:
+    """One user's share of a service. Release it exactly once (or use it as a context manager)."""
+
+    def __init__(self, service: _Service) -> None:
+        self._service = service
+        self._released = False
+
+    @property
+    def name(self) -> str:
+        return self._service.spec.name
+
+    @property
+    def url(self) -> str:
+        """Base URL as of the last start; prefer :meth:`ensure_ready`, which also restarts."""
+        assert self._service.url is not None
+        return self._service.url
+
+    @property
+    def port(self) -> int | None:
+        if self._service.proc is None:
+            return urlsplit(self.url).port
+        return self._service.port
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the child; None in URL mode."""
+        proc = self._service.proc
+        return proc.pid if proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        """Liveness only (the process exists); readiness was checked when it started."""
+        proc = self._service.proc
+        return proc is None or proc.poll() is None
+
+    @property
+    def log_path(self) -> str | None:
+        """File holding the child's stdout and stderr; None in URL mode."""
+        return self._service.log_path
+
+    @property
+    def refcount(self) -> int:
+        """Handles currently sharing this service in this process."""
+        return self._service.refcount
+
+    def ensure_ready(self) -> str:
+        """Return the URL, restarting the child first if it died.
+
+        Raises:
+            ServiceError: the handle was released, the restart failed, or the child died more
+                than ``max_restarts`` times within ``restart_window_s``.
+        """
+        if self._released:
+            raise ServiceError(f"service {self.name!r}: this handle was released; acquire a new one")
+        return self._service.ensure_ready()
+
+    def release(self) -> None:
+        """Drop this share; the last release stops the child. A second call does nothing."""
+        self._drop(keep_log=False)
+
+    def _drop(self, keep_log: bool) -> None:
+        if self._released:
+            return
+        self._released = True
+        svc = self._service
+        with _registry_lock:
+            svc.refcount -= 1
+            last = svc.refcount == 0
+            if last and _services.get(svc.key) is svc:
+                del _services[svc.key]
+        if last:
+            with svc.lock:
+                svc.stop(keep_log)
+
+    def __enter__(self) -> ServiceHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"ServiceHandle({self.name!r}, url={self._service.url!r}, pid={self.pid}, released={self._released})"
+
+
+def acquire(spec: ServiceSpec, config: ServiceConfig | None = None) -> ServiceHandle:
+    """Return a handle on the service ``spec`` describes, starting it if this process has none.
+
+    Acquires with an equal spec and an equal config share one child (or one URL); the call
+    that starts it blocks until the child is ready, and concurrent callers wait for that start.
+
+    Raises:
+        ServiceError: the child could not be started or did not become ready (or, in URL mode,
+            the server at ``config.url`` did not answer in time).
+    """
+    config = config if config is not None else ServiceConfig()
+    key = spec.model_dump_json() + config.model_dump_json()
+    _install_exit_hooks()
+    with _registry_lock:
+        svc = _services.get(key)
+        if svc is None:
+            svc = _services[key] = _Service(key, spec, config)
+        svc.refcount += 1
+    handle = ServiceHandle(svc)
+    try:
+        with svc.lock:
+            if not svc.started:  # first user, or the first start failed for an earlier caller
+                svc.start()
+                svc.started = True
+    except BaseException:
+        handle._drop(keep_log=True)  # the error message names the log; Ctrl-C mid-start kills the child
+        raise
+    return handle
+
+
+def stop_all() -> None:
+    """Stop every child this process started, whoever holds handles on them.
+
+    Called at interpreter exit and when SIGTERM would kill the process. Handles on stopped
+    services can still be released; ``ensure_ready`` on them raises ServiceError. Takes no
+    lock, so that a signal arriving while the main thread holds one cannot deadlock it.
+    """
+    services = list(_services.values())
+    _services.clear()
+    for svc in services:
+        svc.stop(keep_log=False)
+
+
+def _at_exit() -> None:
+    global _shutting_down
+    _shutting_down = True  # a thread still running must not start a child we would then leak
+    stop_all()
+
+
+def _install_exit_hooks() -> None:
+    global _hooks_installed
+    if not _hooks_installed:
+        _hooks_installed = True
+        atexit.register(_at_exit)
+        os.register_at_fork(after_in_child=_forget_after_fork)
+    # Only when SIGTERM would kill the process outright (no atexit) do we stop children first.
+    # A handler someone else installed owns SIGTERM: it is left alone, and atexit (or, on
+    # Linux, the parent-death signal) covers its exit. Handlers can only be set from the main
+    # thread; an acquire from another thread leaves it to a later one there.
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _at_exit()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # die by the signal, as the process would have without us
+
+
+def _forget_after_fork() -> None:
+    # A forked child owns none of its parent's services (it must neither stop nor reuse them),
+    # and the parent's spawner thread does not exist in it.
+    global _registry_lock, _spawner
+    _registry_lock = threading.Lock()
+    _spawner = None
+    _services.clear()

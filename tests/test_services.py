@@ -1,0 +1,412 @@
+"""Tests of ragen_core.services with real child processes (tests/service_child.py), no mocks.
+
+Timing: nothing asserts how fast a start is. Waits poll with generous deadlines, so the tests
+pass on a slow, busy machine and still fail when the behaviour is wrong (a deadline is only
+reached when something that should happen never does).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ragen_core import services
+from ragen_core.errors import RagenError
+from ragen_core.services import HOST, ServiceConfig, ServiceError, ServiceSpec, acquire
+
+CHILD = str(Path(__file__).with_name("service_child.py"))
+DEADLINE_S = 20.0  # only reached when a test is failing
+
+
+def child_spec(*flags: str, name: str = "child", **kw) -> ServiceSpec:
+    return ServiceSpec(name=name, command=(sys.executable, CHILD, "--port", "{port}", *flags), **kw)
+
+
+def fast(**kw) -> ServiceConfig:
+    """Small back-off and grace periods; a ready timeout far above a healthy start."""
+    values = {"ready_timeout_s": DEADLINE_S, "backoff_s": 0.05, "stop_timeout_s": 3.0} | kw
+    return ServiceConfig(**values)
+
+
+def get(url: str, path: str) -> tuple[int, str]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (a zombie no longer runs anything)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if Path("/proc/self/stat").exists():
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_until(cond, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        time.sleep(0.05)
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection((HOST, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftovers():
+    yield
+    services.stop_all()  # a failing test must not leave children for the next one
+
+
+# -- start, readiness, sharing ---------------------------------------------------------------
+
+
+def test_acquire_waits_for_readiness_not_just_liveness():
+    # The child listens at once but answers 503 for 0.5 s: acquire must not return before 200.
+    handle = acquire(child_spec("--ready-after", "0.5"), fast())
+    assert get(handle.url, "/health") == (200, "ok")
+    assert get(handle.url, "/pid") == (200, str(handle.pid))
+    assert handle.url == f"http://{HOST}:{handle.port}"
+    assert handle.alive and handle.refcount == 1
+    pid, port = handle.pid, handle.port
+    handle.release()
+    assert not pid_alive(pid)
+    assert not port_open(port)
+
+
+def test_host_and_port_reach_command_and_env():
+    spec = child_spec("--host", "{host}", env={"GREETING": "hi {host}:{port}"})
+    with acquire(spec, fast()) as handle:
+        assert get(handle.url, "/env/GREETING") == (200, f"hi {HOST}:{handle.port}")
+
+
+def test_tcp_readiness_when_no_health_path():
+    with acquire(child_spec(health_path=None), fast()) as handle:
+        assert get(handle.url, "/pid") == (200, str(handle.pid))
+
+
+def test_two_acquires_share_one_child_and_the_last_release_stops_it():
+    spec, config = child_spec(), fast()
+    a = acquire(spec, config)
+    b = acquire(spec, fast())  # an equal config, not the same object
+    assert (b.pid, b.url) == (a.pid, a.url)
+    assert a.refcount == b.refcount == 2
+    pid, port = a.pid, a.port
+    a.release()
+    a.release()  # a second release of the same handle does nothing
+    assert b.refcount == 1 and pid_alive(pid)
+    assert get(b.url, "/health") == (200, "ok")
+    with pytest.raises(ServiceError, match="released"):
+        a.ensure_ready()
+    b.release()
+    assert not pid_alive(pid)
+    assert not port_open(port)
+
+
+def test_a_different_config_gets_its_own_child():
+    spec = child_spec()
+    with acquire(spec, fast()) as a, acquire(spec, fast(stop_timeout_s=2.0)) as b:
+        assert a.pid != b.pid and a.refcount == b.refcount == 1
+
+
+def test_concurrent_acquires_start_one_child():
+    spec, handles, errors = child_spec("--ready-after", "0.3"), [], []
+
+    def worker():
+        try:
+            handles.append(acquire(spec, fast()))
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len({h.pid for h in handles}) == 1
+    assert handles[0].refcount == 6
+    pid = handles[0].pid
+    for h in handles:
+        h.release()
+    assert not pid_alive(pid)
+
+
+def test_child_started_from_a_short_lived_thread_outlives_it():
+    # The parent-death signal is tied to the forking thread; the rollout runner's step threads
+    # exit after every turn, and the child must survive that.
+    spec, handles = child_spec(), []
+    t = threading.Thread(target=lambda: handles.append(acquire(spec, fast())))
+    t.start()
+    t.join()
+    time.sleep(0.3)  # were the child tied to the thread, it would be dead well before this
+    (handle,) = handles
+    assert handle.alive and get(handle.url, "/health") == (200, "ok")
+    handle.release()
+
+
+# -- restarts --------------------------------------------------------------------------------
+
+
+def test_ensure_ready_restarts_a_killed_child():
+    with acquire(child_spec(), fast()) as handle:
+        old = handle.pid
+        assert handle.ensure_ready() == handle.url  # alive: nothing to do
+        assert handle.pid == old
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        url = handle.ensure_ready()
+        assert handle.pid != old and handle.alive
+        assert get(url, "/pid") == (200, str(handle.pid))
+        assert not pid_alive(old)
+
+
+def test_restart_limit_gives_a_clear_error():
+    with acquire(child_spec(name="sandbox"), fast(max_restarts=1)) as handle:
+        get(handle.url, "/exit")  # the child can be told to exit
+        wait_until(lambda: not handle.alive, "the child to exit")
+        handle.ensure_ready()  # restart 1 of 1
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with pytest.raises(ServiceError) as info:
+            handle.ensure_ready()
+        msg = info.value.message
+        assert "'sandbox'" in msg and "max_restarts=1" in msg and "giving up" in msg
+        assert "service_child.py" in msg  # the command
+        assert "\n" not in msg
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+def test_child_exiting_at_once_reports_its_stderr():
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--exit-code", "3", name="shop"), fast())
+    msg = info.value.message
+    assert "'shop'" in msg and "exited with status 3 before it was ready" in msg
+    assert "failing on purpose with status 3" in msg  # the child's stderr
+    assert "service_child.py --port" in msg and "\n" not in msg
+    assert isinstance(info.value, RagenError)
+    assert services._services == {}  # the failed start holds no share
+
+
+def test_never_ready_child_times_out_is_killed_and_its_output_shown(tmp_path):
+    pid_file = tmp_path / "pid"
+    start = time.monotonic()
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--never-ready", "--pid-file", str(pid_file)), fast(ready_timeout_s=1.0))
+    # Not a speed test: only that the 1 s timeout, not something far longer, ended the wait.
+    assert time.monotonic() - start < DEADLINE_S
+    msg = info.value.message
+    assert "was not ready after 1 s" in msg and "HTTP 503" in msg
+    assert "loading index (this never finishes)" in msg
+    assert "ready_timeout_s" in str(info.value)  # the hint
+    assert not pid_alive(int(pid_file.read_text()))
+
+
+def test_missing_program_is_a_clear_error():
+    spec = ServiceSpec(name="lean", command=("/nonexistent/lean-server", "--port", "{port}"))
+    with pytest.raises(ServiceError, match="No such file or directory"):
+        acquire(spec, fast())
+
+
+def test_lost_port_race_is_retried_on_another_port(monkeypatch):
+    with socket.socket() as holder:  # bound, not listening: the child's bind fails, connects are refused
+        holder.bind((HOST, 0))
+        held = holder.getsockname()[1]
+        real_free_port, ports = services.free_port, iter([held])
+        monkeypatch.setattr(services, "free_port", lambda host=HOST: next(ports, None) or real_free_port())
+        with acquire(child_spec(), fast()) as handle:
+            assert handle.port != held
+            assert get(handle.url, "/health") == (200, "ok")
+            with open(handle.log_path) as f:
+                assert "Address already in use" in f.read()  # the first child really lost the race
+
+
+def test_lost_port_race_gives_up_after_port_attempts(monkeypatch):
+    with socket.socket() as holder:
+        holder.bind((HOST, 0))
+        held = holder.getsockname()[1]
+        monkeypatch.setattr(services, "free_port", lambda host=HOST: held)
+        with pytest.raises(ServiceError, match=r"could not bind port \d+: another process took it \(2 port"):
+            acquire(child_spec(), fast(port_attempts=2))
+
+
+def test_configured_port_in_use_is_refused_before_starting(tmp_path):
+    pid_file = tmp_path / "pid"
+    with socket.socket() as holder:
+        holder.bind((HOST, 0))
+        held = holder.getsockname()[1]
+        with pytest.raises(ServiceError, match=f"port {held} on {HOST} is already in use"):
+            acquire(child_spec("--pid-file", str(pid_file)), fast(port=held))
+    assert not pid_file.exists()  # no child was started
+    with acquire(child_spec(), fast(port=held)) as handle:  # free again: the fixed port is used
+        assert handle.port == held
+
+
+def test_log_is_kept_in_log_dir_and_removed_from_temp_on_clean_stop(tmp_path):
+    with acquire(child_spec(), fast(log_dir=str(tmp_path / "logs"))) as handle:
+        kept = Path(handle.log_path)
+    assert kept.parent == tmp_path / "logs" and "listening on" in kept.read_text()
+    with acquire(child_spec(), fast()) as handle:
+        temp = Path(handle.log_path)
+        assert temp.exists()
+    assert not temp.exists()
+
+
+# -- stop at exit / signals (a separate Python process owns the service) --------------------
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from ragen_core import services
+    from ragen_core.services import ServiceConfig, ServiceSpec, acquire
+    services._DIE_WITH_PARENT = sys.argv[2] == "deathsig"  # else only atexit/SIGTERM can stop it
+    spec = ServiceSpec(name="child", command=(sys.executable, {child!r}, "--port", "{{port}}"))
+    handle = acquire(spec, ServiceConfig(ready_timeout_s=20))
+    print(handle.pid, flush=True)
+    if sys.argv[1] == "sleep":
+        time.sleep(60)
+    """
+)
+
+
+@pytest.fixture
+def run_owner():
+    """Start a Python process that acquires a service; returns it and the child's pid.
+
+    ``deathsig`` keeps PR_SET_PDEATHSIG on. Teardown kills whatever a failing test left behind.
+    """
+    started: list[tuple[subprocess.Popen[str], int]] = []
+
+    def run(mode: str, deathsig: bool = False) -> tuple[subprocess.Popen[str], int]:
+        argv = [sys.executable, "-c", OWNER.format(child=CHILD), mode, "deathsig" if deathsig else "plain"]
+        owner = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = owner.stdout.readline()
+        assert line.strip().isdigit(), f"the owner script failed (status {owner.wait()})"
+        started.append((owner, int(line)))
+        return owner, int(line)
+
+    yield run
+    for owner, pid in started:
+        if owner.poll() is None:
+            owner.kill()
+        owner.wait()
+        owner.stdout.close()
+        if pid_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_child_stops_when_the_owner_exits_without_releasing(run_owner):
+    owner, pid = run_owner("exit")
+    assert owner.wait(DEADLINE_S) == 0
+    assert not pid_alive(pid)  # atexit stopped (and reaped) it before the owner was gone
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_child_stops_when_the_owner_gets_sigterm_or_ctrl_c(run_owner, sig):
+    owner, pid = run_owner("sleep")
+    assert pid_alive(pid)
+    owner.send_signal(sig)
+    status = owner.wait(DEADLINE_S)
+    assert status == -sig  # the owner still dies by its signal, as it would without services
+    assert not pid_alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_child_dies_with_an_owner_killed_by_sigkill(run_owner):
+    owner, pid = run_owner("sleep", deathsig=True)
+    owner.kill()
+    owner.wait(DEADLINE_S)
+    wait_until(lambda: not pid_alive(pid), "the orphaned child to die")
+
+
+def test_a_sigterm_handler_of_the_trainer_is_left_alone():
+    def trainer_handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, trainer_handler)
+    try:
+        with acquire(child_spec(), fast()):
+            assert signal.getsignal(signal.SIGTERM) is trainer_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_stop_all_stops_children_and_later_ensure_ready_says_so():
+    handle = acquire(child_spec(), fast())
+    pid = handle.pid
+    services.stop_all()
+    assert not pid_alive(pid)
+    with pytest.raises(ServiceError, match="was stopped"):
+        handle.ensure_ready()
+    handle.release()  # still allowed
+
+
+# -- URL mode --------------------------------------------------------------------------------
+
+
+def test_url_mode_connects_without_starting_and_release_leaves_the_server(tmp_path):
+    port = services.free_port()
+    server = subprocess.Popen([sys.executable, CHILD, "--port", str(port)], stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://{HOST}:{port}"
+        config = fast(url=url + "/")  # a trailing slash is dropped
+        pid_file = tmp_path / "pid"
+        with acquire(child_spec("--pid-file", str(pid_file)), config) as handle:  # polls until it is up
+            assert (handle.url, handle.port, handle.pid, handle.log_path) == (url, port, None, None)
+            assert handle.ensure_ready() == url
+        assert not pid_file.exists()  # the spec's command never ran
+        assert server.poll() is None and get(url, "/health") == (200, "ok")
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_url_mode_unreachable_server_is_a_clear_error():
+    url = f"http://{HOST}:{services.free_port()}"
+    with pytest.raises(ServiceError, match=f"service 'child' at {url} was not ready after 0.5 s"):
+        acquire(child_spec(), fast(url=url, ready_timeout_s=0.5))
+
+
+# -- config and spec validation --------------------------------------------------------------
+
+
+def test_config_and_spec_reject_bad_values():
+    with pytest.raises(ValidationError, match="url must look like"):
+        ServiceConfig(url="localhost:8000")
+    with pytest.raises(ValidationError, match="ready_timeout"):
+        ServiceConfig(ready_timeout=3)  # misspelt key
+    with pytest.raises(ValidationError, match="cannot learn its port"):
+        ServiceSpec(name="x", command=("server", "--port", "8000"))
+    with pytest.raises(ValidationError, match="must start with '/'"):
+        ServiceSpec(name="x", command=("server", "{port}"), health_path="health")
+    assert ServiceSpec(name="x", command=("server",), env={"PORT": "{port}"}).env == {"PORT": "{port}"}
