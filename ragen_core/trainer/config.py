@@ -16,22 +16,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ragen_core.interfaces.engine import SamplingParams
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
 
-class SamplingSection(_Section):
-    """Sampling for one rollout mode (spec 6.2)."""
-
-    temperature: float = Field(default=1.0, ge=0)
-    """Softmax temperature; 0 or ``do_sample: false`` means greedy."""
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    top_k: int = -1
-    """-1 disables top-k."""
-    max_new_tokens: int = Field(default=48, ge=1)
-    """Generation budget per turn (the reference's ``response_length``, 400 on GPU)."""
-    do_sample: bool = True
+#: Sampling for one rollout mode (spec 6.2): the engines' own config, so the run config and
+#: ``Engine.generate`` cannot drift apart (same fields, defaults and ``extra="forbid"``).
+SamplingSection = SamplingParams
 
 
 def _val_sampling() -> SamplingSection:

@@ -22,21 +22,17 @@ def resolve_device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def sampling_params(section: SamplingSection) -> Any:
-    from ragen_core.interfaces.engine import SamplingParams
-
-    return SamplingParams(**section.model_dump())
+def sampling_params(section: SamplingSection) -> SamplingSection:
+    """The engine's sampling params for a run-config section: the section itself (it is one)."""
+    return section
 
 
 def make_engine(config: RunConfig, model: Any, tokenizer: Any) -> Any:
-    """The rollout engine, attached to the policy (the HF engine shares the module in-process)."""
+    """The rollout engine, attached to the policy as version 0 (the HF engine shares the module in-process)."""
     from ragen_core import registry
 
     engine = registry.make("engine", config.engine, config.engine_config)
-    if hasattr(engine, "attach"):
-        engine.attach(model, tokenizer)
-    else:
-        engine.sync_weights(model)
+    engine.attach(model, tokenizer)
     return engine
 
 
