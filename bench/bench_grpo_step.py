@@ -76,16 +76,17 @@ def _describe(name: str, times: list[float], split: dict[str, float] | None = No
 
 def ragen_prompts(tok: object) -> list[list[int]]:
     from ragen_core.interfaces.engine import Generation
+    from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
 
     captured: list[list[int]] = []
 
     class Capture:
-        def generate(self, prompts, params, seed=None):
+        def generate(self, prompts, params, seeds=None):
             captured.extend(list(p) for p in prompts)
             return [Generation(token_ids=[0], logprobs=None, finish_reason="stop") for _ in prompts]
 
-    RolloutRunner("bandit", {}, None, Capture(), tok, RolloutConfig(env_groups=GROUPS, group_size=1, max_model_len=4096)).run(mode="train")
+    RolloutRunner(EnvRef(name="bandit"), Capture(), tok, RolloutConfig(env_groups=GROUPS, group_size=1, max_model_len=4096)).run(mode="train")
     return captured
 
 

@@ -74,6 +74,7 @@ def bench_preset(preset: str, args, env) -> list[Result] | None:
     from ragen_core.engines.hf import HFEngine
     from ragen_core.errors import RagenError
     from ragen_core.interfaces.engine import SamplingParams
+    from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
 
@@ -99,7 +100,7 @@ def bench_preset(preset: str, args, env) -> list[Result] | None:
     runners = {}
     for res in results:
         config = RolloutConfig(env_groups=args.groups, group_size=args.group_size, max_turns=res.turns, max_model_len=4096)
-        runners[res.label] = RolloutRunner(env, {"max_actions_per_episode": 50}, None, engine, tok, config)
+        runners[res.label] = RolloutRunner(EnvRef(name=env, config={"max_actions_per_episode": 50}), engine, tok, config)
     for _ in range(args.repeats):
         for res in results:
             measure(runners[res.label], SamplingParams(max_new_tokens=res.per_turn), res)

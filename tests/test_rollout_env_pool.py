@@ -1,4 +1,4 @@
-"""EnvPool and SeedSchedule (spec 4.2-4.5) and the prompt texts (spec 5.1-5.3)."""
+"""The local env pool with the runner's turn rules, SeedSchedule (spec 4.2-4.5), prompt texts (5.1-5.3)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import pytest
 from ragen_core import registry
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.interfaces.env_pool import EnvRef, StepRequest
 from ragen_core.rollout import prompts
-from ragen_core.rollout.env_pool import EnvPool, SeedSchedule
+from ragen_core.rollout.env_pool import LocalEnvPool
+from ragen_core.rollout.episodes import EpisodeRecord, SeedSchedule, apply_outcome, plan_turn, reset_requests, turn_info
 from ragen_core.rollout.parser import parse_reply
+from ragen_core.rollout.types import Trajectory
 from ragen_core.specs import EnvSpec
 
 
@@ -65,6 +68,34 @@ def reply(answer: str, cap: int = 2):
     return parse_reply(f"<think>t</think><answer>{answer}</answer>", max_actions=cap)
 
 
+class Episodes:
+    """A local pool driven by the runner's turn rules, one reply at a time (the runner minus the model)."""
+
+    def __init__(self, name, env_config=None, *, env_groups=1, group_size=1, format_penalty=-0.1, seeds=None):
+        self.pool = LocalEnvPool(EnvRef(name=name, config=env_config or {}))
+        self.shape, self.format_penalty = (env_groups, group_size), format_penalty
+        self.seeds = seeds if seeds is not None else SeedSchedule()
+
+    def reset(self, mode="train", seed=None):
+        groups, size = self.shape
+        requests = reset_requests(self.seeds.next_base(mode, groups, seed), groups, size, mode)
+        eps = []
+        for r, start in zip(requests, self.pool.reset(requests)):
+            traj = Trajectory(env="echo", tag="echo", group_id=r.episode_id // size, member=r.member, seed=r.seed, env_id=r.episode_id)
+            eps.append(EpisodeRecord(traj=traj, observation=start.observation, facts=start.facts))
+        return eps
+
+    def env(self, ep):
+        return self.pool.instance(ep.traj.env_id)
+
+    def step(self, ep, parsed):
+        """One turn of ``ep``: returns ``(executed actions, reward, penalty, valid, info)``."""
+        plan = plan_turn(parsed, ep.facts, ep.actions_left, self.format_penalty)
+        (outcome,) = self.pool.step([StepRequest(ep.traj.env_id, plan.actions)])
+        apply_outcome(ep, plan, outcome)
+        return outcome.executed, outcome.reward, plan.penalty, plan.valid, turn_info(outcome, plan)
+
+
 def test_seed_schedule_matches_spec():
     s = SeedSchedule()
     assert [s.next_base("train", 8) for _ in range(2)] == [10000, 10008]
@@ -82,83 +113,83 @@ def test_seed_schedule_matches_spec():
 
 
 def test_groups_share_seed_members_differ():
-    pool = EnvPool("pool-test-echo", env_groups=3, group_size=2)
+    pool = Episodes("pool-test-echo", env_groups=3, group_size=2)
     eps = pool.reset("train")
     assert [(e.traj.group_id, e.traj.member, e.traj.seed) for e in eps] == [
         (0, 0, 10000), (0, 1, 10000), (1, 0, 10001), (1, 1, 10001), (2, 0, 10002), (2, 1, 10002),
     ]
-    assert [(e.env.seed, e.env.member, e.env.mode) for e in eps][:2] == [(10000, 0, "train"), (10000, 1, "train")]
+    assert [(pool.env(e).seed, pool.env(e).member, pool.env(e).mode) for e in eps][:2] == [(10000, 0, "train"), (10000, 1, "train")]
     assert eps[2].observation == "seed=10001"
     assert [e.traj.seed for e in pool.reset("train")][::2] == [10003, 10004, 10005]
-    assert {e.env.mode for e in pool.reset("val")} == {"val"}
-    assert pool.state_dict()["counter"] == 6
+    assert {pool.env(e).mode for e in pool.reset("val")} == {"val"}
+    assert pool.seeds.state_dict()["counter"] == 6
 
 
 def test_mapping_is_case_insensitive_and_drops_unknown():
-    pool = EnvPool("pool-test-echo")
+    pool = Episodes("pool-test-echo")
     (ep,) = pool.reset()
-    out = pool.step(ep, reply(" stay || JUMP ", cap=5))
-    assert out.actions == ["Stay"] and ep.env.log == ["Stay"]
-    assert out.penalty == -0.1 and not out.valid and out.reward == 0.25
+    actions, reward, penalty, valid, _ = pool.step(ep, reply(" stay || JUMP ", cap=5))
+    assert actions == ["Stay"] and pool.env(ep).log == ["Stay"]
+    assert penalty == -0.1 and not valid and reward == 0.25
 
 
 def test_no_usable_action_does_not_step_env():
-    pool = EnvPool("pool-test-echo", format_penalty=-0.5)
+    pool = Episodes("pool-test-echo", format_penalty=-0.5)
     (ep,) = pool.reset()
     for r in (parse_reply("garbage"), reply("Jump"), reply("")):
-        out = pool.step(ep, r)
-        assert out.actions == [] and out.penalty == -0.5 and out.info == {"manager_invalid_action": True}
+        actions, _, penalty, _, info = pool.step(ep, r)
+        assert actions == [] and penalty == -0.5 and info == {"manager_invalid_action": True}
         assert ep.warn_invalid and ep.num_actions == 0 and not ep.done
-    assert ep.env.log == []
+    assert pool.env(ep).log == []
     pool.step(ep, reply("Stay"))
     assert not ep.warn_invalid
 
 
 def test_stop_at_first_done_and_status():
-    pool = EnvPool("pool-test-echo")
+    pool = Episodes("pool-test-echo")
     (ep,) = pool.reset()
-    out = pool.step(ep, reply("Stay || Go || Stay", cap=3))
-    assert out.actions == ["Stay", "Go"] and out.reward == 1.25 and out.info == {"success": True, "n": 2}
+    actions, reward, _, _, info = pool.step(ep, reply("Stay || Go || Stay", cap=3))
+    assert actions == ["Stay", "Go"] and reward == 1.25 and info == {"success": True, "n": 2}
     t = ep.traj
     assert ep.done and t.terminated and not t.truncated and t.success and t.end_reason == "done"
 
 
 def test_episode_action_budget():
-    pool = EnvPool("pool-test-echo", {"max_actions_per_episode": 3})
+    pool = Episodes("pool-test-echo", {"max_actions_per_episode": 3})
     (ep,) = pool.reset()
     pool.step(ep, reply("Stay || Stay"))
     assert ep.actions_left == 1 and not ep.done
-    out = pool.step(ep, reply("Stay || Go"))
-    assert out.actions == ["Stay"] and out.penalty == 0.0
+    actions, _, penalty, _, _ = pool.step(ep, reply("Stay || Go"))
+    assert actions == ["Stay"] and penalty == 0.0
     assert ep.done and ep.traj.truncated and not ep.traj.success and ep.traj.end_reason == "action_budget"
 
 
 def test_free_form_actions_pass_verbatim():
-    pool = EnvPool("pool-test-free")
+    pool = Episodes("pool-test-free")
     (ep,) = pool.reset()
-    out = pool.step(ep, reply("anything at all"))
-    assert out.actions == ["anything at all"] and out.penalty == 0.0 and out.valid
+    actions, _, penalty, valid, _ = pool.step(ep, reply("anything at all"))
+    assert actions == ["anything at all"] and penalty == 0.0 and valid
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_non_finite_reward_raises_env_error(bad):
-    pool = EnvPool("pool-test-echo", {"bad_reward": bad}, env_groups=2)
+    pool = Episodes("pool-test-echo", {"bad_reward": bad}, env_groups=2)
     eps = pool.reset()
     with pytest.raises(EnvError, match=r"pool-test-echo.*seed 10001"):
         pool.step(eps[1], reply("Boom"))
 
 
 def test_env_exception_becomes_env_error(monkeypatch):
-    pool = EnvPool("pool-test-echo")
+    pool = Episodes("pool-test-echo")
     (ep,) = pool.reset()
-    monkeypatch.setattr(ep.env, "step", lambda a: 1 / 0)
+    monkeypatch.setattr(pool.env(ep), "step", lambda a: 1 / 0)
     with pytest.raises(EnvError, match="ZeroDivisionError"):
         pool.step(ep, reply("Go"))
 
 
 def test_bad_shape_rejected():
     with pytest.raises(ValueError):
-        EnvPool("pool-test-echo", env_groups=0)
+        reset_requests(10000, 0, 1, "train")
 
 
 # --------------------------------------------------------------------------- prompts

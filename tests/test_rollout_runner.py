@@ -13,7 +13,9 @@ from ragen_core import registry
 from ragen_core.engines.scripted import ScriptedEngine
 from ragen_core.interfaces.engine import SamplingParams
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.interfaces.env_pool import EnvRef
 from ragen_core.models.tiny import build_byte_tokenizer
+from ragen_core.rollout.env_pool import LocalEnvPool
 from ragen_core.rollout.layout import episode_layout, loss_mask, turn_samples
 from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
 from ragen_core.specs import EnvSpec
@@ -56,7 +58,7 @@ def tok():
 def make_runner(tok, engine, **cfg):
     env_config = cfg.pop("env_config", {})
     config = RolloutConfig(**{"env_groups": 1, "group_size": 1, **cfg})
-    return RolloutRunner(LINE, env_config, None, engine, tok, config)
+    return RolloutRunner(EnvRef(name=LINE, config=env_config), engine, tok, config)
 
 
 def ids_of(tok, text):
@@ -300,18 +302,62 @@ class ThreadLineEnv(LineEnv):
         return super().step(action)
 
 
-def test_env_workers_step_concurrently_with_identical_results(tok):
+def test_pool_threads_step_concurrently_with_identical_results(tok):
     registry.register(EnvSpec(name="rollout-test-thread-line", config_model=EnvConfig, factory=f"{__name__}:ThreadLineEnv"))
     script = ["a</think><answer>Up</answer>", "b</think><answer>Down || Up</answer>", "junk"]
     results = []
     for workers in (1, 4):
         ThreadLineEnv.threads = set()
         eng = ScriptedEngine(script, tok)
-        config = RolloutConfig(env_groups=2, group_size=2, env_workers=workers)
-        trajs = RolloutRunner("rollout-test-thread-line", {}, None, eng, tok, config).run()
+        config = RolloutConfig(env_groups=2, group_size=2)
+        env = EnvRef(name="rollout-test-thread-line")
+        trajs = RolloutRunner(env, eng, tok, config, pool=LocalEnvPool(env, threads=workers)).run()
         results.append([(t.to_dict()["turns"], t.total_reward, t.end_reason) for t in trajs])
         if workers == 1:
             assert ThreadLineEnv.threads == {threading.get_ident()}
         else:
             assert threading.get_ident() not in ThreadLineEnv.threads
     assert results[0] == results[1]
+
+
+
+def test_one_seed_per_episode_and_turn_independent_of_batch_position(tok):
+    from ragen_core.seeding import derive_seed
+
+    def script(call, row, prompt):  # episode 0 is done after turn 2; the others play all 3 turns
+        return "a</think><answer>Up || Up</answer>" if call < 2 and row == 0 else "a</think><answer>Down</answer>"
+
+    eng = ScriptedEngine(script, tok)
+    eng.sync_weights({}, version=7)
+    trajs = make_runner(tok, eng, env_groups=2, group_size=2, max_turns=3).run(mode="val")
+    assert [len(t.turns) for t in trajs] == [2, 3, 3, 3]
+    live = {1: trajs, 2: trajs, 3: trajs[1:]}  # in turn 3 episode 1 is row 0 of the batch
+    assert eng.seeds == [[derive_seed("rollout", "val", t.seed, t.member, turn) for t in live[turn]] for turn in (1, 2, 3)]
+    assert len(set(eng.seeds[0])) == 4  # members of a group sample with their own seeds
+    assert {turn.policy_version for t in trajs for turn in t.turns} == {7}
+
+
+def test_pool_timeout_ends_only_that_episode_truncated(tok):
+    from ragen_core.testing.toy_env import SLOW_TOY_FACTORY
+
+    env = EnvRef(name="slow-corridor", factory=SLOW_TOY_FACTORY, config={"sleep_s": 3.0, "max_turns": 3})
+
+    def script(call, row, prompt):  # turn 1: episode 0 waits (too long), episode 1 walks
+        return "a</think><answer>Wait</answer>" if call == 0 and row == 0 else "a</think><answer>Left</answer>"
+
+    runner = RolloutRunner(env, ScriptedEngine(script, tok), tok, RolloutConfig(env_groups=2, group_size=1),
+                           pool=LocalEnvPool(env, step_timeout_s=0.3))
+    slow, fast = runner.run()
+    assert len(slow.turns) == 1 and slow.end_reason == "timeout" and slow.truncated and slow.terminated and not slow.success
+    assert "step_timeout_s=0.3" in slow.turns[0].info["pool_error"] and slow.turns[0].actions == [] and slow.turns[0].reward == 0.0
+    assert slow.final_observation == slow.turns[0].observation  # the last observation the episode had
+    assert fast.end_reason in ("done", "max_turns") and len(fast.turns) >= 1 and "pool_error" not in fast.turns[0].info
+    runner.close()
+
+
+def test_in_process_env_factory_pool_needs_no_registration(tok):
+    env = EnvRef(name="line-by-factory")
+    pool = LocalEnvPool(env, env_factory=LineEnv)
+    eng = ScriptedEngine(["a</think><answer>Up || Up</answer>", "b</think><answer>Up</answer>"], tok)
+    (t,) = RolloutRunner(env, eng, tok, RolloutConfig(env_groups=1, group_size=1, max_turns=4), pool=pool).run()
+    assert t.env == "line-by-factory" and t.success and [turn.actions for turn in t.turns] == [["Up", "Up"], ["Up"]]

@@ -128,7 +128,10 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     model, tokenizer = load_model_and_tokenizer(resolve_model(model_path), device=device)
     engine = make_engine(config, model, tokenizer)
     runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
-    trajs = runner.run(mode="val", sampling=sampling_params(config.sampling.val))
+    try:
+        trajs = runner.run(mode="val", sampling=sampling_params(config.sampling.val))
+    finally:
+        runner.close()
     return trajs, summarize(trajs), tokenizer
 
 

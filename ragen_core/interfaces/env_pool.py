@@ -38,14 +38,37 @@ PoolEndReason = Literal["", "done", "timeout", "failed"]
 
 
 class EnvRef(BaseModel):
-    """Which env to build, as data: a registered name, config overrides and an optional preset."""
+    """Which env to build, as data: a registered name, config overrides and an optional preset.
+
+    ``factory`` builds an env that is not installed (a test env, an env in a notebook's module)
+    from an import string instead of the registry; it is still plain data, so a pool in another
+    process can use it as long as that process can import the module.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
+    """Registered env name (also the ``env`` label of trajectories)."""
     config: dict[str, Any] = Field(default_factory=dict)
     """Overrides validated by the env's config model (JSON-serialisable)."""
     preset: str | None = None
+    factory: str | None = None
+    """``"package.module:attr"`` of an Env class (or function) called as ``attr(**config)``,
+    used instead of looking ``name`` up in the registry; presets do not apply to it."""
+
+    def build(self) -> Any:
+        """A new env instance (in the calling process).
+
+        Raises:
+            PluginNotFoundError / PluginConfigError: unknown env name, bad config or preset.
+        """
+        if self.factory is not None:
+            from ragen_core.specs import import_string
+
+            return import_string(self.factory)(**self.config)
+        from ragen_core import registry
+
+        return registry.make_env(self.name, preset=self.preset, **self.config)
 
 
 @dataclass(frozen=True)
@@ -158,6 +181,11 @@ class EnvPool(ABC):
     def __init__(self, env: EnvRef, config: EnvPoolConfig | None = None, **overrides: Any) -> None:
         self.env = env
         self.config = config if config is not None else self.config_class(**overrides)
+
+    @classmethod
+    def from_config(cls, config: EnvPoolConfig, *, env: EnvRef, **kwargs: Any) -> EnvPool:
+        """Registry factory: ``registry.make("pool", name, config, env=ref)`` calls this."""
+        return cls(env, config, **kwargs)
 
     @abstractmethod
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:

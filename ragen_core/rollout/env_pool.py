@@ -1,246 +1,257 @@
-"""Groups of environment instances, their seeds, and one turn of env logic (spec 4).
+"""The ``local`` env pool: env instances in this process (the default).
 
-An :class:`EnvPool` owns ``env_groups x group_size`` instances of one env (name + config +
-optional preset, built through the registry). On every reset all members of a group get the
-same seed and their own ``member`` index, so they start from the same task instance (the group
-baseline of GRPO and the filters relies on this). :meth:`EnvPool.step` applies one parsed reply
-to one episode: map the actions onto the env's vocabulary, charge the format penalty, enforce
-the action budget, execute, and update the episode status.
+:class:`LocalEnvPool` keeps one env instance per episode-id slot, built lazily from the
+:class:`~ragen_core.interfaces.env_pool.EnvRef` through the registry (or from an in-process
+``env_factory``) the first time a reset uses that id. Slots are kept across resets, so one pool
+serves train and validation rollouts of different sizes; instances are reused, never rebuilt,
+except after a step timeout.
 
-Deviation from the reference, on purpose: an explicit seed in train mode advances the counter
-by ``env_groups`` (the reference adds 1, spec 4.2 / 17 L27), so explicit and implicit resets
-never reuse seeds; the counter is part of :meth:`EnvPool.state_dict` and so of checkpoints.
+Stepping an episode (:func:`run_actions`, shared with the ``process`` pool's workers) executes
+its actions in order, sums their rewards, stops at the first ``done`` and says which actions ran;
+an empty action list executes nothing and returns ``env.render()``. An env that raises or returns
+a NaN/infinite reward is a bug in the env: :class:`~ragen_core.errors.EnvError` names the env,
+the seed and the member.
+
+Threads: the episodes of one turn step in ``threads`` threads (for envs whose ``step`` waits on a
+server; default one, or 16 for envs whose spec sets ``async_step``). With a ``step_timeout_s`` every
+step runs in a worker thread; an episode whose step is not back in time comes back with
+``end_reason="timeout"`` and its env instance is abandoned -- the thread cannot be stopped, so
+the instance is never touched again and its slot is rebuilt on the next reset.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import Field
 
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env
-from ragen_core.rollout.parser import ParsedReply
-from ragen_core.rollout.types import Trajectory
+from ragen_core.interfaces.env_pool import (
+    EnvFacts,
+    EnvPool,
+    EnvPoolConfig,
+    EnvRef,
+    EpisodeStart,
+    ResetRequest,
+    StepOutcome,
+    StepRequest,
+)
+
+T = TypeVar("T")
+
+#: Threads used for envs whose spec sets ``async_step`` when ``threads`` is not set.
+ASYNC_STEP_THREADS = 16
 
 
-class SeedSchedule:
-    """Base seeds of successive resets (spec 4.2); group ``g`` of a reset gets ``base + g``.
+def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str) -> StepOutcome:
+    """Execute ``actions`` in order in ``env``; stop at the first ``done``.
 
-    Train mode: ``base = train_base + counter``, then ``counter += env_groups``, so consecutive
-    steps never repeat a task (10000..10007, then 10008..10015 with 8 groups). Val mode: always
-    ``val_base``, a fixed validation set.
+    ``label`` names the episode in errors (``"env 'x' (seed 3, member 1)"``).
+
+    Raises:
+        EnvError: the env raised, or returned a NaN/infinite reward.
     """
-
-    def __init__(self, train_base: int = 10000, val_base: int = 123) -> None:
-        self.train_base = train_base
-        self.val_base = val_base
-        self.counter = 0
-
-    def next_base(self, mode: str, env_groups: int, seed: int | None = None) -> int:
-        """Base seed of the next reset of ``env_groups`` groups in ``mode``."""
-        if mode == "train":
-            base = seed if seed is not None else self.train_base + self.counter
-            self.counter = base - self.train_base + env_groups
-            return base
-        return seed if seed is not None else self.val_base
-
-    def state_dict(self) -> dict[str, int]:
-        return {"counter": self.counter, "train_base": self.train_base, "val_base": self.val_base}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.counter = int(state["counter"])
-        self.train_base = int(state.get("train_base", self.train_base))
-        self.val_base = int(state.get("val_base", self.val_base))
+    if not actions:
+        return StepOutcome(episode_id, observation=str(env.render()))
+    observation, reward, done, info, executed = "", 0.0, False, {}, []
+    for action in actions:
+        try:
+            observation, r, done, info = env.step(action)
+        except Exception as exc:
+            raise EnvError(
+                f"{label} raised on action {action!r}: {type(exc).__name__}: {exc}",
+                hints=["envs must treat any action string as input and report invalid moves via info"],
+            ) from exc
+        value = float(r)
+        if not math.isfinite(value):
+            raise EnvError(f"{label} returned a non-finite reward {r!r} for action {action!r}")
+        reward += value
+        executed.append(action)
+        if done:
+            break
+    return StepOutcome(episode_id, observation=str(observation), reward=reward, done=bool(done), info=dict(info), executed=executed)
 
 
-@dataclass
-class Episode:
-    """Mutable state of one running episode; ``traj`` is the record handed to the trainer."""
+def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:
+    """Reset ``env`` for ``request`` and describe the start.
 
-    env: Env
-    traj: Trajectory
-    observation: str
-    max_actions: int
-    num_actions: int = 0
-    done: bool = False
-    warn_invalid: bool = False
-    """The previous turn had no usable action (the next prompt shows a warning)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Scratch space for the rollout runner (token context, ...)."""
-
-    @property
-    def actions_left(self) -> int:
-        return max(0, self.max_actions - self.num_actions)
-
-    def finish(self, reason: str, *, truncated: bool) -> None:
-        """End the episode without the env saying done (turn limit, context limit)."""
-        self.done = True
-        self.traj.end_reason = reason
-        if truncated:
-            self.traj.terminated = True
-            self.traj.truncated = True
-        self.traj.success = self.traj.terminated and not self.traj.truncated
+    Raises:
+        EnvError: the env raised while resetting.
+    """
+    try:
+        observation = env.reset(request.seed, member=request.member, mode=request.mode)
+        return EpisodeStart(request.episode_id, str(observation), str(env.instruction()), EnvFacts.of(env))
+    except Exception as exc:
+        raise EnvError(f"{label} failed to reset: {type(exc).__name__}: {exc}") from exc
 
 
-@dataclass
-class TurnOutcome:
-    """What one turn did in the environment."""
-
-    actions: list[str]
-    reward: float
-    penalty: float
-    valid: bool
-    info: dict[str, Any]
-    observation: str
+TIMED_OUT = object()
+"""Result of a call that did not return within its deadline (see :func:`call_all`)."""
 
 
-class EnvPool:
-    """``env_groups x group_size`` instances of one environment.
+def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | None) -> list[Any]:
+    """Run ``calls`` in ``threads`` daemon threads; each result, raised exception or :data:`TIMED_OUT`.
+
+    Each call gets ``timeout_s`` from the moment a thread starts it (waiting in the queue does not
+    count). A call past its deadline is given up: its thread is left to finish on its own (a
+    daemon thread never blocks interpreter exit) and a fresh thread takes over the queue.
+    """
+    results: list[Any] = [TIMED_OUT] * len(calls)
+    pending = deque(range(len(calls)))
+    running: dict[int, float] = {}
+    """Call index -> when its thread started it."""
+    cond = threading.Condition()
+
+    def worker() -> None:
+        while True:
+            with cond:
+                if not pending:
+                    return
+                i = pending.popleft()
+                running[i] = time.monotonic()
+                cond.notify_all()
+            try:
+                value: Any = calls[i]()
+            except BaseException as exc:  # handed to the caller, which re-raises it
+                value = exc
+            with cond:
+                if i not in running:  # given up: a replacement thread owns the queue now
+                    return
+                del running[i]
+                results[i] = value
+                cond.notify_all()
+
+    def start() -> None:
+        threading.Thread(target=worker, name="ragen-env", daemon=True).start()
+
+    for _ in range(min(threads, len(calls))):
+        start()
+    with cond:
+        while pending or running:
+            wait = None
+            if timeout_s is not None:
+                now = time.monotonic()
+                for i, started in list(running.items()):
+                    if now - started >= timeout_s:
+                        del running[i]  # results[i] stays TIMED_OUT
+                        start()
+                wait = min(running.values()) + timeout_s - now if running else None
+            cond.wait(timeout=wait)
+    return results
+
+
+class LocalPoolConfig(EnvPoolConfig):
+    """Settings of the ``local`` pool."""
+
+    threads: int | None = Field(default=None, ge=1)
+    """Threads stepping the episodes of one turn concurrently (for envs whose ``step`` waits on a
+    server); None = 1, or 16 when the env's spec sets ``async_step``."""
+
+
+class LocalEnvPool(EnvPool):
+    """Env instances in this process, one per episode-id slot (see the module docstring).
 
     Args:
-        env_name: Registered env name.
-        env_config: Config overrides (validated by the env's config model).
-        preset: Optional named preset of the env spec (e.g. ``"CoordSokoban"``).
-        env_groups: Number of groups (distinct task instances per reset).
-        group_size: Members per group (same seed, own ``member`` index).
-        format_penalty: Added to a turn's ``penalty`` when the reply had no usable action or
-            some parsed action was unknown (spec 4.4 step 2).
-        seeds: Shared seed schedule (a runner shares one between its train and val pools).
-        tag: Label used in metric keys (default: the preset or the env name).
+        env: The env to build (name, config overrides, preset, or an import-string factory).
+        config: Pool settings (:class:`LocalPoolConfig`).
+        env_factory: Builds an env instance in-process instead of ``env`` (notebooks, tests,
+            the warm start's recording wrapper); ``env.name`` then only labels errors.
     """
+
+    config_class = LocalPoolConfig
+    config: LocalPoolConfig
 
     def __init__(
         self,
-        env_name: str,
-        env_config: dict[str, Any] | None = None,
+        env: EnvRef,
+        config: EnvPoolConfig | None = None,
         *,
-        preset: str | None = None,
-        env_groups: int = 1,
-        group_size: int = 1,
-        format_penalty: float = -0.1,
-        seeds: SeedSchedule | None = None,
-        tag: str | None = None,
+        env_factory: Callable[[], Env] | None = None,
+        **overrides: Any,
     ) -> None:
-        if env_groups < 1 or group_size < 1:
-            raise ValueError(f"env_groups and group_size must be >= 1, got {env_groups} x {group_size}")
-        self.env_name = env_name
-        self.env_config = dict(env_config or {})
-        self.preset = preset
-        self.env_groups = env_groups
-        self.group_size = group_size
-        self.format_penalty = float(format_penalty)
-        self.seeds = seeds if seeds is not None else SeedSchedule()
-        self.tag = tag or preset or env_name
-        self.envs: list[Env] = []
+        super().__init__(env, config, **overrides)
+        self.env_factory = env_factory
+        self._envs: dict[int, Any] = {}
+        """Episode-id slot -> env instance (kept across resets)."""
+        self._labels: dict[int, str] = {}
+        """Live episode id -> how errors name it (env, seed, member)."""
+        self._threads: int | None = None
 
     @property
-    def size(self) -> int:
-        return self.env_groups * self.group_size
+    def threads(self) -> int:
+        """Threads stepping one turn (``config.threads``, or from the env spec's ``async_step``)."""
+        if self._threads is None:
+            self._threads = self.config.threads or self._default_threads()
+        return self._threads
 
-    def build(self) -> list[Env]:
-        """Construct the env instances (lazily, on the first reset)."""
-        if not self.envs:
-            from ragen_core import registry
+    def _default_threads(self) -> int:
+        if self.env_factory is not None or self.env.factory is not None:
+            return 1
+        from ragen_core import registry
 
-            self.envs = [registry.make_env(self.env_name, preset=self.preset, **self.env_config) for _ in range(self.size)]
-        return self.envs
+        return ASYNC_STEP_THREADS if getattr(registry.get_spec("env", self.env.name), "async_step", False) else 1
 
-    # ----------------------------------------------------------------- reset
-    def reset(self, mode: str = "train", seed: int | None = None) -> list[Episode]:
-        """Reset every instance for a new rollout; return one :class:`Episode` per env id."""
-        envs = self.build()
-        base = self.seeds.next_base(mode, self.env_groups, seed)
-        episodes = []
-        for env_id, env in enumerate(envs):
-            group, member = divmod(env_id, self.group_size)
-            group_seed = base + group
-            try:
-                obs = env.reset(group_seed, member=member, mode=mode)
-            except Exception as exc:
-                raise EnvError(
-                    f"env {self.env_name!r} failed to reset with seed {group_seed} (member {member}): {type(exc).__name__}: {exc}"
-                ) from exc
-            traj = Trajectory(env=self.env_name, tag=self.tag, group_id=group, member=member, seed=group_seed, env_id=env_id)
-            episodes.append(Episode(env=env, traj=traj, observation=str(obs), max_actions=env.config.max_actions_per_episode))
-        return episodes
+    def _build(self) -> Any:
+        return self.env_factory() if self.env_factory is not None else self.env.build()
 
-    # ------------------------------------------------------------------ step
-    def map_actions(self, env: Env, actions: list[str]) -> list[str]:
-        """Map parsed actions onto ``env.action_names`` case-insensitively; drop unknown ones.
+    def _run(self, calls: list[Callable[[], T]], timeout_s: float | None) -> list[Any]:
+        if timeout_s is None and self.threads == 1:
+            return [call() for call in calls]  # in the calling thread: exceptions propagate as is
+        results = call_all(calls, self.threads, timeout_s)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results
 
-        Envs without a fixed vocabulary receive the action strings unchanged.
-        """
-        names = env.action_names
-        if names is None:
-            return list(actions)
-        lookup = {n.lower(): n for n in names}
-        return [lookup[a.strip().lower()] for a in actions if a.strip().lower() in lookup]
+    # ------------------------------------------------------------------ reset
+    def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        self._labels = {}
+        for r in requests:
+            if r.episode_id not in self._envs:
+                self._envs[r.episode_id] = self._build()
+            self._labels[r.episode_id] = f"env {self.env.name!r} (seed {r.seed}, member {r.member})"
+        calls = [lambda r=r: reset_env(self._envs[r.episode_id], r, label=self._labels[r.episode_id]) for r in requests]
+        starts = self._run(calls, self.config.reset_timeout_s)
+        for r, start in zip(requests, starts):
+            if start is TIMED_OUT:
+                self._abandon(r.episode_id)
+                raise EnvError(f"{self._labels[r.episode_id]} did not reset within reset_timeout_s={self.config.reset_timeout_s}")
+        return starts
 
-    def step(self, ep: Episode, parsed: ParsedReply) -> TurnOutcome:
-        """Apply one parsed reply to ``ep`` (spec 4.4) and update its status.
+    # ------------------------------------------------------------------- step
+    def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        for r in requests:
+            if r.episode_id not in self._labels:
+                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first; a timed-out episode stays ended)")
+        calls = [
+            lambda r=r: run_actions(self._envs[r.episode_id], r.episode_id, r.actions, label=self._labels[r.episode_id]) for r in requests
+        ]
+        outcomes = self._run(calls, self.config.step_timeout_s)
+        for i, (r, out) in enumerate(zip(requests, outcomes)):
+            if out is TIMED_OUT:
+                label = self._labels[r.episode_id]
+                self._abandon(r.episode_id)
+                error = f"{label} did not finish its step within step_timeout_s={self.config.step_timeout_s}; instance abandoned"
+                outcomes[i] = StepOutcome(r.episode_id, observation="", end_reason="timeout", error=error)
+        return outcomes
 
-        Raises:
-            EnvError: the env raised, or returned a NaN/infinite reward; the message names the
-                env, the seed and the member.
-        """
-        env, traj = ep.env, ep.traj
-        kept = self.map_actions(env, parsed.actions)
-        offending = not kept or len(kept) != len(parsed.actions)
-        penalty = self.format_penalty if offending else 0.0
-        to_run = kept[: ep.actions_left]
-        reward = 0.0
-        info: dict[str, Any] = {}
-        executed: list[str] = []
-        done = False
-        observation = ep.observation
-        for action in to_run:
-            try:
-                result = env.step(action)
-            except Exception as exc:
-                raise EnvError(
-                    f"env {self.env_name!r} raised on action {action!r} (seed {traj.seed}, member {traj.member}): {type(exc).__name__}: {exc}",
-                    hints=["envs must treat any action string as input and report invalid moves via info"],
-                ) from exc
-            observation, r, done, info = result
-            value = float(r)
-            if not math.isfinite(value):
-                raise EnvError(
-                    f"env {self.env_name!r} returned a non-finite reward {r!r} for action {action!r} (seed {traj.seed}, member {traj.member})"
-                )
-            reward += value
-            executed.append(action)
-            if done:
-                break
-        info = dict(info)
-        if not kept:
-            info["manager_invalid_action"] = True
-            observation = env.render()
-        ep.warn_invalid = not kept
-        ep.num_actions += len(executed)
-        ep.observation = str(observation)
-        if done:
-            ep.done = True
-            traj.terminated = True
-            traj.truncated = not bool(info.get("success", False))
-            traj.end_reason = "done"
-        elif ep.num_actions >= ep.max_actions:
-            ep.done = True
-            traj.terminated = traj.truncated = True
-            traj.end_reason = "action_budget"
-        traj.success = traj.terminated and not traj.truncated
-        traj.final_observation = ep.observation
-        return TurnOutcome(actions=executed, reward=reward, penalty=penalty, valid=parsed.ok and not offending, info=info, observation=ep.observation)
+    def instance(self, episode_id: int) -> Env:
+        """The env instance of a live episode (for tests and debugging; local pool only)."""
+        return self._envs[episode_id]
 
-    # --------------------------------------------------------------- lifecycle
-    def state_dict(self) -> dict[str, int]:
-        """Checkpointable state: the seed counter."""
-        return self.seeds.state_dict()
+    def _abandon(self, episode_id: int) -> None:
+        """Forget a stuck instance (its thread may still run): the slot is rebuilt on the next reset."""
+        self._envs.pop(episode_id, None)
+        self._labels.pop(episode_id, None)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.seeds.load_state_dict(state)
-
+    # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        for env in self.envs:
+        envs, self._envs, self._labels = self._envs, {}, {}
+        for env in envs.values():
             env.close()
-        self.envs = []

@@ -1,9 +1,16 @@
 """The multi-turn rollout loop (spec 6.1): one batched ``generate`` per turn for all live episodes.
 
-``RolloutRunner.run`` resets a pool of ``env_groups x group_size`` envs, then for each turn
-builds the prompt ids of every episode that is still running, samples all replies in *one*
-engine call, parses them, steps the envs, and records a :class:`~ragen_core.rollout.types.Turn`
-per episode. Finished episodes leave the batch, so they stop costing compute.
+``RolloutRunner.run`` asks its env pool to reset ``env_groups x group_size`` episodes, then for
+each turn builds the prompt ids of every episode that is still running, samples all replies in
+*one* engine call, parses them, applies the turn rules of :mod:`ragen_core.rollout.episodes`
+(map actions, format penalty, action budget), sends all live episodes' actions to the pool in
+*one* ``step`` call, and records a :class:`~ragen_core.rollout.types.Turn` per episode.
+Finished episodes leave the batch, so they stop costing compute.
+
+The runner never holds an env: the pool (:class:`~ragen_core.interfaces.env_pool.EnvPool`,
+``local`` by default) runs them wherever it runs them and answers in plain data. Each reply is
+sampled with its own seed, ``derive_seed("rollout", mode, seed, member, turn)``, so it does not
+depend on its position in the batch or on which other episodes are still running.
 
 Context modes:
 
@@ -23,14 +30,16 @@ In ``full`` mode an episode whose next prompt would not fit ends there, truncate
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from pydantic import Field
 
 from ragen_core.interfaces.engine import Engine, SamplingParams
+from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepRequest
 from ragen_core.rollout import prompts
 from ragen_core.rollout.chat import ChatTokens
-from ragen_core.rollout.env_pool import EnvPool, Episode, SeedSchedule
+from ragen_core.rollout.episodes import EpisodeRecord, SeedSchedule, apply_outcome, plan_turn, reset_requests, turn_info
 from ragen_core.rollout.parser import ParsedReply, parse_reply
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import derive_seed
@@ -62,62 +71,41 @@ class RolloutConfig(PluginConfig):
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
     """Fixed base seed of validation rollouts."""
-    env_workers: int = Field(default=1, ge=1)
-    """Threads that step the episodes of a turn concurrently (for envs whose ``step`` waits on
-    a server, spec 17 L25); 1 = step in order in the calling thread."""
+
+
+def with_overrides(env: EnvRef, config: RolloutConfig) -> EnvRef:
+    """``env`` with the rollout config's ``max_turns``/``max_actions_per_turn`` in its env config."""
+    extra = {k: getattr(config, k) for k in ("max_turns", "max_actions_per_turn") if getattr(config, k) is not None}
+    return env.model_copy(update={"config": {**env.config, **extra}}) if extra else env
 
 
 class RolloutRunner:
     """Runs multi-turn episodes of one env with one engine.
 
     Args:
-        env_name: Registered env name.
-        env_config: Env config overrides (``max_turns``/``max_actions_per_turn`` from ``config``
-            take precedence when set).
-        preset: Optional env preset.
+        env: The env (name, config overrides, preset); ``max_turns``/``max_actions_per_turn`` from
+            ``config`` take precedence over its config when set.
         engine: Any :class:`~ragen_core.interfaces.engine.Engine`.
         tokenizer: The policy's Hugging Face tokenizer (chat template required).
         config: Rollout settings.
+        pool: Where the envs run (default: a :class:`~ragen_core.rollout.env_pool.LocalEnvPool`
+            of ``env``). A given pool builds its envs from its own ``EnvRef``; the runner's
+            ``max_turns``/``max_actions_per_turn`` still apply to its turn rules.
     """
 
-    def __init__(
-        self,
-        env_name: str,
-        env_config: dict[str, Any] | None,
-        preset: str | None,
-        engine: Engine,
-        tokenizer: Any,
-        config: RolloutConfig | None = None,
-    ) -> None:
+    def __init__(self, env: EnvRef, engine: Engine, tokenizer: Any, config: RolloutConfig | None = None, *, pool: EnvPool | None = None) -> None:
         self.config = config or RolloutConfig()
-        self.env_name = env_name
-        self.preset = preset
-        self.env_config = dict(env_config or {})
-        if self.config.max_turns is not None:
-            self.env_config["max_turns"] = self.config.max_turns
-        if self.config.max_actions_per_turn is not None:
-            self.env_config["max_actions_per_turn"] = self.config.max_actions_per_turn
+        self.env = with_overrides(env, self.config)
+        self.tag = env.preset or env.name
+        if pool is None:
+            from ragen_core.rollout.env_pool import LocalEnvPool
+
+            pool = LocalEnvPool(self.env)
+        self.pool = pool
         self.engine = engine
         self.tokenizer = tokenizer
         self.chat = ChatTokens(tokenizer, prompts.generation_prefix(self.config.enable_think))
         self.seeds = SeedSchedule(self.config.seed_train, self.config.seed_val)
-        self._pools: dict[tuple[int, int], EnvPool] = {}
-
-    # ------------------------------------------------------------------ pools
-    def pool(self, env_groups: int, group_size: int) -> EnvPool:
-        """The (cached) pool of this shape; all pools share one seed schedule."""
-        key = (env_groups, group_size)
-        if key not in self._pools:
-            self._pools[key] = EnvPool(
-                self.env_name,
-                self.env_config,
-                preset=self.preset,
-                env_groups=env_groups,
-                group_size=group_size,
-                format_penalty=self.config.format_penalty,
-                seeds=self.seeds,
-            )
-        return self._pools[key]
 
     def state_dict(self) -> dict[str, int]:
         """Checkpointable state (the seed counter)."""
@@ -127,9 +115,8 @@ class RolloutRunner:
         self.seeds.load_state_dict(state)
 
     def close(self) -> None:
-        for p in self._pools.values():
-            p.close()
-        self._pools.clear()
+        """Close the pool (its envs and workers). Idempotent."""
+        self.pool.close()
 
     # -------------------------------------------------------------------- run
     def run(
@@ -141,7 +128,7 @@ class RolloutRunner:
         group_size: int | None = None,
         seed: int | None = None,
     ) -> list[Trajectory]:
-        """Play one rollout and return one trajectory per env id (group-major order).
+        """Play one rollout and return one trajectory per episode (group-major order).
 
         Args:
             mode: ``"train"`` (fresh seeds every call) or ``"val"`` (fixed seeds).
@@ -151,26 +138,22 @@ class RolloutRunner:
             seed: Explicit base seed for this rollout (see :class:`SeedSchedule`).
         """
         sampling = sampling or SamplingParams()
-        pool = self.pool(env_groups or self.config.env_groups, group_size or self.config.group_size)
-        episodes = pool.reset(mode, seed)
-        base = episodes[0].traj.seed if episodes else 0
+        n_groups = env_groups or self.config.env_groups
+        size = group_size or self.config.group_size
+        requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
+        starts = self.pool.reset(requests)
+        episodes = [self._record(req, start, size) for req, start in zip(requests, starts)]
         budget = self.config.max_model_len - sampling.max_new_tokens
         think = self.config.enable_think
-        for ep in episodes:
-            env = ep.env
-            ep.traj.system_prompt = prompts.system_prompt(
-                env.instruction(),
-                action_names=env.action_names,
-                max_actions_per_episode=env.config.max_actions_per_episode,
-                action_sep=env.action_sep,
-            )
-            ep.extra.update(blocks=[], parsed=[], context=None)
-        max_turns = episodes[0].env.config.max_turns if episodes else 0
+        max_turns = max((ep.facts.max_turns for ep in episodes), default=0)
         for turn_no in range(1, max_turns + 1):
-            live: list[Episode] = []
+            live: list[EpisodeRecord] = []
             batch: list[list[int]] = []
             for ep in episodes:
                 if ep.done:
+                    continue
+                if turn_no > ep.facts.max_turns:
+                    ep.finish("max_turns", truncated=False)
                     continue
                 ids = self._next_prompt(ep, turn_no, budget, think)
                 if ids is None:
@@ -180,17 +163,18 @@ class RolloutRunner:
                 batch.append(ids)
             if not live:
                 break
-            gens = self.engine.generate(batch, sampling, seed=derive_seed("rollout", mode, base, turn_no))
+            seeds = [derive_seed("rollout", mode, ep.traj.seed, ep.traj.member, turn_no) for ep in live]
+            gens = self.engine.generate(batch, sampling, seeds)
             prefix = self.chat.generation_prefix
             texts = [prefix + self.tokenizer.decode(gen.token_ids, skip_special_tokens=True) for gen in gens]
             parses = [
-                parse_reply(text, think=think, action_sep=ep.env.action_sep, max_actions=ep.env.config.max_actions_per_turn)
+                parse_reply(text, think=think, action_sep=ep.facts.action_sep, max_actions=ep.facts.max_actions_per_turn)
                 for ep, text in zip(live, texts)
             ]
-            shown_obs = [ep.observation for ep in live]
-            outcomes = self._step_all(pool, live, parses)
-            for ep, ids, gen, text, parsed, shown, outcome in zip(live, batch, gens, texts, parses, shown_obs, outcomes):
-                ep.extra["parsed"].append(parsed)
+            plans = [plan_turn(parsed, ep.facts, ep.actions_left, self.config.format_penalty) for ep, parsed in zip(live, parses)]
+            outcomes = self.pool.step([StepRequest(ep.traj.env_id, plan.actions) for ep, plan in zip(live, plans)])
+            for ep, ids, gen, text, parsed, plan, outcome in zip(live, batch, gens, texts, parses, plans, outcomes):
+                ep.parsed.append(parsed)
                 ep.traj.turns.append(
                     Turn(
                         prompt_ids=ids,
@@ -199,52 +183,63 @@ class RolloutRunner:
                         reasoning=parsed.reasoning,
                         reasoning_ids=self.chat.encode(parsed.reasoning) if parsed.reasoning is not None else None,
                         answer=parsed.answer,
-                        actions=outcome.actions,
+                        actions=list(outcome.executed),
                         reward=outcome.reward,
-                        penalty=outcome.penalty,
-                        valid=outcome.valid,
-                        info=outcome.info,
-                        observation=shown,
+                        penalty=plan.penalty,
+                        valid=plan.valid,
+                        info=turn_info(outcome, plan),
+                        observation=ep.observation,
                         response_logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
                         finish_reason=gen.finish_reason,
+                        policy_version=gen.policy_version,
                     )
                 )
+                apply_outcome(ep, plan, outcome)
         for ep in episodes:
             if not ep.done:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
-            ep.extra.clear()
         return [ep.traj for ep in episodes]
 
-    def _step_all(self, pool: EnvPool, live: list[Episode], parses: list[ParsedReply]) -> list[Any]:
-        """Step every live episode once; in a thread pool when ``env_workers > 1``.
+    def _record(self, request: ResetRequest, start: EpisodeStart, group_size: int) -> EpisodeRecord:
+        """The runner's record of a new episode: trajectory header, system prompt, facts."""
+        facts = self._facts(start.facts)
+        traj = Trajectory(
+            env=self.env.name,
+            tag=self.tag,
+            group_id=request.episode_id // group_size,
+            member=request.member,
+            seed=request.seed,
+            env_id=request.episode_id,
+        )
+        traj.system_prompt = prompts.system_prompt(
+            start.instruction,
+            action_names=list(facts.action_names) if facts.action_names is not None else None,
+            max_actions_per_episode=facts.max_actions_per_episode,
+            action_sep=facts.action_sep,
+        )
+        return EpisodeRecord(traj=traj, observation=start.observation, facts=facts)
 
-        Each episode owns its env, so concurrent steps touch disjoint state and the results do
-        not depend on the number of workers.
-        """
-        workers = min(self.config.env_workers, len(live))
-        if workers <= 1:
-            return [pool.step(ep, parsed) for ep, parsed in zip(live, parses)]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragen-env") as ex:
-            return list(ex.map(pool.step, live, parses))
+    def _facts(self, facts: EnvFacts) -> EnvFacts:
+        """The pool's facts with this runner's ``max_turns``/``max_actions_per_turn`` overrides."""
+        extra = {k: getattr(self.config, k) for k in ("max_turns", "max_actions_per_turn") if getattr(self.config, k) is not None}
+        return dataclasses.replace(facts, **extra) if extra else facts
 
     # ---------------------------------------------------------------- prompts
-    def _block(self, ep: Episode, turn_no: int, think: bool) -> str:
+    def _block(self, ep: EpisodeRecord, turn_no: int, think: bool) -> str:
         """State block of the current turn, remembered for re-rendering in windowed modes."""
         block = prompts.turn_message(
             turn_no,
             ep.observation,
             actions_left=ep.actions_left,
-            max_tokens=ep.env.config.max_tokens,
+            max_tokens=ep.facts.max_tokens,
             think=think,
             warn_invalid=ep.warn_invalid,
         )
-        ep.extra["blocks"].append(block)
+        ep.blocks.append(block)
         return block
 
-    def _next_prompt(self, ep: Episode, turn_no: int, budget: int, think: bool) -> list[int] | None:
+    def _next_prompt(self, ep: EpisodeRecord, turn_no: int, budget: int, think: bool) -> list[int] | None:
         """Prompt ids for this turn, or None when nothing fits in ``budget`` tokens."""
         block = self._block(ep, turn_no, think)
         turns = ep.traj.turns
@@ -264,13 +259,13 @@ class RolloutRunner:
                 return ids
         return None
 
-    def _windowed_prompt(self, ep: Episode, turn_no: int, history: int, think: bool) -> list[int]:
+    def _windowed_prompt(self, ep: EpisodeRecord, turn_no: int, history: int, think: bool) -> list[int]:
         """Prompt for ``last-k``/``single-turn`` mode showing ``history`` earlier turns."""
         turns = ep.traj.turns
         first = len(turns) - history
         system = {"role": "system", "content": ep.traj.system_prompt}
         if self.config.context_window == "single-turn":
-            parsed: list[ParsedReply] = ep.extra["parsed"]
+            parsed: list[ParsedReply] = ep.parsed
             past = [
                 prompts.PastTurn(number=j + 1, observation=turns[j].observation, reply=parsed[j].reconstructed, reward=turns[j].reward)
                 for j in range(first, len(turns))
@@ -280,12 +275,12 @@ class RolloutRunner:
                 ep.observation,
                 past,
                 actions_left=ep.actions_left,
-                max_tokens=ep.env.config.max_tokens,
+                max_tokens=ep.facts.max_tokens,
                 think=think,
                 warn_invalid=ep.warn_invalid,
             )
             return self.chat.prompt([system, {"role": "user", "content": user}])
-        blocks: list[str] = ep.extra["blocks"]
+        blocks = ep.blocks
         messages = [system]
         for j in range(first, len(turns)):
             head = prompts.reward_prefix(turns[j - 1].reward) if j > first else ""

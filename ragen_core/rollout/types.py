@@ -41,6 +41,8 @@ class Turn:
     response_logprobs: list[float] | None = None
     finish_reason: str = ""
     """Why generation stopped: ``"stop"`` (an end token was sampled) or ``"length"`` (cut)."""
+    policy_version: int = 0
+    """Version of the policy weights that sampled this reply (see ``Engine.sync_weights``)."""
 
 
 @dataclass
@@ -61,8 +63,10 @@ class Trajectory:
     final_observation: str = ""
     end_reason: str = ""
     """Why the episode ended: ``"done"`` (the env said so), ``"action_budget"`` (per-episode action
-    cap reached), ``"max_turns"``, or ``"context_length"`` (the next prompt would not fit in
-    ``max_model_len - max_new_tokens``; the episode counts as truncated)."""
+    cap reached), ``"max_turns"``, ``"context_length"`` (the next prompt would not fit in
+    ``max_model_len - max_new_tokens``; the episode counts as truncated), or ``"timeout"`` /
+    ``"failed"`` (the env pool gave up on the episode's env; truncated, the last turn's
+    ``info["pool_error"]`` says why)."""
 
     @property
     def env_reward(self) -> float:
