@@ -56,6 +56,11 @@ class RolloutSection(_Section):
     """Added once per turn whose reply did not parse or named unknown actions."""
     enable_think: bool = True
     """``<think>..</think><answer>..</answer>`` replies (False: answer only)."""
+    pool: str = "local"
+    """Env pool plugin that runs the env instances (``local``: this process; ``process``: worker
+    processes; see ``ragen plugins --kind pool``)."""
+    pool_config: dict[str, Any] = Field(default_factory=dict)
+    """The pool's settings (e.g. ``{"step_timeout_s": 30, "workers": 8}``), validated by its config model."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further ``RolloutConfig`` fields passed through verbatim to the rollout runner."""
 

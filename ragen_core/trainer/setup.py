@@ -66,9 +66,19 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
 
 
 def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "train", **sizes: Any) -> Any:
-    from ragen_core.rollout.runner import RolloutRunner
+    """A rollout runner whose envs run in the pool ``rollout.pool`` (built by name, config validated).
 
-    return RolloutRunner(config.env, dict(config.env_config), config.preset, engine, tokenizer, rollout_config(config, mode, **sizes))
+    Raises:
+        PluginNotFoundError / PluginConfigError: unknown pool name or bad ``rollout.pool_config``.
+    """
+    from ragen_core import registry
+    from ragen_core.interfaces.env_pool import EnvRef
+    from ragen_core.rollout.runner import RolloutRunner, with_overrides
+
+    runner_config = rollout_config(config, mode, **sizes)
+    env = with_overrides(EnvRef(name=config.env, config=dict(config.env_config), preset=config.preset), runner_config)
+    pool = registry.make("pool", config.rollout.pool, dict(config.rollout.pool_config), env=env)
+    return RolloutRunner(env, engine, tokenizer, runner_config, pool=pool)
 
 
 def available_memory_bytes(device: str) -> int | None:
