@@ -1,10 +1,13 @@
 """A tiny deterministic env for core tests: walk a corridor to the goal.
 
 Not installed as an entry point; tests register it in-process with :func:`register_toy_env`
-so core tests never depend on env packages.
+so core tests never depend on env packages. :class:`SlowCorridorEnv` adds an action that blocks,
+for env-pool timeout checks; pools in other processes build it from :data:`SLOW_TOY_FACTORY`.
 """
 
 from __future__ import annotations
+
+import time
 
 from pydantic import Field
 
@@ -67,6 +70,31 @@ class CorridorEnv(Env):
         d = self.goal - self.player
         return ["Right" if d > 0 else "Left"] * abs(d)
 
+
+class SlowCorridorConfig(CorridorConfig):
+    sleep_s: float = Field(default=60.0, ge=0)
+    """How long the action ``Wait`` blocks (longer than any step timeout it is meant to trip)."""
+
+
+class SlowCorridorEnv(CorridorEnv):
+    """The corridor plus ``Wait``, which blocks ``sleep_s`` seconds and then does nothing."""
+
+    config_class = SlowCorridorConfig
+    config: SlowCorridorConfig
+
+    @property
+    def action_names(self) -> list[str]:
+        return ["Left", "Right", "Wait"]
+
+    def step(self, action: str) -> StepResult:
+        if action.strip().lower() == "wait":
+            time.sleep(self.config.sleep_s)
+            return StepResult(self.render(), 0.0, False, {"success": False, "action_is_valid": True, "action_is_effective": False})
+        return super().step(action)
+
+
+#: Import string of :class:`SlowCorridorEnv` for ``EnvRef(factory=...)`` (usable in any process).
+SLOW_TOY_FACTORY = "ragen_core.testing.toy_env:SlowCorridorEnv"
 
 TOY_ENV_SPEC = EnvSpec(
     name=TOY_ENV_NAME,

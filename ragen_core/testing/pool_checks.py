@@ -1,0 +1,196 @@
+"""Env-pool conformance checks: the contract of :mod:`ragen_core.interfaces.env_pool`.
+
+Every pool implementation (``local``, ``process``, a Ray or HTTP pool in its own distribution)
+runs the same checks::
+
+    from ragen_core.testing.pool_checks import POOL_CHECKS, check_pool
+
+    def make(env, step_timeout_s):
+        return MyPool(env, step_timeout_s=step_timeout_s)
+
+    @pytest.mark.parametrize("name", sorted(POOL_CHECKS))
+    def test_my_pool(name):
+        POOL_CHECKS[name](make)
+
+``make(env, step_timeout_s)`` builds a fresh pool of ``env``; each check closes what it builds.
+The env is the slow corridor (:class:`~ragen_core.testing.toy_env.SlowCorridorEnv`), given by
+import string (``EnvRef.factory``), so pools in other processes can build it too. Expected values
+come from the same env built in this process: a pool must behave exactly like the plain env.
+
+A pool whose workers hold several episodes each may, on a timeout, fail the worker's other
+unanswered episodes as well; build such a pool for :func:`check_timeout_fails_only_slow_episode`
+with one episode per worker (the check uses two episodes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ragen_core.interfaces.env_pool import EnvPool, EnvRef, ResetRequest, StepOutcome, StepRequest
+from ragen_core.testing.toy_env import SLOW_TOY_FACTORY
+
+DOC = "see the contract in ragen_core/interfaces/env_pool.py"
+
+SLEEP_S = 5.0
+"""How long the toy env's ``Wait`` blocks: far above :data:`TIMEOUT_S`, so a pool that waits for
+it instead of timing out is caught by the elapsed time."""
+TIMEOUT_S = 0.5
+
+#: The env every check runs: a 7-cell corridor with a blocking ``Wait`` action.
+TOY = EnvRef(name="toy-slow-corridor", factory=SLOW_TOY_FACTORY, config={"length": 7, "sleep_s": SLEEP_S})
+
+MakePool = Callable[[EnvRef, "float | None"], EnvPool]
+
+
+def _requests(groups: int, size: int, base: int = 100, mode: str = "train") -> list[ResetRequest]:
+    return [ResetRequest(g * size + m, base + g, m, mode) for g in range(groups) for m in range(size)]
+
+
+def _reference(request: ResetRequest) -> Any:
+    """The same env built and reset in this process."""
+    env = TOY.build()
+    env.reset(request.seed, member=request.member, mode=request.mode)
+    return env
+
+
+def _expected(env: Any, episode_id: int, actions: list[str]) -> StepOutcome:
+    """What stepping ``actions`` in a plain env gives (the contract a pool must reproduce)."""
+    if not actions:
+        return StepOutcome(episode_id, env.render())
+    reward, executed = 0.0, []
+    for action in actions:
+        obs, r, done, info = env.step(action)
+        reward += r
+        executed.append(action)
+        if done:
+            break
+    return StepOutcome(episode_id, obs, reward, done, dict(info), executed)
+
+
+def _same(got: StepOutcome, want: StepOutcome, what: str) -> None:
+    fields = ("episode_id", "observation", "reward", "done", "info", "executed", "end_reason", "error")
+    diff = [f"{f}: {getattr(got, f)!r} != {getattr(want, f)!r}" for f in fields if getattr(got, f) != getattr(want, f)]
+    assert not diff, f"{what}: " + "; ".join(diff) + f" ({DOC})"
+
+
+def check_reset_determinism(make: MakePool) -> None:
+    """A reset gives the plain env's observation, instruction and facts, again on every reset."""
+    requests = _requests(3, 1) + [ResetRequest(3, 100, 0, "val")]
+    with make(TOY, None) as pool:
+        first = pool.reset(requests)
+        again = pool.reset(requests)
+    with make(TOY, None) as other:
+        fresh = other.reset(requests)
+    assert [s.episode_id for s in first] == [r.episode_id for r in requests], f"starts must come in request order ({DOC})"
+    for r, a, b, c in zip(requests, first, again, fresh):
+        env = _reference(r)
+        assert a.observation == env.render(), f"episode {r.episode_id}: observation {a.observation!r} != the env's {env.render()!r}"
+        assert a.instruction == env.instruction() and a.facts.action_names == ("Left", "Right", "Wait")
+        assert (a.observation, a.instruction, a.facts) == (b.observation, b.instruction, b.facts) == (c.observation, c.instruction, c.facts), (
+            f"episode {r.episode_id}: the same seed reset differently ({DOC})"
+        )
+
+
+def check_group_members_share_first_observation(make: MakePool) -> None:
+    """Members of a group (same seed, own member index) start from the same observation."""
+    with make(TOY, None) as pool:
+        starts = pool.reset(_requests(2, 3, base=40))
+    assert len({s.observation for s in starts[:3]}) == 1 and len({s.observation for s in starts[3:]}) == 1, [s.observation for s in starts]
+
+
+def check_many_episodes_in_one_step(make: MakePool) -> None:
+    """One ``step`` call moves every requested episode exactly like its own plain env."""
+    requests = _requests(4, 2)
+    envs = {r.episode_id: _reference(r) for r in requests}
+    with make(TOY, None) as pool:
+        pool.reset(requests)
+        for turn in range(3):
+            plan = {r.episode_id: [["Right"], ["Left", "Right"], ["Left"]][(r.episode_id + turn) % 3] for r in requests}
+            live = [r for r in requests if envs[r.episode_id].player != envs[r.episode_id].goal]
+            outcomes = pool.step([StepRequest(r.episode_id, tuple(plan[r.episode_id])) for r in live])
+            assert len(outcomes) == len(live), f"one outcome per request ({DOC})"
+            for r, got in zip(live, outcomes):
+                _same(got, _expected(envs[r.episode_id], r.episode_id, plan[r.episode_id]), f"turn {turn}, episode {r.episode_id}")
+
+
+def check_empty_actions_render(make: MakePool) -> None:
+    """An empty action list executes nothing and returns the env's current rendering, reward 0."""
+    (request,) = _requests(1, 1, base=7)
+    env = _reference(request)
+    with make(TOY, None) as pool:
+        pool.reset([request])
+        _same(pool.step([StepRequest(0, ("Left",))])[0], _expected(env, 0, ["Left"]), "first step")
+        got = pool.step([StepRequest(0, ())])[0]
+    _same(got, StepOutcome(0, env.render()), "empty action list")
+
+
+def check_done_stops_remaining_actions(make: MakePool) -> None:
+    """Actions after the one that ends the episode are not executed."""
+    (request,) = _requests(1, 1, base=11)
+    env = _reference(request)
+    solution = env.oracle_actions()
+    with make(TOY, None) as pool:
+        pool.reset([request])
+        got = pool.step([StepRequest(0, (*solution, "Left", "Right"))])[0]
+    assert got.done and got.executed == solution and got.info.get("success") is True, f"{got} ({DOC})"
+    assert got.reward == 1.0  # one goal reward: the extra actions did not run
+
+
+def check_outcomes_in_request_order(make: MakePool) -> None:
+    """Outcomes follow the order of the step requests, not of the episode ids or the workers."""
+    requests = _requests(3, 2)
+    order = [4, 1, 5, 0, 3]
+    with make(TOY, None) as pool:
+        pool.reset(requests)
+        outcomes = pool.step([StepRequest(e, ("Right",)) for e in order])
+    assert [o.episode_id for o in outcomes] == order, f"outcomes {[o.episode_id for o in outcomes]} for requests {order} ({DOC})"
+
+
+def check_close_idempotent(make: MakePool) -> None:
+    """``close`` may be called twice (and on a pool that never ran)."""
+    pool = make(TOY, None)
+    pool.reset(_requests(2, 1))
+    pool.close()
+    pool.close()
+    make(TOY, None).close()
+
+
+def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
+    """A step past ``step_timeout_s`` fails that episode (``"timeout"``); the others go on; a reset recovers."""
+    requests = _requests(2, 1, base=21)
+    fast = _reference(requests[1])
+    with make(TOY, TIMEOUT_S) as pool:
+        pool.reset(requests)
+        started = time.monotonic()
+        slow_out, fast_out = pool.step([StepRequest(0, ("Wait",)), StepRequest(1, ("Right",))])
+        elapsed = time.monotonic() - started
+        assert elapsed < SLEEP_S, f"step waited {elapsed:.1f} s for a step that should time out after {TIMEOUT_S} s ({DOC})"
+        assert slow_out.end_reason == "timeout" and slow_out.error and "\n" not in slow_out.error, f"{slow_out} ({DOC})"
+        _same(fast_out, _expected(fast, 1, ["Right"]), "the fast episode")
+        fast_again = pool.step([StepRequest(1, ("Left",))])[0]
+        _same(fast_again, _expected(fast, 1, ["Left"]), "the fast episode, next turn")
+        starts = pool.reset(requests)
+        assert starts[0].observation == _reference(requests[0]).render(), "the timed-out episode's slot must work after a reset"
+        env = _reference(requests[0])
+        _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "the rebuilt episode")
+
+
+POOL_CHECKS: dict[str, Callable[[MakePool], None]] = {
+    "reset-determinism": check_reset_determinism,
+    "group-members-share-first-observation": check_group_members_share_first_observation,
+    "many-episodes-in-one-step": check_many_episodes_in_one_step,
+    "empty-actions-render": check_empty_actions_render,
+    "done-stops-remaining-actions": check_done_stops_remaining_actions,
+    "outcomes-in-request-order": check_outcomes_in_request_order,
+    "close-idempotent": check_close_idempotent,
+    "timeout-fails-only-slow-episode": check_timeout_fails_only_slow_episode,
+}
+
+
+def check_pool(make: MakePool, *, skip: tuple[str, ...] = ()) -> None:
+    """Run every pool check against pools built by ``make(env, step_timeout_s)``."""
+    for name, check in POOL_CHECKS.items():
+        if name not in skip:
+            check(make)

@@ -1,0 +1,130 @@
+"""Env pools: the local and the process pool pass the same conformance checks; pools by name."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.errors import ConfigError, PluginConfigError, PluginNotFoundError
+from ragen_core.interfaces.env import EnvConfig
+from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
+from ragen_core.rollout.env_pool import ASYNC_STEP_THREADS, LocalEnvPool
+from ragen_core.rollout.process_pool import ProcessEnvPool
+from ragen_core.specs import EnvSpec
+from ragen_core.testing.pool_checks import POOL_CHECKS, TOY
+from ragen_core.testing.toy_env import register_toy_env
+
+
+def local_pool(env: EnvRef, step_timeout_s: float | None) -> LocalEnvPool:
+    return LocalEnvPool(env, step_timeout_s=step_timeout_s)
+
+
+def process_pool(env: EnvRef, step_timeout_s: float | None) -> ProcessEnvPool:
+    # Two workers: the timeout check's two episodes then live in different workers.
+    return ProcessEnvPool(env, workers=2, step_timeout_s=step_timeout_s)
+
+
+@pytest.mark.parametrize("check", list(POOL_CHECKS))
+@pytest.mark.parametrize("make", [local_pool, process_pool], ids=["local", "process"])
+def test_pool_conformance(make, check):
+    POOL_CHECKS[check](make)
+
+
+def test_killed_process_worker_fails_its_episodes_and_is_replaced():
+    requests = [ResetRequest(i, 30 + i, 0) for i in range(4)]
+    with ProcessEnvPool(TOY, workers=2) as pool:
+        pool.reset(requests)
+        pids = pool.worker_pids()
+        os.kill(pids[1], signal.SIGKILL)  # worker 1 holds episodes 1 and 3
+        outcomes = pool.step([StepRequest(i, ("Right",)) for i in range(4)])
+        assert [o.end_reason for o in outcomes] == ["", "failed", "", "failed"]
+        assert outcomes[0].executed == ["Right"] and outcomes[1].executed == []
+        assert f"worker 1 (pid {pids[1]}) died with exit code -{int(signal.SIGKILL)}" in outcomes[1].error
+        assert "episode 3" in outcomes[3].error and "\n" not in outcomes[3].error
+        # The rollout goes on: a lost episode stays failed, and the next reset starts a fresh worker.
+        assert pool.step([StepRequest(3, ("Left",))])[0].end_reason == "failed"
+        starts = pool.reset(requests)
+        assert [s.episode_id for s in starts] == [0, 1, 2, 3]
+        new = pool.worker_pids()
+        assert new[0] == pids[0] and new[1] != pids[1]
+        assert [o.end_reason for o in pool.step([StepRequest(i, ("Right",)) for i in range(4)])] == ["", "", "", ""]
+    assert pool.worker_pids() == {}
+
+
+def test_process_pool_refuses_env_registered_in_process_only():
+    name = register_toy_env()
+    with pytest.raises(ConfigError, match=f"env '{name}' is registered in this process only") as info:
+        ProcessEnvPool(EnvRef(name=name), workers=1)
+    assert "EnvRef(factory=" in str(info.value)
+
+
+def test_process_pool_builds_an_installed_env_by_name():
+    if "bandit" not in registry.names("env"):
+        pytest.skip("ragen-env-bandit is not installed")
+    env = EnvRef(name="bandit")
+    request = ResetRequest(0, 5, 1, "val")
+    with ProcessEnvPool(env, workers=1) as remote, LocalEnvPool(env) as here:
+        assert remote.reset([request]) == here.reset([request])
+        action = here.reset([request])[0].facts.action_names[0]
+        remote.reset([request])
+        assert remote.step([StepRequest(0, (action,))]) == here.step([StepRequest(0, (action,))])
+
+
+def test_process_pool_sizes_workers_from_env_resources():
+    if "bandit" not in registry.names("env"):
+        pytest.skip("ragen-env-bandit is not installed")
+    cores = os.cpu_count() or 1
+    assert ProcessEnvPool(EnvRef(name="bandit")).size == cores  # resources.cpus defaults to 1
+    assert ProcessEnvPool(EnvRef(name="bandit"), workers=3).size == 3
+
+
+def test_local_pool_threads_follow_async_step():
+    registry.register(EnvSpec(name="pool-test-async", config_model=EnvConfig, factory="ragen_core.testing.toy_env:CorridorEnv", async_step=True))
+    try:
+        assert LocalEnvPool(EnvRef(name="pool-test-async")).threads == ASYNC_STEP_THREADS
+        assert LocalEnvPool(EnvRef(name="pool-test-async"), threads=2).threads == 2
+        assert LocalEnvPool(EnvRef(name=register_toy_env())).threads == 1
+    finally:
+        registry.unregister("env", "pool-test-async")
+
+
+def test_local_pool_env_factory_needs_no_registry():
+    from ragen_core.testing.toy_env import CorridorEnv
+
+    with LocalEnvPool(EnvRef(name="not-registered"), env_factory=lambda: CorridorEnv(length=4)) as pool:
+        (start,) = pool.reset([ResetRequest(0, 3)])
+        assert len(start.observation) == 4 and start.facts.action_names == ("Left", "Right")
+
+
+def test_pools_by_name_with_validated_config():
+    local = registry.make("pool", "local", {"threads": 2, "step_timeout_s": 3}, env=TOY)
+    assert isinstance(local, LocalEnvPool) and local.threads == 2 and local.config.step_timeout_s == 3 and local.env == TOY
+    process = registry.make("pool", "process", {"workers": 1}, env=TOY)
+    assert isinstance(process, ProcessEnvPool) and process.size == 1
+    process.close()
+    with pytest.raises(PluginConfigError, match=r"pool\.local\.thread: unknown key"):
+        registry.make("pool", "local", {"thread": 2}, env=TOY)
+    with pytest.raises(PluginNotFoundError, match="no pool named 'ray'") as info:
+        registry.make("pool", "ray", {}, env=TOY)
+    assert "local" in str(info.value) and "process" in str(info.value)
+
+
+def test_make_runner_builds_the_configured_pool():
+    pytest.importorskip("transformers")
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.setup import make_runner
+
+    tok = build_byte_tokenizer()
+    name = register_toy_env()
+    config = RunConfig(env=name, env_config={"length": 6}, rollout={"pool": "local", "pool_config": {"threads": 3}, "max_turns": 2})
+    runner = make_runner(config, engine=None, tokenizer=tok, mode="val", groups=2, group_size=1)
+    assert isinstance(runner.pool, LocalEnvPool) and runner.pool.threads == 3
+    assert runner.pool.env == EnvRef(name=name, config={"length": 6, "max_turns": 2})
+    bad = RunConfig(env=name, rollout={"pool": "local", "pool_config": {"workers": 2}})
+    with pytest.raises(PluginConfigError, match=r"pool\.local\.workers: unknown key"):
+        make_runner(bad, engine=None, tokenizer=tok)
+
