@@ -39,11 +39,11 @@ import time
 
 
 def _timed(engine, prompts, params, seed, repeats):
-    engine.generate(prompts, params, seed=seed)  # warm-up
+    engine.generate(prompts, params, seeds=seed)  # warm-up
     tokens, seconds = 0, 0.0
     for r in range(repeats):
         t = time.perf_counter()
-        out = engine.generate(prompts, params, seed=seed + 1 + r)
+        out = engine.generate(prompts, params, seeds=seed + 1 + r)
         seconds += time.perf_counter() - t
         tokens += sum(len(g.token_ids) for g in out)
     return tokens, seconds
@@ -89,7 +89,7 @@ def main() -> None:
         for p in moved.parameters():
             p.add_(0.5 * torch.randn(p.shape, generator=gen))
     t = time.perf_counter()
-    vllm_engine.sync_weights(moved)
+    vllm_engine.sync_weights(moved.state_dict(), version=1)
     sync = time.perf_counter() - t
     hf_moved = HFEngine(HFEngineConfig(torch_threads=1), model=moved, tokenizer=tok)
     synced = [g.token_ids for g in vllm_engine.generate(prompts, greedy)] == [g.token_ids for g in hf_moved.generate(prompts, greedy)]
