@@ -9,7 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ragen_algo_grpo.config import DrGRPOConfig, GRPOConfig
-from ragen_algo_grpo.grpo import DrGRPOEstimator, GRPOEstimator, grpo_advantages
+from ragen_algo_grpo.grpo import (
+    DrGRPOEstimator,
+    GRPOEstimator,
+    episode_scores,
+    group_stats,
+    grpo_advantages,
+)
 from ragen_algo_grpo.reinforce_pp import (
     ReinforcePPBaselineEstimator,
     reinforce_pp_advantages,
@@ -244,3 +250,35 @@ def test_reinforce_pp_baseline_by_hand():
         [(-1 - 5 / 3) / s, (1 - 5 / 3) / s, (5 - 5 / 3) / s]
     )
     assert torch.equal(out.advantages, out.returns)
+
+
+def test_episode_scores_do_not_depend_on_reward_positions():
+    # five turn rewards 0.7 on tokens 0-4 vs 3-7: a plain float64 row sum gives 3.5 and
+    # 3.4999999999999996 on this machine (the reduction order follows the positions); sorting
+    # first makes both rows reduce the same vector
+    rewards = torch.zeros(2, 8, dtype=torch.float64)
+    rewards[0, 0:5] = 0.7
+    rewards[1, 3:8] = 0.7
+    scores = episode_scores(rewards)
+    assert scores.dtype == torch.float64
+    assert scores[0].item() == scores[1].item()
+
+
+def test_flat_group_statistics_are_exact():
+    # 16 float32 scores 2.1 (three turn rewards 0.7): μ is exactly the score and σ exactly 0, so
+    # GRPO, Dr.GRPO and RLOO give exact zeros (a float32 mean used to be an ulp off: GRPO 0.19)
+    rewards = torch.zeros(16, 12)
+    mask = torch.zeros(16, 12)
+    for i in range(16):
+        ends = [1 + i % 3, 5 + i % 2, 10]
+        for e in ends:
+            mask[i, e - 1 : e + 1] = 1.0
+            rewards[i, e] = 0.7
+    scores = episode_scores(rewards)
+    stats = group_stats(scores, torch.zeros(16, dtype=torch.long))
+    assert torch.equal(stats.mean, scores) and torch.equal(stats.std, torch.zeros(16, dtype=torch.float64))
+    assert stats.flat_groups == 1
+    groups = torch.zeros(16, dtype=torch.long)
+    for adv in (grpo_advantages(rewards, mask, groups)[0], grpo_advantages(rewards, mask, groups, norm_by_std=False)[0],
+                rloo_advantages(rewards, mask, groups)):
+        assert torch.equal(adv, torch.zeros_like(rewards))

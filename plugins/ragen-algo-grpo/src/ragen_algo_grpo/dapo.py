@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ragen_algo_grpo.grpo import episode_scores
 from ragen_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,13 +33,15 @@ def dynamic_sampling_mask(
     """``[B]`` bool: True for rows to keep (their group has ≥ 2 distinct scores, or 1 episode).
 
     Args:
-        scores: ``[B]`` episode scores (or ``[B, T]`` token rewards, summed over tokens).
+        scores: ``[B]`` episode scores (or ``[B, T]`` token rewards, summed as the estimators
+            sum them: :func:`~ragen_algo_grpo.grpo.episode_scores`, so "flat" means the same
+            groups here as in GRPO's ``flat_groups``).
         group_ids: ``[B]`` group keys.
         episode_ids: ``[B]`` optional; rows of one episode count once.
     """
     import torch
 
-    s = scores.sum(dim=-1) if scores.dim() == 2 else scores
+    s = episode_scores(scores) if scores.dim() == 2 else scores
     groups = group_ids.tolist()
     episodes = (
         episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))

@@ -12,7 +12,20 @@ episodes ``μ = mean``, ``σ = unbiased std``; a group with one episode uses ``�
   single-episode group counts with σ = 1)
 
 The scalar is broadcast over the row's trained tokens, ``A_{i,t} = A_i · m_{i,t}``; returns equal
-advantages and there is no whitening. A group of identical scores gets all-zero advantages.
+advantages and there is no whitening.
+
+Flat groups are exact: a group of ≥ 2 episodes whose scores are all equal gets advantages of
+exactly 0, for any group size and score. It takes all three of these; without any one of them
+rounding noise of an ulp remains, which ``σ + ε`` with ``ε = 1e-6`` blows up to advantages of 0.1
+and more:
+
+* a row's score is summed in float64 over its rewards *sorted* (:func:`episode_scores`), so rows
+  holding the same rewards at different token positions get bit-identical scores;
+* group statistics are float64, and a group whose scores are all equal has ``μ`` = that score
+  and ``σ = 0`` by definition rather than by a rounded ``Σ S / n``;
+* advantages are computed in float64 and cast to the rewards' dtype at the end.
+
+Non-flat groups change only by float rounding (float64 instead of the rewards' dtype).
 """
 
 from __future__ import annotations
@@ -36,15 +49,29 @@ class GroupStats:
     """Per-row group statistics (broadcast from the group each row belongs to)."""
 
     mean: torch.Tensor
-    """``[B]`` μ of the row's group."""
+    """``[B]`` μ of the row's group (exactly the common score of a flat group)."""
     std: torch.Tensor
-    """``[B]`` σ of the row's group (1 for single-episode groups)."""
+    """``[B]`` σ of the row's group (1 for single-episode groups, exactly 0 for flat groups)."""
     count: torch.Tensor
     """``[B]`` number of unique episodes in the row's group."""
-    sum: torch.Tensor
-    """``[B]`` sum of the group's unique-episode scores."""
     num_groups: int
     singleton_groups: int
+    flat_groups: int
+    """Groups of ≥ 2 episodes whose scores are all equal."""
+
+
+def episode_scores(token_rewards: torch.Tensor) -> torch.Tensor:
+    """``[B]`` float64 ``S_i = Σ_t r_{i,t}``, independent of where in the row the rewards sit.
+
+    Each row is sorted before summing: two rows with the same rewards (the same multiset of
+    values) then reduce identical vectors and get bit-identical sums. A plain sum's order follows
+    the token positions, and from four equal rewards on, ``((v + v) + v) + v`` and
+    ``(v + v) + (v + v)`` can round differently. float64 makes sums of float32 rewards exact in
+    practice. Sorting costs O(T log T) per row, noticeable only for dense (KL-in-reward) rewards.
+    """
+    import torch
+
+    return torch.sort(token_rewards.to(torch.float64), dim=-1).values.sum(dim=-1)
 
 
 def group_stats(
@@ -52,9 +79,13 @@ def group_stats(
     group_ids: torch.Tensor,
     episode_ids: torch.Tensor | None = None,
 ) -> GroupStats:
-    """Group mean/std with episode de-duplication (first row of each episode is its representative)."""
+    """Group mean/std with episode de-duplication (first row of each episode is its representative).
+
+    Statistics are float64 (``scores`` is cast); a flat group gets ``μ`` = its score, ``σ = 0``.
+    """
     import torch
 
+    scores = scores.to(torch.float64)
     groups = group_ids.tolist()
     episodes = (
         episode_ids.tolist() if episode_ids is not None else list(range(len(groups)))
@@ -65,22 +96,24 @@ def group_stats(
     mean = torch.zeros_like(scores)
     std = torch.ones_like(scores)
     count = torch.zeros_like(scores)
-    total = torch.zeros_like(scores)
     rows_of: dict[object, list[int]] = {}
     for row, g in enumerate(groups):
         rows_of.setdefault(g, []).append(row)
-    singletons = 0
+    singletons = flats = 0
     for g, by_episode in reps.items():
         vals = scores[list(by_episode.values())]
         idx = torch.tensor(rows_of[g], dtype=torch.long)
         count[idx] = float(vals.numel())
-        total[idx] = vals.sum()
-        if vals.numel() >= 2:
+        if vals.numel() < 2:
+            singletons += 1
+        elif bool((vals == vals[0]).all()):
+            flats += 1
+            mean[idx] = vals[0]
+            std[idx] = 0.0
+        else:
             mean[idx] = vals.mean()
             std[idx] = vals.std(unbiased=True)
-        else:
-            singletons += 1
-    return GroupStats(mean, std, count, total, len(reps), singletons)
+    return GroupStats(mean, std, count, len(reps), singletons, flats)
 
 
 def length_weights(response_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -109,7 +142,7 @@ def grpo_advantages(
     import torch
 
     with torch.no_grad():
-        scores = token_rewards.sum(dim=-1)
+        scores = episode_scores(token_rewards)
         stats = group_stats(scores, group_ids, episode_ids)
         adv = scores - stats.mean
         if norm_by_std:
@@ -118,20 +151,13 @@ def grpo_advantages(
             adv = adv * length_weights(response_mask, scores.dtype)
         if soft_reweight:
             adv = adv * stats.std / (stats.std.max() + 1e-6)
-        fmask = (response_mask > 0).to(scores.dtype)
-        flat = {
-            g
-            for g, n, s in zip(
-                group_ids.tolist(), stats.count.tolist(), stats.std.tolist()
-            )
-            if n >= 2 and s == 0
-        }
+        fmask = (response_mask > 0).to(token_rewards.dtype)
         metrics = {
             "num_groups": float(stats.num_groups),
             "singleton_groups": float(stats.singleton_groups),
-            "flat_groups": float(len(flat)),
+            "flat_groups": float(stats.flat_groups),
         }
-        return adv.unsqueeze(-1) * fmask, metrics
+        return adv.to(token_rewards.dtype).unsqueeze(-1) * fmask, metrics
 
 
 class GRPOEstimator(AdvantageEstimator):

@@ -13,6 +13,14 @@ REINFORCE++-baseline: group-mean baseline, broadcast, then whitened over the bat
 
     A_i = S_i − μ_g   (μ_g over unique episodes; 0 for single-episode groups)
     A   = whiten_m(A_i · m_{i,t}),  returns = A
+
+Equal rewards: ``whiten_m`` of a constant is exactly 0 (:mod:`ragen_core.masked`), so a batch whose
+returns are one constant gets zero advantages. For REINFORCE++ that needs episode-level rewards
+and γ = 1: with turn-level rewards ``G_t`` is the reward-to-go, larger in earlier turns, and the
+batch baseline leaves those differences in the advantages by design. REINFORCE++-baseline is
+zero on every flat group before whitening (``S_i − μ_g`` is exact there, see
+:mod:`ragen_algo_grpo.grpo`); whitening then shifts every row of the batch by the same
+``−mean/std``, which is 0 when the whole batch is flat.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ragen_algo_grpo.config import ReinforcePPBaselineConfig, ReinforcePPConfig
-from ragen_algo_grpo.grpo import group_stats
+from ragen_algo_grpo.grpo import episode_scores, group_stats
 from ragen_core.interfaces.advantage import (
     AdvantageEstimator,
     AdvantageInputs,
@@ -76,10 +84,10 @@ def reinforce_pp_baseline_advantages(
     import torch
 
     with torch.no_grad():
-        scores = token_rewards.sum(dim=-1)
+        scores = episode_scores(token_rewards)
         stats = group_stats(scores, group_ids, episode_ids)
-        fmask = (response_mask > 0).to(scores.dtype)
-        adv = (scores - stats.mean).unsqueeze(-1) * fmask
+        fmask = (response_mask > 0).to(token_rewards.dtype)
+        adv = (scores - stats.mean).to(token_rewards.dtype).unsqueeze(-1) * fmask
         return masked_whiten(adv, fmask) * fmask if whiten else adv
 
 

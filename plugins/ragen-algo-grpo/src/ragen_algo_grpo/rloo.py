@@ -7,6 +7,10 @@ Scores ``S_i = Σ_t r_{i,t}``; per group of n ≥ 2 unique episodes (de-duplicat
 
 A single-episode group has no other sample, so its baseline is 0 and ``A_i = S_i``. The scalar
 is broadcast over the row's trained tokens; returns equal advantages; no whitening.
+
+Computed as the right-hand side, in float64, from GRPO's :func:`~ragen_algo_grpo.grpo.group_stats`
+(whose ``μ`` is exact on a flat group), so a group of equal scores gets exactly 0; the
+leave-one-out form ``(Σ_j S_j − S_i) / (n − 1)`` rounds to an ulp off ``S_i`` there.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ragen_algo_grpo.config import RLOOConfig
-from ragen_algo_grpo.grpo import group_stats, length_weights
+from ragen_algo_grpo.grpo import episode_scores, group_stats, length_weights
 from ragen_core.interfaces.advantage import (
     AdvantageEstimator,
     AdvantageInputs,
@@ -37,18 +41,16 @@ def rloo_advantages(
     import torch
 
     with torch.no_grad():
-        scores = token_rewards.sum(dim=-1)
+        scores = episode_scores(token_rewards)
         stats = group_stats(scores, group_ids, episode_ids)
-        others = stats.count - 1
-        baseline = torch.where(
-            others > 0,
-            (stats.sum - scores) / others.clamp(min=1),
-            torch.zeros_like(scores),
+        n = stats.count
+        adv = torch.where(
+            n >= 2, n / (n - 1).clamp(min=1) * (scores - stats.mean), scores
         )
-        adv = scores - baseline
         if length_weight:
             adv = adv * length_weights(response_mask, scores.dtype)
-        return adv.unsqueeze(-1) * (response_mask > 0).to(scores.dtype)
+        fmask = (response_mask > 0).to(token_rewards.dtype)
+        return adv.to(token_rewards.dtype).unsqueeze(-1) * fmask
 
 
 class RLOOEstimator(AdvantageEstimator):
