@@ -127,6 +127,26 @@ def test_whiten_zero_outside_mask_and_single_token_group():
     assert out.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    value=st.one_of(st.sampled_from([0.7, 2.1, 1e-8, 1e6, -0.3]), st.floats(-1e6, 1e6, allow_subnormal=False)),
+    rows=st.integers(1, 40),
+    scope=st.sampled_from(["batch", "group"]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_whitening_equal_advantages_gives_exactly_zero(value, rows, scope, dtype):
+    """No critic and one equal reward per episode at γ = λ = 1: every raw advantage is the reward,
+    so batch and group whitening must give exactly 0 (an ulp-off mean times 1/sqrt(1e-8) did not)."""
+    mask = torch.zeros(rows, 9, dtype=dtype)
+    rewards = torch.zeros(rows, 9, dtype=dtype)
+    for i in range(rows):
+        mask[i, i % 3 : 4 + i % 5] = 1.0
+        rewards[i, 3 + i % 5] = value
+    inputs = AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.arange(rows) // 4)
+    out = GAEEstimator(GAEConfig(whiten_scope=scope))(inputs)
+    assert torch.equal(out.advantages, torch.zeros_like(rewards))
+
+
 def test_gae_inputs_not_mutated_and_dtype_kept():
     inputs = _two_group_inputs()
     before = inputs.token_rewards.clone(), inputs.values.clone()
