@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from ragen_core import registry
-from ragen_core.errors import ConfigError, PluginConfigError, PluginNotFoundError
+from ragen_core.errors import ConfigError, EnvError, PluginConfigError, PluginNotFoundError
 from ragen_core.interfaces.env import EnvConfig
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
 from ragen_core.rollout.env_pool import ASYNC_STEP_THREADS, LocalEnvPool
@@ -59,6 +59,12 @@ def test_process_pool_refuses_env_registered_in_process_only():
     with pytest.raises(ConfigError, match=f"env '{name}' is registered in this process only") as info:
         ProcessEnvPool(EnvRef(name=name), workers=1)
     assert "EnvRef(factory=" in str(info.value)
+
+
+def test_process_pool_reports_an_env_its_worker_cannot_build():
+    broken = EnvRef(name="broken", factory="ragen_core.testing.toy_env:NoSuchEnv")
+    with ProcessEnvPool(broken, workers=1) as pool, pytest.raises(EnvError, match=r"worker \(pid \d+\) could not build env 'broken': .*NoSuchEnv"):
+        pool.reset([ResetRequest(0, 1)])
 
 
 def test_process_pool_builds_an_installed_env_by_name():

@@ -12,7 +12,7 @@ import pytest
 from ragen_core import registry
 from ragen_core.specs import GROUPS
 from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip
-from ragen_core.testing import env_checks, plugin_checks
+from ragen_core.testing import env_checks, plugin_checks, pool_checks
 
 INSTALLED = [(e.kind, e.name, e.dist_name) for kind in GROUPS for e in registry.entries(kind) if e.spec is None]
 
@@ -25,6 +25,7 @@ def test_every_interface_kind_has_a_conformance_check():
         "diagnostic": plugin_checks.check_diagnostic,
         "algorithm": plugin_checks.check_spec_roundtrip,
         "engine": plugin_checks.check_spec_roundtrip,
+        "pool": pool_checks.check_pool,
     }
     assert set(checks) == set(GROUPS)
 

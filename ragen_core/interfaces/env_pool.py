@@ -173,7 +173,9 @@ class EnvPool(ABC):
 
     Call order: ``reset(requests)`` -> ``step(requests)`` * n -> ``reset`` again or ``close()``.
     Episode ids are chosen by the runner; ids of a reset replace every earlier episode of the
-    pool. ``close`` is idempotent.
+    pool. ``close`` is idempotent. The registry builds a pool as
+    ``factory(config, env=ref)`` (:meth:`from_config`). Conformance checks every pool should
+    pass: :mod:`ragen_core.testing.pool_checks`.
     """
 
     config_class: type[EnvPoolConfig] = EnvPoolConfig
@@ -200,9 +202,9 @@ class EnvPool(ABC):
         """Step every requested episode once (all live episodes of a turn); outcomes in request order.
 
         Raises:
-            EnvError: an env raised or returned a non-finite reward, for pools that run envs
-                where such a bug can be reported directly (the local pool). Pools whose workers
-                can crash report that as a failed episode instead.
+            EnvError: an env raised or returned a non-finite reward (a bug in the env; the
+                message names env, seed and member). A worker that crashes or hangs is not an
+                env bug: its episodes come back with ``end_reason`` ``"failed"``/``"timeout"``.
         """
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ An env that raises or returns a non-finite reward is a bug, as in the local pool
 
 Envs must be *installed* (or given by an importable ``EnvRef.factory``): a worker sees the
 entry points of the environment, not envs registered in the parent process with
-``registry.register``; the pool refuses those with a one-line error.
+``registry.register``; the pool refuses those with a one-line error. Workers are spawned, so a
+script that uses this pool runs its code under ``if __name__ == "__main__":``.
 """
 
 from __future__ import annotations
@@ -238,7 +239,8 @@ class ProcessEnvPool(EnvPool):
                         starts[data["episode_id"]] = _start(data)
                         self._live[data["episode_id"]] = index
         if errors:
-            raise EnvError(errors[0])
+            hints = ["a script that starts a process pool must run it under 'if __name__ == \"__main__\":' (workers are spawned)"]
+            raise EnvError(errors[0], hints if "died" in errors[0] else [])
         return [starts[r.episode_id] for r in requests]
 
     # ------------------------------------------------------------------- step
