@@ -7,7 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ragen_core.rollout.types import Trajectory, Turn
-from ragen_core.trainer.batch import build_batch, layout_episode, micro_batches
+from ragen_core.rollout.layout import episode_layout
+from ragen_core.trainer.batch import build_batch, micro_batches
 
 PAD = 0
 
@@ -27,9 +28,11 @@ def _episode(group: int, prompt: list[int], turns: list[tuple[list[int], list[in
 
 def test_layout_concatenates_turns_and_marks_reply_spans():
     traj = _episode(0, [1, 2, 3], [([], [10, 11], 0.0, 0.0), ([4, 5], [12, 13, 14], 1.0, 0.0)])
-    lay = layout_episode(traj)
-    assert lay.input_ids == [1, 2, 3, 10, 11, 4, 5, 12, 13, 14]
-    assert lay.response_spans == [(3, 5), (7, 10)]
+    ids, spans, ends = episode_layout(traj)
+    assert ids == [1, 2, 3, 10, 11, 4, 5, 12, 13, 14]
+    assert spans == [(3, 5), (7, 10)]
+    assert ends == [4, 9]
+    assert build_batch([traj], PAD).input_ids[0].tolist() == ids
 
 
 def test_response_mask_is_shifted_onto_exactly_the_sampled_tokens():
@@ -97,11 +100,9 @@ def test_no_row_duplication_and_micro_batches():
 def test_non_append_only_prompts_are_rejected():
     traj = _episode(0, [1, 2], [([], [3], 0.0, 0.0)])
     traj.turns.append(Turn(prompt_ids=[9, 9, 9, 9], response_ids=[4], response_text=""))
-    try:
-        from ragen_core.rollout.layout import episode_layout  # noqa: F401
-    except ImportError:
-        with pytest.raises(ValueError):
-            layout_episode(traj)
+    with pytest.raises(ValueError, match="does not extend"):
+        build_batch([traj], PAD)
+    assert len(build_batch([traj], PAD, per_turn=True)) == 2  # windowed modes train each turn as its own row
 
 
 def test_per_turn_rows_carry_episode_score_and_id():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragen_core.interfaces.rollout_filter import RolloutFilter
 from ragen_core.trainer.grad_analysis import bucket_groups, group_reward_stds, is_due
 
 # ------------------------------------------------------------------ bucketing (no torch)
@@ -280,11 +281,8 @@ def test_only_skips_updates_and_exit_after_stops_before_the_actor_update(tmp_pat
     assert not (ex.run_dir / "checkpoints").exists()
 
 
-class DropAllFilter:
+class DropAllFilter(RolloutFilter):
     """Keeps no group: every training step is empty after filtering."""
-
-    def __init__(self, config):
-        self.config = config
 
     def select(self, rollouts):
         from ragen_core.interfaces.rollout_filter import FilterResult

@@ -4,15 +4,28 @@ An algorithm plugin (``ppo``, ``grpo``, ``drgrpo``, ``dapo``) is mostly a preset
 whether a critic is trained, how the clipped surrogate is aggregated. The loss maths itself is
 shared and lives in :mod:`ragen_core.trainer.losses` so that every algorithm uses the same,
 tested implementation.
+
+Besides its config an algorithm has three declared hooks into the step, each with a neutral
+default, which the trainer calls unconditionally (:mod:`ragen_core.trainer.selection`,
+:mod:`ragen_core.trainer.update`):
+
+* :meth:`Algorithm.keep_mask` -- rows to drop before the update (DAPO's dynamic sampling);
+* :meth:`Algorithm.shape_rewards` -- token rewards before the estimator (DAPO's overlong
+  punishment);
+* :attr:`Algorithm.agg_kwargs` -- extra keywords of the loss aggregation (Dr.GRPO's
+  ``norm_constant``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from ragen_core.specs import PluginConfig
+
+if TYPE_CHECKING:
+    import torch
 
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
@@ -58,3 +71,35 @@ class Algorithm:
     @property
     def needs_critic(self) -> bool:
         return self.config.use_critic
+
+    def keep_mask(self, token_rewards: torch.Tensor, group_ids: torch.Tensor, episode_ids: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``[B]`` bool rows to train on, or None to keep every row (the default).
+
+        Called on the whole rollout batch after the filter, before any forward pass. A group
+        with a dropped row is dropped as a whole (``rollout/dynamic_sampling_dropped`` counts
+        such groups among the kept ones).
+
+        Args:
+            token_rewards: ``[B, T]`` rewards as built from the episodes (before shaping).
+            group_ids: ``[B]`` group of each row.
+            episode_ids: ``[B]`` episode of each row (turn rows of one episode share it).
+        """
+        return None
+
+    def shape_rewards(self, token_rewards: torch.Tensor, response_mask: torch.Tensor, *, max_length: int | None = None) -> torch.Tensor:
+        """Token rewards the estimator sees (default: unchanged). Must not mutate its input.
+
+        Args:
+            token_rewards: ``[B, T]`` rewards of the kept rows.
+            response_mask: ``[B, T]`` trained-token mask.
+            max_length: The trainer's per-turn generation budget (``sampling.train.max_new_tokens``).
+        """
+        return token_rewards
+
+    @property
+    def agg_kwargs(self) -> dict[str, float | None]:
+        """Extra keywords of :func:`ragen_core.trainer.losses.agg_loss` (default none).
+
+        The trainer reads ``norm_constant`` (``seq-mean-token-sum-norm``'s divisor).
+        """
+        return {}

@@ -54,10 +54,32 @@ class FilterConfig(PluginConfig):
 
 
 class RolloutFilter(ABC):
+    """Base of filter plugins. The trainer reads :meth:`select`, :attr:`needs_entropies`,
+    :attr:`loss_scaling` and ``config.empty_stop_steps``, nothing else."""
+
     config_class: type[FilterConfig] = FilterConfig
 
     def __init__(self, config: FilterConfig | None = None, **overrides: Any) -> None:
         self.config = config if config is not None else self.config_class(**overrides)
+
+    @property
+    def needs_entropies(self) -> bool:
+        """Whether :meth:`select` reads :attr:`GroupedRollouts.entropies`.
+
+        Entropies cost the trainer an extra forward pass over the rollout, so they are
+        computed only for filters that say so (default False: ``entropies`` is None).
+        """
+        return False
+
+    @property
+    def loss_scaling(self) -> str:
+        """How the filter itself scales kept groups' weights by the kept ratio: ``"none"``
+        (default), ``"linear"`` or ``"sqrt"``.
+
+        The trainer refuses a run that also sets ``optim.filter_loss_scaling``, which would
+        scale the advantages a second time.
+        """
+        return "none"
 
     @abstractmethod
     def select(self, rollouts: GroupedRollouts) -> FilterResult:

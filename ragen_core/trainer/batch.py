@@ -2,7 +2,9 @@
 
 One row per episode. The row's ``input_ids`` are the episode's token sequence exactly as the
 engine saw and produced it (prompt ids of the first turn, the sampled reply ids, the appended
-observation ids, ...), right-padded. Per-token arrays are aligned with the *shifted* positions
+observation ids, ...), right-padded; the token layout (ids and reply spans) comes from
+:func:`ragen_core.rollout.layout.episode_layout`, or :func:`~ragen_core.rollout.layout.turn_samples`
+for one row per turn in windowed context modes. Per-token arrays are aligned with the *shifted* positions
 used for next-token prediction: position ``t`` holds quantities about predicting token ``t+1``
 (logits at ``t``), so arrays have length ``L - 1``.
 
@@ -23,49 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ragen_core.rollout.layout import episode_layout, turn_samples
 from ragen_core.rollout.types import Trajectory
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass
-class EpisodeLayout:
-    """Token layout of one episode: ids and where the sampled spans are (unshifted indices)."""
-
-    input_ids: list[int]
-    response_spans: list[tuple[int, int]]
-    """Per turn, ``[start, end)`` token indices of the sampled reply inside ``input_ids``."""
-
-
-def layout_episode(traj: Trajectory) -> EpisodeLayout:
-    """Concatenate an episode's turns into one token sequence.
-
-    Uses the rollout layer's :func:`ragen_core.rollout.layout.episode_layout` when available.
-    Otherwise relies on the append-only prompt contract: turn ``k+1``'s prompt starts with turn
-    ``k``'s prompt followed by its reply; the episode is the last prompt plus the last reply.
-
-    Raises:
-        ValueError: the turns do not form one append-only sequence.
-    """
-    try:
-        from ragen_core.rollout.layout import episode_layout
-    except ImportError:
-        episode_layout = None
-    if episode_layout is not None:
-        ids, spans, _ends = episode_layout(traj)
-        return EpisodeLayout(list(ids), [(int(a), int(b)) for a, b in spans])
-    ids: list[int] = []
-    spans: list[tuple[int, int]] = []
-    for k, turn in enumerate(traj.turns):
-        prompt = list(turn.prompt_ids)
-        if ids and prompt[: len(ids)] != ids:
-            raise ValueError(f"episode {traj.env_id}: turn {k + 1} prompt does not extend the previous context")
-        ids = prompt
-        start = len(ids)
-        ids = ids + list(turn.response_ids)
-        spans.append((start, len(ids)))
-    return EpisodeLayout(ids, spans)
 
 
 @dataclass
@@ -138,26 +102,6 @@ def episode_scores(trajectories: Sequence[Trajectory], normalization: str = "ide
     return [float(x) for x in normalize_scores(raw, keys, normalization).tolist()]
 
 
-def turn_rows(trajectories: Sequence[Trajectory]) -> tuple[list[Trajectory], list[EpisodeLayout], list[int], list[int]]:
-    """Windowed context modes: one row per turn (its prompt + reply).
-
-    Returns:
-        ``(rows, layouts, episode_index, turn_index)``, one entry per row.
-    """
-    rows: list[Trajectory] = []
-    layouts: list[EpisodeLayout] = []
-    episode: list[int] = []
-    turn_no: list[int] = []
-    for i, traj in enumerate(trajectories):
-        for k, turn in enumerate(traj.turns):
-            start = len(turn.prompt_ids)
-            rows.append(traj)
-            layouts.append(EpisodeLayout(list(turn.prompt_ids) + list(turn.response_ids), [(start, start + len(turn.response_ids))]))
-            episode.append(i)
-            turn_no.append(k)
-    return rows, layouts, episode, turn_no
-
-
 def per_turn_rows(runner_config: Any) -> bool:
     """True when a rollout runner's config uses a windowed context mode (``last-k``,
     ``single-turn``): later turns do not extend earlier ones, so :func:`build_batch` needs
@@ -190,26 +134,37 @@ def build_batch(
 
     scores = episode_scores(trajectories, normalization, grouping)
     if per_turn:
-        rows, layouts, episode, turn_no = turn_rows(trajectories)
+        rows: list[Trajectory] = []
+        layouts: list[tuple[list[int], list[tuple[int, int]]]] = []
+        episode: list[int] = []
+        turn_no: list[int] = []
+        for i, traj in enumerate(trajectories):
+            for k, (ids, spans, _ends) in enumerate(turn_samples(traj)):
+                rows.append(traj)
+                layouts.append((ids, spans))
+                episode.append(i)
+                turn_no.append(k)
         batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False)
         batch.episode_ids = torch.as_tensor(episode, dtype=torch.long)
         return batch
-    layouts = [layout_episode(t) for t in trajectories]
+    layouts = [episode_layout(t)[:2] for t in trajectories]
     return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level)
 
 
 def _tensors(
     trajectories: list[Trajectory],
-    layouts: list[EpisodeLayout],
+    layouts: list[tuple[list[int], list[tuple[int, int]]]],
     pad_token_id: int,
     scores: list[float],
     turn_index: list[int] | None,
     turn_level: bool,
 ) -> TrainBatch:
+    """Pad the rows: ``layouts[i]`` is row ``i``'s ``(input_ids, reply spans)`` (unshifted,
+    half-open); ``turn_index[i]`` the turn a per-turn row holds (None: whole episodes)."""
     import torch
 
     n = len(trajectories)
-    length = max([len(lay.input_ids) for lay in layouts] + [2])
+    length = max([len(ids) for ids, _ in layouts] + [2])
     input_ids = torch.full((n, length), int(pad_token_id), dtype=torch.long)
     attention_mask = torch.zeros((n, length), dtype=torch.long)
     response_mask = torch.zeros((n, length - 1), dtype=torch.float32)
@@ -217,13 +172,12 @@ def _tensors(
     engine_lp = torch.zeros((n, length - 1), dtype=torch.float32)
     have_engine_lp = True
     turn_ends: list[list[int]] = []
-    for i, (traj, lay) in enumerate(zip(trajectories, layouts)):
-        ids = lay.input_ids
+    for i, (traj, (ids, spans)) in enumerate(zip(trajectories, layouts)):
         input_ids[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
         attention_mask[i, : len(ids)] = 1
         ends: list[int] = []
         turns = traj.turns if turn_index is None else [traj.turns[turn_index[i]]]
-        for turn, (start, end) in zip(turns, lay.response_spans):
+        for turn, (start, end) in zip(turns, spans):
             if end <= start or start < 1:
                 ends.append(max(0, start - 1))
                 continue

@@ -3,7 +3,7 @@
 ``RUN_DIR/checkpoints/step_<N>/`` holds ``save_pretrained`` output and the tokenizer (so
 ``AutoModelForCausalLM.from_pretrained(path)`` and ``ragen eval --model path`` work directly),
 plus ``trainer_state.pt`` with the optimiser, the critic (weights + optimiser), the step, the
-RNG states of python/numpy/torch, the rollout runner's state (seed counter), filter/early-stop
+RNG states of python/numpy/torch, the rollout runner's state (seed counter), the policy version, filter/early-stop
 bookkeeping and any EMA states. A folder is written under a temporary name and renamed when
 complete, so a run killed while saving never leaves a half-written ``step_<N>``.
 
@@ -192,6 +192,7 @@ class CheckpointMixin:
             "runner": self.runner.state_dict() if hasattr(self.runner, "state_dict") else None,
             "val_runner": self.val_runner.state_dict() if self.val_runner is not None and hasattr(self.val_runner, "state_dict") else None,
             "empty_streak": self.empty_streak,
+            "policy_version": self.policy_version,
             "stopper": self.stopper.state_dict(),
             "timing_totals": dict(self.timing_totals),
             "diagnostics": {n: p.state_dict() for n, p in self._diagnostic_plugins().items() if hasattr(p, "state_dict")},
@@ -230,6 +231,7 @@ class CheckpointMixin:
         if state.get("val_runner") is not None and self.val_runner is not None and hasattr(self.val_runner, "load_state_dict"):
             self.val_runner.load_state_dict(state["val_runner"])
         self.empty_streak = int(state.get("empty_streak", 0))
+        self.policy_version = int(state.get("policy_version", state["step"]))  # older checkpoints: one update per step
         self.stopper.load_state_dict(state.get("stopper", {}))
         self.timing_totals = dict(state.get("timing_totals", {}))
         self._diag_states = dict(state.get("diagnostics", {}))

@@ -22,8 +22,9 @@ Which batch (spec 11.2): the training batch, unless ``grad_analysis.env_groups``
 ``group_size`` differ from the training rollout's. Then a **separate** rollout of that shape is
 played (its own runner, base seed ``derive_seed(seed, "grad_analysis", step)``, no diagnostics
 hooks), filtered by its own filter instance and prepared exactly like a training batch (old and
-reference log-probs, values, advantages, filter weights and loss scaling) with the trainer's own
-methods; trainer state they touch is restored afterwards, so the training update is unaffected.
+reference log-probs, values, advantages, filter weights and loss scaling) by the step's own
+``select`` and ``prepare`` functions; those return values and touch no trainer state, so the
+training update is unaffected.
 It logs ``grad_analysis/source_env_groups|source_group_size|source_batch_size``,
 ``grad_analysis/empty_after_filter``, the filter metrics re-prefixed ``grad_analysis/`` and
 ``grad_analysis/adjusted_batch_size``; ``grad_analysis/uses_training_batch`` says which batch was
@@ -38,10 +39,9 @@ separate analysis filter's own state is not checkpointed. The probe runs one epo
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 COMPONENTS = ("task", "entropy", "kl")
@@ -239,95 +239,82 @@ def uses_separate_rollout(config: Any) -> bool:
     return (ga.env_groups or r.env_groups, ga.group_size or r.group_size) != (r.env_groups, r.group_size)
 
 
-class _NoTimer:
-    def __call__(self, key: str) -> Any:
-        return contextlib.nullcontext()
+class AnalysisRollout:
+    """The separate analysis rollout of spec 11.2: a runner of the requested shape and a filter
+    instance of its own (the trainer builds one when ``uses_separate_rollout``)."""
+
+    def __init__(self, config: Any, engine: Any, tokenizer: Any) -> None:
+        from ragen_core import registry
+        from ragen_core.trainer.setup import make_runner
+
+        self.config = config
+        self.env_groups = config.grad_analysis.env_groups or config.rollout.env_groups
+        self.group_size = config.grad_analysis.group_size or config.rollout.group_size
+        self.runner = make_runner(config, engine, tokenizer, "train", groups=self.env_groups, group_size=self.group_size)
+        self.filter = registry.make("filter", config.filter, config.filter_config)
 
 
-@contextlib.contextmanager
-def _isolated(trainer: Any) -> Iterator[None]:
-    """Undo every attribute (re)binding on ``trainer`` made inside the block.
+def prepare_for_probe(trainer: Any, batch: Any, group_weights: dict[int, float] | None = None, kept_ratio: float = 1.0) -> Any:
+    """``batch`` with old/ref log-probs, values and advantages, made by the training step's own
+    :func:`~ragen_core.trainer.update.prepare` from the trainer's networks (read, never changed).
 
-    ``Trainer._filter`` / ``_prepare`` keep per-step state on the trainer (group weights, kept
-    ratio, single-pass flag, ...); preparing an analysis batch must not leak it into the update.
+    Without weights (the unfiltered batch) every group weighs 1 and nothing is scaled.
     """
-    saved = dict(vars(trainer))
-    try:
-        yield
-    finally:
-        for key in [k for k in vars(trainer) if k not in saved]:
-            delattr(trainer, key)
-        for key, value in saved.items():
-            if vars(trainer).get(key) is not value:
-                setattr(trainer, key, value)
+    from ragen_core.trainer.update import prepare
+
+    return prepare(batch, model=trainer.model, ref_model=trainer.ref_model, critic=trainer.critic, algorithm=trainer.algorithm,
+                   estimator=trainer.estimator, optim=trainer.config.optim, sampling=trainer.train_sampling,
+                   group_weights=group_weights, kept_ratio=kept_ratio).batch
 
 
-def prepare_unfiltered(trainer: Any, batch: Any) -> Any:
-    """Fill log-probs, values and advantages of an *unfiltered* batch (all groups weight 1)."""
-    with _isolated(trainer):
-        trainer._group_weights = {}
-        trainer._kept_ratio = 1.0
-        trainer._prepare(batch, {}, _NoTimer(), None)
-    return batch
-
-
-def separate_batch(trainer: Any, step: int) -> tuple[Any, dict[str, float], Any]:
-    """Play, filter and prepare the analysis rollout.
+def separate_batch(trainer: Any, source: AnalysisRollout, step: int) -> tuple[Any, dict[str, float], Any]:
+    """Play, select and prepare the analysis rollout with :func:`~ragen_core.trainer.selection.select`
+    and :func:`prepare_for_probe`, like a training step but with ``source``'s own filter.
 
     Returns ``(batch or None when filtered empty, metrics, unfiltered batch (unprepared))``.
     """
-    from ragen_core import registry
     from ragen_core.seeding import derive_seed
     from ragen_core.trainer.batch import build_batch, per_turn_rows
-    from ragen_core.trainer.setup import make_runner
+    from ragen_core.trainer.selection import mean_entropies, select
 
     cfg = trainer.config
-    groups = cfg.grad_analysis.env_groups or cfg.rollout.env_groups
-    size = cfg.grad_analysis.group_size or cfg.rollout.group_size
-    if getattr(trainer, "_ga_runner", None) is None:
-        trainer._ga_runner = make_runner(cfg, trainer.engine, trainer.tokenizer, "train", groups=groups, group_size=size)
-        trainer._ga_filter = registry.make("filter", cfg.filter, cfg.filter_config)
-    trajs = trainer._ga_runner.run(mode="train", sampling=trainer.train_sampling, seed=derive_seed(cfg.seed, "grad_analysis", step))
-    metrics = {"grad_analysis/source_env_groups": float(groups), "grad_analysis/source_group_size": float(size),
+    trajs = source.runner.run(mode="train", sampling=trainer.train_sampling, seed=derive_seed(cfg.seed, "grad_analysis", step))
+    metrics = {"grad_analysis/source_env_groups": float(source.env_groups), "grad_analysis/source_group_size": float(source.group_size),
                "grad_analysis/source_batch_size": float(len(trajs)), "grad_analysis/uses_training_batch": 0.0}
-    trajs = [t for t in trajs if t.turns]
-    per_turn = per_turn_rows(trainer._ga_runner.config)
-    batch = build_batch(trajs, trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
-                        grouping=cfg.reward.grouping, per_turn=per_turn)
-    raw = batch
-    with _isolated(trainer):
-        trainer.filter = trainer._ga_filter
-        filter_metrics: dict[str, float] = {}
-        result, rows = trainer._filter(batch, filter_metrics)
-        metrics.update({"grad_analysis/" + k.split("/", 1)[-1]: v for k, v in filter_metrics.items()})
-        metrics["grad_analysis/empty_after_filter"] = float(bool(result.empty))
-        if result.empty:
-            return None, metrics, raw
-        batch = batch.select(rows)
-        metrics["grad_analysis/adjusted_batch_size"] = float(len(batch))
-        trainer._prepare(batch, {}, _NoTimer(), result)
-    return batch, metrics, raw
+    batch = build_batch([t for t in trajs if t.turns], trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
+                        grouping=cfg.reward.grouping, per_turn=per_turn_rows(source.runner.config))
+    entropies = None
+    if source.filter.needs_entropies:
+        entropies = mean_entropies(trainer.model, batch, cfg.optim.micro_batch_size, trainer.train_sampling.temperature)
+    selection = select(batch, source.filter, trainer.algorithm, entropies=entropies)
+    metrics.update({"grad_analysis/" + k.split("/", 1)[-1]: v for k, v in selection.metrics.items()})
+    metrics["grad_analysis/empty_after_filter"] = float(selection.empty)
+    if selection.empty:
+        return None, metrics, batch
+    kept = batch.select(selection.rows)
+    metrics["grad_analysis/adjusted_batch_size"] = float(len(kept))
+    return prepare_for_probe(trainer, kept, selection.group_weights, selection.kept_ratio), metrics, batch
 
 
 def run_for_trainer(trainer: Any, batch: Any, step: int, unfiltered: Any = None) -> dict[str, float]:
-    """The trainer's hook: analyse the training ``batch`` (or the separate analysis rollout when
-    configured; ``batch`` may then be None) and write the group table.
+    """The trainer's hook: analyse the prepared training ``batch`` (or the separate analysis
+    rollout when configured; ``batch`` may then be None) and write the group table.
 
-    ``unfiltered`` is the training batch before filtering, analysed under ``grad_norm_prefilter/``
-    when ``grad_analysis.log_prefilter`` is on (the separate rollout brings its own).
+    ``unfiltered`` is the training batch before selection, prepared here with every group
+    weighing 1 and analysed under ``grad_norm_prefilter/`` when ``grad_analysis.log_prefilter``
+    is on (the separate rollout brings its own). The trainer is only read.
     """
     cfg = trainer.config
     ga = cfg.grad_analysis
     source: dict[str, float] = {"grad_analysis/uses_training_batch": 1.0}
-    if uses_separate_rollout(cfg):
-        batch, source, unfiltered = separate_batch(trainer, step)
-    extra = getattr(trainer.algorithm, "agg_kwargs", None) or {}
+    if trainer.analysis_rollout is not None:
+        batch, source, unfiltered = separate_batch(trainer, trainer.analysis_rollout, step)
     kwargs: dict[str, Any] = {"mini_batch_size": cfg.optim.mini_batch_size, "micro_batch_size": cfg.optim.micro_batch_size,
                               "temperature": trainer.train_sampling.temperature, "bucketing": ga.bucketing,
-                              "n_buckets": ga.buckets, "norm_constant": extra.get("norm_constant")}
+                              "n_buckets": ga.buckets, "norm_constant": trainer.algorithm.agg_kwargs.get("norm_constant")}
     metrics = dict(source)
     if ga.log_prefilter and unfiltered is not None and len(unfiltered) > 0:
-        pre_metrics, _ = analyse(trainer.model, prepare_unfiltered(trainer, unfiltered), trainer.algorithm.config,
+        pre_metrics, _ = analyse(trainer.model, prepare_for_probe(trainer, unfiltered), trainer.algorithm.config,
                                  prefix="grad_norm_prefilter", **kwargs)
         metrics.update(pre_metrics)
     if batch is None or len(batch) == 0:

@@ -1,12 +1,23 @@
 """The StarPO training loop (spec 1.3, 7, 8, 9.5-9.7, 12).
 
-Per step: rollout -> ``ragen_on_rollout_end`` hooks (diagnostics, unfiltered batch) -> filter ->
-empty-after-filter handling / early stop -> old log-probs (and reference log-probs only when a KL
-term is active, L7) -> critic values -> advantages (the algorithm's estimator) -> filter group
-weights and loss scaling -> critic update -> gradient analysis when due (spec 11,
-:mod:`ragen_core.trainer.grad_analysis`) -> actor update (epochs, mini-batches, micro-batch
-gradient accumulation, global-norm clip, non-finite steps skipped) -> ``engine.sync_weights`` ->
-validation every ``test_freq`` -> checkpoint every ``save_freq`` -> metrics + ``ragen_on_step_end``.
+One step is a chain of values, each made by a plain function from the one before
+(:meth:`Trainer.train_step` reads in this order)::
+
+    trajectories = runner.run(...)                         # rollout (engine + env pool)
+        -> ragen_on_rollout_end hooks                      # diagnostics see the unfiltered rollout
+    batch       = build_batch(trajectories, ...)           # tokens, masks, rewards  (batch.py)
+    selection   = select(batch, filter, algorithm)         # kept groups, rows, weights, ratio  (selection.py)
+        -> empty: count the streak, maybe stop, validate; no update
+    prepared    = prepare(batch.select(selection.rows), ...)   # old/ref log-probs, values, advantages  (update.py)
+    update_critic(prepared, ...)                           # when the algorithm has a critic
+        -> gradient analysis when due (grad_analysis.py, spec 11)
+    update_actor(prepared, ...)                            # epochs x mini-batches x micro-batches, clip, step
+    engine.sync_weights(model.state_dict(), version)       # the engine samples the new policy
+        -> validation every test_freq, checkpoint every save_freq, ragen_on_step_end
+
+The trainer object holds only what lives across steps: the model, optimisers, plugins, engine
+and runners, and the counters a resume restores (step, policy version, empty-filter streak,
+early-stop history). Nothing of one step is kept on it for the next.
 
 The first Ctrl-C finishes the current step, saves a checkpoint and returns; a second one aborts
 immediately. Metrics of a step are logged only after the step completed, so a killed run
@@ -22,15 +33,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
+from ragen_core.trainer.batch import build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.context import TrainContext
-from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, group_reward_std
-from ragen_core.trainer.update import UpdateMixin
+from ragen_core.trainer.metrics import EarlyStopper, episode_metrics
+from ragen_core.trainer.selection import mean_entropies, select
+from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 
 
-class Trainer(CheckpointMixin, UpdateMixin):
+class Trainer(CheckpointMixin):
     """Train one policy on one env with one algorithm.
 
     Args:
@@ -61,6 +73,7 @@ class Trainer(CheckpointMixin, UpdateMixin):
         from ragen_core.config import dump_yaml
         from ragen_core.hookspecs import make_plugin_manager
         from ragen_core.models import load_model_and_tokenizer
+        from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import latest_checkpoint
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
@@ -72,14 +85,14 @@ class Trainer(CheckpointMixin, UpdateMixin):
         acfg = self.algorithm.config
         self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config)
         self.filter = registry.make("filter", cfg.filter, cfg.filter_config)
-        if cfg.optim.filter_loss_scaling != "none" and getattr(self.filter.config, "loss_scaling", "none") != "none":
+        if cfg.optim.filter_loss_scaling != "none" and self.filter.loss_scaling != "none":
             from ragen_core.errors import ConfigError
 
             raise ConfigError(
                 "optim.filter_loss_scaling and filter_config.loss_scaling are both set: the advantages would be scaled twice",
                 hints=["keep one of them (set the other to 'none')"],
             )
-        self.needs_critic = bool(acfg.use_critic or getattr(self.estimator, "needs_critic", False))
+        self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
@@ -89,11 +102,13 @@ class Trainer(CheckpointMixin, UpdateMixin):
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device)
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
+        self.warm_start_meta: dict[str, Any] = {}
+        """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
         if ckpt is None and self._warm_start_enabled():
             from ragen_core.trainer.warmstart import warm_start
 
             self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
-            self._warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
+            self.warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
         self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -114,15 +129,21 @@ class Trainer(CheckpointMixin, UpdateMixin):
         self.engine = su.make_engine(cfg, self.model, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
         self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val") if cfg.test_freq > 0 or cfg.val_before_train else None
+        self.analysis_rollout = None
+        if cfg.grad_analysis.every > 0 and gan.uses_separate_rollout(cfg):
+            self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer)
         self.train_sampling = su.sampling_params(cfg.sampling.train)
         self.val_sampling = su.sampling_params(cfg.sampling.val)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.empty_streak = 0
+        self.policy_version = 0
+        """Actor updates so far: the version the engine samples (``Generation.policy_version``)."""
         self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience)
         self.timing_totals: dict[str, float] = {}
         if ckpt is not None:
             self._restore(ckpt[1])
             truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+            self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir / "config.yaml")
         self._write_plugins_json()
@@ -249,12 +270,14 @@ class Trainer(CheckpointMixin, UpdateMixin):
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
-        """One StarPO step; returns its metrics (see the module docstring for the order)."""
+        """One StarPO step; returns its metrics (the data flow is in the module docstring)."""
         cfg = self.config
         metrics: dict[str, float] = {}
         timer = _Timer(metrics)
         t_step = time.perf_counter()
         self._set_lr(step, metrics)
+
+        # rollout
         with timer("gen"):
             trajs = self.runner.run(mode="train", sampling=self.train_sampling)
         self._save_rollouts(trajs, step)
@@ -263,53 +286,55 @@ class Trainer(CheckpointMixin, UpdateMixin):
                 if result:
                     metrics.update({k: float(v) for k, v in result.items() if _is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
-        meta = getattr(self, "_warm_start_meta", None)
-        if meta and "valid_rate" in meta and step == 1:  # the format-valid rate the warm start reached
-            metrics["warm_start/valid_rate"] = float(meta["valid_rate"])
+        if step == 1 and "valid_rate" in self.warm_start_meta:  # the format-valid rate the warm start reached
+            metrics["warm_start/valid_rate"] = float(self.warm_start_meta["valid_rate"])
         # episodes whose first prompt did not fit the context have no tokens to train on
-        trajs = [t for t in trajs if t.turns]
-        per_turn = per_turn_rows(self.runner.config)
-        batch = build_batch(trajs, self.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
-                            grouping=cfg.reward.grouping, per_turn=per_turn)
+        batch = build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
+                            normalization=cfg.reward.normalization, grouping=cfg.reward.grouping,
+                            per_turn=per_turn_rows(self.runner.config))
+
+        # selection: which groups and rows train, with which weights
         with timer("filter"):
-            result, rows = self._filter(batch, metrics)
+            entropies = None
+            if self.filter.needs_entropies:
+                entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature)
+            selection = select(batch, self.filter, self.algorithm, entropies=entropies)
+        metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0
-        if result.empty:
-            self.empty_streak += 1
-            metrics["rollout/empty_after_filter"] = 1.0
-            if cfg.grad_analysis.only and self._grad_analysis(step, None, metrics, timer):  # a separate analysis rollout still runs
-                metrics["timing_s/step"] = time.perf_counter() - t_step
-                return metrics
-            metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
-            stop_after = getattr(self.filter.config, "empty_stop_steps", 0)
-            if stop_after and self.empty_streak >= stop_after:
-                self.stop_reason = "early_stopped/empty_filtered_steps"
-                metrics[self.stop_reason] = 1.0
-            metrics["timing_s/step"] = time.perf_counter() - t_step
-            self._maybe_validate(step, metrics)
-            return metrics
+        if selection.empty:
+            return self._empty_step(step, metrics, timer, t_step)
         self.empty_streak = 0
         metrics["rollout/empty_after_filter"] = 0.0
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
-        rv = metrics.get("rollout/in_group_reward_std", group_reward_std(self._grouped.rewards, self._grouped.group_ids))
-        stop = self.stopper.observe_reward_std(rv)
-        self._unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
-        batch = batch.select(rows)
+        stop = self.stopper.observe_reward_std(selection.reward_std)
+        unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
+        batch = batch.select(selection.rows)
         metrics["train/batch_size"] = float(len(batch))
         metrics["train/num_mini_batches"] = float(math.ceil(len(batch) / cfg.optim.mini_batch_size))
-        self._prepare(batch, metrics, timer, result)
-        ga = cfg.grad_analysis
+
+        # prepared batch: old/ref log-probs, values, advantages
+        prepared = prepare(batch, model=self.model, ref_model=self.ref_model, critic=self.critic, algorithm=self.algorithm,
+                           estimator=self.estimator, optim=cfg.optim, sampling=self.train_sampling,
+                           group_weights=selection.group_weights, kept_ratio=selection.kept_ratio, timer=timer)
+        metrics.update(prepared.metrics)
+
+        # update
+        only_analyse = cfg.grad_analysis.only
         with timer("update_critic"):
-            if self.critic is not None and not ga.only:
-                metrics.update(self.update_critic(batch))
-        if self._grad_analysis(step, batch, metrics, timer):
+            if self.critic is not None and not only_analyse:
+                metrics.update(update_critic(prepared, critic=self.critic, optimizer=self.critic_optimizer,
+                                             algorithm_config=self.algorithm.config, optim=cfg.optim))
+        if self._grad_analysis(step, prepared, unfiltered, metrics, timer):
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics  # exit_after: no actor update, checkpoint or validation
         with timer("update_actor"):
-            if not ga.only:
-                metrics.update(self.update_actor(batch))
-        self.engine.sync_weights(self.model)
+            if not only_analyse:
+                metrics.update(update_actor(prepared, model=self.model, optimizer=self.optimizer, algorithm=self.algorithm,
+                                            optim=cfg.optim, temperature=self.train_sampling.temperature))
+                self.policy_version += 1
+        self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         self.pm.hook.ragen_on_update_end(stats={k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}, step=step, context=self.context)
+
         if stop and self.stop_reason is None:
             self.stop_reason = stop
             metrics[stop] = 1.0
@@ -319,10 +344,27 @@ class Trainer(CheckpointMixin, UpdateMixin):
             self.timing_totals[key] = self.timing_totals.get(key, 0.0) + metrics.get(f"timing_s/{key}", 0.0)
         return metrics
 
-    def _grad_analysis(self, step: int, batch: TrainBatch | None, metrics: dict[str, float], timer: Any) -> bool:
+    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float) -> dict[str, float]:
+        """Nothing survived the filter: no update; count the streak (spec 12 rule 1) and validate."""
+        self.empty_streak += 1
+        metrics["rollout/empty_after_filter"] = 1.0
+        if self.config.grad_analysis.only and self._grad_analysis(step, None, None, metrics, timer):  # a separate analysis rollout still runs
+            metrics["timing_s/step"] = time.perf_counter() - t_step
+            return metrics
+        metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
+        stop_after = self.filter.config.empty_stop_steps
+        if stop_after and self.empty_streak >= stop_after:
+            self.stop_reason = "early_stopped/empty_filtered_steps"
+            metrics[self.stop_reason] = 1.0
+        metrics["timing_s/step"] = time.perf_counter() - t_step
+        self._maybe_validate(step, metrics)
+        return metrics
+
+    def _grad_analysis(self, step: int, prepared: PreparedBatch | None, unfiltered: Any, metrics: dict[str, float], timer: Any) -> bool:
         """Spec 11: probe per-bucket gradient norms when due; True when the run must exit now.
 
-        ``batch`` is None on an empty-after-filter step (only a separate analysis rollout runs).
+        ``prepared`` is None on an empty-after-filter step (only a separate analysis rollout runs);
+        ``unfiltered`` is the rollout batch before selection (``grad_analysis.log_prefilter``).
         """
         from ragen_core.trainer import grad_analysis as gan
 
@@ -332,65 +374,15 @@ class Trainer(CheckpointMixin, UpdateMixin):
             metrics["actor/skipped_for_gradient_analysis_only"] = 1.0
             if self.critic is not None:
                 metrics["critic/skipped_for_gradient_analysis_only"] = 1.0
-        if not gan.is_due(ga, step) or (batch is None and not gan.uses_separate_rollout(self.config)):
+        if not gan.is_due(ga, step) or (prepared is None and self.analysis_rollout is None):
             return False
         with timer("grad_analysis"):
-            unfiltered = getattr(self, "_unfiltered", None) if batch is not None else None
-            metrics.update(gan.run_for_trainer(self, batch, step, unfiltered))
+            metrics.update(gan.run_for_trainer(self, prepared.batch if prepared is not None else None, step, unfiltered))
         if ga.exit_after:
             metrics["trainer/exited_after_gradient_analysis"] = 1.0
             self.stop_reason = "trainer/exited_after_gradient_analysis"
             return True
         return False
-
-    def _filter(self, batch: TrainBatch, metrics: dict[str, float]) -> tuple[Any, list[int]]:
-        from ragen_core.interfaces.rollout_filter import GroupedRollouts
-
-        entropies = None
-        if str(getattr(self.filter.config, "metric", "")).startswith("entropy"):
-            from ragen_core.trainer.modeling import batched_logprobs
-
-            _, ent = batched_logprobs(self.model, batch, list(range(len(batch))), self.config.optim.micro_batch_size, self.train_sampling.temperature, True)
-            m = batch.response_mask
-            entropies = ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
-        # one entry per episode (turn-level rows of an episode are merged: spec 9.2)
-        episodes = batch.episode_ids.tolist()
-        first: dict[int, int] = {}
-        lengths: dict[int, float] = {}
-        for row, (e, n_tok) in enumerate(zip(episodes, batch.response_mask.sum(1).tolist())):
-            first.setdefault(e, row)
-            lengths[e] = lengths.get(e, 0.0) + n_tok
-        order = list(first)
-        gids, scores = batch.group_ids.tolist(), batch.scores.tolist()
-        grouped = GroupedRollouts(
-            group_ids=[gids[first[e]] for e in order],
-            rewards=[scores[first[e]] for e in order],
-            entropies=[entropies[first[e]] for e in order] if entropies is not None else None,
-            lengths=[lengths[e] for e in order],
-        )
-        self._grouped = grouped
-        result = self.filter.select(grouped)
-        metrics.update({k: float(v) for k, v in result.metrics.items() if _is_number(v)})
-        for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
-            key = "rollout/dropped/" + reason.replace(" ", "_").replace("-", "_")
-            metrics[key] = float(sum(1 for r in result.dropped.values() if r == reason))
-        n_groups = len(set(grouped.group_ids))
-        metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
-        metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
-        kept = set(result.kept_groups)
-        keep_fn = getattr(self.algorithm, "keep_mask", None)  # DAPO dynamic sampling (flat groups carry no signal)
-        row_ok = [True] * len(batch)
-        if keep_fn is not None:
-            row_ok = [bool(x) for x in keep_fn(batch.token_rewards, batch.group_ids, batch.episode_ids).tolist()]
-            flat = {g for g, ok in zip(gids, row_ok) if not ok and g in kept}
-            metrics["rollout/dynamic_sampling_dropped"] = float(len(flat))
-            kept -= flat
-            if not kept:
-                result = type(result)(kept_groups=[], group_weights={}, dropped=dict(result.dropped), metrics=dict(result.metrics))
-        rows = [i for i, g in enumerate(gids) if g in kept and row_ok[i]]
-        self._group_weights = dict(result.group_weights)
-        self._kept_ratio = len(kept) / max(n_groups, 1)
-        return result, rows
 
     def _maybe_validate(self, step: int, metrics: dict[str, float]) -> None:
         cfg = self.config

@@ -59,6 +59,16 @@ class ScoredFilter(RolloutFilter):
             config = self.config_class.model_validate({**config.model_dump(exclude_unset=True), **overrides})
         super().__init__(config)
 
+    @property
+    def needs_entropies(self) -> bool:
+        """The ``entropy`` and ``entropy_variance`` metrics score groups by policy entropy."""
+        return str(self.config.metric).startswith("entropy")
+
+    @property
+    def loss_scaling(self) -> str:
+        """``config.loss_scaling``: kept groups' weights are scaled here (see :meth:`select`)."""
+        return str(self.config.loss_scaling)
+
     def choose(self, batch: ScoredBatch) -> tuple[list[int], dict[int, str]]:
         """Return kept group positions and a reason per dropped position."""
         raise NotImplementedError

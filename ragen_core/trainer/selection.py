@@ -1,0 +1,126 @@
+"""Which rollout rows train this step: the filter's choice plus the algorithm's keep mask (spec 9).
+
+:func:`select` turns a built :class:`~ragen_core.trainer.batch.TrainBatch` into a
+:class:`Selection`, a plain value the rest of the step reads: the kept groups, the rows to keep,
+the filter's per-group loss weights, the kept ratio (for ``optim.filter_loss_scaling``), the
+in-group reward std (for the variance-collapse early stop) and the ``rollout/...`` metrics.
+
+1. One entry per *episode* goes to the filter (turn rows of one episode are merged, spec 9.2):
+   its score, its generated-token count and, only for filters that declare
+   :attr:`~ragen_core.interfaces.rollout_filter.RolloutFilter.needs_entropies`, its mean policy
+   entropy (:func:`mean_entropies`, an extra no-grad forward the caller runs).
+2. The filter returns kept groups and weights (:meth:`RolloutFilter.select`).
+3. The algorithm's :meth:`~ragen_core.interfaces.algorithm.Algorithm.keep_mask` (DAPO's dynamic
+   sampling) may drop more groups; with nothing left the selection is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragen_core.interfaces.rollout_filter import FilterResult, GroupedRollouts
+from ragen_core.trainer.batch import TrainBatch
+from ragen_core.trainer.metrics import group_reward_std
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one step trains on, as computed by :func:`select`."""
+
+    grouped: GroupedRollouts
+    """The per-episode view the filter saw."""
+    result: FilterResult
+    """The filter's answer, as returned."""
+    kept_groups: frozenset[int]
+    """Groups that train (the filter's choice minus groups the keep mask dropped)."""
+    rows: list[int]
+    """Batch rows that train, in batch order."""
+    group_weights: dict[int, float]
+    """Loss weight per group from the filter (groups not listed weigh 1)."""
+    kept_ratio: float
+    """Kept groups / groups in the batch."""
+    reward_std: float
+    """``rollout/in_group_reward_std`` when the filter reports it, else the mean in-group std of
+    the episode scores (fed to the variance-collapse early stop)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """``rollout/...`` metrics: the filter's, drop reasons, kept count/ratio, dynamic sampling."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing trains this step (empty-after-filter, spec 12 rule 1)."""
+        return not self.kept_groups
+
+
+def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) -> GroupedRollouts:
+    """One entry per episode of ``batch`` (its first row's group and score, its summed token count).
+
+    ``entropies`` are per row; an episode takes its first row's value.
+    """
+    first: dict[int, int] = {}
+    lengths: dict[int, float] = {}
+    for row, (e, n_tok) in enumerate(zip(batch.episode_ids.tolist(), batch.response_mask.sum(1).tolist())):
+        first.setdefault(e, row)
+        lengths[e] = lengths.get(e, 0.0) + n_tok
+    order = list(first)
+    gids, scores = batch.group_ids.tolist(), batch.scores.tolist()
+    return GroupedRollouts(
+        group_ids=[gids[first[e]] for e in order],
+        rewards=[scores[first[e]] for e in order],
+        entropies=[entropies[first[e]] for e in order] if entropies is not None else None,
+        lengths=[lengths[e] for e in order],
+    )
+
+
+def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, temperature: float) -> list[float]:
+    """Per row, the mean policy entropy over its generated tokens (no-grad forward)."""
+    from ragen_core.trainer.modeling import batched_logprobs
+
+    _, ent = batched_logprobs(model, batch, list(range(len(batch))), micro_batch_size, temperature, True)
+    m = batch.response_mask
+    return ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+
+
+def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies: Sequence[float] | None = None) -> Selection:
+    """Run the filter and the algorithm's keep mask on ``batch`` (see the module docstring).
+
+    Args:
+        batch: The whole rollout batch.
+        rollout_filter: A :class:`~ragen_core.interfaces.rollout_filter.RolloutFilter`.
+        algorithm: An :class:`~ragen_core.interfaces.algorithm.Algorithm`.
+        entropies: Per-row mean entropies (:func:`mean_entropies`) when the filter needs them.
+    """
+    grouped = episode_view(batch, entropies)
+    result = rollout_filter.select(grouped)
+    metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
+    for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
+        key = "rollout/dropped/" + reason.replace(" ", "_").replace("-", "_")
+        metrics[key] = float(sum(1 for r in result.dropped.values() if r == reason))
+    n_groups = len(set(grouped.group_ids))
+    metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
+    metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
+    gids = batch.group_ids.tolist()
+    kept = set(result.kept_groups)
+    row_ok = [True] * len(batch)
+    mask = algorithm.keep_mask(batch.token_rewards, batch.group_ids, batch.episode_ids)
+    if mask is not None:
+        row_ok = [bool(x) for x in mask.tolist()]
+        flat = {g for g, ok in zip(gids, row_ok) if not ok and g in kept}
+        metrics["rollout/dynamic_sampling_dropped"] = float(len(flat))
+        kept -= flat
+    reward_std = metrics.get("rollout/in_group_reward_std", group_reward_std(grouped.rewards, grouped.group_ids))
+    return Selection(
+        grouped=grouped,
+        result=result,
+        kept_groups=frozenset(kept),
+        rows=[i for i, g in enumerate(gids) if g in kept and row_ok[i]],
+        group_weights=dict(result.group_weights),
+        kept_ratio=len(kept) / max(n_groups, 1),
+        reward_std=reward_std,
+        metrics=metrics,
+    )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) or hasattr(value, "item")
