@@ -250,19 +250,24 @@ def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return _spawner.submit(subprocess.Popen, argv, **kwargs).result()
 
 
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group is gone already
+
+
 def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """SIGTERM the child's process group, wait up to ``timeout``, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass  # the whole group is gone already
-        try:
-            proc.wait(timeout)
-            if sig == signal.SIGTERM:
-                timeout = 0  # the leader is gone: SIGKILL only stragglers it left in its group
-        except subprocess.TimeoutExpired:
-            pass
+    """SIGTERM the running child's process group, wait up to ``timeout``, then SIGKILL the rest.
+
+    SIGKILL also reaches helpers the child started in its group and left behind.
+    """
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
     try:
         proc.wait(5)  # SIGKILL cannot be refused; the bound only guards against a stuck wait
     except subprocess.TimeoutExpired:
@@ -283,8 +288,30 @@ class _Service:
         self.argv: list[str] = list(spec.command)
         self.log_path: str | None = None
         self.restarts: collections.deque[float] = collections.deque()
+        self.group_done = False  # the current child's process group was killed
         self.started = False  # the first start (or URL check) succeeded
         self.stopped = False  # stopped for good: by the last release or by stop_all
+
+    def poll(self) -> int | None:
+        """Exit status of the child, or None while it runs (and in URL mode).
+
+        The first time its death is seen, whatever it left in its process group is killed. Right
+        then, not later: once the group is empty its id may be reused by an unrelated process.
+        """
+        proc = self.proc
+        if proc is None:
+            return None
+        code = proc.poll()
+        if code is not None and not self.group_done:
+            self.group_done = True
+            _signal_group(proc.pid, signal.SIGKILL)
+        return code
+
+    def kill(self, timeout: float) -> None:
+        """Stop the child now (SIGTERM, ``timeout``, SIGKILL) unless it is dead already."""
+        if self.proc is not None and self.poll() is None:
+            _kill_group(self.proc, timeout)
+            self.group_done = True
 
     def output_tail(self) -> str:
         """The last few non-empty lines of the child's log, joined into one line."""
@@ -343,6 +370,7 @@ class _Service:
             try:
                 self.proc = _popen(self.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
+                self.group_done = False
             except OSError as e:  # only without the shim: command missing, bad cwd
                 raise self.error(f"could not be started: {e.strerror or e}") from None
         self.port, self.url = port, f"http://{HOST}:{port}"
@@ -350,16 +378,15 @@ class _Service:
         delay = 0.02
         while True:
             why = _probe(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
-            code = self.proc.poll()  # after the probe: a dying child must not pass for ready
+            code = self.poll()  # after the probe: a dying child must not pass for ready
             if code is not None:
-                _kill_group(self.proc, 0)
                 if _port_busy(HOST, port) or "address already in use" in self.output_tail().lower():
                     return True
                 raise self.error(f"exited with status {code} before it was ready")
             if why is None:
                 return False
             if time.monotonic() >= deadline:
-                _kill_group(self.proc, self.config.stop_timeout_s)
+                self.kill(self.config.stop_timeout_s)
                 raise self.error(
                     f"was not ready after {self.config.ready_timeout_s:g} s (last probe: {why}); the child was killed",
                     ("if it is just slow to load, raise ready_timeout_s",),
@@ -389,8 +416,7 @@ class _Service:
                 assert self.url is not None
                 return self.url
             cfg = self.config
-            while (code := self.proc.poll()) is not None:
-                _kill_group(self.proc, 0)  # whatever it left in its group
+            while (code := self.poll()) is not None:
                 now = time.monotonic()
                 while self.restarts and now - self.restarts[0] > cfg.restart_window_s:
                     self.restarts.popleft()
@@ -408,11 +434,10 @@ class _Service:
 
     def stop(self, keep_log: bool) -> None:
         """Stop the child for good. Takes no lock: the SIGTERM handler and atexit call it too."""
-        self.stopped = True
-        proc = self.proc
-        if proc is None or self.owner_pid != os.getpid():
+        if self.stopped or self.owner_pid != os.getpid():
             return
-        _kill_group(proc, self.config.stop_timeout_s)
+        self.stopped = True
+        self.kill(self.config.stop_timeout_s)
         if not keep_log and self.config.log_dir is None and self.log_path:
             try:
                 os.unlink(self.log_path)
@@ -452,8 +477,7 @@ class ServiceHandle:
     @property
     def alive(self) -> bool:
         """Liveness only (the process exists); readiness was checked when it started."""
-        proc = self._service.proc
-        return proc is None or proc.poll() is None
+        return self._service.poll() is None
 
     @property
     def log_path(self) -> str | None:

@@ -5,13 +5,16 @@ value of an environment variable) and ``/exit`` (answers, then exits with status
 
 Flags shape its behaviour: ``--ready-after S`` answers 503 on /health for S seconds (alive but
 not ready), ``--never-ready`` always answers 503, ``--exit-code N`` fails at once with a message
-on stderr, ``--pid-file PATH`` writes the pid before anything else.
+on stderr, ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
+starts a helper process (in the child's process group, as a real server's workers are) and
+writes its pid.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -25,10 +28,15 @@ def main() -> None:
     ap.add_argument("--never-ready", action="store_true")
     ap.add_argument("--exit-code", type=int)
     ap.add_argument("--pid-file")
+    ap.add_argument("--helper-pid-file")
     args = ap.parse_args()
     if args.pid_file:
         with open(args.pid_file, "w") as f:
             f.write(str(os.getpid()))
+    if args.helper_pid_file:
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        with open(args.helper_pid_file, "w") as f:
+            f.write(str(helper.pid))
     if args.exit_code is not None:
         print(f"service_child: failing on purpose with status {args.exit_code}", file=sys.stderr, flush=True)
         sys.exit(args.exit_code)

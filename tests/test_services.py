@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -81,7 +82,9 @@ def port_open(port: int) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _stop_leftovers():
+def _stop_leftovers(tmp_path, monkeypatch):
+    # Logs of failed starts are kept on purpose (the error names them): keep them out of /tmp.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     yield
     services.stop_all()  # a failing test must not leave children for the next one
 
@@ -174,6 +177,26 @@ def test_child_started_from_a_short_lived_thread_outlives_it():
 
 
 # -- restarts --------------------------------------------------------------------------------
+
+
+def test_stopping_kills_the_childs_whole_process_group(tmp_path):
+    helper_file = tmp_path / "helper"
+    with acquire(child_spec("--helper-pid-file", str(helper_file)), fast()):
+        helper = int(helper_file.read_text())
+        assert pid_alive(helper)
+    # Only the child itself is waited for; its helper dies of the group's signal a moment later.
+    wait_until(lambda: not pid_alive(helper), "the child's helper to die")
+
+
+def test_helpers_of_a_dead_child_are_killed_before_the_restart(tmp_path):
+    helper_file = tmp_path / "helper"
+    with acquire(child_spec("--helper-pid-file", str(helper_file)), fast()) as handle:
+        helper = int(helper_file.read_text())
+        os.kill(handle.pid, signal.SIGKILL)  # the helper survives its parent's death...
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        wait_until(lambda: not pid_alive(helper), "the dead child's helper to be killed")  # ...until we see it
+        handle.ensure_ready()
+        assert int(helper_file.read_text()) != helper  # the new child started its own
 
 
 def test_ensure_ready_restarts_a_killed_child():
@@ -300,7 +323,7 @@ OWNER = textwrap.dedent(
 
 
 @pytest.fixture
-def run_owner():
+def run_owner(tmp_path):
     """Start a Python process that acquires a service; returns it and the child's pid.
 
     ``deathsig`` keeps PR_SET_PDEATHSIG on. Teardown kills whatever a failing test left behind.
@@ -309,7 +332,8 @@ def run_owner():
 
     def run(mode: str, deathsig: bool = False) -> tuple[subprocess.Popen[str], int]:
         argv = [sys.executable, "-c", OWNER.format(child=CHILD), mode, "deathsig" if deathsig else "plain"]
-        owner = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        env = {**os.environ, "TMPDIR": str(tmp_path)}  # where the owner keeps the child's log
+        owner = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         line = owner.stdout.readline()
         assert line.strip().isdigit(), f"the owner script failed (status {owner.wait()})"
         started.append((owner, int(line)))
