@@ -17,19 +17,23 @@ Lifecycle:
        :class:`ServiceError` names the service, the command, the reason and the last lines of
        the child's output. If the child died because another process took the port between our
        pick and its bind, a new port is tried (``port_attempts`` in all).
-    3. The service is shared: every ``acquire`` with the same spec and config in this process
-       returns a handle on the same child and adds one to its reference count. Each env calls
+    3. The service is shared: every ``acquire`` with an equal spec and an equal config in this
+       process returns a handle on the same child and adds one to its reference count (a
+       different config, say another ``ready_timeout_s``, gets its own child). Each env calls
        ``handle.release()`` (or uses the handle as a context manager) when it closes; the last
-       release stops the child. All of this is thread-safe.
+       release stops the child. All of this is thread-safe; concurrent acquires wait for the
+       one start.
     4. Before talking to the server, an env calls ``handle.ensure_ready()``, which returns the
        URL. It is cheap when the child is alive (no request is made). When the child has died,
        it is restarted after an exponential back-off (``backoff_s`` doubling up to
        ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s``; past
-       that, ``ensure_ready`` raises. The port is kept when it is still free, so URLs mostly
-       stay valid, but read the URL from ``ensure_ready()`` rather than caching it.
+       that, ``ensure_ready`` raises. Other threads calling it meanwhile wait for the restart.
+       The port is kept when it is still free, so URLs mostly stay valid, but read the URL
+       from ``ensure_ready()`` rather than caching it.
     5. Children are stopped on the last release, by ``stop_all()``, at interpreter exit
        (atexit, which also covers Ctrl-C: Python turns SIGINT into KeyboardInterrupt and exits
-       normally) and on SIGTERM. SIGINT is never touched, and SIGTERM only while nobody else
+       normally; the child, in its own session, does not get the terminal's Ctrl-C itself) and
+       on SIGTERM. SIGINT is never touched, and SIGTERM only while nobody else
        handles it: then the default action would kill the process without running atexit, so
        a handler (set from the main thread) stops the children and dies by the signal as
        before. A trainer's own SIGTERM handler is left alone; atexit covers its exit.
@@ -43,12 +47,13 @@ URL without further checks, and releasing the handle does nothing to the remote 
 
 Example (an env package)::
 
+    import sys
     from pydantic import Field
     from ragen_core.services import ServiceConfig, ServiceSpec, acquire
 
     RETRIEVER = ServiceSpec(
         name="retriever",
-        command=("python", "-m", "my_env.server", "--host", "{host}", "--port", "{port}"),
+        command=(sys.executable, "-m", "my_env.server", "--host", "{host}", "--port", "{port}"),
         health_path="/health",
     )
 
@@ -66,8 +71,10 @@ Example (an env package)::
         def close(self) -> None:
             self._retriever.release()
 
-Limits: the readiness probe connects directly (no HTTP proxy). ``PR_SET_PDEATHSIG`` reaches
-only the direct child, so a launcher script should ``exec`` its server rather than fork it.
+Limits: ``ensure_ready`` checks liveness only, so a child that is alive but hung is left to the
+env's own request timeout. The readiness probe connects directly (no HTTP proxy).
+``PR_SET_PDEATHSIG`` reaches only the direct child, so a launcher script should ``exec`` its
+server rather than fork it (its other group members are still stopped by every other path).
 """
 
 from __future__ import annotations
@@ -242,12 +249,16 @@ def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     global _spawner
     if _DIE_WITH_PARENT and sys.executable:
         argv = [sys.executable, "-I", "-S", "-c", _DEATHSIG_SHIM, str(os.getpid()), *argv]
-    if threading.current_thread() is threading.main_thread():
+
+    def spawn() -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, **kwargs)
+
+    if threading.current_thread() is threading.main_thread():
+        return spawn()
     with _registry_lock:
         if _spawner is None:
             _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragen-service-spawner")
-    return _spawner.submit(subprocess.Popen, argv, **kwargs).result()
+    return _spawner.submit(spawn).result()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -227,6 +227,16 @@ def test_restart_limit_gives_a_clear_error():
         assert "\n" not in msg
 
 
+def test_restarts_older_than_the_window_are_forgotten():
+    with acquire(child_spec(), fast(max_restarts=1, restart_window_s=0.5)) as handle:
+        for _ in range(3):  # three deaths, but never two within 0.5 s of each other
+            os.kill(handle.pid, signal.SIGKILL)
+            wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+            handle.ensure_ready()
+            time.sleep(0.6)  # a slow machine only makes the last restart older still
+        assert get(handle.url, "/health") == (200, "ok")
+
+
 # -- failures --------------------------------------------------------------------------------
 
 
