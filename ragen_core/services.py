@@ -106,6 +106,7 @@ HOST = "127.0.0.1"
 """Children listen on loopback only: they serve this process, not the network."""
 
 _TAIL_LINES = 5
+_LOG_HEADER = "--- ragen: starting "
 _POLL_MAX_S = 0.25
 
 
@@ -265,7 +266,7 @@ def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
-        pass  # the whole group is gone already
+        pass  # the group is gone (or its id belongs to another user now)
 
 
 def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -325,12 +326,14 @@ class _Service:
             self.group_done = True
 
     def output_tail(self) -> str:
-        """The last few non-empty lines of the child's log, joined into one line."""
+        """The last few non-empty lines the latest child wrote, joined into one line."""
         if not self.log_path or not os.path.exists(self.log_path):
             return "(none)"
         with open(self.log_path, "rb") as f:
             f.seek(max(0, os.path.getsize(self.log_path) - 8192))
             lines = [ln.strip()[:200] for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        starts = [i for i, ln in enumerate(lines) if ln.startswith(_LOG_HEADER)]
+        lines = lines[starts[-1] + 1 :] if starts else lines  # earlier runs' output is in the log
         return " | ".join(lines[-_TAIL_LINES:]) or "(none)"
 
     def error(self, reason: str, hints: tuple[str, ...] = ()) -> ServiceError:
@@ -376,7 +379,7 @@ class _Service:
         env = {**os.environ, **{k: fill(v) for k, v in spec.env.items()}}
         assert self.log_path is not None
         with open(self.log_path, "ab") as log:
-            log.write(f"--- ragen: starting {shlex.join(self.argv)}\n".encode())
+            log.write(f"{_LOG_HEADER}{shlex.join(self.argv)}\n".encode())
             log.flush()
             try:
                 self.proc = _popen(self.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,

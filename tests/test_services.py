@@ -251,6 +251,12 @@ def test_child_exiting_at_once_reports_its_stderr():
     assert services._services == {}  # the failed start holds no share
 
 
+def test_silent_child_shows_no_output_rather_than_the_log_header():
+    spec = ServiceSpec(name="quiet", command=(sys.executable, "-c", "import sys; sys.exit(4)", "{port}"))
+    with pytest.raises(ServiceError, match=r"exited with status 4 before it was ready; last output: \(none\) \(log: "):
+        acquire(spec, fast())
+
+
 def test_never_ready_child_times_out_is_killed_and_its_output_shown(tmp_path):
     pid_file = tmp_path / "pid"
     start = time.monotonic()
