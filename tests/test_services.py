@@ -325,7 +325,10 @@ def test_log_is_kept_in_log_dir_and_removed_from_temp_on_clean_stop(tmp_path):
 
 OWNER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # As for a trainer run from a terminal, even when the tests run with these signals ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from ragen_core import services
     from ragen_core.services import ServiceConfig, ServiceSpec, acquire
     services._DIE_WITH_PARENT = sys.argv[2] == "deathsig"  # else only atexit/SIGTERM can stop it
