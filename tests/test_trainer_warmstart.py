@@ -37,7 +37,19 @@ def test_demonstrations_are_valid_random_actions_in_reply_format(tmp_path):
     assert {a for t in turns for a in t.actions} <= {"Left", "Right"}
     # random, not an oracle: some episodes walk the wrong way
     assert len({tuple(a for t in tr.turns for a in t.actions) for tr in trajs}) > 1
-    assert all(tr.env == "toy-corridor" or tr.env.startswith("warmstart-") for tr in trajs)
+    assert all(tr.env == "toy-corridor" for tr in trajs)
+
+
+def test_demonstrations_record_in_process_whatever_pool_training_uses(tmp_path):
+    """The recording envs run in a local pool built for the demo rollout (nothing registered), so a
+    run configured with worker processes gets the very same demonstrations."""
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations
+
+    _, tok = load_model_and_tokenizer("tiny")
+    local = demonstrations(_cfg(tmp_path), tok)
+    spawned = demonstrations(_cfg(tmp_path, "rollout.pool=process"), tok)
+    assert [[(t.prompt_ids, t.response_ids) for t in tr.turns] for tr in spawned] == [[(t.prompt_ids, t.response_ids) for t in tr.turns] for tr in local]
 
 
 def test_warm_start_lowers_reply_loss_and_is_cached(tmp_path, capsys):
@@ -112,7 +124,7 @@ def test_quality_gate_adds_rounds_until_target_or_budget(tmp_path, monkeypatch, 
     from ragen_core.trainer import warmstart
 
     seen = iter(rates)
-    monkeypatch.setattr(warmstart, "valid_rate", lambda *a, **k: next(seen))
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(next(seen), ["<think>x"]))
     grown = []
     real_sft = warmstart.sft
     monkeypatch.setattr(warmstart, "sft", lambda m, t, trajs, **kw: grown.append(len(trajs)) or real_sft(m, t, trajs, **{**kw, "epochs": 1}))
@@ -123,6 +135,7 @@ def test_quality_gate_adds_rounds_until_target_or_budget(tmp_path, monkeypatch, 
     meta = warm.ragen_warm_start
     assert meta["rounds"] == rounds and meta["valid_rate"] == rates[rounds - 1] and meta["reached_target"] is reached
     assert [h["valid_rate"] for h in meta["history"]] == rates[:rounds]
+    assert all(h["sample_replies"] == ["<think>x"] for h in meta["history"])  # each round keeps its own measurement's replies
     out = capsys.readouterr().out
     assert f"valid rate {rates[rounds - 1]:.3f}" in out
     assert ("not reached" in out) is (not reached)

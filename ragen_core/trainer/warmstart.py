@@ -14,11 +14,14 @@ this took the format-valid rate after three rounds from 88 % to 97 % and evened 
 arm preferences (``bench/results/learning_bandit_fresh3.md``).
 
 Legal actions depend on the state (Bandit's arm names change per seed), and an engine sees only
-prompt ids. So the env is wrapped (:class:`RecordingEnv`, registered in-process for the duration
-of the demo rollout): after every reset/step it records, keyed by the observation text, the
+prompt ids. So the demo rollout runs its envs in this process, in a
+:class:`~ragen_core.rollout.env_pool.LocalEnvPool` whose env factory wraps each instance in a
+:class:`RecordingEnv`: after every reset/step it records, keyed by the observation text, the
 state's legal actions (``env.action_names``) or one ``env.random_action(rng)`` for free-text envs
-that provide it. The engine decodes the prompt and answers for the latest observation it
-contains. Envs offering neither are skipped with a message. No oracle is consulted.
+that provide it, into a table that the :class:`DemoEngine` of the same rollout reads (one table
+per demo rollout, passed to both; nothing is registered or kept in module state). The engine
+decodes the prompt and answers for the latest observation it contains. Envs offering neither
+are skipped with a message. No oracle is consulted.
 
 The result is cached as a model folder under ``warm_start.cache_dir/<key>`` where the key hashes
 (env, preset, env config, model, prompt-layout and warm-start settings, seed); the batch shape
@@ -33,6 +36,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
@@ -40,29 +46,30 @@ from ragen_core.trainer.config import RunConfig
 
 _THOUGHTS = ("", "{a}", "I pick {a}.")
 
-
-_LEGAL: dict[str, list[str]] = {}
-"""Observation text -> legal actions of that state (filled by :class:`RecordingEnv`)."""
+LegalActions = dict[str, list[str]]
+"""Observation text -> legal actions of that state (filled by :class:`RecordingEnv`, read by
+:class:`DemoEngine`; insertion order breaks ties between observations)."""
 
 
 class RecordingEnv(Env):
-    """Delegates to a real env and records each state's legal actions by observation text."""
+    """Delegates to a real env and records each state's legal actions by observation text into ``legal``."""
 
-    def __init__(self, inner: Env, seed: int) -> None:
+    def __init__(self, inner: Env, seed: int, legal: LegalActions) -> None:
         self.inner = inner
         self.config = inner.config
         self.action_sep = inner.action_sep
         self.seed = None
+        self.legal = legal
         self._rng = make_rng(seed, "recording-env")
 
     def _record(self, obs: str) -> str:
         names = self.inner.action_names
         if names:
-            _LEGAL[obs] = list(names)
+            self.legal[obs] = list(names)
         else:
             action = self.inner.random_action(self._rng)
             if action is not None:
-                _LEGAL[obs] = [str(action)]
+                self.legal[obs] = [str(action)]
         return obs
 
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
@@ -89,12 +96,18 @@ class RecordingEnv(Env):
 
 
 class DemoEngine(Engine):
-    """A scripted engine replying with a random legal action (see :data:`_LEGAL`) in the reply format."""
+    """A scripted engine replying with a random legal action (looked up in ``legal``) in the reply format.
 
-    def __init__(self, tokenizer: Any, *, enable_think: bool = True, seed: int = 0, thoughts: tuple[str, ...] = _THOUGHTS,
-                 spaced: bool = False, balance: dict[str, list[str]] | None = None) -> None:
+    Its draws come from its own generator (``seed``), in prompt order; per-prompt ``seeds`` of
+    :meth:`generate` are ignored.
+    """
+
+    def __init__(self, tokenizer: Any, *, legal: LegalActions | None = None, enable_think: bool = True, seed: int = 0,
+                 thoughts: tuple[str, ...] = _THOUGHTS, spaced: bool = False, balance: dict[str, list[str]] | None = None) -> None:
         super().__init__()
         self.tokenizer = tokenizer
+        self.legal: LegalActions = legal if legal is not None else {}
+        """The table the rollout's :class:`RecordingEnv` instances fill."""
         self.enable_think = enable_think
         self.thoughts = tuple(thoughts) or ("",)
         self.spaced = spaced
@@ -107,7 +120,7 @@ class DemoEngine(Engine):
     def latest_state(self, prompt_text: str) -> str | None:
         """The recorded observation that appears last in the prompt (the current state)."""
         best, best_pos = None, -1
-        for obs in _LEGAL:
+        for obs in self.legal:
             pos = prompt_text.rfind(obs) if obs else -1
             if pos > best_pos or (pos == best_pos and pos >= 0 and best is not None and len(obs) > len(best)):
                 best, best_pos = obs, pos
@@ -141,18 +154,18 @@ class DemoEngine(Engine):
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [int(self.end_id)]
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seed: int | None = None) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
         out = []
         for prompt in prompts:
             state = self.latest_state(self.tokenizer.decode(prompt, skip_special_tokens=False))
-            actions = _LEGAL[state] if state is not None else None
+            actions = self.legal[state] if state is not None else None
             action = self.pick(actions, state) if actions else "?"
             rng_state = self.rng.bit_generator.state
             ids = self._encode(self.reply_text(action))
             if len(ids) > params.max_new_tokens:  # too long for the budget: same action, empty thought
                 self.rng.bit_generator.state = rng_state
                 ids = self._encode(self.reply_text(action, thought=""))
-            out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop"))
+            out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop", policy_version=self.policy_version))
         return out
 
 
@@ -251,12 +264,13 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
                      optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn)
         steps += len(losses)
-        rate = valid_rate(config, model, tokenizer)
+        check = format_check(config, model, tokenizer)
+        rate = check.valid_rate
         history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
-                        "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(_LAST_REPLIES)})
+                        "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(check.sample_replies)})
         if verbose:
             print(f"warm start round {rnd + 1}: valid rate {rate:.3f} (target {ws.target_valid_rate:.2f}) after {steps} SFT steps, "
-                  f"loss {history[-1]['loss']:.3f}, {time.time() - t0:.0f} s; sample replies: {_LAST_REPLIES[:2]}")
+                  f"loss {history[-1]['loss']:.3f}, {time.time() - t0:.0f} s; sample replies: {check.sample_replies[:2]}")
         if rate >= ws.target_valid_rate or time.time() - t0 >= ws.max_seconds:
             break
     meta = {"valid_rate": history[-1]["valid_rate"], "target_valid_rate": ws.target_valid_rate, "rounds": len(history),
@@ -291,7 +305,17 @@ def read_meta(folder: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> float:
+@dataclass(frozen=True)
+class FormatCheck:
+    """One measurement of :func:`format_check`."""
+
+    valid_rate: float
+    """Share of replies that parse and name only known actions."""
+    sample_replies: list[str] = field(default_factory=list)
+    """The first few replies (kept in the warm-start record)."""
+
+
+def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> FormatCheck:
     """Share of replies that parse and name only known actions, sampled like training.
 
     Plays ``episodes`` (default ``warm_start.check_episodes``) single-member groups with the
@@ -309,13 +333,13 @@ def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int |
     finally:
         runner.close()
     turns = [t for tr in trajs for t in tr.turns]
-    _LAST_REPLIES[:] = [t.response_text for t in turns[:3]]
     good = sum(1 for t in turns if t.valid and t.info.get("action_is_valid", True) is not False)
-    return good / len(turns) if turns else 0.0
+    return FormatCheck(good / len(turns) if turns else 0.0, [t.response_text for t in turns[:3]])
 
 
-_LAST_REPLIES: list[str] = []
-"""The first few replies of the latest :func:`valid_rate` measurement (kept in the warm-start record)."""
+def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> float:
+    """:func:`format_check`'s valid rate alone."""
+    return format_check(config, model, tokenizer, episodes=episodes).valid_rate
 
 
 def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, balance: dict[str, list[str]] | None = None) -> list[Any]:
@@ -325,34 +349,28 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     ``balance`` (see :meth:`DemoEngine.pick`) carries the per-state action queues across rounds;
     ``None`` with ``warm_start.balanced`` starts fresh queues for this call.
     """
-    from ragen_core import registry
-    from ragen_core.specs import EnvSpec
-    from ragen_core.trainer.setup import make_runner, sampling_params
+    from ragen_core.interfaces.env_pool import EnvRef
+    from ragen_core.rollout.env_pool import LocalEnvPool
+    from ragen_core.rollout.runner import RolloutRunner, with_overrides
+    from ragen_core.trainer.setup import rollout_config, sampling_params
 
     seed = derive_seed(config.seed, "warm-start") if round_no == 0 else derive_seed(config.seed, "warm-start", round_no)
-    inner = registry.get_spec("env", config.env)
-    name = f"warmstart-{inner.name}"[:60]
-
-    def factory(cfg: Any) -> RecordingEnv:
-        return RecordingEnv(registry.make("env", config.env, cfg), seed)
-
-    globals()["_factory"] = factory
-    registry.register(EnvSpec(name=name, summary="warm-start recorder", config_model=inner.config_model,
-                              factory=f"{__name__}:_factory", presets=dict(inner.presets)))
-    _LEGAL.clear()
     ws = config.warm_start
+    demo_cfg = config.model_copy(update={"seed": seed})
+    if ws.max_turns is not None:
+        demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
+    runner_config = rollout_config(demo_cfg, "train", groups=ws.episodes, group_size=1)
+    env = with_overrides(EnvRef(name=config.env, config=dict(config.env_config), preset=config.preset), runner_config)
+    legal: LegalActions = {}
+    pool = LocalEnvPool(env, env_factory=lambda: RecordingEnv(env.build(), seed, legal))
+    queues = (balance if balance is not None else {}) if ws.balanced else None
+    engine = DemoEngine(tokenizer, legal=legal, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts),
+                        spaced=ws.spaced, balance=queues)
+    runner = RolloutRunner(env, engine, tokenizer, runner_config, pool=pool)
     try:
-        demo_cfg = config.model_copy(update={"seed": seed, "env": name})
-        if ws.max_turns is not None:
-            demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
-        queues = (balance if balance is not None else {}) if ws.balanced else None
-        engine = DemoEngine(tokenizer, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts), spaced=ws.spaced,
-                            balance=queues)
-        runner = make_runner(demo_cfg, engine, tokenizer, "train", groups=config.warm_start.episodes, group_size=1)
         return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
     finally:
-        registry.unregister("env", name)
-        _LEGAL.clear()
+        runner.close()
 
 
 def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
