@@ -113,6 +113,22 @@ def test_resume_gives_identical_metrics(tmp_path, assert_same_metrics):
     assert_same_metrics(a, b)
 
 
+def test_rollouts_carry_the_policy_version_and_resume_continues_it(tmp_path):
+    def versions(run_dir: Path, step: int) -> set[int]:
+        lines = (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()
+        return {turn["policy_version"] for line in lines for turn in json.loads(line)["turns"]}
+
+    cfg = make_config(tmp_path, "steps=2", "save_freq=2", "save_rollouts=true", "test_freq=0", name="versions")
+    trainer = Trainer(cfg)
+    trainer.train()
+    # step N samples with the policy after N - 1 actor updates; the engine is synced after each
+    assert [versions(trainer.run_dir, s) for s in (1, 2)] == [{0}, {1}]
+    assert trainer.policy_version == trainer.engine.policy_version == 2
+    resumed = Trainer(cfg.model_copy(update={"steps": 3}), resume=True)
+    resumed.train()
+    assert versions(resumed.run_dir, 3) == {2} and resumed.engine.policy_version == 3
+
+
 def test_resume_truncates_metrics_after_last_checkpoint(tmp_path):
     cfg = make_config(tmp_path, "steps=2", "save_freq=1", name="trunc")
     Trainer(cfg).train()
@@ -147,6 +163,7 @@ def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter):
     assert all("actor/pg_loss" not in h for h in history)
     assert history[-1]["early_stopped/empty_filtered_steps"] == 1.0
     assert trainer.stop_reason == "early_stopped/empty_filtered_steps"
+    assert trainer.policy_version == trainer.engine.policy_version == 0  # no update, no new policy version
 
 
 def test_preflight_rejects_context_too_small_before_rollout(tmp_path):

@@ -5,7 +5,8 @@ Modules (importing this package is cheap; torch is imported only when training s
 * :mod:`~ragen_core.trainer.config` -- :class:`RunConfig`, the validated ``ragen run`` config.
 * :mod:`~ragen_core.trainer.trainer` -- :class:`Trainer` (``Trainer(config).train()``).
 * :mod:`~ragen_core.trainer.batch` -- trajectories -> tensors over the exact sampled ids.
-* :mod:`~ragen_core.trainer.update` -- log-probs, values, advantages, critic/actor updates.
+* :mod:`~ragen_core.trainer.selection` -- filter + keep mask -> a ``Selection`` (kept rows, weights).
+* :mod:`~ragen_core.trainer.update` -- ``prepare`` (log-probs, values, advantages), ``update_critic``, ``update_actor``.
 * :mod:`~ragen_core.trainer.checkpoint` -- HF model folders + ``trainer_state.pt``; exact resume (LoRA too).
 * :mod:`~ragen_core.trainer.grad_analysis` -- per reward-std bucket gradient norms (spec 11).
 * :mod:`~ragen_core.trainer.warmstart` -- format warm start on random legal actions (no oracle).

@@ -108,3 +108,8 @@ def group_reward_std(scores: Sequence[float], group_ids: Sequence[int]) -> float
         return 0.0
     stds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in groups.values()]
     return sum(stds) / len(stds)
+
+
+def is_number(value: Any) -> bool:
+    """A metric value: an int/float (not a bool) or a tensor/array scalar (has ``.item()``)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) or hasattr(value, "item")

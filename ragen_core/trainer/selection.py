@@ -22,7 +22,7 @@ from typing import Any
 
 from ragen_core.interfaces.rollout_filter import FilterResult, GroupedRollouts
 from ragen_core.trainer.batch import TrainBatch
-from ragen_core.trainer.metrics import group_reward_std
+from ragen_core.trainer.metrics import group_reward_std, is_number
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
     """
     grouped = episode_view(batch, entropies)
     result = rollout_filter.select(grouped)
-    metrics = {k: float(v) for k, v in result.metrics.items() if _is_number(v)}
+    metrics = {k: float(v) for k, v in result.metrics.items() if is_number(v)}
     for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
         key = "rollout/dropped/" + reason.replace(" ", "_").replace("-", "_")
         metrics[key] = float(sum(1 for r in result.dropped.values() if r == reason))
@@ -121,6 +121,3 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         metrics=metrics,
     )
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) or hasattr(value, "item")

@@ -37,7 +37,7 @@ from ragen_core.trainer.batch import build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.context import TrainContext
-from ragen_core.trainer.metrics import EarlyStopper, episode_metrics
+from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 
@@ -284,7 +284,7 @@ class Trainer(CheckpointMixin):
         with timer("collapse_metrics"):
             for result in self.pm.hook.ragen_on_rollout_end(trajectories=trajs, step=step, context=self.context):
                 if result:
-                    metrics.update({k: float(v) for k, v in result.items() if _is_number(v)})
+                    metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
         if step == 1 and "valid_rate" in self.warm_start_meta:  # the format-valid rate the warm start reached
             metrics["warm_start/valid_rate"] = float(self.warm_start_meta["valid_rate"])
@@ -308,12 +308,12 @@ class Trainer(CheckpointMixin):
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
         stop = self.stopper.observe_reward_std(selection.reward_std)
         unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
-        batch = batch.select(selection.rows)
-        metrics["train/batch_size"] = float(len(batch))
-        metrics["train/num_mini_batches"] = float(math.ceil(len(batch) / cfg.optim.mini_batch_size))
+        kept = batch.select(selection.rows)
+        metrics["train/batch_size"] = float(len(kept))
+        metrics["train/num_mini_batches"] = float(math.ceil(len(kept) / cfg.optim.mini_batch_size))
 
-        # prepared batch: old/ref log-probs, values, advantages
-        prepared = prepare(batch, model=self.model, ref_model=self.ref_model, critic=self.critic, algorithm=self.algorithm,
+        # prepared batch: old/ref log-probs, values, advantages of the kept rows
+        prepared = prepare(kept, model=self.model, ref_model=self.ref_model, critic=self.critic, algorithm=self.algorithm,
                            estimator=self.estimator, optim=cfg.optim, sampling=self.train_sampling,
                            group_weights=selection.group_weights, kept_ratio=selection.kept_ratio, timer=timer)
         metrics.update(prepared.metrics)
@@ -432,6 +432,3 @@ class _Timer:
         k = f"timing_s/{self.key}"
         self.metrics[k] = self.metrics.get(k, 0.0) + time.perf_counter() - self.t0
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) or hasattr(value, "item")
