@@ -1,4 +1,4 @@
-"""Golden tests for the grpo, drgrpo and rloo estimators (spec 8.4, 18.2). Numbers worked by hand."""
+"""Golden tests for the grpo, drgrpo, rloo and REINFORCE++ estimators (spec 8.4, 18.2). Numbers worked by hand."""
 
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ from ragen_algo_grpo.grpo import (
 )
 from ragen_algo_grpo.reinforce_pp import (
     ReinforcePPBaselineEstimator,
+    ReinforcePPEstimator,
+    discounted_returns,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
+    turn_index,
 )
 from ragen_algo_grpo.rloo import RLOOEstimator, rloo_advantages
 
 from ragen_core.interfaces.advantage import AdvantageInputs
+from ragen_core.masked import masked_whiten
 
 
 def _rows(scores, lengths=None, width=5):
@@ -233,6 +237,159 @@ def test_reinforce_pp_returns_skip_observations():
     assert white.tolist()[0] == pytest.approx(
         [(0.25 - 7 / 12) / s, (0.5 - 7 / 12) / s, 0.0, (1 - 7 / 12) / s]
     )
+
+
+def test_turn_index_within_rows_and_across_an_episodes_rows():
+    mask = torch.ones(4, 6)
+    # row 0: turns end at 1 and 4 (position 5, past the last end, stays in the last turn)
+    # rows 1-3: one turn each; rows 1 and 3 are turns 0 and 1 of episode 7, row 2 is episode 8
+    turns = turn_index(mask, [[1, 4], [2], [5], [0]], torch.tensor([5, 7, 8, 7]))
+    assert turns.tolist() == [
+        [0, 0, 1, 1, 1, 1],
+        [0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 1],
+    ]
+    # without turn_ends every row is one turn: an episode's rows count 0, 1, 2 in batch order
+    assert turn_index(torch.ones(3, 2), None, torch.tensor([4, 4, 4]))[:, 0].tolist() == [0, 1, 2]
+    assert turn_index(torch.ones(3, 2)).tolist() == [[0, 0]] * 3
+    with pytest.raises(ValueError, match="turn_ends has 1 rows, the batch has 2"):
+        turn_index(torch.ones(2, 3), [[1]])
+    with pytest.raises(ValueError, match=r"turn_ends\[0\] must be in increasing order"):
+        turn_index(torch.ones(1, 5), [[3, 1]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    gamma=st.sampled_from([1.0, 0.9, 0.5]),
+)
+def test_reinforce_pp_single_turn_is_exactly_batch_whitening(data, dtype, gamma):
+    """One turn per row: the per-turn baseline is the batch mean, and the result is bit for bit
+    the plain masked whitening of the returns that REINFORCE++ used before."""
+    rows = data.draw(st.integers(1, 6))
+    width = data.draw(st.integers(1, 7))
+    mask = torch.tensor(data.draw(st.lists(st.lists(st.booleans(), min_size=width, max_size=width),
+                                           min_size=rows, max_size=rows)), dtype=dtype)
+    values = st.floats(-100, 100, allow_nan=False, allow_subnormal=False)
+    rewards = torch.tensor(data.draw(st.lists(st.lists(values, min_size=width, max_size=width),
+                                              min_size=rows, max_size=rows)), dtype=dtype)
+    ends = [[max([t for t in range(width) if mask[i, t] > 0], default=0)] for i in range(rows)]
+    returns = discounted_returns(rewards, mask, gamma)
+    before = masked_whiten(returns, mask) * mask
+    for turn_ends, episode_ids in ((None, None), (ends, torch.arange(rows))):
+        out = ReinforcePPEstimator(gamma=gamma)(
+            AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.zeros(rows, dtype=torch.long),
+                            turn_ends=turn_ends, episode_ids=episode_ids)
+        )
+        assert torch.equal(out.advantages, before)
+        assert torch.equal(out.returns, returns)
+
+
+# Episode-level rewards, γ = 1, episodes of different lengths (row-per-episode layout, width 5):
+#   A: 1 turn, tokens 0-1, score 1          B: turns {0} {2, 3}, score 0
+#   C: turns {0, 1} {3}, score 1            D: turns {0} {2} {4}, score 0
+# G is the score on every token. Worked by hand:
+#   b_1 = (2·1 + 0 + 2·1 + 0) / 6 = 2/3;  b_2 = (2·0 + 1 + 0) / 4 = 1/4;  b_3 = 0 (D alone)
+#   c:  A [1/3, 1/3]   B [-2/3 | -1/4, -1/4]   C [1/3, 1/3 | 3/4]   D [-2/3 | -1/4 | 0]
+#   Σ c² = 4/9 + 4/9 + 4/9 + 2/16 + 9/16 + 1/16 = 4/3 + 3/4 = 25/12,  n = 11,  var = 25/12 / 10 = 5/24
+EPISODES_BY_TURN = {  # (episode, turn) -> c on each of its tokens
+    ("A", 0): [1 / 3] * 2, ("B", 0): [-2 / 3], ("C", 0): [1 / 3] * 2, ("D", 0): [-2 / 3],
+    ("B", 1): [-1 / 4] * 2, ("C", 1): [3 / 4], ("D", 1): [-1 / 4], ("D", 2): [0.0],
+}
+S_EPISODES = math.sqrt(5 / 24 + 1e-8)
+
+
+def test_reinforce_pp_episode_level_compares_each_turn_with_the_episodes_that_reached_it():
+    rewards = torch.zeros(4, 5, dtype=torch.float64)
+    rewards[0, 1], rewards[2, 3] = 1.0, 1.0
+    mask = torch.tensor(
+        [[1, 1, 0, 0, 0], [1, 0, 1, 1, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]], dtype=torch.float64
+    )
+    out = ReinforcePPEstimator()(
+        AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.tensor([0, 0, 1, 1]),
+                        turn_ends=[[1], [0, 3], [1, 3], [0, 2, 4]])
+    )
+    expected = [
+        [1 / 3, 1 / 3, 0, 0, 0],
+        [-2 / 3, 0, -1 / 4, -1 / 4, 0],
+        [1 / 3, 1 / 3, 0, 3 / 4, 0],
+        [-2 / 3, 0, -1 / 4, 0, 0],
+    ]
+    # float64 sums of a few terms, in another order than by hand: relative 1e-12 is ample
+    for row, want in zip(out.advantages.tolist(), expected):
+        assert row == pytest.approx([w / S_EPISODES for w in want], rel=1e-12, abs=1e-15)
+    # D's third turn is compared with itself only; C's late turn beats B's, not the batch mean
+    assert out.advantages[3, 4] == 0.0
+    assert out.advantages[2, 3] > out.advantages[2, 0] > 0
+
+
+def test_reinforce_pp_row_per_turn_matches_row_per_episode():
+    """The episodes above in windowed-context layout: one row per turn, the score on every row's
+    reply, rows of an episode in turn order but interleaved with other episodes' rows."""
+    layout = [  # (episode, turn, reply positions, score) in batch order
+        ("A", 0, [1, 2], 1.0), ("B", 0, [2], 0.0), ("C", 0, [1, 2], 1.0), ("D", 0, [3], 0.0),
+        ("B", 1, [1, 2], 0.0), ("C", 1, [2], 1.0), ("D", 1, [1], 0.0), ("D", 2, [4], 0.0),
+    ]
+    rewards = torch.zeros(len(layout), 5, dtype=torch.float64)
+    mask = torch.zeros(len(layout), 5, dtype=torch.float64)
+    for i, (_, _, positions, score) in enumerate(layout):
+        mask[i, positions] = 1.0
+        rewards[i, positions[-1]] = score
+    out = ReinforcePPEstimator()(
+        AdvantageInputs(token_rewards=rewards, response_mask=mask, group_ids=torch.zeros(len(layout), dtype=torch.long),
+                        turn_ends=[[p[-1]] for _, _, p, _ in layout],
+                        episode_ids=torch.tensor(["ABCD".index(e) for e, _, _, _ in layout]))
+    )
+    for i, (episode, turn, positions, _) in enumerate(layout):
+        want = [c / S_EPISODES for c in EPISODES_BY_TURN[(episode, turn)]]
+        # same float64 numbers as the row-per-episode batch, summed in another order (see above)
+        assert out.advantages[i, positions].tolist() == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_reinforce_pp_row_per_turn_matches_row_per_episode_property(data):
+    """Random episodes, episode-level scores, γ = 1: both layouts give each turn the same advantage."""
+    n = data.draw(st.integers(1, 6))
+    episodes = data.draw(st.lists(st.tuples(st.sampled_from([0.0, 1.0, -0.5, 0.3]),
+                                            st.lists(st.integers(1, 3), min_size=1, max_size=4)),
+                                  min_size=n, max_size=n))
+    # one row per episode: turn k's reply, then one observation token
+    rewards, mask = torch.zeros(n, 16, dtype=torch.float64), torch.zeros(n, 16, dtype=torch.float64)
+    ends, cells = [], []  # cells: (episode, turn, positions in the episode's row)
+    for e, (score, lengths) in enumerate(episodes):
+        pos, row_ends = 0, []
+        for k, length in enumerate(lengths):
+            mask[e, pos : pos + length] = 1.0
+            cells.append((e, k, list(range(pos, pos + length))))
+            row_ends.append(pos + length - 1)
+            pos += length + 1
+        rewards[e, row_ends[-1]] = score
+        ends.append(row_ends)
+    whole = ReinforcePPEstimator()(AdvantageInputs(token_rewards=rewards, response_mask=mask,
+                                                   group_ids=torch.zeros(n, dtype=torch.long), turn_ends=ends))
+    # one row per turn (a one-token prompt, then the reply with the score on its last token), in a
+    # random interleaving that keeps each episode's rows in turn order
+    order = data.draw(st.permutations(range(len(cells))))
+    for e in range(n):
+        slots = sorted(r for r, i in enumerate(order) if cells[i][0] == e)
+        for r, i in zip(slots, sorted(i for i in order if cells[i][0] == e)):
+            order[r] = i
+    rewards, mask = torch.zeros(len(cells), 4, dtype=torch.float64), torch.zeros(len(cells), 4, dtype=torch.float64)
+    for r, i in enumerate(order):
+        e, _, positions = cells[i]
+        mask[r, 1 : 1 + len(positions)] = 1.0
+        rewards[r, len(positions)] = episodes[e][0]
+    per_turn = ReinforcePPEstimator()(AdvantageInputs(
+        token_rewards=rewards, response_mask=mask, group_ids=torch.zeros(len(cells), dtype=torch.long),
+        turn_ends=[[len(cells[i][2])] for i in order], episode_ids=torch.tensor([cells[i][0] for i in order])))
+    for r, i in enumerate(order):
+        e, _, positions = cells[i]
+        # the same float64 numbers summed in a different order: agreement to 1e-12 relative
+        assert per_turn.advantages[r, 1 : 1 + len(positions)].tolist() == pytest.approx(
+            whole.advantages[e, positions].tolist(), rel=1e-12, abs=1e-12)
 
 
 def test_reinforce_pp_baseline_by_hand():

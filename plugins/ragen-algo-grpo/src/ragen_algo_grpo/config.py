@@ -36,12 +36,12 @@ class RLOOConfig(PluginConfig):
 
 
 class ReinforcePPConfig(PluginConfig):
-    """REINFORCE++: discounted return over trained tokens, whitened over the batch."""
+    """REINFORCE++: discounted return over trained tokens, centred per turn index, over the batch std."""
 
     gamma: float = Field(default=1.0, ge=0.0, le=1.0)
     """Token-level discount γ."""
     whiten: bool = True
-    """Whiten advantages over the masked tokens of the batch."""
+    """Subtract the batch mean of each turn and divide by the batch std; False gives ``A = G``."""
 
 
 class ReinforcePPBaselineConfig(PluginConfig):

@@ -35,7 +35,7 @@ RLOO_SPEC = EstimatorSpec(
 )
 REINFORCE_PP_SPEC = EstimatorSpec(
     name="reinforce-plus-plus",
-    summary="REINFORCE++: discounted return over trained tokens, whitened over the batch",
+    summary="REINFORCE++: reward-to-go minus the batch mean of its turn, over the batch std",
     config_model=ReinforcePPConfig,
     factory="ragen_algo_grpo.reinforce_pp:ReinforcePPEstimator",
 )
