@@ -122,3 +122,21 @@ def test_per_turn_rows_carry_episode_score_and_id():
     # every turn row holds the episode total (0 - 0.1 + 1) on its last reply token
     assert b.token_rewards[0, 2] == pytest.approx(0.9) and b.token_rewards[1, 2] == pytest.approx(0.9)
     assert b.scores.tolist() == pytest.approx([0.9, 0.9, 0.5])
+
+
+def test_row_scores_do_not_depend_on_where_equal_rewards_sit():
+    import torch
+
+    from ragen_core.trainer.batch import row_scores
+
+    # The same five turn rewards (turn reward + penalty) in two orders and at two places in a
+    # row: a token-order float32 sum gives 1.2000000476837158 vs 1.1999999284744263, so two
+    # episodes with equal rewards would look different to the filter and the early stop.
+    a = torch.zeros(1, 16)
+    b = torch.zeros(1, 16)
+    a[0, 0:5] = torch.tensor([0.7, 0.1, 0.2, -0.1, 0.3])
+    b[0, 11:16] = torch.tensor([0.7, 0.1, 0.2, 0.3, -0.1])
+    assert a.sum(1).item() != b.sum(1).item()  # the float32 problem this guards against
+    scores = row_scores(torch.cat([a, b]))
+    assert scores.dtype == torch.float32
+    assert scores[0].item() == scores[1].item()

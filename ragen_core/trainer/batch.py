@@ -202,11 +202,25 @@ def _tensors(
         token_rewards=token_rewards,
         group_ids=torch.as_tensor([t.group_id for t in trajectories], dtype=torch.long),
         episode_ids=torch.arange(n, dtype=torch.long),
-        scores=token_rewards.sum(dim=1),
+        scores=row_scores(token_rewards),
         turn_ends=turn_ends,
         engine_logprobs=engine_lp if (have_engine_lp and n > 0) else None,
         tags=[t.tag for t in trajectories],
     )
+
+
+def row_scores(token_rewards: torch.Tensor) -> torch.Tensor:
+    """``[B]`` sum of each row's rewards, the same for any two rows holding the same rewards.
+
+    A plain ``sum(dim=1)`` adds in token order, so equal turn rewards at different positions can
+    round differently (four rewards of 0.7 sum to 2.8 or to 2.8000000000000003) and a flat group
+    would look non-flat to the filter and the early-stop check. Sorting each row and summing in
+    float64 makes the result depend only on the multiset of rewards (as the GRPO-family
+    estimators' own score sums do).
+    """
+    import torch
+
+    return torch.sort(token_rewards.to(torch.float64), dim=1).values.sum(dim=1).to(token_rewards.dtype)
 
 
 def micro_batches(rows: Sequence[int], size: int) -> list[list[int]]:
