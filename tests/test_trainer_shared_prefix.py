@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -16,6 +17,24 @@ from ragen_core.trainer.modeling import build_critic, token_logprobs
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PAD = 256
+
+# Floats are compared against bounds in float32 epsilons; what must be exact (ids, masks, sampled
+# episodes, counts) is compared exactly. Why an eps bound does not depend on the CPU: the shared
+# and the plain path run the same float32 operations on the same values in a different order
+# (as do 1 vs 2 threads, or micro-batches of 1 vs 2 rows); a CPU's SIMD width and thread count
+# change *which* roundings happen, not their size relative to eps, which the computation's own
+# conditioning sets. Measured with 1 and 2 threads and with ATen/MKL/oneDNN held to their
+# scalar, AVX2 and AVX-512 code paths, shared vs plain and plain vs reordered plain alike: in the
+# trainer, log-probs agree to <= 1.4 eps * (1 + |logp|) and a whole first-step gradient to
+# <= 15 eps (relative L2); in the unit tests below (tiny, llama, gpt2, LoRA) outputs agree to
+# <= 6 eps * (1 + |x|) and each gradient tensor to <= 19 eps of its largest entry. Run
+# in float64 end to end, the paths agree to the same multiples of float64's eps: rounding, not an
+# inexact path. A real error (a wrong position or mask, a lost or 0.1 %-scaled cache gradient)
+# exceeds these bounds 50x or more.
+EPS32 = 2.0**-23  # torch.finfo(torch.float32).eps
+ROUNDING = 16.0  # trainer log-probs and metrics: ~12x the measured multiples of eps
+GRAD_ROUNDING = 128.0  # gradients, whose entries are sums of partly cancelling parts: ~7x the measured 15-19 eps
+OUT_TOL = {"atol": 1e-5, "rtol": 1e-5}  # unit-test log-probs, entropies, values: ~84 eps * (1 + |x|), ~14x the measured 6
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +99,13 @@ def _run_policy(model, ids, am, rm, temperature=0.7):
 
 
 def _assert_grads_close(a, b):
+    """Every parameter's gradient within GRAD_ROUNDING eps of that tensor's largest entry (relative
+    to the largest: an entry is a sum of parts that partly cancel, so a small entry carries the
+    rounding of its large parts)."""
     assert a.keys() == b.keys() and a
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4, msg=name)
+        bound = GRAD_ROUNDING * EPS32 * float(a[name].abs().max())
+        torch.testing.assert_close(b[name], a[name], atol=bound, rtol=0.0, msg=name)
 
 
 def test_plan_clusters_rows_by_ids_before_first_trained_position():
@@ -107,8 +130,8 @@ def test_policy_logprobs_entropies_and_gradients_equal_the_plain_forward(model, 
     # every position from the prefix end to the last real token (observations included) is exact
     for i in range(len(ids)):
         s, n = int(plan.starts[i]), int(plan.lengths[i])
-        torch.testing.assert_close(lp1[i, s : n - 1], lp0[i, s : n - 1], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(e1[i, s : n - 1], e0[i, s : n - 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lp1[i, s : n - 1], lp0[i, s : n - 1], **OUT_TOL)
+        torch.testing.assert_close(e1[i, s : n - 1], e0[i, s : n - 1], **OUT_TOL)
         assert not bool(lp1[i, :s].any()) and not bool(lp1[i, n - 1 :].any())
     _assert_grads_close(g0, g1)
 
@@ -122,7 +145,7 @@ def test_multi_turn_observation_positions_are_exact(model, switch):
         lp1, _ = token_logprobs(model, ids, am, response_mask=rm)
     obs = slice(46 - 1, 53 - 1)  # shifted positions scoring the observation tokens of row 3
     assert not bool(rm[3, obs].any())
-    torch.testing.assert_close(lp1[3, obs], lp0[3, obs], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lp1[3, obs], lp0[3, obs], **OUT_TOL)
     assert bool(lp1[3, obs].abs().gt(0).all())
 
 
@@ -141,8 +164,8 @@ def test_prefix_never_covers_a_trained_position(model, switch):
     lp0, e0, g0 = _run_policy(model, ids, am, rm)
     switch(True)
     lp1, e1, g1 = _run_policy(model, ids, am, rm)
-    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, **OUT_TOL)
+    torch.testing.assert_close(e1 * rm, e0 * rm, **OUT_TOL)
     assert bool((lp1[rm > 0] != 0).all())
     _assert_grads_close(g0, g1)
 
@@ -163,9 +186,9 @@ def test_critic_values_and_gradients_equal_the_plain_forward(model, switch):
     v0, g0 = run()
     switch(True)
     v1, g1 = run()
-    torch.testing.assert_close(v1 * rm, v0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v1 * rm, v0 * rm, **OUT_TOL)
     row = 3  # multi-turn: values at observation positions (read by GAE at turn ends) are exact too
-    torch.testing.assert_close(v1[row, 39:56], v0[row, 39:56], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v1[row, 39:56], v0[row, 39:56], **OUT_TOL)
     _assert_grads_close(g0, g1)
 
 
@@ -205,8 +228,8 @@ def test_session_shares_prompts_across_micro_batches_with_exact_gradients(model,
         assert sum(prefix_rows) == 3  # each of the three prompts ran once, whatever the micro-batching
     else:
         assert 0 < sum(prefix_rows) < 3  # the bound kept a prompt out of the session (its rows ran in full)
-    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, **OUT_TOL)
+    torch.testing.assert_close(e1 * rm, e0 * rm, **OUT_TOL)
     _assert_grads_close(g0, g1)
 
 
@@ -233,7 +256,7 @@ def test_session_critic_values_and_gradients_with_single_row_micro_batches(model
     v0, g0 = run()
     switch(True)
     v1, g1 = run()
-    torch.testing.assert_close(v1 * rm, v0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v1 * rm, v0 * rm, **OUT_TOL)
     _assert_grads_close(g0, g1)
 
 
@@ -268,7 +291,7 @@ def test_lora_policy_gradients_and_reference_logprobs_match(switch):
     ref1, g1 = run()
     assert any("lora_A" in n for n in g0)
     _assert_grads_close(g0, g1)
-    torch.testing.assert_close(ref1 * rm, ref0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ref1 * rm, ref0 * rm, **OUT_TOL)
 
 
 def test_turn_level_rows_share_their_common_first_prompt(model, switch, monkeypatch):
@@ -308,7 +331,7 @@ def test_turn_level_rows_share_their_common_first_prompt(model, switch, monkeypa
         prefix_rows.clear()
         lp1, g1 = run(micro)
         assert sorted(x for lens in prefix_rows for x in lens) == [29, 40]
-        torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lp1 * rm, lp0 * rm, **OUT_TOL)
         _assert_grads_close(g0, g1)
 
 
@@ -331,8 +354,8 @@ def test_other_architectures_match_and_dropout_keeps_the_plain_path(switch, arch
     lp0, e0, g0 = _run_policy(m, ids, am, rm)
     switch(True)
     lp1, e1, g1 = _run_policy(m, ids, am, rm)
-    torch.testing.assert_close(lp1 * rm, lp0 * rm, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(e1 * rm, e0 * rm, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lp1 * rm, lp0 * rm, **OUT_TOL)
+    torch.testing.assert_close(e1 * rm, e0 * rm, **OUT_TOL)
     _assert_grads_close(g0, g1)
 
 
@@ -367,37 +390,136 @@ def test_unsupported_models_use_the_plain_path(model, monkeypatch):
     assert not prefix.supports_shared_prefix(model)
 
 
+
+
+def _train_two_steps(tmp_path, monkeypatch, algo: str, micro: int = 1) -> dict:
+    """Two trainer steps on the toy env with the shared-prefix switch as set; what the comparison reads.
+
+    ``rollouts``: per step, the saved episodes without the engine's float log-probs; ``metrics``:
+    per step; ``logp``: ``(ids, response_mask, log-probs)`` of every policy (and reference)
+    forward before the policy's first optimiser step, its rows unpadded and concatenated; ``grads``: the
+    flat pre-clip gradient of the policy's and the critic's first optimiser step.
+    """
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer import modeling
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.trainer import Trainer
+
+    run_dir = tmp_path / f"{algo}-shared{prefix.ENABLED}-micro{micro}"
+    rows, grads, policy_params = [], {}, set()
+    real_logprobs, real_clip = modeling.token_logprobs, torch.nn.utils.clip_grad_norm_
+
+    def logprobs(model, input_ids, attention_mask, **kw):
+        out = real_logprobs(model, input_ids, attention_mask, **kw)
+        if "policy" not in grads:
+            for i, n in enumerate(attention_mask.sum(dim=1).tolist()):  # per row, unpadded: micro-batches pad differently
+                rows.append((input_ids[i, :n].clone(), kw["response_mask"][i, : n - 1].clone(), out[0][i, : n - 1].detach().clone()))
+        return out
+
+    def clip(params, max_norm, *args, **kwargs):
+        params = list(params)
+        who = "policy" if id(params[0]) in policy_params else "critic"
+        grads.setdefault(who, torch.cat([p.grad.detach().flatten() for p in params]))
+        return real_clip(params, max_norm, *args, **kwargs)
+
+    env = register_toy_env()
+    # ppo: two mini-batches (a separate no-grad old-log-prob pass) and a critic
+    mini = 2 if algo == "ppo" else 4
+    cfg = load_config(RunConfig, [], [
+        f"env={env}", f"algo={algo}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512", "sampling.train.max_new_tokens=10",
+        f"optim.mini_batch_size={mini}", f"optim.micro_batch_size={micro}", "optim.lr=1e-3", "test_freq=0", "save_freq=0",
+        "steps=2", "warm_start.enabled=false", "progress=false", "save_rollouts=true", f"run_dir={run_dir}",
+    ])
+    with monkeypatch.context() as mp:
+        mp.setattr(modeling, "token_logprobs", logprobs)
+        mp.setattr(torch.nn.utils, "clip_grad_norm_", clip)
+        trainer = Trainer(cfg)
+        trainer.setup()
+        policy_params.update(id(p) for p in trainer.model.parameters())
+        metrics = [trainer.train_step(step) for step in (1, 2)]
+    rollouts = []
+    for step in (1, 2):
+        episodes = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        for episode in episodes:
+            for turn in episode["turns"]:
+                turn.pop("response_logprobs", None)
+        rollouts.append(episodes)
+    assert rows and set(grads) == ({"policy", "critic"} if algo == "ppo" else {"policy"})
+    return {"rollouts": rollouts, "metrics": metrics, "logp": [torch.cat(x) for x in zip(*rows)], "grads": grads}
+
+
+def _whitening_gain(metrics: dict) -> float:
+    """How much batch whitening of the advantages (PPO) magnifies rounding in its input.
+
+    ``A = (R - mean R) / std R``: rounding errors of size ``eps * |R|`` in the raw advantages
+    ``R`` come out divided by ``std R``, i.e. ``1 + |mean R| / std R`` times ``eps`` relative to
+    the unit-scale ``A``. Here every episode earns the same reward, so after the critic's first
+    step ``std R`` is the spread of the critic's own values (~4e-4 against ``|mean R|`` ~0.07:
+    a gain of ~150), and every actor quantity computed from ``A`` inherits it.
+    """
+    if "critic/raw_adv_std" not in metrics:
+        return 1.0  # no whitening of float inputs (GRPO normalises exact scores)
+    std = math.sqrt(metrics["critic/raw_adv_std"] ** 2 + 1e-8)  # the PPO plugin whitens with var + 1e-8
+    return 1.0 + abs(metrics["critic/raw_adv_mean"]) / std
+
+
+def _assert_same_training(a: dict, b: dict) -> dict[str, float]:
+    """Assert that run ``b`` trained like run ``a``; returns each float check's worst |diff| / bound."""
+    worst: dict[str, float] = {}
+
+    def within(name: str, diff, bound) -> None:
+        ratio = float(torch.as_tensor(diff / bound).max())
+        worst[name] = max(worst.get(name, 0.0), ratio)
+        assert ratio <= 1.0, f"{name}: |diff| is {ratio:.3g} times the rounding bound"
+
+    # before any optimiser step: the same episodes (token ids, masks) and rounding-level floats
+    ids_a, rm_a, lp_a = a["logp"]
+    ids_b, rm_b, lp_b = b["logp"]
+    assert torch.equal(ids_a, ids_b) and torch.equal(rm_a, rm_b)
+    trained = rm_a > 0
+    within("log-probs before the first update", (lp_b - lp_a)[trained].abs(), ROUNDING * EPS32 * (1 + lp_a[trained].abs()))
+    assert a["grads"].keys() == b["grads"].keys()
+    for who, ga in a["grads"].items():
+        within(f"{who} gradient of the first step", (b["grads"][who] - ga).norm(), GRAD_ROUNDING * EPS32 * ga.norm())
+
+    # exact: the sampled episodes (ids, text, actions, rewards) and counts. Step 2 samples from
+    # weights that differ by rounding (~1e-7 relative): a token flips only if its uniform draw falls
+    # within that distance of a CDF boundary, ~1e-6 per token.
+    assert a["rollouts"] == b["rollouts"]
+    for ma, mb in zip(a["metrics"], b["metrics"], strict=True):
+        for k in ("train/reward", "train/batch_size", "train/num_mini_batches", "response_length/mean"):
+            assert mb[k] == ma[k], k
+    if "critic/advantages/mean" in a["metrics"][0]:
+        # step 1: the zero-initialised value head gives values of exactly 0 on either path, so the
+        # advantages come from identical inputs and are identical (the premise of the gain below)
+        for k in ("critic/advantages/mean", "critic/advantages/max", "critic/advantages/min"):
+            assert b["metrics"][0][k] == a["metrics"][0][k], k
+
+    # after optimiser steps: the same rounding, magnified for what the whitened advantages feed
+    keys = ["actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl"]
+    keys += [k for k in ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "critic/advantages/mean") if k in a["metrics"][0]]
+    for step, (ma, mb) in enumerate(zip(a["metrics"], b["metrics"]), start=1):
+        gain = 1.0 if step == 1 else _whitening_gain(ma)  # step 1: identical advantages (above)
+        for k in keys:
+            g = gain if k.startswith(("actor/", "critic/advantages")) else 1.0
+            # max(1, |x|): the terms of a loss that cancels to near 0 (pg_loss, advantage mean) are O(1)
+            within(f"{k} (step {step})", abs(mb[k] - ma[k]), ROUNDING * EPS32 * g * max(1.0, abs(ma[k])))
+    return worst
+
+
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_path, switch, monkeypatch, algo):
     # micro-batches of one row: every prompt is shared across micro-batches (PrefixSession)
     pytest.importorskip("ragen_core.rollout.runner")
-    from ragen_core.config import load_config
-    from ragen_core.testing.toy_env import register_toy_env
-    from ragen_core.trainer.config import RunConfig
-    from ragen_core.trainer.trainer import Trainer
-
     calls = []
     real = prefix.run_suffixes
     monkeypatch.setattr(prefix, "run_suffixes", lambda *a, **k: calls.append(k.get("hidden", False)) or real(*a, **k))
-    env = register_toy_env()
-    # ppo: two mini-batches (a separate no-grad old-log-prob pass) and a critic
-    mini = 2 if algo == "ppo" else 4
-    results = []
-    for on in (False, True):
-        switch(on)
-        cfg = load_config(RunConfig, [], [
-            f"env={env}", f"algo={algo}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
-            "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512", "sampling.train.max_new_tokens=10",
-            f"optim.mini_batch_size={mini}", "optim.micro_batch_size=1", "optim.lr=1e-3", "test_freq=0", "save_freq=0",
-            "steps=2", "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / str(on)}",
-        ])
-        trainer = Trainer(cfg)
-        trainer.setup()
-        results.append([trainer.train_step(step) for step in (1, 2)])
+    switch(False)
+    plain = _train_two_steps(tmp_path, monkeypatch, algo)
+    assert calls == []
+    switch(True)
+    shared = _train_two_steps(tmp_path, monkeypatch, algo)
     assert calls and (algo != "ppo" or True in calls)  # the policy (and the critic) took the shared path
-    keys = ["actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "train/reward"]
-    if algo == "ppo":
-        keys += ["critic/vf_loss", "critic/grad_norm", "critic/values/mean", "critic/advantages/mean"]
-    for off_m, on_m in zip(*results):
-        for k in keys:
-            assert math.isclose(off_m[k], on_m[k], rel_tol=1e-4, abs_tol=1e-5), (k, off_m[k], on_m[k])
+    _assert_same_training(plain, shared)
