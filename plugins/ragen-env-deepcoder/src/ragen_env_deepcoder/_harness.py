@@ -1,0 +1,383 @@
+"""The program runner that executes *inside* the sandbox (standard library only).
+
+The host starts this file's source as ``python -I -S -B -c <source>`` inside whatever isolation
+it chose (see :mod:`ragen_env_deepcoder.sandbox`) and writes one JSON payload to its stdin::
+
+    {"code": str, "tests": [{"kind": "stdin" | "call", "input": str | list, "fn_name": str | null}],
+     "limits": {...}, "uid": int | null, "nproc_extra": int | "scan", "workdir": str}
+
+It compiles the program once, then runs every test in its own forked child and writes one JSON
+line per test to stdout (``{"i", "status", "stdout" | "result", "stderr", "cpu_s", "wall_s"}``),
+then ``{"done": true}``. It never sees the expected outputs: the host compares, so a program that
+inspects its own process (frames, ``gc``) finds nothing to copy.
+
+Each child, before running the program:
+
+* becomes the leader of a new session (one process group to kill);
+* gets the test input on stdin from a memory file, its stdout/stderr on pipes the harness reads
+  up to a cap, and (function-call tests) fd 3 for the serialised return value; every other
+  descriptor is closed;
+* gets resource limits: CPU seconds, address space, file size, core size 0, open files and
+  process count (``RLIMIT_NPROC``);
+* when the harness runs as root, drops to an unprivileged uid/gid of its own (``uid``). Root is
+  exempt from ``RLIMIT_NPROC``; an ordinary uid is not, and it cannot signal the harness.
+
+The harness marks itself a child subreaper, so every orphaned descendant of a test is re-parented
+to it; after each test it kills the test's process group and then every remaining child until it
+has none, so no process outlives its test. The working directory is emptied between tests.
+"""
+
+import ctypes
+import io
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import traceback
+import types
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+#: Bytes of a child's stderr kept for the diagnostic ``detail``.
+STDERR_KEEP = 2000
+
+
+def _prctl(option, value):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the sandbox module refuses such hosts anyway
+        pass
+
+
+# ---------------------------------------------------------------------------- inside the child
+def _parse_arg(line):
+    """One argument of a function-call test: JSON first, then a Python literal, else the text."""
+    import ast
+
+    try:
+        return json.loads(line)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(line)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return line
+
+
+def _call_args(raw):
+    if isinstance(raw, list):
+        return list(raw)
+    return [_parse_arg(line) for line in str(raw).split("\n") if line.strip()]
+
+
+def _plain(value, depth=0):
+    """JSON-ready copy of a return value (tuples become lists); raises TypeError if impossible."""
+    if depth > 100:
+        raise TypeError("nested too deeply")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError("non-finite float")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, depth + 1) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    raise TypeError(type(value).__name__)
+
+
+def _write_all(fd, data):
+    while data:
+        n = os.write(fd, data)
+        data = data[n:]
+
+
+def _set_limits(limits, nproc):
+    cpu = int(math.ceil(limits["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    memory = int(limits["memory_mb"]) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["file_bytes"]),) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _child(code_obj, test, fds, limits, uid, nproc):
+    """Runs in the forked child; never returns."""
+    status = 1
+    try:
+        os.setsid()
+        # Move our ends above 10 first so the dup2 calls below cannot clobber each other.
+        high = [os.dup(fd) if fd < 10 else fd for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(4, 1 << 16)
+        _set_limits(limits, nproc)
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r")), encoding="utf-8", errors="replace")
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w"), 1 << 16), encoding="utf-8", errors="replace")
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w")), encoding="utf-8", errors="replace", write_through=True)
+        sys.argv = ["solution.py"]
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = __builtins__
+        sys.modules["__main__"] = main
+        try:
+            exec(code_obj, main.__dict__)
+            if test["kind"] == "call":
+                name = test.get("fn_name") or ""
+                target = main.__dict__.get("Solution")
+                fn = getattr(target(), name) if isinstance(target, type) and hasattr(target, name) else main.__dict__.get(name)
+                if not callable(fn):
+                    raise NameError(f"the program defines no function {name!r} (nor Solution.{name})")
+                result = fn(*_call_args(test["input"]))
+                message = {"str": str(result)[: int(limits["output_bytes"])]}
+                try:
+                    message["json"] = _plain(result)
+                except (TypeError, RecursionError):
+                    pass
+                text = json.dumps(message)
+                _write_all(3, text.encode("utf-8", "replace")[: int(limits["output_bytes"]) * 2 + 64])
+            status = 0
+        except SystemExit as exc:
+            status = 0 if exc.code in (None, 0) else exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, (int, type(None))):
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # the program's own error: report it, fail the test
+            traceback.print_exc(limit=-3)
+            status = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # the program closed or broke the stream; what it wrote is kept
+                pass
+    except BaseException:  # setup failed (should not happen): a failed test, never a hang
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        status = 125
+    os._exit(status if isinstance(status, int) and 0 <= status < 256 else 1)
+
+
+# ---------------------------------------------------------------------------- in the harness
+def _children():
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except OSError:
+        kids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as handle:
+                        stat = handle.read()
+                except OSError:
+                    continue
+                if int(stat.rpartition(")")[2].split()[1]) == pid:
+                    kids.append(int(entry))
+        return kids
+
+
+def _kill_all_children(patience_s=5.0):
+    """SIGKILL every descendant (they are re-parented to us as their parents die) and reap them.
+
+    Returns when we have no child left, or after ``patience_s`` (a process the kernel cannot
+    kill in that time is stuck in the kernel; the host's namespace teardown takes it).
+    """
+    give_up = time.monotonic() + patience_s
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            return
+        kids = _children()
+        for kid in kids:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(kid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if time.monotonic() > give_up:
+            return
+        time.sleep(0 if kids else 0.001)
+
+
+def _read_some(fd, chunks, cap, size):
+    try:
+        data = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True, size
+    if not data:
+        return False, size
+    if size < cap:
+        chunks.append(data[: cap - size])
+    return True, size + len(data)
+
+
+def _empty_dir(path):
+    for entry in os.listdir(path):
+        full = os.path.join(path, entry)
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                os.unlink(full)
+        except OSError:
+            pass
+
+
+def _run_test(code_obj, test, limits, uid, nproc):
+    stdin_fd = os.memfd_create("stdin")
+    if test["kind"] == "stdin":
+        _write_all(stdin_fd, str(test["input"]).encode("utf-8", "replace"))
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(code_obj, test, [stdin_fd, out_w, err_w, res_w], limits, uid, nproc)
+    for fd in (stdin_fd, out_w, err_w, res_w):
+        os.close(fd)
+    cap = int(limits["output_bytes"])
+    streams = {out_r: ([], 0, cap), err_r: ([], 0, 1 << 16), res_r: ([], 0, cap * 2 + 64)}
+    for fd in streams:
+        os.set_blocking(fd, False)
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    for fd in (*streams, pidfd):
+        poller.register(fd, select.POLLIN)
+    deadline = start + float(limits["wall_s"])
+    verdict = None
+    exited = False
+    while not exited and verdict is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            verdict = "timeout"
+            break
+        for fd, _ in poller.poll(int(left * 1000) + 1):
+            if fd == pidfd:
+                exited = True
+                continue
+            chunks, size, limit = streams[fd]
+            more, size = _read_some(fd, chunks, limit, size)
+            streams[fd] = (chunks, size, limit)
+            if not more:
+                poller.unregister(fd)
+            elif size > limit and fd != err_r:
+                verdict = "output_limit"
+    if not exited:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    _, wait_status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - start
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _kill_all_children()
+    os.close(pidfd)
+    for fd in streams:  # every writer is dead now: read to end of file
+        os.set_blocking(fd, True)
+        chunks, size, limit = streams[fd]
+        more = True
+        while more:
+            more, size = _read_some(fd, chunks, limit, size)
+        streams[fd] = (chunks, size, limit)
+        os.close(fd)
+    cpu = usage.ru_utime + usage.ru_stime
+    if verdict is None:
+        if streams[out_r][1] > cap or streams[res_r][1] > streams[res_r][2]:
+            verdict = "output_limit"
+        elif os.WIFSIGNALED(wait_status):
+            sig = os.WTERMSIG(wait_status)
+            verdict = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_limit"}.get(sig, f"signal {signal.Signals(sig).name}")
+            if sig == signal.SIGKILL and cpu >= math.ceil(limits["cpu_s"]):
+                verdict = "cpu_limit"
+        elif os.WEXITSTATUS(wait_status) != 0:
+            verdict = f"exit {os.WEXITSTATUS(wait_status)}"
+        elif cpu > float(limits["cpu_s"]):
+            verdict = "cpu_limit"
+        else:
+            verdict = "ok"
+    stderr = b"".join(streams[err_r][0]).decode("utf-8", "replace")[-STDERR_KEEP:]
+    line = {"status": verdict, "stderr": stderr, "cpu_s": round(cpu, 4), "wall_s": round(wall, 4)}
+    if test["kind"] == "stdin":
+        line["stdout"] = b"".join(streams[out_r][0]).decode("utf-8", "replace")
+    else:
+        raw = b"".join(streams[res_r][0])
+        try:
+            line["result"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
+        except ValueError:
+            line["result"] = None
+    return line
+
+
+def _count_own_tasks():
+    """Tasks (threads) of our uid on this host: the base RLIMIT_NPROC counts against."""
+    me, total = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == me:
+                    total += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                continue
+    return total
+
+
+def main():
+    payload = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    workdir = payload["workdir"]
+    os.chdir(workdir)
+    limits, uid, tests = payload["limits"], payload.get("uid"), payload["tests"]
+    extra = payload.get("nproc_extra", 0)
+    nproc = int(limits["processes"]) + (_count_own_tasks() if extra == "scan" else int(extra))
+    out = sys.stdout
+
+    def emit(obj):
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    try:
+        code_obj = compile(payload["code"], "solution.py", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        emit({"compile_error": f"{type(exc).__name__}: {exc}"[:STDERR_KEEP]})
+        emit({"done": True})
+        return
+    budget_end = time.monotonic() + float(limits["total_s"])
+    for i, test in enumerate(tests):
+        if time.monotonic() >= budget_end:
+            emit({"i": i, "status": "skipped", "stderr": "", "cpu_s": 0.0, "wall_s": 0.0})
+            continue
+        line = _run_test(code_obj, test, limits, uid, nproc)
+        line["i"] = i
+        emit(line)
+        _empty_dir(workdir)
+    emit({"done": True})
+
+
+if __name__ == "__main__":
+    main()

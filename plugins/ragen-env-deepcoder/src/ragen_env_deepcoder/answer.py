@@ -1,0 +1,87 @@
+"""From the model's answer to the program that runs: code fences, language, starter code.
+
+The reference ran the answer text as is, so a fenced answer (the way most models write code)
+failed to compile. Here:
+
+* no fence in the answer: the whole answer is the program (as in the reference);
+* fenced blocks: blocks tagged ``python``/``py``/``python3`` or untagged are candidates, and the
+  **last** candidate is the program (models tend to end with their final version); an
+  unterminated last fence runs to the end of the answer;
+* fenced blocks but none in Python (``cpp``, ``java``, ...): no program (wrong language).
+
+Starter code (function-call problems) is joined as the spec says, with one fix: the model's
+code replaces the starter when it defines ``class Solution`` itself; when the starter defines
+``class Solution`` and the model wrote a bare ``def ...``, the model's code is indented into a
+fresh ``class Solution:``; otherwise the starter goes first only if it compiles on its own (the
+usual LeetCode starter is a stub with an empty body, which would break any program after it).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+
+#: A fence line with an optional info string, then the block up to a closing fence or the end.
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([^\n`]*)\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
+_PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
+_CLASS_SOLUTION = re.compile(r"^class\s+Solution\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The program found in an answer, or why there is none."""
+
+    code: str
+    """The program text ('' when there is none)."""
+    problem: str = ""
+    """Why there is no program: ``empty``, ``wrong language (cpp)``; '' when there is one."""
+
+
+def extract_code(answer: str) -> Extracted:
+    """The program in ``answer`` (see the module docstring for the rules)."""
+    if not isinstance(answer, str) or not answer.strip():
+        return Extracted("", "empty")
+    blocks = [((m.group(2).lower().split() or [""])[0], m.group(3)) for m in _FENCE.finditer(answer)]
+    if not blocks:
+        return Extracted(answer.strip("\n"))
+    python = [body for tag, body in blocks if tag in _PYTHON_TAGS]
+    if not python:
+        tags = sorted({tag for tag, _ in blocks})
+        return Extracted("", f"wrong language ({', '.join(tags)})")
+    code = python[-1].strip("\n")
+    return Extracted(code) if code.strip() else Extracted("", "empty")
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<starter>", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def assemble(starter: str, code: str) -> str:
+    """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
+    if not starter.strip() or _CLASS_SOLUTION.search(code):
+        return code
+    if _CLASS_SOLUTION.search(starter) and code.lstrip().startswith("def "):
+        return "class Solution:\n" + textwrap.indent(textwrap.dedent(code), "    ")
+    if _compiles(starter):
+        return starter.rstrip("\n") + "\n\n" + code
+    return code
+
+
+#: ``def name(self, ...)`` inside a starter's ``class Solution``, or a top-level ``def name(``.
+_METHOD = re.compile(r"^[ \t]+def\s+([A-Za-z_]\w*)\s*\(\s*self\b", re.MULTILINE)
+_FUNCTION = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+
+def function_name(starter: str) -> str | None:
+    """Name of the function a function-call problem's starter code asks for, if it shows one."""
+    if _CLASS_SOLUTION.search(starter or ""):
+        match = _METHOD.search(starter)
+        if match:
+            return match.group(1)
+    match = _FUNCTION.search(starter or "")
+    return match.group(1) if match else None

@@ -1,0 +1,18 @@
+"""Entry-point target: the light spec of the ``deepcoder`` env (imports only core and config)."""
+
+from __future__ import annotations
+
+from ragen_core.specs import EnvResources, EnvSpec
+from ragen_env_deepcoder.config import DeepCoderConfig
+
+SPEC = EnvSpec(
+    name="deepcoder",
+    summary="Write a Python program that passes a problem's unit tests, run in a sandbox (one answer).",
+    config_model=DeepCoderConfig,
+    factory="ragen_env_deepcoder.env:DeepCoderEnv",
+    # step() waits on a sandboxed subprocess: the local pool steps episodes in threads, and the
+    # process-wide sandbox pool keeps at most `sandbox.workers` programs running at once.
+    async_step=True,
+    resources=EnvResources(cpus=1.0, memory_gb=0.5),
+    presets={"DeepCoder": {"max_actions_per_episode": 1, "max_tokens": 8000}},
+)
