@@ -10,6 +10,11 @@ PYTEST_ARGS ?=
 .PHONY: setup test run check-standalone clean
 
 setup: $(STAMP)
+	@# bubblewrap: the deepcoder env's code sandbox. Installed only as root with apt-get; never fails setup.
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } \
+	  && echo "installed bubblewrap (sandbox of the deepcoder env)"; } \
+	  || echo "note: bubblewrap (bwrap) is not installed; the deepcoder env sandboxes programs with it (apt-get install bubblewrap)"
 
 $(STAMP): $(PACKAGE_FILES)
 	$(PYTHON) -m venv $(VENV)
