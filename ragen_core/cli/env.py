@@ -2,7 +2,8 @@
 
 ``ragen env play NAME`` lets a person (or a random agent) play an env in the terminal through the
 same text interface the LLM uses: the instruction, the observation, one reply per turn (action
-names joined by ``||``, or a full ``<answer>...</answer>`` reply), rewards and the final result.
+names joined by ``||``, or a full ``<answer>...</answer>`` reply; free-form envs such as code take a
+multi-line ``<answer>`` or fenced block), rewards and the final result.
 ``ragen env list`` lists env names with their presets and recipes.
 """
 
@@ -42,6 +43,32 @@ def split_reply(text: str, env: Any) -> list[str]:
     return parts
 
 
+def read_reply(inp: TextIO, free_form: bool) -> str | None:
+    """One typed reply (None at end of input).
+
+    For free-form envs (no action vocabulary, no separator: code, proofs) a first line that
+    opens ``<answer>`` or a ``` fence without closing it continues up to the line holding
+    ``</answer>`` or the closing fence, so a pasted program arrives whole.
+    """
+    line = inp.readline()
+    if not line:
+        return None
+    first, text = line.strip(), line
+    end = None
+    if free_form and first.startswith("<answer>") and "</answer>" not in first:
+        end = "</answer>"
+    elif free_form and first.startswith("```") and first.count("```") == 1:
+        end = "```"
+    while end is not None:
+        more = inp.readline()
+        if not more:
+            break
+        text += more
+        if end in more and (end == "</answer>" or more.strip().startswith(end)):
+            break
+    return text.rstrip("\n")
+
+
 def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any) -> dict[str, Any]:
     """Play one episode; returns ``{"reward", "success", "actions"}``."""
     cfg = env.config
@@ -51,6 +78,9 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any)
         print(env.instruction(), file=out)
     total, actions_done, success = 0.0, 0, False
     limit_actions, limit_turns = cfg.max_actions_per_episode, cfg.max_turns
+    free_form = not env.action_names and env.action_sep is None
+    if free_form and agent == "human":
+        print("(answer on one line, or over several: start with <answer> or ``` and end with </answer> or ```)", file=out)
     for turn in range(1, limit_turns + 1):
         print(f"\n--- turn {turn} ({limit_actions - actions_done} actions left) ---\n{obs}", file=out)
         if env.action_names:
@@ -61,11 +91,11 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any)
             print(f"> {reply}", file=out)
         else:
             print("> ", end="", file=out, flush=True)
-            line = inp.readline()
-            if not line or line.strip().lower() in {"q", "quit", "exit"}:
+            typed = read_reply(inp, free_form)
+            if typed is None or typed.strip().lower() in {"q", "quit", "exit"}:
                 print("\n(quit)", file=out)
                 break
-            reply = line.rstrip("\n")
+            reply = typed
         actions = split_reply(reply, env)[: cfg.max_actions_per_turn]
         if not actions:
             print("(no action: nothing happens; the trainer would charge the format penalty)", file=out)

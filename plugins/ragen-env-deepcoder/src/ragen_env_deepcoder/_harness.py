@@ -109,6 +109,22 @@ def _set_limits(limits, nproc):
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
+def _finish(main):
+    """What a normal interpreter exit does before the child's ``os._exit``: wait for non-daemon
+    threads (``threading.Thread(target=main).start()`` is a common way to get a deep stack), run
+    ``atexit`` handlers, and close the program's unreferenced files so their buffers reach disk."""
+    threading = sys.modules.get("threading")
+    if threading is not None and hasattr(threading, "_shutdown"):
+        threading._shutdown()
+    atexit = sys.modules.get("atexit")
+    if atexit is not None:
+        atexit._run_exitfuncs()
+    main.__dict__.clear()
+    import gc
+
+    gc.collect()
+
+
 def _child(code_obj, test, fds, limits, uid, nproc):
     """Runs in the forked child; never returns."""
     status = 1
@@ -147,6 +163,7 @@ def _child(code_obj, test, fds, limits, uid, nproc):
                     pass
                 text = json.dumps(message)
                 _write_all(3, text.encode("utf-8", "replace")[: int(limits["output_bytes"]) * 2 + 64])
+            _finish(main)
             status = 0
         except SystemExit as exc:
             status = 0 if exc.code in (None, 0) else exc.code if isinstance(exc.code, int) else 1

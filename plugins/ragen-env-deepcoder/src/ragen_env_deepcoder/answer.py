@@ -14,6 +14,8 @@ code replaces the starter when it defines ``class Solution`` itself; when the st
 ``class Solution`` and the model wrote a bare ``def ...``, the model's code is indented into a
 fresh ``class Solution:``; otherwise the starter goes first only if it compiles on its own (the
 usual LeetCode starter is a stub with an empty body, which would break any program after it).
+Programs of problems with starter code start with ``from typing import *``, since the starter
+signatures use ``List[int]`` and friends without importing them.
 """
 
 from __future__ import annotations
@@ -61,15 +63,23 @@ def _compiles(source: str) -> bool:
     return True
 
 
+#: Put before programs of problems with starter code, whose signatures use ``List[int]`` etc.
+TYPING_PRELUDE = "from typing import *\n"
+
+
 def assemble(starter: str, code: str) -> str:
     """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
-    if not starter.strip() or _CLASS_SOLUTION.search(code):
+    if not starter.strip():
         return code
-    if _CLASS_SOLUTION.search(starter) and code.lstrip().startswith("def "):
-        return "class Solution:\n" + textwrap.indent(textwrap.dedent(code), "    ")
-    if _compiles(starter):
-        return starter.rstrip("\n") + "\n\n" + code
-    return code
+    if _CLASS_SOLUTION.search(code):
+        body = code
+    elif _CLASS_SOLUTION.search(starter) and code.lstrip().startswith("def "):
+        body = "class Solution:\n" + textwrap.indent(textwrap.dedent(code), "    ")
+    elif _compiles(starter):
+        body = starter.rstrip("\n") + "\n\n" + code
+    else:
+        body = code
+    return TYPING_PRELUDE + body
 
 
 #: ``def name(self, ...)`` inside a starter's ``class Solution``, or a top-level ``def name(``.

@@ -39,6 +39,8 @@ _SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 class TestCase:
     """One test: stdin -> expected stdout, or arguments -> expected return value."""
 
+    __test__ = False  # not a pytest test class, whatever its name
+
     kind: Literal["stdin", "call"]
     input: Any
     """stdin text; or (call) the arguments: a list, or text with one JSON value per line."""
@@ -59,7 +61,8 @@ class Problem:
     tests: tuple[TestCase, ...]
     starter_code: str = ""
     solution: str | None = None
-    source: str = ""
+    source: str = field(default="", compare=False)
+    """Where the row came from (``lcbv5/train``, a file name, ``builtin/3``)."""
     metadata: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

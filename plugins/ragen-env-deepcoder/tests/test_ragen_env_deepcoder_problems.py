@@ -1,0 +1,217 @@
+"""DeepCoder data: conversion of every public test layout, loading through ``datasets``, splits.
+
+The real-format sample (rows of the rLLM project's DeepCoder files) is read from the shared
+data folder through ``datasets`` at test time; it is never copied into the repository. Nothing
+here downloads: hub loading is checked against a stand-in for ``datasets.load_dataset``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ragen_env_deepcoder import problems as problems_mod
+from ragen_env_deepcoder.builtin import ROWS, builtin_problems
+from ragen_env_deepcoder.env import DeepCoderEnv
+from ragen_env_deepcoder.problems import TestCase, convert_tests, load_problems, problem_from_row
+
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "deepcoder-sample"
+CODEFORCES = DATA / "deepcoder_codeforces_test_200.json"
+LCB = DATA / "livecodebench_test_2408_2501_100.json"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared DeepCoder sample data not available")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    """No test may reach the hub; ``datasets`` caches go to the test's temp dir."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    problems_mod._load_cached.cache_clear()
+
+
+# ------------------------------------------------------------------------------ conversion
+def test_primeintellect_layout():
+    tests = json.dumps([
+        {"type": "stdin_stdout", "input": "1 2\n", "output": "3\n"},
+        {"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]},
+    ])
+    assert convert_tests(tests) == (TestCase("stdin", "1 2\n", "3\n"), TestCase("call", [1, 2], [3], "add"))
+
+
+def test_lcb_layout_takes_the_function_name_from_metadata_or_starter():
+    tests = [{"input": "5\n[1, 2]", "output": "[3]", "testtype": "functional"}, {"input": "x\n", "output": "y\n", "testtype": "stdin"}]
+    row = {"problem": "p", "tests": json.dumps(tests), "metadata": json.dumps({"func_name": "solve"}), "starter_code": ""}
+    assert problem_from_row(row).tests == (TestCase("call", "5\n[1, 2]", "[3]", "solve"), TestCase("stdin", "x\n", "y\n"))
+    starter = "class Solution:\n    def shortestPath(self, n: int) -> int:\n        "
+    row = {"problem": "p", "tests": tests, "starter_code": starter}
+    problem = problem_from_row(row)
+    assert problem.tests[0].fn_name == "shortestPath"
+    assert problem.question.startswith("p\n\nComplete this starter code:\n```python\nclass Solution:")
+
+
+def test_codeforces_layout_defaults_to_stdin():
+    assert convert_tests([{"input": "1\n", "output": "2\n"}]) == (TestCase("stdin", "1\n", "2\n"),)
+
+
+def test_taco_dict_layout_with_and_without_a_function_name():
+    stdin = {"inputs": ["1 2\n", ["3 4", "5"]], "outputs": ["3\n", ["7", "5"]]}
+    assert convert_tests(json.dumps(stdin)) == (TestCase("stdin", "1 2\n", "3\n"), TestCase("stdin", "3 4\n5", "7\n5"))
+    call = {"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}
+    assert convert_tests(call) == (TestCase("call", [1, 2], [3], "add"),)
+
+
+@pytest.mark.parametrize(
+    ("tests", "match"),
+    [
+        ({"inputs": [1]}, "equal length"),
+        ({"inputs": [1, 2], "outputs": [1]}, "equal length"),
+        ("42", "list or an"),
+        ([{"input": "1"}], "'input' and 'output'"),
+        ([{"input": "1", "output": "2", "testtype": "functional"}], "without a function name"),
+        ([{"input": "1", "output": "2", "type": "interactive"}], "unknown test type"),
+    ],
+)
+def test_unreadable_tests_name_the_problem(tests, match):
+    with pytest.raises(ValueError, match=match):
+        convert_tests(tests)
+
+
+def test_row_without_statement_is_rejected():
+    with pytest.raises(ValueError, match="no 'problem'"):
+        problem_from_row({"problem": "  ", "tests": []})
+
+
+def test_builtin_set_covers_every_layout_and_splits_by_fifths():
+    train, val = builtin_problems("train"), builtin_problems("val")
+    assert (len(train), len(val)) == (32, 8)
+    assert {p.source for p in val} == {f"builtin/{i}" for i in range(4, 40, 5)}
+    layouts = set()
+    for row in ROWS:
+        tests = row["tests"]
+        layouts.add("taco" if isinstance(tests, dict) else "pi" if "type" in tests[0] else "lcb" if "testtype" in tests[0] else "cf")
+    assert layouts == {"taco", "pi", "lcb", "cf"}
+    kinds = {t.kind for p in train + val for t in p.tests}
+    assert kinds == {"stdin", "call"}
+    assert all(p.solution for p in train + val)
+
+
+# ------------------------------------------------------------------------------ real sample via datasets
+@needs_data
+def test_codeforces_sample_loads_through_datasets():
+    pytest.importorskip("datasets")
+    rows = json.loads(CODEFORCES.read_text())
+    problems = load_problems(str(CODEFORCES), "train")
+    assert len(problems) == len(rows) == 200
+    assert problems[0].statement == rows[0]["problem"]
+    assert [(t.input, t.output) for t in problems[0].tests] == [(t["input"], t["output"]) for t in rows[0]["tests"]]
+    assert all(t.kind == "stdin" for p in problems for t in p.tests)
+
+
+@needs_data
+def test_livecodebench_sample_loads_both_kinds():
+    pytest.importorskip("datasets")
+    rows = json.loads(LCB.read_text())
+    problems = load_problems(str(LCB), "train")
+    assert len(problems) == 100
+    functional = [p for p in problems if p.tests[0].kind == "call"]
+    assert len(functional) == 30 and len(problems) - len(functional) == 70
+    snake = next(p for p in functional if "finalPositionOfSnake" in p.starter_code)
+    assert {t.fn_name for t in snake.tests} == {"finalPositionOfSnake"}
+    raw = next(r for r in rows if "finalPositionOfSnake" in r["starter_code"])
+    assert [(t.input, t.output) for t in snake.tests] == [(t["input"], t["output"]) for t in raw["tests"]]
+
+
+@needs_data
+def test_directory_of_sample_files_is_one_split_and_max_problems_caps_it():
+    pytest.importorskip("datasets")
+    assert len(load_problems(str(DATA), "train")) == 300
+    assert len(load_problems(str(DATA), "train", max_problems=7)) == 7
+
+
+@needs_data
+def test_real_problems_are_graded_end_to_end():
+    """Correct programs for real rows pass every test: stdin (Codeforces) and function-call (LCB)."""
+    pytest.importorskip("datasets")
+    env = DeepCoderEnv(dataset=str(DATA))
+    problems = env.problems("train")
+    minmax = next(p for p in problems if p.statement.strip().startswith("You are given two integers $x$ and $y$"))
+    snake = next(p for p in problems if "finalPositionOfSnake" in p.starter_code)
+    programs = {
+        id(minmax): "for _ in range(int(input())):\n    x, y = map(int, input().split())\n    print(min(x, y), max(x, y))\n",
+        # a bare def: indented into the starter's class Solution
+        id(snake): "```python\ndef finalPositionOfSnake(self, n: int, commands: List[str]) -> int:\n    i = j = 0\n"
+                   "    for c in commands:\n        i += {'UP': -1, 'DOWN': 1}.get(c, 0)\n        j += {'LEFT': -1, 'RIGHT': 1}.get(c, 0)\n"
+                   "    return i * n + j\n```",
+    }
+    for problem in (minmax, snake):
+        env._problem, env._done, env._message = problem, False, None
+        reward, info = env.grade(programs[id(problem)])
+        assert (reward, info["success"], info["passed_tests"]) == (1.0, True, len(problem.tests)), info
+
+
+@needs_data
+def test_local_files_in_every_format_load_the_same_rows(tmp_path):
+    """JSON, JSONL and parquet files in the hub layout (tests as a JSON string) read the same."""
+    datasets = pytest.importorskip("datasets")
+    pytest.importorskip("pyarrow")
+    rows = [{"problem": r["problem"], "tests": json.dumps(r["tests"]), "starter_code": r["starter_code"]} for r in json.loads(LCB.read_text())[:20]]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "rows.parquet"))
+    loaded = [load_problems(str(tmp_path / f"rows.{ext}"), "train") for ext in ("json", "jsonl", "parquet")]
+    assert loaded[0] == loaded[1] == loaded[2] and len(loaded[0]) == 20
+    assert loaded[0] == load_problems(str(LCB), "train", max_problems=20)
+
+
+def test_bad_local_files(tmp_path):
+    pytest.importorskip("datasets")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ValueError, match="expected .json, .jsonl or .parquet"):
+        load_problems(str(tmp_path / "notes.txt"), "train")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps({"problem": "p", "tests": json.dumps([{"input": "1"}])}) + "\n")
+    with pytest.raises(ValueError, match=r"broken.jsonl\) row 0: each test needs"):
+        load_problems(str(broken), "train")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"problem": "p", "tests": "[]"}) + "\n")
+    with pytest.raises(ValueError, match="no DeepCoder problems with tests"):
+        load_problems(str(empty), "train")
+
+
+def test_missing_datasets_names_the_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    (tmp_path / "rows.jsonl").write_text("{}\n")
+    with pytest.raises(ImportError, match="pip install datasets"):
+        load_problems(str(tmp_path / "rows.jsonl"), "train")
+
+
+# ------------------------------------------------------------------------------ hub splits
+class _FakeHub:
+    """Stands in for ``datasets.load_dataset`` on the hub: records which split of which subset."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+
+    def load_dataset(self, name, subset=None, split=None, cache_dir=None, **_):
+        self.calls.append((name, subset, split))
+        return [{"problem": f"{subset}/{split}", "tests": json.dumps([{"input": "1\n", "output": "1\n"}])}]
+
+
+def test_hub_trains_on_train_splits_and_validates_on_test_splits(monkeypatch):
+    hub = _FakeHub()
+    monkeypatch.setattr(problems_mod, "_datasets", lambda: hub)
+    env = DeepCoderEnv(dataset="agentica-org/DeepCoder-Preview-Dataset")
+    train = env.problems("train")
+    assert [c[1:] for c in hub.calls] == [("primeintellect", "train"), ("taco", "train"), ("lcbv5", "train")]
+    assert [p.statement for p in train] == ["primeintellect/train", "taco/train", "lcbv5/train"]
+    hub.calls.clear()
+    env.problems("val")
+    assert [c[1:] for c in hub.calls] == [("codeforces", "test"), ("lcbv5", "test")]
+    assert {c[0] for c in hub.calls} == {"agentica-org/DeepCoder-Preview-Dataset"}
+    assert env.reset(3) in {"primeintellect/train", "taco/train", "lcbv5/train"}
+    hub.calls.clear()
+    DeepCoderEnv(dataset="agentica-org/DeepCoder-Preview-Dataset", train_subsets=["taco"]).problems("train")
+    assert [c[1:] for c in hub.calls] == [("taco", "train")]
