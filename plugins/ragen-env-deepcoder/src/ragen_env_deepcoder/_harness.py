@@ -1,3 +1,4 @@
+# ragen-env-deepcoder sandbox harness (this line marks its processes)
 """The program runner that executes *inside* the sandbox (standard library only).
 
 The host starts this file's source as ``python -I -S -B -c <source>`` inside whatever isolation
