@@ -2,15 +2,20 @@
 """The program runner that executes *inside* the sandbox (standard library only).
 
 The host starts this file's source as ``python -I -S -B -c <source>`` inside whatever isolation
-it chose (see :mod:`ragen_env_deepcoder.sandbox`) and writes one JSON payload to its stdin::
+it chose (see :mod:`ragen_env_deepcoder.sandbox`) and writes one ``marshal`` payload (plain
+dicts, lists and strings, from the trusted host) to its stdin::
 
-    {"code": str, "tests": [{"kind": "stdin" | "call", "input": str | list, "fn_name": str | null}],
-     "limits": {...}, "uid": int | null, "nproc_extra": int | "scan", "workdir": str}
+    {"code": str, "tests": [{"kind": "stdin" | "call", "input": str | list of arguments,
+     "fn_name": str | None}], "limits": {...}, "uid": int | None, "nproc_extra": int | "scan",
+     "workdir": str}
 
 It compiles the program once, then runs every test in its own forked child and writes one JSON
-line per test to stdout (``{"i", "status", "stdout" | "result", "stderr", "cpu_s", "wall_s"}``),
-then ``{"done": true}``. It never sees the expected outputs: the host compares, so a program that
-inspects its own process (frames, ``gc``) finds nothing to copy.
+line per test to stdout (``{"i", "status", "stdout" | "result", "stderr", "cpu_s", "wall_s"}``;
+``result`` is the child's JSON text, parsed by the host), then ``{"done": true}``. It never sees
+the expected outputs: the host compares, so a program that inspects its own process (frames,
+``gc``) finds nothing to copy. Start-up cost matters (it is paid per program), so the harness
+imports no ``json``/``re``/``traceback``/``shutil``: JSON is written by the small encoder below
+and the rest is imported only where needed.
 
 Each child, before running the program:
 
@@ -28,19 +33,21 @@ to it; after each test it kills the test's process group and then every remainin
 has none, so no process outlives its test. The working directory is emptied between tests.
 """
 
-import ctypes
 import io
-import json
+import marshal
 import math
 import os
 import resource
 import select
-import shutil
 import signal
 import sys
 import time
-import traceback
 import types
+
+try:
+    from _json import encode_basestring_ascii as _json_str
+except ImportError:  # interpreters without the C accelerator
+    from json.encoder import py_encode_basestring_ascii as _json_str
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -50,45 +57,51 @@ STDERR_KEEP = 2000
 
 def _prctl(option, value):
     try:
+        import ctypes
+
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the sandbox module refuses such hosts anyway
+    except (OSError, AttributeError, ImportError):  # not Linux: the host refuses such machines
         pass
+
+
+def _dumps(value):
+    """JSON text of plain data (None, bool, int, finite float, str, list/tuple, str-keyed dict)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        return float.__repr__(value)
+    if isinstance(value, str):
+        return _json_str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_dumps(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(_json_str(k) + ":" + _dumps(v) for k, v in value.items()) + "}"
+    raise TypeError(type(value).__name__)
 
 
 # ---------------------------------------------------------------------------- inside the child
-def _parse_arg(line):
-    """One argument of a function-call test: JSON first, then a Python literal, else the text."""
-    import ast
-
-    try:
-        return json.loads(line)
-    except ValueError:
-        pass
-    try:
-        return ast.literal_eval(line)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return line
-
-
-def _call_args(raw):
-    if isinstance(raw, list):
-        return list(raw)
-    return [_parse_arg(line) for line in str(raw).split("\n") if line.strip()]
-
-
 def _plain(value, depth=0):
     """JSON-ready copy of a return value (tuples become lists); raises TypeError if impossible."""
     if depth > 100:
         raise TypeError("nested too deeply")
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        int.__repr__(value)  # ValueError past the int-to-text digit limit, as print() would
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TypeError("non-finite float")
         return value
     if isinstance(value, (list, tuple)):
         return [_plain(v, depth + 1) for v in value]
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+    if isinstance(value, dict) and all(type(k) is str for k in value):
         return {k: _plain(v, depth + 1) for k, v in value.items()}
     raise TypeError(type(value).__name__)
 
@@ -126,6 +139,20 @@ def _finish(main):
     gc.collect()
 
 
+def _print_exception(exc, limit):
+    """The traceback on stderr; its last line alone when ``traceback`` cannot be imported (the
+    program's uid may be unable to read the standard library)."""
+    try:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, limit=limit)
+    except BaseException:
+        try:
+            sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
+        except BaseException:
+            pass
+
+
 def _child(code_obj, test, fds, limits, uid, nproc):
     """Runs in the forked child; never returns."""
     status = 1
@@ -156,33 +183,29 @@ def _child(code_obj, test, fds, limits, uid, nproc):
                 fn = getattr(target(), name) if isinstance(target, type) and hasattr(target, name) else main.__dict__.get(name)
                 if not callable(fn):
                     raise NameError(f"the program defines no function {name!r} (nor Solution.{name})")
-                result = fn(*_call_args(test["input"]))
-                message = {"str": str(result)[: int(limits["output_bytes"])]}
+                result = fn(*test["input"])
+                text = '{"str":' + _json_str(str(result)[: int(limits["output_bytes"])])
                 try:
-                    message["json"] = _plain(result)
-                except (TypeError, RecursionError):
+                    text += ',"json":' + _dumps(_plain(result))
+                except (TypeError, ValueError, RecursionError):
                     pass
-                text = json.dumps(message)
-                _write_all(3, text.encode("utf-8", "replace")[: int(limits["output_bytes"]) * 2 + 64])
+                _write_all(3, (text + "}").encode("utf-8", "replace"))
             _finish(main)
             status = 0
         except SystemExit as exc:
             status = 0 if exc.code in (None, 0) else exc.code if isinstance(exc.code, int) else 1
             if not isinstance(exc.code, (int, type(None))):
                 print(exc.code, file=sys.stderr)
-        except BaseException:  # the program's own error: report it, fail the test
-            traceback.print_exc(limit=-3)
+        except BaseException as exc:  # the program's own error: report it, fail the test
+            _print_exception(exc, -3)
             status = 1
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except BaseException:  # the program closed or broke the stream; what it wrote is kept
                 pass
-    except BaseException:  # setup failed (should not happen): a failed test, never a hang
-        try:
-            traceback.print_exc()
-        except BaseException:
-            pass
+    except BaseException as exc:  # setup failed (should not happen): a failed test, never a hang
+        _print_exception(exc, None)
         status = 125
     os._exit(status if isinstance(status, int) and 0 <= status < 256 else 1)
 
@@ -249,6 +272,8 @@ def _empty_dir(path):
         full = os.path.join(path, entry)
         try:
             if os.path.isdir(full) and not os.path.islink(full):
+                import shutil
+
                 shutil.rmtree(full, ignore_errors=True)
             else:
                 os.unlink(full)
@@ -339,11 +364,7 @@ def _run_test(code_obj, test, limits, uid, nproc):
     if test["kind"] == "stdin":
         line["stdout"] = b"".join(streams[out_r][0]).decode("utf-8", "replace")
     else:
-        raw = b"".join(streams[res_r][0])
-        try:
-            line["result"] = json.loads(raw.decode("utf-8", "replace")) if raw else None
-        except ValueError:
-            line["result"] = None
+        line["result"] = b"".join(streams[res_r][0]).decode("utf-8", "replace")
     return line
 
 
@@ -361,12 +382,13 @@ def _count_own_tasks():
 
 
 def main():
-    payload = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    payload = marshal.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if os.getpid() != 1:  # pid 1 of a namespace (bwrap, unshare) reaps orphans already, and
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # bwrap sets no_new_privs; the limits level needs both
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     workdir = payload["workdir"]
     os.chdir(workdir)
@@ -376,7 +398,7 @@ def main():
     out = sys.stdout
 
     def emit(obj):
-        out.write(json.dumps(obj) + "\n")
+        out.write(_dumps(obj) + "\n")
         out.flush()
 
     try:

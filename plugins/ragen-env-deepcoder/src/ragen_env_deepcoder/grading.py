@@ -45,7 +45,7 @@ def parse_expected(value: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     if len(value) <= _LITERAL_LIMIT:
         try:

@@ -1,0 +1,259 @@
+"""DeepCoder episodes: answer extraction, starter-code rules, grading, rewards, bad input, play.
+
+Rewards are exact fractions of tests passed, so they are compared with ``==``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from ragen_env_deepcoder.answer import TYPING_PRELUDE, assemble, extract_code, function_name
+from ragen_env_deepcoder.builtin import ROWS
+from ragen_env_deepcoder.env import DeepCoderEnv
+from ragen_env_deepcoder.grading import normalise_output, parse_expected, passed, same_value
+from ragen_env_deepcoder.problems import TestCase, problem_from_row
+from ragen_env_deepcoder.sandbox import TestRun
+
+from ragen_core import registry
+from ragen_core.cli.env import play, read_reply, split_reply
+from ragen_core.seeding import make_rng
+
+SUM = "a, b = map(int, input().split())\nprint(a + b)"
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = DeepCoderEnv()
+    yield env
+    env.close()
+
+
+def on(env: DeepCoderEnv, index: int) -> DeepCoderEnv:
+    """``env`` reset onto built-in problem ``index``."""
+    env.reset(0)
+    env._problem = problem_from_row(ROWS[index], f"builtin/{index}")
+    return env
+
+
+# ------------------------------------------------------------------------------ extraction
+@pytest.mark.parametrize(
+    ("answer", "code", "problem"),
+    [
+        (SUM, SUM, ""),
+        (f"```python\n{SUM}\n```", SUM, ""),
+        (f"Here it is:\n```py\n{SUM}\n```\nDone.", SUM, ""),
+        (f"```\n{SUM}\n```", SUM, ""),
+        (f"```python\nprint(1)\n```\nbetter:\n```python\n{SUM}\n```", SUM, ""),  # several: the last one
+        (f"```cpp\nint main(){{}}\n```\n```python\n{SUM}\n```", SUM, ""),  # other languages skipped
+        (f"```python\n{SUM}", SUM, ""),  # unterminated fence
+        (f"~~~python\n{SUM}\n~~~", SUM, ""),
+        ("```cpp\nint main() { return 0; }\n```", "", "wrong language (cpp)"),
+        ("```java\nclass A {}\n```\n```rust\nfn main() {}\n```", "", "wrong language (java, rust)"),
+        ("", "", "empty"),
+        ("   \n\t", "", "empty"),
+        ("```python\n```", "", "empty"),
+    ],
+)
+def test_extract_code(answer, code, problem):
+    found = extract_code(answer)
+    assert (found.code, found.problem) == (code, problem)
+
+
+STARTER = "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        "
+
+
+def test_starter_code_rules():
+    own_class = "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"
+    assert assemble(STARTER, own_class) == TYPING_PRELUDE + own_class  # the model's class replaces the stub
+    bare = "def twoSum(self, nums, target):\n    return [0, 1]"
+    assert assemble(STARTER, bare) == TYPING_PRELUDE + "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"
+    helper = "import math\n\ndef helper():\n    return 1"
+    assert assemble(helper, "print(helper())") == TYPING_PRELUDE + helper + "\n\nprint(helper())"  # a complete starter goes first
+    assert assemble("def f(x):\n    ", "def f(x):\n    return x") == TYPING_PRELUDE + "def f(x):\n    return x"  # a stub does not
+    assert assemble("", SUM) == SUM
+    assert function_name(STARTER) == "twoSum" and function_name("def add(a, b):\n    ") == "add" and function_name("") is None
+
+
+# ------------------------------------------------------------------------------ grading rules
+def test_stdout_comparison():
+    assert normalise_output("1 2 \r\n3\n\n") == "1 2\n3"
+    test = TestCase("stdin", "", "1 2\n3\n")
+    assert passed(test, TestRun("ok", stdout="1 2  \n3"))
+    assert not passed(test, TestRun("ok", stdout="1 2\n4\n"))
+    assert not passed(test, TestRun("exit 1", stdout="1 2\n3\n"))  # right output, crashed
+    assert not passed(test, TestRun("cpu_limit", stdout="1 2\n3\n"))
+
+
+@pytest.mark.parametrize(
+    ("got", "expected", "ok"),
+    [
+        ({"str": "[1, 2]", "json": [1, 2]}, "[1, 2]", True),
+        ({"str": "(1, 2)", "json": [1, 2]}, "[1, 2]", True),  # the reference's str() rule failed this
+        ({"str": "True", "json": True}, "true", True),  # ... and this
+        ({"str": "1", "json": 1}, "true", False),  # bool and int stay apart
+        ({"str": "0.30000000000000004", "json": 0.30000000000000004}, "0.3", True),
+        ({"str": "5", "json": 5}, [5], True),  # TACO's one-element wrapping
+        ({"str": "{1}"}, "{1}", True),  # no JSON form: the spec's str() rule
+        ({"str": "abc", "json": "abc"}, '"abc"', True),
+        ({"str": "abd", "json": "abd"}, '"abc"', False),
+        (None, "1", False),
+    ],
+)
+def test_call_comparison(got, expected, ok):
+    assert passed(TestCase("call", "", expected, "f"), TestRun("ok", result=got)) is ok
+
+
+def test_parse_expected_and_same_value():
+    assert parse_expected("[1, 2]") == [1, 2] and parse_expected("(1, 2)") == (1, 2) and parse_expected("hello") == "hello"
+    assert parse_expected("[" * 200_000) == "[" * 200_000  # too long for literal_eval: text
+    assert same_value({"a": [1, 2.0]}, {"a": (1, 2)}) and not same_value({"a": 1}, {"b": 1})
+    assert not same_value(1.0, 1.1) and same_value(float("1e300"), 1e300)
+
+
+# ------------------------------------------------------------------------------ episodes
+def test_a_correct_program_scores_one_and_ends(env):
+    obs, reward, done, info = on(env, 0).step(f"```python\n{SUM}\n```")
+    assert (obs, reward, done) == ("Correct!", 1.0, True)
+    assert {k: info[k] for k in ("success", "passed_tests", "total_tests", "pass_reward", "runnable", "action_is_valid", "action_is_effective")} == {
+        "success": True, "passed_tests": 3, "total_tests": 3, "pass_reward": 1.0, "runnable": True, "action_is_valid": True,
+        "action_is_effective": True}
+    assert env.render() == "Correct!"
+    assert env.step(SUM)[1:3] == (0.0, True)  # one answer per episode
+
+
+def test_partial_credit_is_the_fraction_passed(env):
+    program = "a, b = map(int, input().split())\nprint(a + b if a < 100 else 0)"  # fails only the third test
+    obs, reward, done, info = on(env, 0).step(program)
+    assert (obs, reward, done, info["passed_tests"], info["success"]) == ("Incorrect.", 2 / 3, True, 2, False)
+    assert info["detail"] == "test 3/3: wrong answer"
+    strict = DeepCoderEnv(partial_credit=False)
+    assert on(strict, 0).step(program)[1] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [
+        ("```cpp\n#include <cstdio>\nint main() {}\n```", "no program: wrong language (cpp)"),
+        ("#include <cstdio>\nint main() { return 0; }", "does not compile: SyntaxError"),
+        ("I think the answer is to add the numbers.", "does not compile: SyntaxError"),
+        ("```python\nprint(1)\n```\n```python\nprint(2)\n```", "test 1/3: wrong answer"),
+        ("x" * 300_000, "answer longer than 200000 characters: not run"),
+    ],
+)
+def test_bad_answers_score_zero_and_say_why(env, answer, detail):
+    obs, reward, done, info = on(env, 0).step(answer)
+    assert (obs, reward, done, info["success"]) == ("Incorrect.", 0.0, True, False)
+    assert info["detail"].startswith(detail)
+
+
+def test_an_empty_answer_is_an_invalid_action_that_ends_nothing(env):
+    on(env, 0)
+    obs, reward, done, info = env.step("  ")
+    assert (obs, reward, done, info["action_is_valid"]) == ("Invalid action.", 0.0, False, False)
+    assert env.step(SUM)[1:3] == (1.0, True)
+    assert DeepCoderEnv(invalid_action_score=-0.5).reset(0) and on(DeepCoderEnv(invalid_action_score=-0.5), 0).step("")[1] == -0.5
+
+
+def test_function_call_problem_with_a_class_solution_starter(env):
+    on(env, 28)  # twoSum, LiveCodeBench layout
+    assert "Complete this starter code" in env.render() and "def twoSum" in env.render()
+    bare = "```python\ndef twoSum(self, nums: List[int], target: int) -> List[int]:\n    for i in range(len(nums)):\n" \
+           "        for j in range(i + 1, len(nums)):\n            if nums[i] + nums[j] == target:\n                return (i, j)\n```"
+    assert env.step(bare)[1] == 1.0  # indented into class Solution; a tuple matches the JSON list
+
+
+def test_every_builtin_reference_solution_passes_every_test(env):
+    for i, row in enumerate(ROWS):
+        reward, info = on(env, i).grade(row["solution"])
+        assert reward == 1.0, (i, info)
+
+
+def test_reset_is_seeded_per_mode_and_the_splits_differ():
+    env = DeepCoderEnv()
+    train = {env.reset(seed) for seed in range(1000)}  # uniform draws: P(a problem unseen) < 1e-12
+    val = {env.reset(seed, mode="val") for seed in range(1000)}
+    assert len(train) == 32 and len(val) == 8 and not train & val
+    assert DeepCoderEnv().reset(11) == DeepCoderEnv().reset(11, member=3)
+
+
+def test_random_action_is_a_program_that_runs(env):
+    rng = make_rng(3, "random-action")
+    for seed in range(6):
+        env.reset(seed)
+        _, reward, done, info = env.step(env.random_action(rng))
+        assert done and info["runnable"] and 0.0 <= reward <= 1.0
+
+
+def test_pickled_env_grades_in_the_receiving_process(env):
+    on(env, 0)
+    clone = pickle.loads(pickle.dumps(env))
+    assert clone._sandbox is None and clone.step(SUM)[1] == 1.0
+
+
+def test_preset_and_instruction():
+    env = registry.make("env", "deepcoder", preset="DeepCoder")
+    assert (env.config.max_actions_per_episode, env.config.max_tokens, env.config.max_turns, env.action_sep) == (1, 8000, 1, None)
+    text = DeepCoderEnv(sandbox={"time_limit_s": 4}).instruction()
+    assert "<answer>" in text and "4 s time limit" in text and "fraction of tests" in text
+
+
+# ------------------------------------------------------------------------------ fuzzing
+_FRAGMENTS = st.sampled_from(["```", "```python\n", "```cpp\n", "\n", "print(7)", "input()", "<answer>", "||", "def f(", "class Solution:", "é", "\x00", "    ", "1/0"])
+_ANSWERS = st.one_of(st.text(max_size=200), st.lists(_FRAGMENTS, max_size=30).map("".join))
+
+
+@settings(max_examples=300, deadline=None)
+@given(answer=_ANSWERS)
+@example(answer="```" * 50_000)
+@example(answer="```python\n" * 20_000)
+def test_extraction_never_fails(answer):
+    found = extract_code(answer)
+    assert isinstance(found.code, str) and (found.code == "") == bool(found.problem)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31), answer=_ANSWERS)
+@example(seed=0, answer="```python\nimport sys\nsys.setrecursionlimit(10**6)\ndef f(n): return f(n + 1)\nf(0)\n```")
+def test_any_answer_is_scored_never_raises(env, seed, answer):
+    env.reset(seed)
+    obs, reward, done, info = env.step(answer)
+    assert isinstance(obs, str) and math.isfinite(reward) and 0.0 <= reward <= 1.0
+    assert done is bool(answer.strip()) and info["success"] is (reward == 1.0 and done)
+
+
+# ------------------------------------------------------------------------------ ragen env play
+def test_read_reply_takes_a_pasted_program_for_free_form_envs():
+    fenced = io.StringIO(f"```python\n{SUM}\n\n```\nnext\n")
+    assert read_reply(fenced, free_form=True) == f"```python\n{SUM}\n\n```" and fenced.readline() == "next\n"
+    tagged = io.StringIO(f"<answer>\n{SUM}\n</answer>\n")
+    assert read_reply(tagged, free_form=True) == f"<answer>\n{SUM}\n</answer>"
+    assert read_reply(io.StringIO("```python\nprint(1)\n"), free_form=True) == "```python\nprint(1)"  # EOF ends it
+    assert read_reply(io.StringIO("Up || Left\nDown\n"), free_form=False) == "Up || Left"
+    assert read_reply(io.StringIO("```python\nx\n```\n"), free_form=False) == "```python"  # vocabulary envs: one line
+    assert read_reply(io.StringIO(""), free_form=True) is None
+
+
+def test_a_person_can_paste_a_program_in_play():
+    env = DeepCoderEnv()
+    seed = next(s for s in range(500) if env.reset(s) == problem_from_row(ROWS[0]).question)
+    out = io.StringIO()
+    typed = io.StringIO(f"<answer>\n```python\n{SUM}\n```\n</answer>\n")
+    result = play(env, seed=seed, agent="human", out=out, inp=typed, rng=make_rng(0))
+    assert result == {"reward": 1.0, "success": True, "actions": 1}
+    assert "Correct!" in out.getvalue() and "start with <answer> or ```" in out.getvalue()
+    assert split_reply(f"<answer>a || b</answer>", env) == ["a || b"]  # code is never split on ||
+
+
+def test_pool_facts_for_the_runner():
+    from ragen_core.interfaces.env_pool import EnvFacts
+
+    facts = EnvFacts.of(DeepCoderEnv())
+    assert (facts.action_sep, facts.action_names, facts.max_actions_per_episode) == (None, None, 1)
+    assert registry.get_spec("env", "deepcoder").async_step is True
+
+
