@@ -99,7 +99,8 @@ def test_drop_finished_on_and_off_give_identical_sampled_replies_as_rows_leave_o
     assert [g.token_ids for g in on] == [g.token_ids for g in off]
     for a, b in zip(on, off):
         # The batch shrinks with drop_finished on, which can change the forward's float
-        # reduction order (~1e-6); the cache contents themselves are exact (tests above).
+        # reduction order (~1e-6, measured <= 1e-6 with scalar/AVX2/AVX-512 kernels: ~100x
+        # margin); the cache contents themselves are exact (tests above).
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     lengths = [len(g.token_ids) for g in on]
     assert len(set(lengths)) >= 3 and max(lengths) == 12, lengths

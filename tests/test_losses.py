@@ -17,6 +17,8 @@ from ragen_core.trainer import losses as L
 
 
 def t(x, dtype=torch.float64):
+    """float64, so rounding (~1e-16) does not depend on the CPU: explicit tolerances below only cover
+    the truncation of the hand-written decimal constants (n decimals: at most 0.5e-n)."""
     return torch.tensor(x, dtype=dtype)
 
 

@@ -147,6 +147,7 @@ def test_component_norms_equal_a_manual_backward_of_each_component(tiny, mode, g
     assert set(norms) == {"task", "entropy", "kl"}
     for comp in want:
         assert want[comp] > 0
+        # micro-batches of 2 vs one forward of 4 reorder the gradient sums: measured <= 1e-7 relative (~1 eps)
         assert norms[comp] == pytest.approx(want[comp], rel=1e-4), comp
     assert set(losses) == {"policy", "entropy", "kl", "total"}
     assert losses["total"] == pytest.approx(losses["policy"] + losses["entropy"] + losses["kl"])
@@ -227,8 +228,10 @@ def test_trainer_analysis_logs_metrics_and_leaves_training_unchanged(tmp_path, t
     for ra, rb in zip(a, b):
         for k, v in ra.items():
             if not k.startswith("timing_s/"):
+                # the probe must not change training: measured identical; 1e-6 (~8 eps of O(1) metrics) is slack
                 assert rb[k] == pytest.approx(v, abs=1e-6), k
-        # one mini-batch, no entropy/KL term: the probe's task norm is the update's pre-clip norm
+        # one mini-batch, no entropy/KL term: the probe's task norm is the update's pre-clip norm (its own
+        # backward may order the sums differently: rel 1e-4 is ~800 eps; measured identical)
         assert rb["grad_norm/all/task"] == pytest.approx(rb["actor/grad_norm"], rel=1e-4)
         assert rb["grad_norm/all/sample_count"] == rb["train/batch_size"]
         assert rb["grad_analysis/uses_training_batch"] == 1.0
@@ -241,7 +244,7 @@ def test_trainer_analysis_logs_metrics_and_leaves_training_unchanged(tmp_path, t
     for ra, rc in zip(a, c):
         for k, v in ra.items():
             if not k.startswith("timing_s/"):
-                assert rc[k] == pytest.approx(v, abs=1e-6), k
+                assert rc[k] == pytest.approx(v, abs=1e-6), k  # as above: measured identical, 1e-6 is slack
     assert c[0]["grad_analysis/uses_training_batch"] == 0.0
     assert c[0]["grad_analysis/source_batch_size"] == 9 and c[0]["grad_analysis/source_group_size"] == 3
     assert c[0]["grad_norm/all/sample_count"] == c[0]["grad_analysis/adjusted_batch_size"] == 9
@@ -341,5 +344,5 @@ def test_log_prefilter_analyses_the_unfiltered_batch_without_disturbing_the_upda
     (row,) = _rows(trainer)
     assert row["grad_norm_prefilter/all/sample_count"] == 4 and row["grad_norm_prefilter/all/group_rv_count"] == 2
     assert row["grad_norm/all/sample_count"] == 2 and row["train/batch_size"] == 2
-    assert row["grad_norm/all/task"] == pytest.approx(row["actor/grad_norm"], rel=1e-4)
+    assert row["grad_norm/all/task"] == pytest.approx(row["actor/grad_norm"], rel=1e-4)  # as above: ~800 eps
     assert row["actor/grad_norm/task"] == row["grad_norm/all/task"]

@@ -86,6 +86,7 @@ def test_cached_prefix_logprobs_equal_full_forward(tmp_path):
     full, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
     cached, mask = reply_logprobs(model, batch)
     assert int(mask.sum()) == int(batch.response_mask.sum()) > 0
+    # cached prefix vs full forward reorder the float32 sums: bound ~84 eps * (1 + |lp|), measured <= 2 % of it
     assert torch.allclose(full[batch.response_mask > 0], cached[mask > 0], atol=1e-5)
 
 
@@ -176,7 +177,9 @@ def test_prompt_loss_weight_trains_on_all_tokens_and_reports_reply_loss(tmp_path
     prompt_mask = batch.attention_mask[:, 1:].float() * (1 - batch.response_mask)
     prompt0 = float(-(logp * prompt_mask).sum() / prompt_mask.sum())
     losses = sft(model, tok, trajs, epochs=3, lr=3e-3, batch_size=len(trajs), seed=0, prompt_loss_weight=1.0)
-    assert losses[0] == pytest.approx(reply0, rel=1e-4)  # one full batch: the first reported loss is the reply loss before any step
+    # one full batch: the first reported loss is the reply loss before any step; the SFT forward may batch
+    # its sums differently: rel 1e-4 is ~800 eps for a mean of log-probs (measured identical)
+    assert losses[0] == pytest.approx(reply0, rel=1e-4)
     with torch.no_grad():
         logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
     assert float(-(logp * prompt_mask).sum() / prompt_mask.sum()) < prompt0  # the prompt tokens were trained too
