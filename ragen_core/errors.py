@@ -57,5 +57,12 @@ class EnvError(RagenError):
     """An environment misbehaved (e.g. returned a NaN reward); names the env and the seed."""
 
 
+class CheckpointError(RagenError):
+    """A checkpoint cannot be used or written: damaged, holding more than plain data, or a failed write.
+
+    The message names the checkpoint folder and the file concerned.
+    """
+
+
 class ResourceError(RagenError):
     """The run cannot fit the hardware (memory, context length); raised before rollout starts."""

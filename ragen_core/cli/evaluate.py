@@ -6,6 +6,8 @@ Examples::
     ragen eval --env sokoban --preset CoordSokoban --model runs/sokoban-ppo-X --out val.jsonl
 
 ``--model`` accepts ``tiny``, a model folder, or a run directory (its latest checkpoint is used).
+A checkpoint is checked against its manifest first and its weights load from safetensors only;
+a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
 Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
 writes one JSON line per trajectory (spec 14.3, fixed variant):
 
@@ -42,17 +44,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_model(model: str) -> str:
-    """A run directory resolves to its latest checkpoint folder."""
-    from ragen_core.trainer.checkpoint import latest_checkpoint
+    """A run directory resolves to its latest checkpoint folder; a checkpoint must match its manifest.
+
+    Raises:
+        ConfigError: A run directory without checkpoints.
+        CheckpointError: The checkpoint is damaged (names the file).
+    """
+    from ragen_core.trainer.checkpoint import list_checkpoints, verify_checkpoint, written_by_ragen
 
     path = Path(model)
     if path.is_dir() and (path / "checkpoints").is_dir():
-        found = latest_checkpoint(path)
-        if found is None:
+        found = list_checkpoints(path)
+        if not found:
             from ragen_core.errors import ConfigError
 
             raise ConfigError(f"run directory {path} has no checkpoint yet")
-        return str(found[1])
+        path = found[-1][1]
+        older = [str(p) for _, p in found[:-1]]
+    else:
+        older = []
+    if written_by_ragen(path):
+        from ragen_core.errors import CheckpointError
+
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as exc:
+            raise CheckpointError(exc.message, [f"evaluate an older checkpoint: --model {older[-1]}"] if older else []) from None
+        return str(path)
     return model
 
 
@@ -124,8 +142,11 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
         sampling_params,
     )
 
+    from ragen_core.trainer.checkpoint import written_by_ragen
+
     device = resolve_device(config.device)
-    model, tokenizer = load_model_and_tokenizer(resolve_model(model_path), device=device)
+    path = resolve_model(model_path)
+    model, tokenizer = load_model_and_tokenizer(path, device=device, safetensors_only=written_by_ragen(path))
     engine = make_engine(config, model, tokenizer)
     runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
     try:

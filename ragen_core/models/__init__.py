@@ -10,6 +10,11 @@ Names understood by :func:`load_model_and_tokenizer`:
   ``AutoModelForCausalLM`` / ``AutoTokenizer`` (this may download from the Hub if the name is
   not cached locally).
 
+Weights never run code: safetensors files are plain data, and a pickled ``pytorch_model.bin`` is
+read by transformers with ``torch.load(weights_only=True)``, which refuses anything but tensors;
+folders RAGEN wrote itself (checkpoints, warm-start caches) load with ``safetensors_only=True``.
+A folder that cannot be loaded is a one-line :class:`~ragen_core.errors.RagenError`.
+
 ``<cache>`` is ``cache_dir`` if given, else ``$RAGEN_CACHE/models``, else
 ``~/.cache/ragen/models``.
 
@@ -19,6 +24,7 @@ Importing this package is cheap; torch and transformers are imported inside the 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -84,12 +90,21 @@ def _torch_dtype(dtype: Any) -> Any:
     return value
 
 
+def _safetensors_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return ()
+    return (SafetensorError,)
+
+
 def load_model_and_tokenizer(
     name_or_path: str,
     *,
     device: str = "cpu",
     dtype: Any = None,
     cache_dir: str | Path | None = None,
+    safetensors_only: bool = False,
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` by name (see the module docstring for the names).
 
@@ -99,6 +114,8 @@ def load_model_and_tokenizer(
         dtype: ``None`` (checkpoint default), a ``torch.dtype`` or its name (``"bfloat16"``).
         cache_dir: Where tiny models are built and cached (default :func:`default_cache_dir`).
             For Hub models it is passed to ``from_pretrained`` as its cache folder.
+        safetensors_only: Refuse weights in any other format (for folders RAGEN wrote, which hold
+            safetensors: another format there was put in by someone else).
 
     Returns:
         The model (in eval mode, on ``device``) and its tokenizer. The tokenizer is set to left
@@ -116,12 +133,22 @@ def load_model_and_tokenizer(
         path = name_or_path
         if cache_dir is not None:
             kwargs["cache_dir"] = str(cache_dir)
+    if safetensors_only:
+        kwargs["use_safetensors"] = True
+        if not any((Path(path) / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+            raise RagenError(f"could not load model {name_or_path!r}: it has no model.safetensors (this folder's weights load from safetensors only)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as exc:
+    except pickle.UnpicklingError:
         raise RagenError(
-            f"could not load model {name_or_path!r}: {exc}",
+            f"could not load model {name_or_path!r}: its weights file holds more than tensors (a pickle that could run code); refusing it",
+            hints=["load models only from sources you trust; prefer folders with model.safetensors"],
+        ) from None
+    except (OSError, *_safetensors_errors()) as exc:
+        text = str(exc).strip()
+        raise RagenError(
+            f"could not load model {name_or_path!r}: {text.splitlines()[0] if text else type(exc).__name__}",
             hints=["use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"],
         ) from exc
     tokenizer.padding_side = "left"

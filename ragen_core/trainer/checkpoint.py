@@ -14,24 +14,40 @@ name, or -- when a warm start changed the base -- ``checkpoints/lora_base/`` (re
 run folder), a plain model folder written once before the adapters are added. ``--resume``
 rebuilds that base, loads the adapter on top and restores the optimiser, so the KL reference
 (the base with adapters disabled) and the AdamW moments are exactly those of the first run.
+
+Trust. A run directory may come from someone else, so nothing in it may run code:
+``trainer_state.pt`` holds plain data only (tensors, numbers, strings, lists, dicts; the RNG
+states are stored in that form too) and is read with ``torch.load(weights_only=True)``, which
+refuses anything else; model and adapter weights of a checkpoint are read from safetensors only.
+Damage. The last file written into a checkpoint is ``manifest.json`` (every file's size and
+SHA-256, each file flushed to disk first). :func:`verify_checkpoint` checks it, and
+:func:`resume_checkpoint` resumes from the newest intact checkpoint whose step still has its
+``metrics.jsonl`` row, saying which ones it skipped and why. Checkpoints written before manifests
+existed are used unverified, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
 import re
 import shutil
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ragen_core.errors import CheckpointError
+
 STATE_FILE = "trainer_state.pt"
+MANIFEST_FILE = "manifest.json"
 ADAPTER_DIR = "adapter"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_FILE = "ragen_base.json"
 LORA_BASE_DIR = "lora_base"
 _STEP_RE = re.compile(r"^step_(\d+)$")
@@ -59,22 +75,66 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
 
 
 def rng_state() -> dict[str, Any]:
+    """The python, numpy, torch (and CUDA) RNG states as plain data (numpy's key as a list of ints)."""
     import torch
 
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {"bit_generator": str(name), "key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Apply what :func:`rng_state` returned (a checkpoint of an older RAGEN holds numpy's state as a tuple)."""
     import torch
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    np_state = state["numpy"]
+    if isinstance(np_state, dict):
+        np_state = (np_state["bit_generator"], np.asarray(np_state["key"], dtype=np.uint32), np_state["pos"],
+                    np_state["has_gauss"], np_state["cached_gaussian"])
+    np.random.set_state(np_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+_PLAIN = (type(None), bool, int, float, str, bytes)
+
+
+def plain_data(value: Any, where: str = "state") -> Any:
+    """``value`` as data ``torch.load(weights_only=True)`` reads back: numpy scalars and arrays become
+    Python numbers and lists; tensors, numbers, strings, lists, tuples and dicts stay as they are.
+
+    Raises:
+        CheckpointError: Anything else (named by its path, e.g. ``diagnostics.collapse.tracker``): a
+            checkpoint that could not be resumed is refused when it is written, not when it is read.
+    """
+    import torch
+
+    if isinstance(value, np.generic):  # before the scalars: np.float64 is a float subclass
+        return value.item()
+    if type(value) in _PLAIN or isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        items = [plain_data(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        out = {plain_data(k, f"{where} key"): plain_data(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, OrderedDict):  # a module's state_dict: keep its version metadata
+            out = OrderedDict(out)
+            if hasattr(value, "_metadata"):
+                out._metadata = value._metadata  # type: ignore[attr-defined]
+        return out
+    raise CheckpointError(f"cannot save a checkpoint: {where} is a {type(value).__module__}.{type(value).__qualname__}, not plain data",
+                          ["state_dict() of a diagnostic or runner must return tensors, numbers, strings, lists and dicts"])
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int = 2) -> Path:
@@ -84,25 +144,32 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
         model: The policy (``save_pretrained``; a PEFT model is merged into plain weights).
         tokenizer: Saved next to the model so the folder is self-contained.
         state: Extra trainer state (optimiser, critic, counters); RNG states are added here.
+
+    Raises:
+        CheckpointError: ``state`` holds more than plain data (nothing is written), or writing failed
+            (disk full, unwritable folder); older checkpoints are left as they were.
     """
     import torch
 
     final = checkpoint_dir(run_dir, step)
+    payload = plain_data({**state, "step": int(step), "rng": rng_state()})
     to_save = model
     if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
         import copy
 
         to_save = copy.deepcopy(model).merge_and_unload()
-    with _atomic_folder(final) as tmp:
-        _save_model_folder(tmp, to_save, tokenizer)
-        payload = dict(state)
-        payload["step"] = int(step)
-        payload["rng"] = rng_state()
-        if hasattr(model, "peft_config"):
-            model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
-            if state.get("lora_base"):
-                (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
-        torch.save(payload, tmp / STATE_FILE)
+    try:
+        with _atomic_folder(final) as tmp:
+            _save_model_folder(tmp, to_save, tokenizer)
+            if hasattr(model, "peft_config"):
+                model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
+                if state.get("lora_base"):
+                    (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
+            torch.save(payload, tmp / STATE_FILE)
+            write_manifest(tmp)
+    except (OSError, *_safetensors_errors()) as exc:
+        raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
+                              [f"older checkpoints are intact; free disk space or fix {final.parent}, then 'ragen run --resume {run_dir}'"]) from exc
     if keep > 0:
         for _, old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -110,10 +177,180 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
-    """Read ``trainer_state.pt`` of a checkpoint folder (RNG states are *not* applied here)."""
+    """Read ``trainer_state.pt`` of a checkpoint folder as plain data (RNG states are *not* applied here).
+
+    Raises:
+        CheckpointError: The file holds anything but plain data (it is not unpickled), cannot be
+            read, or lacks the optimiser, step or RNG state.
+    """
+    import pickle
+
+    file = Path(path) / STATE_FILE
+    try:
+        state = _load_plain(file)
+    except pickle.UnpicklingError as exc:
+        if "weights only load failed" not in str(exc).lower():
+            raise CheckpointError(f"{file} is damaged ({_first_line(exc)})") from None
+        raise CheckpointError(f"{file} holds more than plain data (tensors, numbers, strings, lists, dicts); refusing to load it",
+                              ["it was not written by RAGEN or was changed since: resume only from run directories you trust"]) from None
+    except (OSError, EOFError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{file} is damaged ({_first_line(exc)})") from None
+    _require(state, ("step", "rng"), file)
+    return state
+
+
+def _require(state: Any, keys: tuple[str, ...], file: Path) -> None:
+    missing = [k for k in keys if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{file} is not a RAGEN trainer state (no {', '.join(missing)})")
+
+
+def _load_plain(file: Path) -> Any:
+    """``torch.load(weights_only=True)``, also accepting numpy arrays of plain numbers.
+
+    Checkpoints written before the RNG states were stored as lists hold numpy's as an ndarray.
+    The extra globals only rebuild arrays and dtypes; the restricted unpickler still refuses
+    every other global, so nothing else can be called while loading.
+    """
     import torch
 
-    return torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+    # numpy's array and scalar constructors, wherever this numpy version keeps them
+    allowed = [np.zeros(1).__reduce__()[0], np.float64(0).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+               type(np.dtype(np.float64))]
+    serialization = torch.serialization
+    if not hasattr(serialization, "safe_globals"):  # torch 2.4 has only the process-wide allow-list
+        serialization.add_safe_globals(allowed)
+        return torch.load(file, map_location="cpu", weights_only=True)
+    with serialization.safe_globals(allowed):
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
+# ----------------------------------------------------------------------------- manifests
+def write_manifest(folder: str | Path) -> None:
+    """Record every file of ``folder`` (size, SHA-256) in ``manifest.json``, each file flushed to disk first.
+
+    Called last when a checkpoint is written: a folder whose manifest matches is complete.
+    """
+    folder = Path(folder)
+    files: dict[str, dict[str, Any]] = {}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST_FILE):
+        with file.open("rb") as fh:
+            files[file.relative_to(folder).as_posix()] = {"size": file.stat().st_size, "sha256": _sha256(fh)}
+            os.fsync(fh.fileno())
+    with (folder / MANIFEST_FILE).open("w", encoding="utf-8") as fh:
+        json.dump({"format": 1, "files": files}, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def verify_checkpoint(folder: str | Path) -> bool:
+    """Check ``folder`` against its manifest.
+
+    Returns:
+        True when every listed file is there with its size and hash; False for a folder without a
+        manifest (written by an older RAGEN: nothing to check against).
+
+    Raises:
+        CheckpointError: Naming the folder and the first file that is missing or differs.
+    """
+    folder = Path(folder)
+    path = folder / MANIFEST_FILE
+    if not path.exists():
+        return False
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        entries = [(str(name), int(e["size"]), str(e["sha256"])) for name, e in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {folder}: {MANIFEST_FILE} is damaged ({_first_line(exc)})") from None
+    for name, size, digest in entries:
+        file = folder / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {folder}: {name} is missing")
+        actual = file.stat().st_size
+        if actual != size:
+            raise CheckpointError(f"checkpoint {folder}: {name} is damaged ({actual} bytes, the manifest says {size})")
+        with file.open("rb") as fh:
+            if _sha256(fh) != digest:
+                raise CheckpointError(f"checkpoint {folder}: {name} is damaged (its contents differ from the manifest)")
+    return True
+
+
+def written_by_ragen(path: str | Path) -> bool:
+    """True for a folder RAGEN wrote (a checkpoint or ``lora_base``): its weights load from safetensors only."""
+    p = Path(path)
+    return p.is_dir() and ((p / MANIFEST_FILE).is_file() or (p / STATE_FILE).is_file())
+
+
+def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) -> tuple[int, Path]:
+    """The checkpoint ``--resume`` continues from: the newest intact one whose step has its metrics row.
+
+    Damaged checkpoints are skipped. When ``metrics.jsonl`` ends before a checkpoint's step (a torn
+    last line, see :func:`ragen_core.trainer.loggers.read_complete_rows`), an older checkpoint is
+    chosen so the missing steps are computed again; without one, the newest intact checkpoint is
+    used and the gap is reported. Every such decision is printed as one line through ``log``.
+
+    Raises:
+        CheckpointError: No checkpoint, or none of them intact.
+    """
+    from ragen_core.trainer.loggers import read_complete_rows
+
+    run_dir = Path(run_dir)
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointError(f"--resume: no checkpoint found under {run_dir / 'checkpoints'}",
+                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...', or choose another --run-dir"])
+    rows, torn = read_complete_rows(run_dir / "metrics.jsonl")
+    logged = int(rows[-1].get("step", 0)) if rows else 0
+    damaged: list[tuple[Path, str]] = []
+    ahead: list[tuple[int, Path, bool]] = []  # intact, but newer than the last metrics row
+    chosen: tuple[int, Path, bool] | None = None
+    for step, path in reversed(found):
+        try:
+            verified = verify_checkpoint(path)
+        except CheckpointError as exc:
+            damaged.append((path, exc.message))
+            continue
+        if step <= logged:
+            chosen = (step, path, verified)
+            break
+        ahead.append((step, path, verified))
+    if chosen is None and ahead:
+        chosen = ahead[0]
+        log(f"resume: metrics.jsonl has no rows for steps {logged + 1}..{chosen[0]} and no older intact checkpoint can recompute them; "
+            f"continuing from {chosen[1].name} with that gap")
+    elif chosen is not None and (torn or ahead):
+        reason = f"ends in a torn line after step {logged} (cut off)" if torn else f"ends at step {logged}"
+        log(f"resume: metrics.jsonl {reason}; resuming from {chosen[1].name} recomputes from step {chosen[0] + 1}")
+    if chosen is None:
+        listing = "; ".join(msg for _, msg in damaged)
+        raise CheckpointError(f"--resume: no intact checkpoint under {run_dir / 'checkpoints'}: {listing}",
+                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...'"])
+    step, path, verified = chosen
+    for _, message in damaged:
+        log(f"resume: {message}; resuming from {path.name}")
+    if not verified:
+        log(f"resume: checkpoints/{path.name} has no manifest (written by an older RAGEN): its files cannot be verified")
+    return step, path
+
+
+def _sha256(fh: Any) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _safetensors_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from safetensors import SafetensorError
+    except ImportError:
+        return ()
+    return (SafetensorError,)
 
 
 def save_lora_base(run_dir: str | Path, model: Any, tokenizer: Any) -> str:
@@ -126,6 +363,7 @@ def save_lora_base(run_dir: str | Path, model: Any, tokenizer: Any) -> str:
     if not (final / "config.json").is_file():
         with _atomic_folder(final) as tmp:
             _save_model_folder(tmp, model, tokenizer)
+            write_manifest(tmp)
     return f"checkpoints/{LORA_BASE_DIR}"
 
 
@@ -133,16 +371,31 @@ def save_lora_base(run_dir: str | Path, model: Any, tokenizer: Any) -> str:
 def _atomic_folder(final: Path) -> Iterator[Path]:
     """Yield an empty temporary sibling of ``final``; once the block succeeds it replaces ``final``.
 
-    A process killed inside the block leaves only the ``.tmp`` folder, never a half-written ``final``.
+    A process killed inside the block leaves only the ``.tmp`` folder, never a half-written
+    ``final``; a block that fails removes it (a full disk gets its space back). An existing
+    ``final`` is first renamed aside, so it is never half-deleted either.
     """
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    yield tmp
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = final.with_name(final.name + ".old")
     if final.exists():
-        shutil.rmtree(final)
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
     os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    with contextlib.suppress(OSError):  # make the rename itself durable (not possible on every filesystem)
+        fd = os.open(final.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _save_model_folder(folder: Path, model: Any, tokenizer: Any) -> None:
@@ -217,9 +470,9 @@ class CheckpointMixin:
                 out[name] = plugin
         return out
 
-    def _restore(self, path: Path) -> None:
-        """Load optimisers, critic, runners, counters, diagnostics and RNG states of a checkpoint."""
-        state = load_state(path)
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Apply a checkpoint's state (:func:`load_state`): optimisers, critic, runners, counters, diagnostics, RNGs."""
+        _require(state, ("optimizer",), self.run_dir / "checkpoints" / f"step_{state['step']}" / STATE_FILE)
         self.optimizer.load_state_dict(state["optimizer"])
         if self.critic is not None and "critic" in state:
             self.critic.load_state_dict(state["critic"])

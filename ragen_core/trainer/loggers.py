@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,48 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def read_complete_rows(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
+    """The rows of ``metrics.jsonl`` before its first broken line, and whether there was one.
+
+    A broken line (not JSON, e.g. a writer killed mid-line) ends the readable part: what follows
+    it cannot be trusted to continue the run in order. Used by ``--resume``, which recomputes the
+    steps after the last complete row from a checkpoint.
+
+    Raises:
+        ConfigError: A complete line is JSON but not an object (not written by a RAGEN logger).
+    """
+    from ragen_core.errors import ConfigError
+
+    p = Path(path)
+    if not p.is_file():
+        return [], False
+    rows: list[dict[str, Any]] = []
+    for number, raw in enumerate(p.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return rows, True
+        if not isinstance(row, dict):
+            raise ConfigError(f"{p} line {number} is a JSON {type(row).__name__}, not an object",
+                              ["metrics.jsonl holds one JSON object per step, as 'ragen run' writes it"])
+        rows.append(row)
+    return rows, False
+
+
 def truncate_metrics(path: str | Path, last_step: int) -> None:
-    """Keep only rows with ``step <= last_step`` (used when resuming from a checkpoint)."""
+    """Keep only complete rows with ``step <= last_step`` (used when resuming from a checkpoint).
+
+    The file is replaced atomically: a process killed meanwhile leaves the old file, never half of it.
+    """
     p = Path(path)
     if not p.is_file():
         return
-    rows = [r for r in read_metrics(p) if int(r.get("step", 0)) <= last_step]
-    p.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    rows = [r for r in read_complete_rows(p)[0] if int(r.get("step", 0)) <= last_step]
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, p)
 
 
 class JsonlLogger:

@@ -172,8 +172,11 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     A fresh run loads ``config.model``; a resumed full fine-tuning run the checkpoint folder; a
     resumed LoRA run the *original base* of its adapters (see :mod:`ragen_core.trainer.checkpoint`),
     returning ``(base reference, adapter folder)`` as the second item for :func:`wrap_lora`.
+
+    Raises:
+        CheckpointError: The run's ``checkpoints/lora_base`` differs from its manifest.
     """
-    from ragen_core.trainer.checkpoint import lora_resume_source, resolve_lora_base
+    from ragen_core.trainer.checkpoint import lora_resume_source, resolve_lora_base, verify_checkpoint
 
     if checkpoint is None:
         return config.model, None
@@ -181,7 +184,10 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     source = lora_resume_source(checkpoint) if peft_cfg is not None and peft_cfg.rank > 0 else None
     if source is None:
         return str(checkpoint), None
-    return resolve_lora_base(run_dir, source[0]), source
+    base = resolve_lora_base(run_dir, source[0])
+    if Path(base).is_dir():
+        verify_checkpoint(base)
+    return base, source
 
 
 def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path, resume_from: tuple[str, Path] | None = None,
@@ -196,6 +202,8 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
 
     Raises:
         ConfigError: ``peft`` is not installed.
+        CheckpointError: The adapter folder has no ``adapter_model.safetensors`` (adapters are
+            read from safetensors only, never from a pickle).
     """
     peft_cfg = config.optim.peft
     if peft_cfg is None or peft_cfg.rank == 0:
@@ -204,9 +212,14 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
         import peft
     except ImportError:
         raise ConfigError("optim.peft.rank > 0 needs the 'peft' package", ["pip install 'ragen-core[lora]'"]) from None
+    from ragen_core.trainer.checkpoint import ADAPTER_WEIGHTS, save_lora_base
+
     if resume_from is not None:
+        if not (resume_from[1] / ADAPTER_WEIGHTS).is_file():
+            from ragen_core.errors import CheckpointError
+
+            raise CheckpointError(f"LoRA adapter {resume_from[1]} has no {ADAPTER_WEIGHTS} (adapters are loaded from safetensors only)")
         return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
-    from ragen_core.trainer.checkpoint import save_lora_base
 
     if fresh_base and not hasattr(model, "ragen_warm_start"):
         base = config.model

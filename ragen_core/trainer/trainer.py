@@ -75,10 +75,14 @@ class Trainer(CheckpointMixin):
         from ragen_core.models import load_model_and_tokenizer
         from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
-        from ragen_core.trainer.checkpoint import latest_checkpoint
+        from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
 
         cfg = self.config
+        ckpt = None
+        if self.resume:
+            ckpt = resume_checkpoint(self.run_dir)  # the newest intact checkpoint that has its metrics; says what it skipped
+            state = load_state(ckpt[1])  # plain data only, read before anything else is built
         self.device = su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config)
@@ -94,13 +98,8 @@ class Trainer(CheckpointMixin):
             )
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
-        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
-        if self.resume and ckpt is None:
-            from ragen_core.errors import ConfigError
-
-            raise ConfigError(f"--resume: no checkpoint found under {self.run_dir / 'checkpoints'}")
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
-        self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device)
+        self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
@@ -141,7 +140,7 @@ class Trainer(CheckpointMixin):
         self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience)
         self.timing_totals: dict[str, float] = {}
         if ckpt is not None:
-            self._restore(ckpt[1])
+            self._restore(state)
             truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         self.run_dir.mkdir(parents=True, exist_ok=True)

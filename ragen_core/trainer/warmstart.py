@@ -235,7 +235,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     ws = config.warm_start
     folder = cache_folder(config)
     if (folder / "config.json").is_file():
-        warm = load_model_and_tokenizer(str(folder), device=device)[0]
+        warm = load_model_and_tokenizer(str(folder), device=device, safetensors_only=True)[0]  # the cache is written as safetensors
         meta = read_meta(folder)
         warm.ragen_warm_start = meta
         if verbose:

@@ -1,0 +1,286 @@
+"""Files a user may have received never run code, and damage never crashes or skews a resume (issue 13, items 1, 4, 5).
+
+A run directory, a checkpoint or a model folder can come from someone else. Loading one must
+read plain data only (tensors, numbers, strings, lists, dicts): a planted pickle payload is
+refused with a one-line error and never executes. A checkpoint carries a manifest (file sizes
+and SHA-256, written last); ``--resume`` skips damaged checkpoints for the newest intact one and
+says so, ``ragen eval`` refuses a damaged one with a one-line error. A torn last line of
+``metrics.jsonl`` is cut off and its step computed again from an older checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen_core.cli.main import main
+from ragen_core.config import load_config
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer import checkpoint as ck
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def make_config(tmp_path: Path, *overrides: str, name: str = "run") -> RunConfig:
+    env = register_toy_env()
+    base = [
+        f"env={env}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+        "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
+        "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
+        "val_groups=2", "test_freq=0", "save_freq=1", "steps=2",
+        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
+    ]
+    return load_config(RunConfig, [], base + list(overrides))
+
+
+class Payload:
+    """Unpickling this runs a shell command that creates ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # noqa: ANN204
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _reseal(folder: Path) -> None:
+    """What an attacker who edits a checkpoint can do: make its manifest match again."""
+    if (folder / "manifest.json").is_file():
+        ck.write_manifest(folder)
+
+
+def _one_line_error(capsys) -> str:
+    """The error the CLI printed: one line naming its class, then nothing but ``hint:`` lines
+    (progress bars of model loading may come before it)."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
+    assert len(starts) == 1, lines
+    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1:]), lines
+    return lines[starts[0]]
+
+
+def _call_cli(argv: list[str]) -> object:
+    """``main(argv)``, or the exception it let escape (a traceback for a user)."""
+    try:
+        return main(argv)
+    except Exception as exc:  # noqa: BLE001 - the test asserts it is not an exception
+        return exc
+
+
+def _eval_argv(model: Path) -> list[str]:
+    return ["eval", "--env", register_toy_env(), "--model", str(model), "--groups", "1", "--group-size", "1",
+            "env_config.length=3", "env_config.max_turns=1", "sampling.val.max_new_tokens=4"]
+
+
+# ----------------------------------------------------------------------------- item 1: plain data only
+def test_resume_refuses_a_planted_pickle_payload(tmp_path, capsys):
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    marker = tmp_path / "marker"
+    torch.save({"step": 1, "optimizer": Payload(marker)}, ckpt / ck.STATE_FILE)
+    _reseal(ckpt)
+    rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
+    assert not marker.exists(), "the payload ran"
+    assert rc == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("CheckpointError:") and ck.STATE_FILE in line and "plain data" in line
+
+
+def test_checkpoint_state_is_plain_data_and_restores_every_rng(tmp_path):
+    """The whole state, RNG states included, loads with ``weights_only=True`` and no allow-list."""
+    import random
+
+    import numpy as np
+
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    path = ck.save_checkpoint(tmp_path, 1, model, tok, {"runner": {"counter": 4}, "stopper": {"rv_history": [np.float64(0.5)]}})
+    expected = (random.random(), np.random.random(), torch.rand(1))
+    state = torch.load(path / ck.STATE_FILE, map_location="cpu", weights_only=True)
+    assert state["runner"] == {"counter": 4} and state["stopper"] == {"rv_history": [0.5]}
+    random.seed(0), np.random.seed(0), torch.manual_seed(0)
+    ck.set_rng_state(state["rng"])
+    assert (random.random(), np.random.random(), torch.rand(1)) == expected
+
+
+def test_state_that_is_not_plain_data_is_refused_when_saving(tmp_path):
+    from ragen_core.errors import CheckpointError
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    with pytest.raises(CheckpointError, match=r"diagnostics\.mine\.tracker"):
+        ck.save_checkpoint(tmp_path, 1, model, tok, {"diagnostics": {"mine": {"tracker": object()}}})
+    assert ck.list_checkpoints(tmp_path) == []
+
+
+def test_checkpoint_of_an_older_ragen_still_resumes(tmp_path, capsys):
+    """Before manifests, the numpy RNG state was pickled as an ndarray: still accepted, with a warning."""
+    import numpy as np
+
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    state = torch.load(ckpt / ck.STATE_FILE, weights_only=True)
+    state["rng"]["numpy"] = np.random.get_state()
+    torch.save(state, ckpt / ck.STATE_FILE)
+    (ckpt / ck.MANIFEST_FILE).unlink()
+    capsys.readouterr()
+    resumed = Trainer(cfg.model_copy(update={"steps": 2}), resume=True)
+    resumed.train()
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2]
+    assert "step_1 has no manifest" in capsys.readouterr().out
+
+
+def _plant_pickled_weights(folder: Path, marker: Path) -> None:
+    """A model folder whose weights are a pickle payload (no safetensors file)."""
+    from ragen_core.models import tiny_path
+
+    shutil.copytree(tiny_path(), folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({"model.embed_tokens.weight": Payload(marker)}, folder / "pytorch_model.bin")
+
+
+def test_eval_refuses_pickled_weights_in_a_model_folder(tmp_path, capsys):
+    marker = tmp_path / "marker"
+    _plant_pickled_weights(tmp_path / "model", marker)
+    rc = _call_cli(_eval_argv(tmp_path / "model"))
+    assert not marker.exists(), "the payload ran"
+    assert rc == 2
+    assert "model" in _one_line_error(capsys)
+
+
+def test_resume_loads_checkpoint_weights_from_safetensors_only(tmp_path, capsys):
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    marker = tmp_path / "marker"
+    (ckpt / "model.safetensors").unlink()
+    torch.save({"model.embed_tokens.weight": Payload(marker)}, ckpt / "pytorch_model.bin")
+    _reseal(ckpt)
+    rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
+    assert not marker.exists(), "the payload ran"
+    assert rc == 2
+    assert "model.safetensors" in _one_line_error(capsys)
+
+
+def test_lora_resume_refuses_a_pickled_adapter(tmp_path, capsys):
+    pytest.importorskip("peft")  # optional extra: LoRA needs it
+    cfg = make_config(tmp_path, "steps=1", "optim.peft.rank=4", "optim.peft.alpha=8")
+    Trainer(cfg).train()
+    adapter = Path(cfg.run_dir) / "checkpoints" / "step_1" / ck.ADAPTER_DIR
+    marker = tmp_path / "marker"
+    (adapter / "adapter_model.safetensors").unlink()
+    torch.save({"base_model.model.lm_head.lora_A.weight": Payload(marker)}, adapter / "adapter_model.bin")
+    _reseal(adapter.parent)
+    rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
+    assert not marker.exists(), "the payload ran"
+    assert rc == 2
+    assert "adapter_model.safetensors" in _one_line_error(capsys)
+
+
+# ----------------------------------------------------------------------------- item 4: damaged checkpoints
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "empty":
+        data = b""
+    elif how == "truncated":
+        data = data[: len(data) // 2]
+    else:  # one flipped byte in the middle: same size, loads fine without a hash check
+        i = len(data) // 2
+        data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+    path.write_bytes(data)
+
+
+DAMAGE = [(ck.STATE_FILE, "empty"), (ck.STATE_FILE, "truncated"), ("model.safetensors", "truncated"), ("model.safetensors", "flipped")]
+
+
+def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
+    import hashlib
+
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    manifest = json.loads((ckpt / ck.MANIFEST_FILE).read_text())
+    on_disk = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file() and p.name != ck.MANIFEST_FILE}
+    assert set(manifest["files"]) == on_disk and {ck.STATE_FILE, "model.safetensors", "config.json"} <= on_disk
+    for name, entry in manifest["files"].items():
+        data = (ckpt / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert ck.verify_checkpoint(ckpt) is True
+
+
+@pytest.mark.parametrize("file,how", DAMAGE)
+def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, capsys, file, how):
+    cfg = make_config(tmp_path, "steps=2")
+    Trainer(cfg).train()
+    run_dir = Path(cfg.run_dir)
+    _damage(run_dir / "checkpoints" / "step_2" / file, how)
+    capsys.readouterr()
+    resumed = Trainer(cfg, resume=True)
+    resumed.setup()
+    assert resumed.start_step == 2
+    said = [line for line in capsys.readouterr().out.splitlines() if "step_2" in line]
+    assert len(said) == 1 and file in said[0] and "step_1" in said[0]
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
+
+
+def test_resume_with_every_checkpoint_damaged_is_a_one_line_error(tmp_path, capsys):
+    cfg = make_config(tmp_path, "steps=2")
+    Trainer(cfg).train()
+    for step in (1, 2):
+        _damage(Path(cfg.run_dir) / "checkpoints" / f"step_{step}" / ck.STATE_FILE, "truncated")
+    capsys.readouterr()
+    rc = _call_cli(["run", "--resume", cfg.run_dir])
+    assert rc == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("CheckpointError:") and "step_1" in line and "step_2" in line
+
+
+@pytest.mark.parametrize("file,how", DAMAGE)
+def test_eval_of_a_damaged_checkpoint_is_a_one_line_error(tmp_path, capsys, file, how):
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    run_dir = Path(cfg.run_dir)
+    _damage(run_dir / "checkpoints" / "step_1" / file, how)
+    capsys.readouterr()
+    for model in (run_dir, run_dir / "checkpoints" / "step_1"):  # a run directory means its latest checkpoint
+        rc = _call_cli(_eval_argv(model))
+        assert rc == 2
+        line = _one_line_error(capsys)
+        assert "step_1" in line and file in line
+
+
+# ----------------------------------------------------------------------------- item 5: torn metrics line
+def _without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("timing_s/")} for row in rows]
+
+
+def test_torn_last_metrics_line_is_recomputed_from_a_checkpoint(tmp_path, capsys):
+    full = make_config(tmp_path, "steps=3", name="full")
+    Trainer(full).train()
+    cfg = make_config(tmp_path, "steps=3", name="torn")
+    Trainer(cfg).train()
+    metrics = Path(cfg.run_dir) / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # step 3's line torn mid-write
+    capsys.readouterr()
+    Trainer(cfg, resume=True).train()
+    said = [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
+    assert len(said) == 1 and "step 3" in said[0] and "step_2" in said[0]
+    rows = read_metrics(metrics)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # the same computation in one process: every value equal, bit for bit
+    assert _without_timings(rows) == _without_timings(read_metrics(Path(full.run_dir) / "metrics.jsonl"))
