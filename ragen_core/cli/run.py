@@ -6,12 +6,13 @@ Examples::
     ragen run --env bandit --recipe learn           # the env's settings measured to learn
     ragen run --env sokoban --algo ppo --filter snr-topp --steps 200 rollout.group_size=16
     ragen run --config exp.yaml optim.lr=1e-6
-    ragen run --resume runs/bandit-grpo-20250101-120000 steps=40
+    ragen run --resume runs/bandit-grpo-20250101-120000-3f2a steps=40
 
 Precedence: ``--recipe`` (named settings the env ships, see ``ragen plugins show env NAME``) <
 ``--config`` files (in order) < the flags above < ``dotted.key=value`` overrides.
 With ``--resume RUN_DIR`` the run's own ``config.yaml`` is the base and training continues from
-its latest checkpoint.
+its newest intact checkpoint. A new run refuses a ``--run-dir`` that is not empty unless
+``--overwrite`` is given (which removes that folder's run files first).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
     parser.add_argument("--engine", help="rollout engine plugin: hf (default) or vllm")
     parser.add_argument("--steps", type=int, help="training steps")
-    parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>)")
+    parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>-<suffix>); must be new or empty")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --run-dir (its metrics, config, checkpoints)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -42,13 +44,12 @@ def build_config(args: argparse.Namespace):
     from ragen_core.config import load_config
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.run_dir import read_run_config
 
     files = list(args.config)
-    if args.resume:
-        base = Path(args.resume) / "config.yaml"
-        if not base.is_file():
-            raise ConfigError(f"--resume: {base} not found", ["pass the run directory that contains config.yaml and checkpoints/"])
-        files.insert(0, str(base))
+    if args.resume and getattr(args, "overwrite", False):
+        raise ConfigError("--resume and --overwrite exclude each other", ["--resume continues the run; --overwrite starts it again"])
+    resumed = read_run_config(Path(args.resume)) if args.resume else None
     flags: list[str] = []
     for key in ("env", "preset", "algo", "filter", "model", "engine", "steps"):
         value = getattr(args, key, None)
@@ -65,9 +66,9 @@ def build_config(args: argparse.Namespace):
         raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
-    base = recipe_base(args, files) if getattr(args, "recipe", None) else None
+    base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     config = load_config(RunConfig, files, flags + list(args.overrides), base=base)
-    if base is not None:
+    if base is not None and resumed is None:
         if "algo" in base:
             _check_recipe_algo(args.recipe, base["algo"], config.algo)
         from ragen_core.trainer.config import check_plugin_configs
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         from ragen_core import registry
 
         print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
-    trainer = Trainer(config, resume=bool(args.resume))
+    trainer = Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False)))
     history = trainer.train()
     last = history[-1] if history else {}
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in ("train/reward", "train/success", "val-env/success") if k in last)

@@ -159,13 +159,6 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         )
 
 
-def default_run_dir(config: RunConfig) -> Path:
-    import time
-
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{config.env}-{config.algo}-{stamp}"
-
-
 def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path | None) -> tuple[str, tuple[str, Path] | None]:
     """What to load before training: ``(model name or folder, LoRA resume source or None)``.
 

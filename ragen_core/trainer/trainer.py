@@ -47,15 +47,21 @@ class Trainer(CheckpointMixin):
 
     Args:
         config: The validated run config.
-        resume: Continue from the latest checkpoint of ``config.run_dir``.
+        resume: Continue from the newest intact checkpoint of ``config.run_dir``.
+        overwrite: A fresh run into a ``config.run_dir`` that holds a run first removes that run's
+            files (without it, a non-empty folder is refused; see :mod:`ragen_core.trainer.run_dir`).
     """
 
-    def __init__(self, config: RunConfig, *, resume: bool = False) -> None:
-        from ragen_core.trainer.setup import default_run_dir
+    def __init__(self, config: RunConfig, *, resume: bool = False, overwrite: bool = False) -> None:
+        from ragen_core.errors import ConfigError
+        from ragen_core.trainer.run_dir import default_run_dir
 
+        if resume and (overwrite or not config.run_dir):
+            raise ConfigError("resume needs the run directory (config.run_dir) and cannot be combined with overwrite")
         self.config = config
-        self.run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)
+        self.run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)  # a new default folder is created here
         self.resume = resume
+        self.overwrite = overwrite
         self.start_step = 1
         self.stop_reason: str | None = None
         self._interrupts = 0
@@ -70,19 +76,21 @@ class Trainer(CheckpointMixin):
         import torch
 
         from ragen_core import registry
-        from ragen_core.config import dump_yaml
         from ragen_core.hookspecs import make_plugin_manager
         from ragen_core.models import load_model_and_tokenizer
         from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
+        from ragen_core.trainer.run_dir import claim_run_dir, write_run_config
 
         cfg = self.config
-        ckpt = None
         if self.resume:
             ckpt = resume_checkpoint(self.run_dir)  # the newest intact checkpoint that has its metrics; says what it skipped
             state = load_state(ckpt[1])  # plain data only, read before anything else is built
+        else:
+            ckpt = None
+            claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
         self.device = su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config)
@@ -143,8 +151,7 @@ class Trainer(CheckpointMixin):
             self._restore(state)
             truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        dump_yaml(cfg.model_copy(update={"run_dir": str(self.run_dir)}), self.run_dir / "config.yaml")
+        write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
         self._write_plugins_json()
         self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine, device=self.device)
         self.pm = make_plugin_manager()

@@ -1,0 +1,124 @@
+"""The run directory: one run per folder, and a ``config.yaml`` that is read and written whole.
+
+* A run without ``run_dir`` gets ``runs/<env>-<algo>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, created
+  with a plain ``mkdir`` (no ``exist_ok``) and a fresh suffix when the name is taken, so two runs
+  started in the same second never share a folder.
+* A fresh run refuses a folder that holds anything (it would mix two runs: appended metrics, a
+  replaced ``config.yaml``, pruned checkpoints). ``overwrite`` removes what a run writes there
+  (:data:`RUN_ENTRIES`) and keeps other files, saying which.
+* ``config.yaml`` of a fresh run is created exclusively, the last claim on the folder before any
+  metrics: of two runs started into one folder at once, the second stops there. A resumed run
+  replaces it atomically. ``--resume`` refuses a ``config.yaml`` that is missing, unreadable,
+  empty or names no env (a resume would otherwise continue with defaults and overwrite it).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import ConfigError
+
+CONFIG_FILE = "config.yaml"
+
+RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "plugins.json", "checkpoints", "rollouts", "plots", "tensorboard", "wandb",
+               "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl")
+"""What ``ragen run`` (and ``ragen plot`` / ``ragen diagnose``) write into a run directory."""
+
+
+def _suffix() -> str:
+    return secrets.token_hex(2)
+
+
+def default_run_dir(config: Any, root: str | Path = "runs") -> Path:
+    """Create and return a new folder ``<root>/<env>-<algo>-<time>-<suffix>`` (never an existing one)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    Path(root).mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        path = Path(root) / f"{config.env}-{config.algo}-{stamp}-{_suffix()}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise ConfigError(f"could not create a new run directory under {root}: 100 names were taken", ["pass --run-dir"])
+
+
+def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -> None:
+    """Make ``run_dir`` an empty folder for a fresh run.
+
+    Raises:
+        ConfigError: ``run_dir`` holds files and ``overwrite`` is off, or is not a folder.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} is a file", ["choose another --run-dir"])
+    entries = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    if entries and not overwrite:
+        shown = ", ".join(entries[:4]) + (f", ... ({len(entries)} entries)" if len(entries) > 4 else "")
+        raise ConfigError(f"run directory {run_dir} is not empty ({shown})",
+                          [f"continue that run with 'ragen run --resume {run_dir}', choose another --run-dir, "
+                           "or pass --overwrite (Trainer(overwrite=True)) to replace it"])
+    if entries:
+        ours = set(RUN_ENTRIES) | {f"{name}.tmp" for name in RUN_ENTRIES}
+        removed = [name for name in entries if name in ours]
+        for name in removed:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        kept = [name for name in entries if name not in ours]
+        log(f"overwrite: removed {', '.join(removed) or 'nothing'} from {run_dir}"
+            + (f"; kept {', '.join(kept)} (not written by a run)" if kept else ""))
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def write_run_config(run_dir: Path, config: Any, *, fresh: bool) -> None:
+    """Write the resolved config as ``run_dir/config.yaml``.
+
+    Args:
+        fresh: Create the file exclusively (a fresh run); otherwise replace it atomically (a resume).
+
+    Raises:
+        ConfigError: ``fresh`` and another run wrote ``config.yaml`` since :func:`claim_run_dir`.
+    """
+    import yaml
+
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    path = run_dir / CONFIG_FILE
+    if fresh:
+        try:
+            with path.open("x", encoding="utf-8") as fh:
+                fh.write(text)
+        except FileExistsError:
+            raise ConfigError(f"another run started in {run_dir} at the same time (it wrote {CONFIG_FILE} first)",
+                              ["give each run its own --run-dir"]) from None
+        return
+    tmp = path.with_name(CONFIG_FILE + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """The settings of ``run_dir/config.yaml`` for ``--resume`` (unvalidated).
+
+    Raises:
+        ConfigError: The file is missing, unreadable, malformed, empty or names no env.
+    """
+    from ragen_core.config import read_yaml
+
+    path = run_dir / CONFIG_FILE
+    hint = "--resume needs the config.yaml that 'ragen run' wrote into the run directory; restore it, or start a new run"
+    if not path.is_file():
+        raise ConfigError(f"--resume: {path} not found", ["pass the run directory that contains config.yaml and checkpoints/"])
+    try:
+        path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--resume: cannot read {path} ({type(exc).__name__})", [hint]) from None
+    data = read_yaml(path)
+    if not data:
+        raise ConfigError(f"--resume: {path} is empty", [hint])
+    if "env" not in data:
+        raise ConfigError(f"--resume: {path} names no env, so it is not a run's config", [hint])
+    return data

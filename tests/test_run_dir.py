@@ -1,0 +1,156 @@
+"""One run per directory, and ``--resume`` only with the run's own config (issue 13, items 2, 3, 6).
+
+* A fresh run refuses a non-empty run directory unless told to overwrite it.
+* Default directory names are unique, and the directory is created atomically.
+* An empty or unreadable ``config.yaml`` stops ``--resume`` with a one-line error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ragen_core.cli.main import main
+from ragen_core.config import load_config
+from ragen_core.errors import ConfigError
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TOY = [
+    "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+    "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+    "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
+    "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
+    "val_groups=2", "test_freq=0", "save_freq=1", "warm_start.enabled=false", "progress=false",
+]
+
+
+def make_config(tmp_path: Path | None, *overrides: str, name: str = "run", steps: int = 2) -> RunConfig:
+    run_dir = [f"run_dir={tmp_path / name}"] if tmp_path is not None else []
+    return load_config(RunConfig, [], [f"env={register_toy_env()}", f"steps={steps}", *TOY, *run_dir, *overrides])
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys) -> str:
+    """The error the CLI printed: one line naming its class, then nothing but ``hint:`` lines
+    (progress bars of model loading may come before it)."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
+    assert len(starts) == 1, lines
+    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1:]), lines
+    return lines[starts[0]]
+
+
+def _run_cli(run_dir: Path, *extra: str) -> int:
+    return main(["run", "--env", register_toy_env(), "--run-dir", str(run_dir), "--no-progress", *TOY, *extra])
+
+
+# ----------------------------------------------------------------------------- item 2: one run per directory
+def test_fresh_run_refuses_a_directory_that_holds_a_run(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=2)
+    Trainer(cfg).train()
+    before = _snapshot(Path(cfg.run_dir))
+    with pytest.raises(ConfigError, match="--resume") as info:
+        Trainer(cfg).train()
+    assert "--overwrite" in str(info.value)
+    assert _snapshot(Path(cfg.run_dir)) == before  # metrics, config.yaml and checkpoints untouched
+    assert _run_cli(Path(cfg.run_dir), "--steps", "1") == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("ConfigError:") and str(cfg.run_dir) in line
+    assert _snapshot(Path(cfg.run_dir)) == before
+
+
+def test_fresh_run_refuses_a_directory_with_other_files(tmp_path):
+    cfg = make_config(tmp_path, steps=1)
+    Path(cfg.run_dir).mkdir()
+    (Path(cfg.run_dir) / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty"):
+        Trainer(cfg).setup()
+
+
+def test_fresh_run_accepts_an_empty_directory(tmp_path):
+    cfg = make_config(tmp_path, steps=1)
+    Path(cfg.run_dir).mkdir()
+    Trainer(cfg).train()
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]
+
+
+def test_overwrite_replaces_the_run_and_keeps_foreign_files(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=2)
+    Trainer(cfg).train()
+    run_dir = Path(cfg.run_dir)
+    (run_dir / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    Trainer(cfg.model_copy(update={"steps": 1}), overwrite=True).train()
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_1"]
+    assert (run_dir / "notes.txt").read_text() == "mine"
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("overwrite:")]
+    assert len(said) == 1 and "metrics.jsonl" in said[0] and "checkpoints" in said[0] and "notes.txt" in said[0]
+
+
+def test_cli_overwrite_flag(tmp_path, capsys):
+    run_dir = tmp_path / "cli"
+    assert _run_cli(run_dir, "--steps", "1") == 0
+    assert _run_cli(run_dir, "--steps", "1", "--overwrite") == 0
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir), "--overwrite"]) == 2
+    assert "--overwrite" in _one_line_error(capsys)
+
+
+# ----------------------------------------------------------------------------- item 3: unique default names
+def test_two_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20250101-120000")
+    first, second = Trainer(make_config(None, steps=1)), Trainer(make_config(None, steps=1))
+    assert first.run_dir != second.run_dir
+    assert first.run_dir.is_dir() and second.run_dir.is_dir()  # created (claimed) when chosen
+    assert first.run_dir.parent == second.run_dir.parent == Path("runs")
+    assert "20250101-120000" in first.run_dir.name
+
+
+def test_default_directory_creation_retries_a_taken_name(tmp_path, monkeypatch):
+    from ragen_core.trainer import run_dir as rd
+
+    monkeypatch.chdir(tmp_path)
+    suffixes = iter(["aaaa", "aaaa", "bbbb"])
+    monkeypatch.setattr(rd, "_suffix", lambda: next(suffixes))
+    cfg = make_config(None, steps=1)
+    a, b = rd.default_run_dir(cfg), rd.default_run_dir(cfg)
+    assert a.name.endswith("-aaaa") and b.name.endswith("-bbbb")
+
+
+# ----------------------------------------------------------------------------- item 6: config.yaml on resume
+@pytest.mark.parametrize("content", [b"", b"\n# nothing\n", b"\xff\xfe\x00garbage", b"- a list\n"])
+def test_resume_refuses_an_empty_or_unreadable_config_yaml(tmp_path, capsys, content):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    config_yaml = Path(cfg.run_dir) / "config.yaml"
+    config_yaml.write_bytes(content)
+    before = _snapshot(Path(cfg.run_dir))
+    capsys.readouterr()
+    assert main(["run", "--resume", cfg.run_dir, "steps=2"]) == 2
+    line = _one_line_error(capsys)
+    assert line.startswith("ConfigError:") and "config.yaml" in line
+    assert _snapshot(Path(cfg.run_dir)) == before
+
+
+def test_a_finished_run_holds_only_entries_that_overwrite_knows(tmp_path):
+    """``overwrite`` removes only what a run writes: every entry of a finished run must be in that list."""
+    from ragen_core.trainer.run_dir import RUN_ENTRIES
+
+    cfg = make_config(tmp_path, "save_rollouts=true", "test_freq=1", steps=1)
+    Trainer(cfg).train()
+    assert {p.name for p in Path(cfg.run_dir).iterdir()} <= set(RUN_ENTRIES)
