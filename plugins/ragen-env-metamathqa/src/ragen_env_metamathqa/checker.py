@@ -1,0 +1,695 @@
+"""Answer checkers: the reference's exact match and a math-aware one (the default).
+
+``exact_match`` is the reference rule (spec 13.5): lower-case both strings, delete all
+whitespace, compare. ``math_equal`` reads the final answer out of a reply and decides whether it
+is the same number or expression as the label:
+
+1. **Exact first.** Anything the reference rule accepts is accepted, so the math checker never
+   marks wrong what the exact rule marks right.
+2. **Extract** (:func:`extract_answer`): the last ``\\boxed{...}`` / ``\\fbox{...}`` (braces
+   matched, nested ones included), else the text after the last "answer is" / "answer:", else
+   the whole reply. An equation keeps its right-hand side when the label has none (``x = 5``).
+3. **Normalise** both sides (:func:`normalize`): decimal digits of any script and full-width
+   forms, Unicode minus signs, ``×``/``÷``/``π``/``√``/superscripts/vulgar fractions, ``$``,
+   ``\\left``/``\\right``, spacing commands, ``\\text{...}`` wrappers, ``\\dfrac``/``\\tfrac``,
+   degree signs, ``\\%``.
+4. **Plain numbers** (:func:`fast_values`) in exact rational arithmetic: integers, decimals,
+   signs, thousands separators (``1,500``), ``a/b``, ``\\frac{a}{b}``, mixed numbers (``1 1/2``),
+   scientific notation, a trailing percent (``25%`` reads as 25 and as 0.25) and trailing unit
+   words (``18 dollars``). Equal values match. A decimal with ``d >= 2`` decimals also matches
+   a non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
+   decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or
+   two exact values, must be equal.
+5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
+   (brackets must agree); anything else (``2\\sqrt{2}``, ``\\frac{\\pi}{4}``, ``x^2+1``) is
+   parsed and evaluated at three fixed points of its free symbols, to 128 bits, and matches
+   when the symbols are the same and every value agrees within ``1e-9`` relative (distinct
+   closed-form answers are never that close; 128-bit evaluation errs by ~1e-38) or ``1e-32``
+   absolute (expressions that cancel to 0, such as ``\\sqrt{2}^2-2``, leave noise of that size).
+6. **Prose fallback.** When the extracted text cannot be read at all ("I think it is 18"), the
+   last stand-alone number in it is compared instead. Text that *can* be read and differs is
+   wrong: ``2x+3`` never falls back to ``3``.
+
+Why this shape: a step must not hang on a hostile reply, yet a thread cannot be killed, a
+subprocess per check costs about a millisecond (the goal is 5,000 checks/s), and ``signal``
+alarms only work in the main thread (pools step envs in threads). So the cost is bounded by
+construction, with a clock only as a backstop:
+
+* Typical answers are plain numbers and never leave step 4: a few regular expressions and a
+  ``Fraction`` comparison (about 10 µs), with literals capped at :data:`MAX_DIGITS` digits so
+  ``int()`` never sees a huge digit string.
+* Expressions are evaluated while they are parsed, by our own recursive-descent parser over a
+  whitelist (numbers, one- or two-letter symbols, ``+ - * / ^``, brackets, ``|x|``, ``\\frac``,
+  ``\\sqrt``, ``\\pi``, a dozen functions), in mpmath -- sympy's own arbitrary-precision
+  engine -- with a private context per thread (``mpmath.mp`` is global). We first built
+  unevaluated sympy trees (``evaluate=False``) and called ``evalf``, but ``evalf`` takes time
+  exponential in the nesting of unevaluated products (measured: ``1/1/.../1`` with 18 slashes
+  took 15 s), and evaluating sympy trees eagerly may factor integers and expand powers;
+  ``sympy.parse_expr`` also runs Python ``eval`` on the transformed text. Evaluating each node
+  once is linear in the input, and no text is ever ``eval``-ed.
+* Hard limits keep each node cheap: at most :data:`MAX_EXPR_CHARS` characters,
+  :data:`MAX_NODES` nodes, :data:`MAX_DEPTH` nesting levels, 40-digit literals, exponents at
+  most :data:`MAX_EXPONENT` in magnitude and function arguments at most 1e6 at every point (no
+  power towers, no ``sin(10^{4000})`` argument reduction). mpmath numbers carry exponents of any
+  size at a fixed mantissa, so ``(10^{40})^{1000}`` costs the same as ``2^3``.
+* A cooperative deadline (``time_limit_s``, checked at every parser step) is the backstop:
+  when it passes, the answer is judged wrong. The worst hostile input measured costs a few
+  milliseconds, most of it scanning the text.
+
+Parsed labels and answers are cached per normalised string (a group's episodes share labels).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import time
+import unicodedata
+import zlib
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+#: Longest extracted answer that is examined at all (a label is a few dozen characters).
+MAX_ANSWER_CHARS = 1_000
+#: Longest normalised expression the expression parser reads.
+MAX_EXPR_CHARS = 200
+#: Longest number literal (digits) read by either path.
+MAX_DIGITS = 40
+#: Most operations one expression may contain.
+MAX_NODES = 300
+#: Deepest bracket / sub-expression nesting.
+MAX_DEPTH = 40
+#: Largest exponent magnitude, checked numerically at every evaluation point.
+MAX_EXPONENT = 1_000
+#: Largest argument magnitude of sin, cos, exp, log, ...
+MAX_FUNCTION_ARG = 1e6
+#: Default wall-clock budget of one check, in seconds (a backstop; see the module docstring).
+DEFAULT_TIME_LIMIT_S = 0.25
+#: Evaluation precision and tolerances of the expression path (see the module docstring, step 5).
+PRECISION_BITS = 128
+REL_TOL = 1e-9
+ABS_TOL = 1e-32
+
+
+# ------------------------------------------------------------------ the reference rule
+def exact_match(answer: str, label: str) -> bool:
+    """The reference rule: equal after lower-casing and deleting all whitespace."""
+    return _squash(answer) == _squash(label)
+
+
+def _squash(text: str) -> str:
+    return "".join(text.lower().split())
+
+
+# ------------------------------------------------------------------ extraction
+_BOX = re.compile(r"\\(?:boxed|fbox)\b")
+_MARKER = re.compile(r"answer\s*(?:is\s*:?|:)", re.IGNORECASE)
+
+
+def _braced(text: str, start: int) -> str | None:
+    """Content of the ``{...}`` group opening at ``text[start]``; None if it does not close
+    within :data:`MAX_ANSWER_CHARS` characters (unbalanced, or too long to be an answer)."""
+    depth = 0
+    for i in range(start, min(len(text), start + MAX_ANSWER_CHARS + 2)):
+        ch = text[i]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+    return None
+
+
+def _last_boxed(text: str) -> str | None:
+    r"""Content of the last well-formed ``\boxed{...}`` (or ``\boxed x``), None if none.
+
+    Only the last eight boxes are tried, each scanned for at most MAX_ANSWER_CHARS characters,
+    so a reply of a million unclosed boxes costs linear time.
+    """
+    starts = [m.end() for m in _BOX.finditer(text)][-8:]
+    for pos in reversed(starts):
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+        if pos < len(text) and text[pos] == "{":
+            group = _braced(text, pos)
+            if group is not None:
+                return group
+        elif pos < len(text):
+            word = re.match(r"[^\s$]+", text[pos:pos + MAX_ANSWER_CHARS])
+            if word:
+                return word.group(0)
+    return None
+
+
+def extract_answer(reply: str) -> str | None:
+    r"""The final-answer text of ``reply``: last ``\boxed{}``, else after "answer is", else all.
+
+    Returns None when nothing is left (empty reply, empty box).
+    """
+    if not isinstance(reply, str):
+        return None
+    found = _last_boxed(reply) if "box" in reply else None
+    if found is None:
+        markers = list(_MARKER.finditer(reply[-20_000:]))
+        if markers:
+            tail = reply[-20_000:][markers[-1].end():]
+            found = tail.strip().split("\n", 1)[0]
+        else:
+            found = reply
+    found = found.strip().strip("$").strip()
+    found = found.rstrip(".;,!? ").strip()
+    return found or None
+
+
+# ------------------------------------------------------------------ normalisation
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺", "0123456789-+")
+_SUPER_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]+")
+_VULGAR = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞"
+_UNICODE_OPS = {
+    "−": "-", "–": "-", "—": "-", "‐": "-", "‑": "-", "﹣": "-",
+    "×": "*", "⋅": "*", "·": "*", "∙": "*", "∗": "*", "÷": "/", "⁄": "/", "∕": "/",
+    "π": "\\pi ", "∞": "\\infty ", "٫": ".", "٬": ",", "٪": "%", "°": "",
+}
+_LATEX_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
+_LATEX_DROP = re.compile(
+    r"\\left\b|\\right\b|\\displaystyle\b|\\[,;:! ]|\\q?quad\b|\^\s*\{\s*\\circ\s*\}|\^\s*\\circ\b|\\circ\b|\\degree\b|~"
+)
+_LATEX_SUBS = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\%", "%"), ("\\$", ""),
+               ("$", ""), ("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\{", "{"), ("\\}", "}"),
+               ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"), ("\\ast", "*"))
+
+
+def _unicode_to_ascii(text: str) -> str:
+    if text.isascii():
+        return text
+    text = _SUPER_RUN.sub(lambda m: "^{" + m.group(0).translate(_SUPERSCRIPTS) + "}", text)
+    text = re.sub(f"(\\d)([{_VULGAR}])", r"\1 \2", text)  # 1½ is a mixed number, not 11/2
+    text = re.sub(r"√\s*(\d+(?:\.\d+)?)", r"\\sqrt{\1}", text)
+    text = text.replace("√", "\\sqrt")
+    for old, new in _UNICODE_OPS.items():
+        text = text.replace(old, new)
+    text = unicodedata.normalize("NFKC", text).replace("⁄", "/")
+    if not text.isascii():  # decimal digits of other scripts (Arabic-Indic, Devanagari, ...)
+        text = "".join(str(unicodedata.decimal(c)) if c.isdecimal() else c for c in text)
+    return text
+
+
+def normalize(text: str) -> str:
+    """Canonical ASCII spelling of an answer (see the module docstring, step 3)."""
+    text = _unicode_to_ascii(text)
+    if "\\" in text or "$" in text or "~" in text:
+        for _ in range(3):  # nested wrappers: \text{\textbf{5}}
+            text = _LATEX_WRAPPERS.sub(r"\1", text)
+        text = _LATEX_DROP.sub(" ", text)
+        for old, new in _LATEX_SUBS:
+            text = text.replace(old, new)
+    text = " ".join(text.split())
+    return text.strip().rstrip(".;,!?").strip()
+
+
+# ------------------------------------------------------------------ fast path: plain numbers
+class _Num(NamedTuple):
+    value: Fraction
+    decimals: int | None
+    """Digits after the point when written as a decimal, else None (an exact value)."""
+
+
+_INT = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
+_DEC = rf"(?:{_INT}(?:\.\d*)?|\.\d+)"
+_RE_NUMBER = re.compile(rf"([+-]?)\s*({_DEC})(?:[eE]([+-]?\d{{1,3}}))?")
+_RE_SLASH = re.compile(rf"([+-]?)\s*({_DEC})\s*/\s*([+-]?)\s*({_DEC})")
+_RE_FRAC = re.compile(rf"([+-]?)\s*\\frac\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}")
+_RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*(\d)(\d)")
+_RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)|([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_RE_UNITS = re.compile(r"(.*?[\d%])\s+([a-zA-Z][a-zA-Z.\s/]*)")
+#: Words that are mathematics, not units, after a number.
+_NOT_UNITS = frozenset({"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k", "and", "or", "to", "by", "mod"})
+
+
+def _decimal(literal: str) -> tuple[Fraction, int | None] | None:
+    literal = literal.replace(",", "")
+    if len(literal) > MAX_DIGITS:
+        return None
+    whole, dot, frac = literal.partition(".")
+    return Fraction(literal if (whole or frac) else "0"), (len(frac) if dot and frac else None)
+
+
+def _sign(text: str) -> int:
+    return -1 if text == "-" else 1
+
+
+@functools.lru_cache(maxsize=8192)
+def fast_values(text: str) -> tuple[_Num, ...] | None:
+    """The value(s) of a plain-number answer, or None when it is not one.
+
+    A percentage gives two readings (``25%`` -> 25 and 0.25); anything else gives one.
+    """
+    if len(text) > 2 * MAX_DIGITS + 20:
+        return None
+    units = _RE_UNITS.fullmatch(text)
+    if units and not set(units.group(2).lower().replace(".", " ").replace("/", " ").split()) & _NOT_UNITS:
+        text = units.group(1)
+    percent = text.endswith("%")
+    if percent:
+        text = text[:-1].rstrip()
+    num = _read_number(text)
+    if num is None:
+        return None
+    if not percent:
+        return (num,)
+    return (num, _Num(num.value / 100, (num.decimals or 0) + 2))
+
+
+def _read_number(text: str) -> _Num | None:
+    m = _RE_NUMBER.fullmatch(text)
+    if m:
+        parsed = _decimal(m.group(2))
+        if parsed is None:
+            return None
+        value, decimals = parsed
+        if m.group(3):
+            value *= Fraction(10) ** int(m.group(3))
+            decimals = None if int(m.group(3)) >= (decimals or 0) else decimals
+        return _Num(_sign(m.group(1)) * value, decimals)
+    m = _RE_FRAC.fullmatch(text) or _RE_SLASH.fullmatch(text) if "/" in text or "frac" in text else None
+    if m and m.re is _RE_SLASH:
+        a, b = _decimal(m.group(2)), _decimal(m.group(4))
+        signs = _sign(m.group(1)) * _sign(m.group(3))
+    elif m:
+        a, b = _decimal(m.group(3)), _decimal(m.group(5))
+        signs = _sign(m.group(1)) * _sign(m.group(2)) * _sign(m.group(4))
+    else:
+        m2 = _RE_FRAC_DIGITS.fullmatch(text)
+        if m2:
+            return _Num(_sign(m2.group(1)) * Fraction(int(m2.group(2)), int(m2.group(3)) or 1), None) if m2.group(3) != "0" else None
+        mixed = _RE_MIXED.fullmatch(text)
+        if mixed is None:
+            return None
+        g = [x for x in mixed.groups() if x is not None]
+        sign, whole, num, den = (g[0], g[1], g[2], g[3]) if len(g) == 4 else ("", g[0], g[1], g[2])
+        if int(den) == 0 or max(len(whole), len(num), len(den)) > MAX_DIGITS:
+            return None
+        return _Num(_sign(sign) * (int(whole) + Fraction(int(num), int(den))), None)
+    if a is None or b is None or b[0] == 0:
+        return None
+    return _Num(signs * a[0] / b[0], None)
+
+
+def _num_equal(a: _Num, b: _Num) -> bool:
+    if a.value == b.value:
+        return True
+    if (a.decimals is None) == (b.decimals is None):
+        return False  # two decimals, or two exact values: only equality counts
+    approx, exact = (a, b) if a.decimals is not None else (b, a)
+    assert approx.decimals is not None
+    return approx.decimals >= 2 and abs(approx.value - exact.value) <= Fraction(1, 2 * 10**approx.decimals)
+
+
+# ------------------------------------------------------------------ slow path: guarded mpmath
+class _Unreadable(Exception):
+    """The text is outside the parser's grammar or limits (deterministic: cached)."""
+
+
+class _OutOfTime(Exception):
+    """The deadline passed (not cached: the same text may fit the next time)."""
+
+
+_state = threading.local()
+
+
+def _check_deadline() -> None:
+    deadline = getattr(_state, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise _OutOfTime
+
+
+def _context() -> Any:
+    """This thread's mpmath context (``mpmath.mp`` is global: its precision is not thread-safe)."""
+    ctx = getattr(_state, "ctx", None)
+    if ctx is None:
+        started = time.monotonic()
+        import mpmath  # first import ~0.1 s, kept out of the time budget
+
+        ctx = _state.ctx = mpmath.MPContext()
+        ctx.prec = PRECISION_BITS
+        if getattr(_state, "deadline", None) is not None:
+            _state.deadline += time.monotonic() - started
+    return ctx
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?|\.\d+)|(\\[a-zA-Z]+)|([a-zA-Z]+)|(\*\*|[-+*/^_()\[\]{}|]))")
+_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "cot": "cot", "sec": "sec", "csc": "csc",
+              "arcsin": "asin", "arccos": "acos", "arctan": "atan", "ln": "ln", "log": "ln", "exp": "exp"}
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+#: Points at which expressions are evaluated (each free symbol gets one value per point).
+POINTS = 3
+
+
+def _symbol_values(name: str) -> tuple[Fraction, ...]:
+    """Fixed, name-dependent values of a free symbol: non-integers of both signs, never 0."""
+    h = zlib.crc32(name.encode())
+    values = []
+    for k in range(POINTS):
+        value = Fraction(3 + (h + 7_919 * k) % 97, 29 + (h // 97 + 5 * k) % 13)
+        values.append(-value if (h + k) % 3 == 0 else value)
+    return tuple(values)
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    pos, end = 0, len(text.rstrip())
+    while pos < end:
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise _Unreadable(f"unexpected {text[pos]!r}")
+        kind = "num" if m.group(1) else "cmd" if m.group(2) else "word" if m.group(3) else "op"
+        tokens.append((kind, m.group(m.lastindex or 0)))
+        pos = m.end()
+    return tokens
+
+
+class _V(NamedTuple):
+    """A sub-expression's values at the :data:`POINTS` points (mpmath complex) and its symbols."""
+
+    values: tuple[Any, ...]
+    symbols: frozenset[str]
+
+
+class _Parser:
+    """Recursive descent over a whitelist grammar, evaluating as it parses (one pass, linear).
+
+    expr := term (('+'|'-') term)* ; term := factor (('*'|'/') factor | factor)* (juxtaposition
+    multiplies: ``2\\sqrt{3}``, ``3(x+1)``, ``2x``) ; factor := ('+'|'-') factor | power ;
+    power := atom ('^' factor)? ; atom := number | symbol | pi | '(' expr ')' | '|' expr '|' |
+    \\frac arg arg | \\sqrt ('[' n ']')? arg | function arg ; arg := '{' expr '}' | atom.
+    Every value is a tuple of mpmath complex numbers, one per evaluation point; a value that
+    is undefined at any point (division by zero) makes the text unreadable.
+    """
+
+    def __init__(self, tokens: list[tuple[str, str]], ctx: Any) -> None:
+        self.ctx = ctx
+        self.tokens = tokens
+        self.pos = 0
+        self.nodes = 0
+        self.depth = 0
+
+    # -- token helpers
+    def peek(self) -> str | None:
+        return self.tokens[self.pos][1] if self.pos < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str]:
+        if self.pos >= len(self.tokens):
+            raise _Unreadable("unexpected end")
+        self.pos += 1
+        return self.tokens[self.pos - 1]
+
+    def expect(self, value: str) -> None:
+        if self.take()[1] != value:
+            raise _Unreadable(f"expected {value!r}")
+
+    def make(self, op: Callable[..., Any], *args: _V) -> _V:
+        """Apply ``op`` pointwise; count the node; reject non-finite results."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _Unreadable("too many nodes")
+        values = tuple(op(*vals) for vals in zip(*(a.values for a in args)))
+        for z in values:
+            if not (self.ctx.isfinite(z.real) and self.ctx.isfinite(z.imag)):
+                raise _Unreadable("undefined value")
+        return _V(values, frozenset().union(*(a.symbols for a in args)))
+
+    def const(self, value: Any) -> _V:
+        return _V((self.ctx.mpc(value),) * POINTS, frozenset())
+
+    # -- grammar
+    def parse(self) -> _V:
+        value = self.expr()
+        if self.peek() is not None:
+            raise _Unreadable(f"unexpected {self.peek()!r}")
+        return value
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise _Unreadable("too deep")
+        _check_deadline()
+
+    def expr(self) -> _V:
+        self.enter()
+        left = self.term()
+        while (tok := self.peek()) in ("+", "-"):
+            self.take()
+            right = self.term()
+            left = self.make((lambda a, b: a + b) if tok == "+" else (lambda a, b: a - b), left, right)
+        self.depth -= 1
+        return left
+
+    def term(self) -> _V:
+        left = self.factor()
+        while True:
+            tok = self.peek()
+            if tok in ("*", "/"):
+                self.take()
+            elif not (tok is not None and (self.tokens[self.pos][0] in ("word", "cmd") or tok in ("(", "[", "{"))):
+                return left
+            right = self.factor()
+            left = self.make((lambda a, b: a / b) if tok == "/" else (lambda a, b: a * b), left, right)
+
+    def factor(self) -> _V:
+        if (tok := self.peek()) in ("+", "-"):
+            self.take()
+            inner = self.factor()
+            return inner if tok == "+" else self.make(lambda a: -a, inner)
+        return self.power()
+
+    def power(self) -> _V:
+        base = self.atom()
+        if self.peek() in ("^", "**"):
+            self.take()
+            exponent = self.factor()
+            self.bounded(exponent, MAX_EXPONENT, "exponent")
+            return self.make(self.ctx.power, base, exponent)
+        return base
+
+    def bounded(self, value: _V, limit: float, what: str) -> None:
+        if any(abs(z) > limit for z in value.values):
+            raise _Unreadable(f"{what} larger than {limit:g}")
+
+    def group(self, opener: str) -> _V:
+        self.enter()
+        inner = self.expr()
+        self.expect(_CLOSE[opener])
+        self.depth -= 1
+        return inner
+
+    def arg(self) -> _V:
+        """A LaTeX argument: a braced group, or the next atom (``\\sqrt2``, ``\\frac 1 2``)."""
+        if self.peek() == "{":
+            self.take()
+            return self.group("{")
+        return self.atom()
+
+    def atom(self) -> _V:
+        self.enter()
+        kind, value = self.take()
+        if kind == "num":
+            if len(value) > MAX_DIGITS + 1:
+                raise _Unreadable("literal too long")
+            result = self.const(self.ctx.mpf(Fraction(value).numerator) / Fraction(value).denominator)
+        elif value in _CLOSE:
+            result = self.group(value)
+        elif value == "|":
+            inner = self.expr()
+            self.expect("|")
+            result = self.make(lambda a: self.ctx.mpc(abs(a)), inner)
+        elif kind == "cmd":
+            result = self.command(value[1:])
+        elif kind == "word" and (value in _FUNCTIONS or value in ("sqrt", "pi")):
+            result = self.command(value)
+        elif kind == "word" and len(value) <= 2:  # one- or two-letter products of symbols: x, xy
+            result = self.symbol(value[0])
+            for ch in value[1:]:
+                result = self.make(lambda a, b: a * b, result, self.symbol(ch))
+        else:
+            raise _Unreadable(f"unexpected {value!r}")
+        self.depth -= 1
+        return result
+
+    def symbol(self, name: str) -> _V:
+        if self.peek() == "_":  # subscript: x_1, a_{n}
+            self.take()
+            sub = self.take()[1]
+            if sub == "{":
+                parts = []
+                while (inner := self.take()[1]) != "}":
+                    parts.append(inner)
+                sub = "".join(parts)
+            if not re.fullmatch(r"[A-Za-z0-9]{1,6}", sub):
+                raise _Unreadable("bad subscript")
+            name = f"{name}_{sub}"
+        values = tuple(self.ctx.mpc(self.ctx.mpf(v.numerator) / v.denominator) for v in _symbol_values(name))
+        return _V(values, frozenset({name}))
+
+    def command(self, name: str) -> _V:
+        ctx = self.ctx
+        if name == "pi":
+            return self.const(ctx.pi)
+        if name == "frac":
+            num, den = self.arg(), self.arg()
+            return self.make(lambda a, b: a / b, num, den)
+        if name == "sqrt":
+            n = 2
+            if self.peek() == "[":
+                self.take()
+                index = self.group("[")
+                z = index.values[0]
+                if index.symbols or z.imag != 0 or z.real != int(z.real) or not 2 <= int(z.real) <= 100:
+                    raise _Unreadable("root index must be an integer 2..100")
+                n = int(z.real)
+            radicand = self.arg()
+
+            def root(a: Any) -> Any:  # odd roots of negative reals are real: \sqrt[3]{-8} = -2
+                if n % 2 == 1 and a.imag == 0 and a.real < 0:
+                    return -ctx.root(-a.real, n)
+                return ctx.root(a, n)
+
+            return self.make(root, radicand)
+        if name not in _FUNCTIONS:
+            raise _Unreadable(f"unsupported \\{name}")
+        base = None
+        if name == "log" and self.peek() == "_":
+            self.take()
+            base = self.arg()
+            self.bounded(base, MAX_FUNCTION_ARG, "log base")
+        argument = self.arg()
+        self.bounded(argument, MAX_FUNCTION_ARG, f"argument of {name}")
+        value = self.make(getattr(ctx, _FUNCTIONS[name]), argument)
+        return value if base is None else self.make(lambda a, b: a / ctx.ln(b), value, base)
+
+
+@functools.lru_cache(maxsize=4096)
+def expression_value(text: str) -> _V | None:
+    """``text`` parsed and evaluated at the fixed points, or None outside the grammar or limits."""
+    if len(text) > MAX_EXPR_CHARS:
+        return None
+    ctx = _context()
+    text = re.sub(r"(\d),(\d{3})(?!\d)", r"\1\2", text)  # thousands separators
+    text = re.sub(r"\\frac\s*(\d)(\d)", r"\\frac{\1}{\2}", text)  # \frac12 is 1/2 in LaTeX
+    try:
+        return _Parser(_tokenize(text), ctx).parse()
+    except (_Unreadable, RecursionError, ValueError, TypeError, ZeroDivisionError, OverflowError, ArithmeticError):
+        return None
+
+
+def _values_close(a: Any, b: Any, decimals: int | None) -> bool:
+    tolerance = REL_TOL * max(abs(a), abs(b)) + ABS_TOL
+    if decimals is not None and decimals >= 2:
+        tolerance = max(tolerance, 0.5 * 10.0**-decimals * (1 + 1e-12))
+    return bool(abs(a - b) <= tolerance)
+
+
+def _expression_equal(pred: str, gold: str, pred_num: tuple[_Num, ...] | None, gold_num: tuple[_Num, ...] | None) -> bool | None:
+    a, b = expression_value(pred), expression_value(gold)
+    if a is None:
+        return None
+    if b is None or a.symbols != b.symbols:
+        return False
+    # the rounding rule (step 4) when exactly one side is a written decimal
+    decimals = None
+    for num in (pred_num, gold_num):
+        if num is not None and len(num) == 1 and num[0].decimals is not None:
+            decimals = num[0].decimals if decimals is None else None
+    return all(_values_close(x, y, decimals) for x, y in zip(a.values, b.values))
+
+
+# ------------------------------------------------------------------ sequences (tuples, intervals)
+def _split_sequence(text: str) -> tuple[str, list[str], str] | None:
+    """``(open, items, close)`` for ``(1, 2)``, ``[0, 1)``, ``1, 2``; None without top-level commas."""
+    if "," not in text:
+        return None
+    opener, closer = "", ""
+    body = text
+    if len(text) >= 2 and text[0] in "([{" and text[-1] in ")]}":
+        opener, closer, body = text[0], text[-1], text[1:-1]
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif ch == "," and depth == 0:
+            items.append(body[start:i].strip())
+            start = i + 1
+    items.append(body[start:].strip())
+    if len(items) < 2 or depth != 0:
+        return None
+    return opener, items, closer
+
+
+# ------------------------------------------------------------------ the math checker
+_LAST_NUMBER = re.compile(rf"(?<![\w^\\/.])[+-]?{_DEC}(?:\s*/\s*{_DEC})?%?(?![\w^/\\])")
+
+
+def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
+    """True/False when ``pred`` could be read; None when it could not (prose)."""
+    if _squash(pred) == _squash(gold):
+        return True
+    pred_num, gold_num = fast_values(pred), fast_values(gold)
+    if pred_num is not None and gold_num is not None:
+        return any(_num_equal(a, b) for a in pred_num for b in gold_num)
+    pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
+    if pred_seq is not None or gold_seq is not None:
+        if pred_seq is None or gold_seq is None or depth > 3:
+            return None if pred_seq is None and pred_num is None and expression_value(pred) is None else False
+        (po, pi, pc), (go, gi, gc) = pred_seq, gold_seq
+        if len(pi) != len(gi) or (po and go and (po, pc) != (go, gc)):
+            return False
+        return all(_compare(x, y, depth + 1) is True for x, y in zip(pi, gi))
+    return _expression_equal(pred, gold, pred_num, gold_num)
+
+
+def _prepare(pred: str, gold: str) -> tuple[str, str]:
+    pred, gold = normalize(pred), normalize(gold)
+    if "=" in pred and "=" not in gold:
+        pred = pred.rsplit("=", 1)[1].strip()
+    return pred, gold
+
+
+def math_equal(answer: str, label: str, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> bool:
+    """True when ``answer`` (a reply or its ``<answer>`` text) states the same value as ``label``.
+
+    Never raises and never runs long on hostile text; see the module docstring for the rules.
+    """
+    if not isinstance(answer, str) or not isinstance(label, str):
+        return False
+    if exact_match(answer, label):
+        return True
+    found = extract_answer(answer)
+    gold = extract_answer(label) if "box" in label else label.strip()
+    if found is None or not gold or len(found) > MAX_ANSWER_CHARS:
+        return False
+    if "box" in found:  # fast fail: nothing nested boxes legitimately
+        found = found.replace("\\boxed", "").replace("\\fbox", "")
+    _state.deadline = time.monotonic() + time_limit_s
+    try:
+        pred, gold = _prepare(found, gold)
+        if not pred:
+            return False
+        verdict = _compare(pred, gold)
+        if verdict is None:
+            numbers = _LAST_NUMBER.findall(pred)
+            verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
+        return bool(verdict)
+    except _OutOfTime:
+        return False
+    finally:
+        _state.deadline = None
+
+
+#: Checkers by config name.
+CHECKERS: dict[str, Callable[[str, str], bool]] = {"math": math_equal, "exact": exact_match}

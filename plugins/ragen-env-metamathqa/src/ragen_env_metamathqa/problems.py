@@ -1,0 +1,207 @@
+"""Problems and their train/validation splits: the built-in set or a dataset read by ``datasets``.
+
+Sources (``MetaMathQAConfig.dataset_path``): ``None`` (the built-in problems of
+:mod:`ragen_env_metamathqa.builtin`), a local ``.json`` / ``.jsonl`` / ``.parquet`` file or a
+folder of them, or a Hugging Face hub name. All but the built-in set are read with
+``datasets.load_dataset`` (imported only here, only when needed). Row layouts, recognised by
+their column names:
+
+* MetaMathQA -- ``query``, ``response`` (+ ``type``, ``original_question`` in the full
+  release): the label is the text after the last ``The answer is:``; rows without it fall back
+  to a GSM8K ``#### N`` line (MetaMath's own GSM8K evaluation copy uses these names).
+* GSM8K -- ``question``, ``answer``: the label follows ``####``.
+* MATH -- ``problem``, ``solution``: the label is the last ``\\boxed{...}``.
+
+Rows with no label are dropped (the reference kept them with label ``None``, which no answer
+can ever match). Validation never overlaps training: either a separate source
+(``val_dataset_path``; training rows with one of its questions are removed) or the questions
+whose SHA-256 hash falls below ``val_fraction`` (the hash of ``original_question`` when the row
+has it, so the rephrasings of one GSM8K question stay on one side). Loads are cached per
+process, keyed by source and, for local files, modification time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import ConfigError
+from ragen_env_metamathqa.builtin import builtin_problem
+from ragen_env_metamathqa.checker import extract_answer
+from ragen_env_metamathqa.config import MetaMathQAConfig
+
+_ANSWER_MARKER = "The answer is:"
+_GSM_MARKER = re.compile(r"^####\s*(.+?)\s*$", re.MULTILINE)
+_SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One question with its reference answer."""
+
+    question: str
+    answer: str
+    type: str = ""
+    key: str = ""
+    """What the validation split hashes: the normalised original question."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Training and validation problems of one configuration."""
+
+    train: tuple[Problem, ...]
+    val: tuple[Problem, ...]
+    dropped: int = 0
+    """Rows read but skipped for having no label."""
+
+
+def question_key(text: str) -> str:
+    """Case- and whitespace-insensitive identity of a question."""
+    return " ".join(text.casefold().split())
+
+
+def in_validation(key: str, fraction: float) -> bool:
+    """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+# ------------------------------------------------------------------ row layouts
+def label_from_response(response: str) -> str | None:
+    """MetaMathQA label: after the last ``The answer is:``, else a GSM8K ``#### N`` line."""
+    at = response.rfind(_ANSWER_MARKER)
+    if at >= 0:
+        return response[at + len(_ANSWER_MARKER):].strip() or None
+    found = _GSM_MARKER.findall(response)
+    return found[-1].strip() if found else None
+
+
+def _layout(columns: list[str], where: str) -> tuple[str, str, Any]:
+    """``(question column, solution column, label function)`` for the columns of a source."""
+    names = set(columns)
+    if {"query", "response"} <= names:
+        return "query", "response", label_from_response
+    if {"question", "answer"} <= names:
+        return "question", "answer", label_from_response
+    if {"problem", "solution"} <= names:
+        return "problem", "solution", lambda text: extract_answer(text) if "boxed" in text else None
+    raise ConfigError(
+        f"{where}: unknown row layout with columns {sorted(names)}",
+        ["expected MetaMathQA (query, response), GSM8K (question, answer) or MATH (problem, solution) columns"],
+    )
+
+
+def _rows_to_problems(table: Any, where: str, types: tuple[str, ...] | None) -> tuple[list[Problem], int]:
+    q_col, s_col, label_of = _layout(list(table.column_names), where)
+    columns = table.column_names
+    questions, solutions = list(table[q_col]), list(table[s_col])
+    kinds = list(table["type"]) if "type" in columns else [""] * len(questions)
+    originals = list(table["original_question"]) if "original_question" in columns else questions
+    problems, dropped = [], 0
+    for question, solution, kind, original in zip(questions, solutions, kinds, originals):
+        if types is not None and kind not in types:
+            continue
+        label = label_of(solution) if isinstance(solution, str) else None
+        if not isinstance(question, str) or not question.strip() or not label:
+            dropped += 1
+            continue
+        problems.append(Problem(question.strip(), label, str(kind or ""), question_key(original or question)))
+    return problems, dropped
+
+
+# ------------------------------------------------------------------ sources
+def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | None) -> Any:
+    """One split of a local file/folder or hub dataset, through ``datasets.load_dataset``."""
+    try:
+        import datasets
+    except ImportError as exc:  # declared dependency, but say what to install if it is missing
+        raise ImportError("reading MetaMathQA data needs the datasets package: pip install datasets") from exc
+    local = Path(path).expanduser()
+    try:
+        if local.is_file():
+            builder = _SUFFIXES.get(local.suffix.lower())
+            if builder is None:
+                raise ConfigError(f"unsupported data file {local} (expected .json, .jsonl or .parquet)")
+            return datasets.load_dataset(builder, data_files=str(local.resolve()), split="train", cache_dir=cache_dir)
+        if local.is_dir():
+            return datasets.load_dataset(str(local.resolve()), split=split, cache_dir=cache_dir)
+        if path.startswith((".", "/", "~")) or path.endswith(tuple(_SUFFIXES)):
+            raise ConfigError(f"data file or folder not found: {local}")
+        return datasets.load_dataset(path, subset, split=split, cache_dir=cache_dir)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the hub, the network and the builders raise many types
+        raise ConfigError(
+            f"could not load dataset {path!r} (subset={subset!r}, split={split!r}): {type(exc).__name__}: {exc}".split("\n")[0],
+            ["check the name or path; without network access use a local file, or leave dataset_path unset "
+             "for the built-in problems"],
+        ) from exc
+
+
+def _mtime(path: str) -> float:
+    local = Path(path).expanduser()
+    return local.stat().st_mtime if local.exists() else 0.0
+
+
+@lru_cache(maxsize=8)
+def _read(path: str, subset: str | None, split: str, cache_dir: str | None, max_rows: int | None,
+          types: tuple[str, ...] | None, mtime: float) -> tuple[tuple[Problem, ...], int]:
+    table = _load_dataset(path, subset, split, cache_dir)
+    if max_rows is not None and len(table) > max_rows:
+        table = table.select(range(max_rows))
+    problems, dropped = _rows_to_problems(table, path, types)
+    return tuple(problems), dropped
+
+
+def read_problems(path: str, *, subset: str | None = None, split: str = "train", cache_dir: str | None = None,
+                  max_rows: int | None = None, types: list[str] | tuple[str, ...] | None = None) -> tuple[tuple[Problem, ...], int]:
+    """``(problems, rows dropped for lack of a label)`` of one source (cached per process)."""
+    return _read(path, subset, split, cache_dir, max_rows, None if types is None else tuple(types), _mtime(path))
+
+
+def builtin_problems(size: int) -> tuple[Problem, ...]:
+    """The first ``size`` built-in problems."""
+    problems = []
+    for index in range(size):
+        question, answer = builtin_problem(index)
+        problems.append(Problem(question, answer, "builtin", question_key(question)))
+    return tuple(problems)
+
+
+@lru_cache(maxsize=8)
+def _splits(key: str, mtimes: tuple[float, float]) -> Splits:
+    config = MetaMathQAConfig.model_validate_json(key)
+    source = config.dataset_path or "built-in problems"
+    dropped = 0
+    if config.dataset_path is None:
+        rows: tuple[Problem, ...] = builtin_problems(config.builtin_size)
+    else:
+        rows, dropped = read_problems(config.dataset_path, subset=config.subset, split=config.split,
+                                      cache_dir=config.cache_dir, max_rows=config.max_rows, types=config.types)
+    if config.val_dataset_path is not None:
+        val, _ = read_problems(config.val_dataset_path, subset=config.val_subset, split=config.val_split,
+                               cache_dir=config.cache_dir, types=config.types)
+        held_out = {p.key for p in val}
+        train = tuple(p for p in rows if p.key not in held_out)
+    else:
+        held = [in_validation(p.key, config.val_fraction) for p in rows]
+        val = tuple(p for p, h in zip(rows, held) if h)
+        train = tuple(p for p, h in zip(rows, held) if not h)
+    if not train:
+        raise ConfigError(f"no training problems left in {source} (types={config.types}, {dropped} rows had no label)")
+    return Splits(train, val, dropped)
+
+
+_SPLIT_FIELDS = ("dataset_path", "subset", "split", "cache_dir", "types", "max_rows", "val_dataset_path",
+                 "val_subset", "val_split", "val_fraction", "builtin_size")
+
+
+def splits_for(config: MetaMathQAConfig) -> Splits:
+    """The train/validation problems of ``config`` (cached per process by the data settings)."""
+    mtimes = tuple(_mtime(path) if path else 0.0 for path in (config.dataset_path, config.val_dataset_path))
+    return _splits(config.model_dump_json(include=set(_SPLIT_FIELDS)), mtimes)
