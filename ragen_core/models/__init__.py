@@ -23,10 +23,12 @@ Importing this package is cheap; torch and transformers are imported inside the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from ragen_core.errors import RagenError
 
 TINY_NAMES = ("tiny", "tiny-qwen-tok")
 
-__all__ = ["TINY_NAMES", "default_cache_dir", "load_model_and_tokenizer", "tiny_path"]
+__all__ = ["TINY_NAMES", "default_cache_dir", "load_model_and_tokenizer", "load_weights", "tiny_path"]
 
 
 def default_cache_dir() -> Path:
@@ -90,12 +92,54 @@ def _torch_dtype(dtype: Any) -> Any:
     return value
 
 
+@contextlib.contextmanager
+def _load_errors(name: str) -> Iterator[None]:
+    """Turn a failed ``from_pretrained`` into a one-line :class:`RagenError` naming ``name``."""
+    try:
+        yield
+    except pickle.UnpicklingError:  # transformers' weights_only load refused a pickled weights file
+        raise RagenError(
+            f"could not load model {name!r}: its weights file holds more than tensors (a pickle that could run code); refusing it",
+            hints=["load models only from sources you trust; prefer folders with model.safetensors"],
+        ) from None
+    except (OSError, *_safetensors_errors()) as exc:
+        text = str(exc).strip()
+        raise RagenError(
+            f"could not load model {name!r}: {text.splitlines()[0] if text else type(exc).__name__}",
+            hints=["use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"],
+        ) from exc
+
+
 def _safetensors_errors() -> tuple[type[BaseException], ...]:
     try:
         from safetensors import SafetensorError
     except ImportError:
         return ()
     return (SafetensorError,)
+
+
+def load_weights(path: str, *, safetensors_only: bool = False, name: str | None = None, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(path, **kwargs)`` with one-line errors.
+
+    Args:
+        path: A local model folder or a Hugging Face model id.
+        safetensors_only: Refuse weights in any other format (for folders RAGEN wrote, which hold
+            safetensors: another format there was put in by someone else).
+        name: What the user asked for, shown in errors (default ``path``).
+
+    Raises:
+        RagenError: The folder has no usable weights, they are damaged, or they are a pickle that
+            holds more than tensors.
+    """
+    from transformers import AutoModelForCausalLM
+
+    shown = name or path
+    if safetensors_only:
+        kwargs["use_safetensors"] = True
+        if not any((Path(path) / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):
+            raise RagenError(f"could not load model {shown!r}: it has no model.safetensors (this folder's weights load from safetensors only)")
+    with _load_errors(shown):
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
 def load_model_and_tokenizer(
@@ -114,14 +158,13 @@ def load_model_and_tokenizer(
         dtype: ``None`` (checkpoint default), a ``torch.dtype`` or its name (``"bfloat16"``).
         cache_dir: Where tiny models are built and cached (default :func:`default_cache_dir`).
             For Hub models it is passed to ``from_pretrained`` as its cache folder.
-        safetensors_only: Refuse weights in any other format (for folders RAGEN wrote, which hold
-            safetensors: another format there was put in by someone else).
+        safetensors_only: See :func:`load_weights`.
 
     Returns:
         The model (in eval mode, on ``device``) and its tokenizer. The tokenizer is set to left
         padding and always has a pad token (falling back to its eos token).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     kwargs: dict[str, Any] = {}
     torch_dtype = _torch_dtype(dtype)
@@ -133,24 +176,9 @@ def load_model_and_tokenizer(
         path = name_or_path
         if cache_dir is not None:
             kwargs["cache_dir"] = str(cache_dir)
-    if safetensors_only:
-        kwargs["use_safetensors"] = True
-        if not any((Path(path) / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
-            raise RagenError(f"could not load model {name_or_path!r}: it has no model.safetensors (this folder's weights load from safetensors only)")
-    try:
+    with _load_errors(name_or_path):
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except pickle.UnpicklingError:
-        raise RagenError(
-            f"could not load model {name_or_path!r}: its weights file holds more than tensors (a pickle that could run code); refusing it",
-            hints=["load models only from sources you trust; prefer folders with model.safetensors"],
-        ) from None
-    except (OSError, *_safetensors_errors()) as exc:
-        text = str(exc).strip()
-        raise RagenError(
-            f"could not load model {name_or_path!r}: {text.splitlines()[0] if text else type(exc).__name__}",
-            hints=["use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"],
-        ) from exc
+    model = load_weights(path, safetensors_only=safetensors_only, name=name_or_path, **kwargs)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -61,14 +61,28 @@ def step_of(path: str | Path) -> int | None:
 
 
 def load_model(checkpoint_dir: str | Path, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer or None) from a Hugging Face folder; the model is in eval mode."""
+    """(model, tokenizer or None) from a Hugging Face folder; the model is in eval mode.
+
+    A checkpoint RAGEN wrote is checked against its manifest and read from safetensors only, as
+    ``--resume`` reads it; in any folder, weights that are a pickle holding more than tensors are
+    refused (:func:`ragen_core.models.load_weights`).
+
+    Raises:
+        RagenError: No ``config.json``, a damaged checkpoint, or weights that cannot be loaded.
+    """
     ckpt = Path(checkpoint_dir)
     if not (ckpt / "config.json").is_file():
         raise RagenError(f"checkpoint {ckpt} is not a Hugging Face model folder (no config.json)",
                          ["pass a folder under RUN_DIR/checkpoints/, e.g. --checkpoint step_100"])
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(ckpt)).to(device).eval()
+    from ragen_core.models import load_weights
+    from ragen_core.trainer.checkpoint import verify_checkpoint, written_by_ragen
+
+    ours = written_by_ragen(ckpt)
+    if ours:
+        verify_checkpoint(ckpt)
+    model = load_weights(str(ckpt), safetensors_only=ours).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(ckpt))
     except Exception:  # noqa: BLE001 - a checkpoint without tokenizer files still scores token ids fine
