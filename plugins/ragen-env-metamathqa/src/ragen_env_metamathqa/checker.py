@@ -39,7 +39,7 @@ construction, with a clock only as a backstop:
   ``Fraction`` comparison (about 10 µs), with literals capped at :data:`MAX_DIGITS` digits so
   ``int()`` never sees a huge digit string.
 * Expressions are evaluated while they are parsed, by our own recursive-descent parser over a
-  whitelist (numbers, one- or two-letter symbols, ``+ - * / ^``, brackets, ``|x|``, ``\\frac``,
+  whitelist (numbers, one-letter symbols, ``+ - * / ^``, brackets, ``|x|``, ``\\frac``,
   ``\\sqrt``, ``\\pi``, a dozen functions), in mpmath -- sympy's own arbitrary-precision
   engine -- with a private context per thread (``mpmath.mp`` is global). We first built
   unevaluated sympy trees (``evaluate=False``) and called ``evalf``, but ``evalf`` takes time
@@ -222,8 +222,9 @@ _DEC = rf"(?:{_INT}(?:\.\d*)?|\.\d+)"
 _RE_NUMBER = re.compile(rf"([+-]?)\s*({_DEC})(?:[eE]([+-]?\d{{1,3}}))?")
 _RE_SLASH = re.compile(rf"([+-]?)\s*({_DEC})\s*/\s*([+-]?)\s*({_DEC})")
 _RE_FRAC = re.compile(rf"([+-]?)\s*\\frac\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}")
-_RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*(\d)(\d)")
-_RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)|([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
+_RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1/2 in LaTeX
+_RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
+_RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _RE_UNITS = re.compile(r"(.*?[\d%])\s+([a-zA-Z][a-zA-Z.\s/]*)")
 #: Words that are mathematics, not units, after a number.
 _NOT_UNITS = frozenset({"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k", "and", "or", "to", "by", "mod"})
@@ -263,39 +264,34 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     return (num, _Num(num.value / 100, (num.decimals or 0) + 2))
 
 
+def _ratio(sign: int, num: str, den: str) -> _Num | None:
+    a, b = _decimal(num), _decimal(den)
+    if a is None or b is None or b[0] == 0:
+        return None
+    return _Num(sign * a[0] / b[0], None)
+
+
 def _read_number(text: str) -> _Num | None:
-    m = _RE_NUMBER.fullmatch(text)
-    if m:
+    """One plain number: ``-1,234.50``, ``1e3``, ``3/4``, ``\\frac{3}{4}``, ``1 1/2``."""
+    if m := _RE_NUMBER.fullmatch(text):
         parsed = _decimal(m.group(2))
         if parsed is None:
             return None
         value, decimals = parsed
-        if m.group(3):
-            value *= Fraction(10) ** int(m.group(3))
-            decimals = None if int(m.group(3)) >= (decimals or 0) else decimals
+        if m.group(3):  # scientific notation is read as an exact value
+            value, decimals = value * Fraction(10) ** int(m.group(3)), None
         return _Num(_sign(m.group(1)) * value, decimals)
-    m = _RE_FRAC.fullmatch(text) or _RE_SLASH.fullmatch(text) if "/" in text or "frac" in text else None
-    if m and m.re is _RE_SLASH:
-        a, b = _decimal(m.group(2)), _decimal(m.group(4))
-        signs = _sign(m.group(1)) * _sign(m.group(3))
-    elif m:
-        a, b = _decimal(m.group(3)), _decimal(m.group(5))
-        signs = _sign(m.group(1)) * _sign(m.group(2)) * _sign(m.group(4))
-    else:
-        m2 = _RE_FRAC_DIGITS.fullmatch(text)
-        if m2:
-            return _Num(_sign(m2.group(1)) * Fraction(int(m2.group(2)), int(m2.group(3)) or 1), None) if m2.group(3) != "0" else None
-        mixed = _RE_MIXED.fullmatch(text)
-        if mixed is None:
+    if m := _RE_SLASH.fullmatch(text):
+        return _ratio(_sign(m.group(1)) * _sign(m.group(3)), m.group(2), m.group(4))
+    if m := _RE_FRAC.fullmatch(text) or _RE_FRAC_DIGITS.fullmatch(text):
+        return _ratio(_sign(m.group(1)) * _sign(m.group(2)) * _sign(m.group(4)), m.group(3), m.group(5))
+    if m := _RE_MIXED.fullmatch(text) or _RE_MIXED_FRAC.fullmatch(text):
+        part = _ratio(1, m.group(3), m.group(4))
+        whole = _decimal(m.group(2))
+        if part is None or whole is None:
             return None
-        g = [x for x in mixed.groups() if x is not None]
-        sign, whole, num, den = (g[0], g[1], g[2], g[3]) if len(g) == 4 else ("", g[0], g[1], g[2])
-        if int(den) == 0 or max(len(whole), len(num), len(den)) > MAX_DIGITS:
-            return None
-        return _Num(_sign(sign) * (int(whole) + Fraction(int(num), int(den))), None)
-    if a is None or b is None or b[0] == 0:
-        return None
-    return _Num(signs * a[0] / b[0], None)
+        return _Num(_sign(m.group(1)) * (whole[0] + part.value), None)
+    return None
 
 
 def _num_equal(a: _Num, b: _Num) -> bool:
@@ -509,10 +505,8 @@ class _Parser:
             result = self.command(value[1:])
         elif kind == "word" and (value in _FUNCTIONS or value in ("sqrt", "pi")):
             result = self.command(value)
-        elif kind == "word" and len(value) <= 2:  # one- or two-letter products of symbols: x, xy
-            result = self.symbol(value[0])
-            for ch in value[1:]:
-                result = self.make(lambda a, b: a * b, result, self.symbol(ch))
+        elif kind == "word" and len(value) == 1:  # longer words are prose ("it is 18"), not x*y
+            result = self.symbol(value)
         else:
             raise _Unreadable(f"unexpected {value!r}")
         self.depth -= 1
@@ -632,7 +626,8 @@ def _split_sequence(text: str) -> tuple[str, list[str], str] | None:
 
 
 # ------------------------------------------------------------------ the math checker
-_LAST_NUMBER = re.compile(rf"(?<![\w^\\/.])[+-]?{_DEC}(?:\s*/\s*{_DEC})?%?(?![\w^/\\])")
+#: A stand-alone number in prose: after a space, ``$``, ``(`` or ``:``, before a space or punctuation.
+_LAST_NUMBER = re.compile(rf"(?<![^\s$(:])[+-]?{_DEC}(?:/{_DEC})?%?(?=[\s.,;:!?)]|$)")
 
 
 def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
@@ -643,13 +638,16 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     if pred_num is not None and gold_num is not None:
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
-    if pred_seq is not None or gold_seq is not None:
-        if pred_seq is None or gold_seq is None or depth > 3:
-            return None if pred_seq is None and pred_num is None and expression_value(pred) is None else False
+    if gold_seq is not None:  # a tuple or interval: same length, same brackets, equal items
+        if pred_seq is None or depth > 3:
+            return False if pred_num is not None or expression_value(pred) is not None else None
         (po, pi, pc), (go, gi, gc) = pred_seq, gold_seq
         if len(pi) != len(gi) or (po and go and (po, pc) != (go, gc)):
             return False
         return all(_compare(x, y, depth + 1) is True for x, y in zip(pi, gi))
+    if pred_seq is not None:  # several values for one: wrong, unless it is prose with commas
+        readable = all(fast_values(x) is not None or expression_value(x) is not None for x in pred_seq[1])
+        return False if readable else None
     return _expression_equal(pred, gold, pred_num, gold_num)
 
 
@@ -673,7 +671,7 @@ def math_equal(answer: str, label: str, *, time_limit_s: float = DEFAULT_TIME_LI
     gold = extract_answer(label) if "box" in label else label.strip()
     if found is None or not gold or len(found) > MAX_ANSWER_CHARS:
         return False
-    if "box" in found:  # fast fail: nothing nested boxes legitimately
+    if "box" in found:  # nested boxes: \\boxed{\\boxed{5}} reads as 5
         found = found.replace("\\boxed", "").replace("\\fbox", "")
     _state.deadline = time.monotonic() + time_limit_s
     try:
@@ -690,6 +688,3 @@ def math_equal(answer: str, label: str, *, time_limit_s: float = DEFAULT_TIME_LI
     finally:
         _state.deadline = None
 
-
-#: Checkers by config name.
-CHECKERS: dict[str, Callable[[str, str], bool]] = {"math": math_equal, "exact": exact_match}

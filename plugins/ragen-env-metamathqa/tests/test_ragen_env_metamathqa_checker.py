@@ -1,0 +1,213 @@
+"""The two answer checkers: where they agree and disagree, extraction, hostile input, fuzzing."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from ragen_env_metamathqa.checker import exact_match, extract_answer, fast_values, math_equal, normalize
+from ragen_env_metamathqa.problems import label_from_response
+
+SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+
+# (answer, label, exact rule, math checker) -- the rows where the rules differ name the reason.
+TABLE = [
+    # both accept
+    ("18", "18", True, True),
+    (" 18 ", "18", True, True),
+    ("\\text{Monday}", "\\text{monday}", True, True),  # the exact rule ignores case
+    ("1 000", "1000", True, True),  # ... and all whitespace, even inside numbers
+    ("(1, 2)", "(1,2)", True, True),
+    # both reject
+    ("17", "18", False, False),
+    ("", "18", False, False),
+    ("0.3", "\\frac{1}{3}", False, False),  # one decimal is too coarse for the rounding rule
+    ("1.4", "\\sqrt{2}", False, False),
+    ("2x+3", "3", False, False),  # readable and different: no fall-back to the last number
+    ("(1, 2)", "[1, 2]", False, False),  # an open interval is not a closed one
+    ("(2, 1)", "(1, 2)", False, False),  # order matters in tuples
+    ("x^2+2x+1", "(x+1)^3", False, False),
+    ("e^{i\\pi}", "-1", False, False),  # e is a symbol, not Euler's number
+    # only the math checker accepts
+    ("\\frac{1}{2}", "0.5", False, True),
+    ("1/2", "\\frac{1}{2}", False, True),
+    ("\\dfrac{1}{2}", "\\frac12", False, True),
+    ("-\\frac{1}{2}", "\\frac{-1}{2}", False, True),
+    ("\\frac{2}{4}", "\\frac{1}{2}", False, True),
+    ("1,500", "1500", False, True),
+    ("2125", "2,125", False, True),  # GSM8K labels carry thousands separators
+    ("$18", "18", False, True),
+    ("\\$1,234.50", "1234.5", False, True),
+    ("18 dollars", "18", False, True),
+    ("5 apples", "5", False, True),
+    ("18.00", "18", False, True),
+    ("+7", "7", False, True),
+    ("−5", "-5", False, True),  # U+2212 minus sign
+    ("٤٢", "42", False, True),  # Arabic-Indic digits
+    ("４２", "42", False, True),  # full-width digits
+    ("४२", "42", False, True),  # Devanagari digits
+    ("25%", "25", False, True),
+    ("25\\%", "0.25", False, True),
+    ("0.5", "50\\%", False, True),
+    ("1½", "1.5", False, True),
+    ("1 1/2", "\\frac{3}{2}", False, True),
+    ("x²", "x^2", False, True),
+    ("90°", "90", False, True),
+    ("90^\\circ", "90", False, True),
+    ("x = 5", "5", False, True),
+    ("3 + 5 = 8", "8", False, True),
+    ("The answer is 18.", "18", False, True),
+    ("The answer is: \\boxed{\\frac{3}{4}}", "0.75", False, True),
+    ("\\boxed{18}", "18", False, True),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", False, True),  # nested braces
+    ("\\boxed{\\boxed{5}}", "5", False, True),
+    ("\\fbox{5}", "5", False, True),
+    ("I think it is 18", "18", False, True),  # prose: the last stand-alone number
+    ("0.33", "\\frac{1}{3}", False, True),  # rounding rule: 1/3 to two decimals
+    ("33.33%", "\\frac{1}{3}", False, True),
+    ("1.41", "\\sqrt{2}", False, True),
+    ("3.14", "\\pi", False, True),
+    ("2\\sqrt{2}", "\\sqrt{8}", False, True),
+    ("\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}", False, True),
+    ("√2", "\\sqrt{2}", False, True),
+    ("2π", "2\\pi", False, True),
+    ("\\sqrt[3]{-27}", "-3", False, True),  # real odd roots
+    ("2^{10}", "1024", False, True),
+    ("\\log_2 8", "3", False, True),
+    ("\\sin(\\pi/6)", "\\frac12", False, True),
+    ("|-3|", "3", False, True),
+    ("x^2+2x+1", "(x+1)^2", False, True),  # same values at the three test points
+    ("(0.5, 3)", "\\left(\\frac12, 3\\right)", False, True),
+    ("1e3", "1000", False, True),
+]
+
+
+@pytest.mark.parametrize(("answer", "label", "exact", "math"), TABLE, ids=[f"{a!r}~{b!r}" for a, b, _, _ in TABLE])
+def test_rules_side_by_side(answer, label, exact, math):
+    assert exact_match(answer, label) is exact
+    assert math_equal(answer, label) is math
+
+
+@pytest.mark.parametrize(
+    ("reply", "found"),
+    [
+        ("so \\boxed{42}.", "42"),
+        ("\\boxed{1} then \\boxed{2}", "2"),  # the last box
+        ("\\boxed{\\frac{a}{\\sqrt{b}}}", "\\frac{a}{\\sqrt{b}}"),
+        ("\\boxed {7}", "7"),
+        ("\\boxed 7 is it", "7"),
+        ("\\boxed{3} and \\boxed{4", "3"),  # an unclosed last box falls back to the one before
+        ("\\boxed{}", None),
+        ("The answer is: 32", "32"),
+        ("the ANSWER IS 32.\nmore text", "32"),
+        ("Answer: $5$", "5"),
+        ("just 12", "just 12"),
+        ("   ", None),
+        ("", None),
+    ],
+)
+def test_extraction(reply, found):
+    assert extract_answer(reply) == found
+
+
+def test_normalize_spells_answers_in_ascii():
+    assert normalize("\\left( \\dfrac{1}{2}, \\text{ cm} \\right)") == "( \\frac{1}{2}, cm )"
+    assert normalize("−３٫５") == "-3.5"
+    assert normalize("x² · y") == "x^{2} * y"
+
+
+def test_fast_values_read_plain_numbers_exactly():
+    from fractions import Fraction
+
+    assert [n.value for n in fast_values("12,345.50")] == [Fraction("12345.5")]
+    assert fast_values("12,345.50")[0].decimals == 2
+    assert [n.value for n in fast_values("-\\frac{3}{-4}")] == [Fraction(3, 4)]
+    assert [n.value for n in fast_values("2 1/4")] == [Fraction(9, 4)]
+    assert [n.value for n in fast_values("40%")] == [40, Fraction(2, 5)]
+    assert fast_values("3/0") is None and fast_values("1,23") is None and fast_values("2x") is None
+    assert fast_values("9" * 41) is None  # literal cap: int() never sees a huge digit string
+
+
+HOSTILE = [
+    "9^" * 60 + "9",
+    "2^{2^{2^{2^{2^{2}}}}}",
+    "(" * 100_000 + "1" + ")" * 100_000,
+    "x" * 1_000_000,
+    "\\boxed{" * 100_000,
+    "\\boxed{" + "{" * 5_000 + "}" * 5_000 + "}",
+    "1" * 1_000_000,
+    "1/" * 90 + "3",  # sympy's evalf takes seconds on 18 nested unevaluated quotients
+    "2*" * 90 + "1",
+    "\\sqrt" * 60 + "{2}",
+    "\\frac{" * 30 + "1" + "}{2}" * 30,
+    "\\sin(10^{999})",
+    "\\exp(\\exp(\\exp(\\exp(13))))",
+    "10^{1000}^{1000}^{1000}",
+    "((x+1)^{999})^{999}",
+    "e^{x^{x^{x}}}",
+    "9" * 39 + "^999",
+    "\\tan(\\pi/2)",
+    "0^{-1}",
+    "\\log(0)",
+    "The answer is " * 10_000,
+    "1e999",
+    "%" * 1_000,
+    "\\text{" * 10_000 + "}" * 10_000,
+    "<answer>" * 100_000,
+]
+
+
+@pytest.mark.parametrize("reply", HOSTILE, ids=lambda r: f"{r[:16]}...{len(r)}")
+def test_hostile_answers_are_rejected_quickly(reply):
+    start = time.perf_counter()
+    for label in ("1", "\\sqrt{2}", "x", "(1, 2)"):
+        assert math_equal(reply, label) is False
+    # generous: each check measures under 0.1 s on a loaded 2-core VM; a hang would take minutes
+    assert time.perf_counter() - start < 4.0
+
+
+def test_time_limit_is_a_backstop():
+    assert math_equal("2\\sqrt{2}", "\\sqrt{8}", time_limit_s=5.0)
+    # a budget already spent stops the expression parser: judged wrong rather than waited for
+    assert math_equal("3\\sqrt{3}", "\\sqrt{27}", time_limit_s=1e-9) is False
+    assert math_equal("18", "18.0", time_limit_s=1e-9)  # plain numbers need no budget
+
+
+# ------------------------------------------------------------------ real rows
+@pytest.mark.skipif(not (SAMPLES / "metamathqa-sample").is_dir(), reason="shared MetaMathQA sample not available")
+def test_every_reference_solution_checks_against_its_own_label():
+    rows = [json.loads(line) for line in (SAMPLES / "metamathqa-sample" / "metamathqa_gsm_ansaug_200.jsonl").read_text().splitlines()]
+    for row in rows:
+        label = label_from_response(row["response"])
+        assert label is not None
+        assert math_equal(row["response"], label), row["response"][-80:]
+        assert not math_equal(row["response"], str(int(label.replace(",", "")) + 1))
+        assert exact_match(label, label) and not exact_match(row["response"], label)
+
+
+# ------------------------------------------------------------------ fuzzing
+_ANSWERS = st.one_of(
+    st.text(max_size=200),
+    st.text(alphabet="0123456789+-*/^()[]{}|.,%$ \\xyepi", max_size=80),
+    st.builds(lambda parts: "".join(parts), st.lists(st.sampled_from(
+        ["\\frac", "\\sqrt", "{", "}", "^", "2", "10", "\\pi", "x", "-", "(", ")", "\\boxed", "\\left(", "\\right)",
+         "1,000", ".5", "%", "e", "\\sin", "\\log_", "٣", "½", "²", "√", "The answer is", "=", " "]), max_size=60)),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answer=_ANSWERS, label=st.sampled_from(["18", "\\frac{1}{2}", "2\\sqrt{3}", "x^2+1", "(1, 2)", "0.25", "-7"]))
+@example(answer="9" * 100_000, label="18")
+@example(answer="^" * 10_000 + "2", label="2")
+def test_math_checker_never_raises_and_accepts_what_exact_accepts(answer, label):
+    start = time.perf_counter()
+    verdict = math_equal(answer, label)
+    assert isinstance(verdict, bool)
+    assert time.perf_counter() - start < 2.0  # generous bound for a loaded VM; typical is < 1 ms
+    if exact_match(answer, label):
+        assert verdict is True
+    assert math_equal(label, label) is True
