@@ -1,0 +1,191 @@
+"""Loading problems through ``datasets``: the shared real-format samples, layouts, splits, errors.
+
+The samples are read from ``../shared/data`` at test time (never copied into the repository);
+derived files (parquet, renamed columns) are written to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ragen_env_metamathqa import problems as problems_mod
+from ragen_env_metamathqa.config import MetaMathQAConfig
+from ragen_env_metamathqa.env import MetaMathQAEnv
+from ragen_env_metamathqa.problems import in_validation, label_from_response, read_problems, splits_for
+
+from ragen_core.errors import ConfigError
+
+datasets = pytest.importorskip("datasets")
+
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+MMQA = DATA / "metamathqa-sample" / "metamathqa_gsm_ansaug_200.jsonl"
+MMQA_JSON = DATA / "metamathqa-sample" / "metamathqa_gsm_ansaug_200.json"
+GSM8K = DATA / "gsm8k-sample" / "gsm8k_test_200.jsonl"
+needs_samples = pytest.mark.skipif(
+    not (MMQA.is_file() and GSM8K.is_file()), reason="shared MetaMathQA / GSM8K samples not available in ../shared/data"
+)
+
+
+@pytest.fixture()
+def cache(tmp_path):
+    """A private ``datasets`` cache, so tests neither read nor fill the user's."""
+    return str(tmp_path / "hf-cache")
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("response", "label"),
+    [
+        ("so 4 * 6 = 24\n#### 24\nThe answer is: 24", "24"),
+        ("The answer is: 3 and later The answer is: \\frac{1}{2}", "\\frac{1}{2}"),  # the last marker
+        ("Janet sells 9 eggs.\n#### 18", "18"),  # GSM8K
+        ("#### 2,125", "2,125"),
+        ("no label here", None),
+        ("The answer is:   ", None),
+    ],
+)
+def test_labels(response, label):
+    assert label_from_response(response) == label
+
+
+@needs_samples
+def test_metamathqa_sample_json_and_jsonl_read_the_same_rows(cache):
+    from_jsonl, dropped = read_problems(str(MMQA), cache_dir=cache)
+    from_json, _ = read_problems(str(MMQA_JSON), cache_dir=cache)
+    rows = _rows(MMQA)
+    assert dropped == 0 and len(from_jsonl) == len(rows) == 200
+    assert from_json == from_jsonl
+    for problem, row in zip(from_jsonl, rows):
+        assert problem.question == row["query"].strip() and problem.type == row["type"] == "GSM_AnsAug"
+        assert problem.answer == row["response"].rsplit("The answer is:", 1)[1].strip()
+
+
+@needs_samples
+def test_parquet_reads_like_jsonl(cache, tmp_path):
+    parquet = tmp_path / "metamathqa.parquet"
+    datasets.load_dataset("json", data_files=str(MMQA), split="train", cache_dir=cache).to_parquet(str(parquet))
+    assert read_problems(str(parquet), cache_dir=cache)[0] == read_problems(str(MMQA), cache_dir=cache)[0]
+
+
+@needs_samples
+def test_gsm8k_layouts(cache, tmp_path):
+    metamath_layout, _ = read_problems(str(GSM8K), cache_dir=cache)  # MetaMath's copy: query/response with ####
+    rows = _rows(GSM8K)
+    assert [p.answer for p in metamath_layout] == [r["response"].rsplit("####", 1)[1].strip() for r in rows]
+    assert "2,125" in [p.answer for p in metamath_layout]  # labels keep their thousands separators
+    original = tmp_path / "gsm8k_original.jsonl"  # the GSM8K release names: question/answer
+    original.write_text("".join(json.dumps({"question": r["query"], "answer": r["response"]}) + "\n" for r in rows))
+    assert read_problems(str(original), cache_dir=cache)[0] == metamath_layout
+
+
+def test_math_layout_and_unlabelled_rows(cache, tmp_path):
+    path = tmp_path / "math.jsonl"
+    rows = [{"problem": "What is 1/2 + 1/4?", "solution": "We get $\\boxed{\\frac{3}{4}}$."},
+            {"problem": "Simplify sqrt 8.", "solution": "It is $\\boxed{2\\sqrt{2}}$."},
+            {"problem": "No answer given.", "solution": "We leave it open."}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found, dropped = read_problems(str(path), cache_dir=cache)
+    assert [(p.question, p.answer) for p in found] == [("What is 1/2 + 1/4?", "\\frac{3}{4}"), ("Simplify sqrt 8.", "2\\sqrt{2}")]
+    assert dropped == 1
+
+
+@needs_samples
+def test_types_and_max_rows(cache, tmp_path):
+    rows = _rows(MMQA)[:10]
+    for i, row in enumerate(rows):
+        row["type"] = "MATH_FOBAR" if i % 2 else "GSM_AnsAug"
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    only_math, _ = read_problems(str(path), cache_dir=cache, types=["MATH_FOBAR"])
+    assert [p.question for p in only_math] == [r["query"] for r in rows[1::2]]
+    assert len(read_problems(str(MMQA), cache_dir=cache, max_rows=7)[0]) == 7
+
+
+@needs_samples
+def test_held_out_validation_never_shares_a_question(cache):
+    config = MetaMathQAConfig(dataset_path=str(MMQA), cache_dir=cache, val_fraction=0.2)
+    splits = splits_for(config)
+    train_q, val_q = {p.key for p in splits.train}, {p.key for p in splits.val}
+    assert not train_q & val_q
+    assert len(splits.train) + len(splits.val) == 200
+    # the split depends only on the question text, not on row order or the other rows
+    assert all(in_validation(p.key, 0.2) for p in splits.val) and not any(in_validation(p.key, 0.2) for p in splits.train)
+    assert 20 <= len(splits.val) <= 60  # binomial(200, 0.2): mean 40, sd 5.7; this band is +-3.5 sd
+    env = MetaMathQAEnv(config)
+    assert {env.reset(s, mode="val") for s in range(50)} <= {p.question for p in splits.val}
+    assert {env.reset(s) for s in range(50)} <= {p.question for p in splits.train}
+
+
+@needs_samples
+def test_separate_validation_source_removes_its_questions_from_training(cache, tmp_path):
+    train_file = tmp_path / "train.jsonl"  # 30 MetaMathQA rows plus 5 questions of the GSM8K file
+    gsm = _rows(GSM8K)
+    rows = _rows(MMQA)[:30] + [{"query": r["query"], "response": r["response"], "type": "GSM_AnsAug"} for r in gsm[:5]]
+    train_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    splits = splits_for(MetaMathQAConfig(dataset_path=str(train_file), val_dataset_path=str(GSM8K), cache_dir=cache))
+    assert len(splits.val) == 200 and len(splits.train) == 30
+    assert not {p.key for p in splits.train} & {p.key for p in splits.val}
+
+
+def test_hub_names_go_to_load_dataset(monkeypatch, cache):
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, cache_dir=None, **kwargs):
+        calls.append((path, name, split, cache_dir))
+        return datasets.Dataset.from_list([{"question": "1 + 1?", "answer": "one and one\n#### 2"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    found, _ = read_problems("openai/gsm8k", subset="main", split="train", cache_dir=cache)
+    assert calls == [("openai/gsm8k", "main", "train", cache)]
+    assert [(p.question, p.answer) for p in found] == [("1 + 1?", "2")]
+
+
+def test_load_failures_are_config_errors_with_a_hint(monkeypatch, tmp_path, cache):
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach the hub\nsecond line")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(ConfigError, match="could not load dataset 'meta-math/MetaMathQA'") as info:
+        read_problems("meta-math/MetaMathQA", cache_dir=cache)
+    assert "built-in problems" in str(info.value) and "second line" not in str(info.value)
+    with pytest.raises(ConfigError, match="not found"):
+        read_problems(str(tmp_path / "missing.jsonl"), cache_dir=cache)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("query,response\n")
+    with pytest.raises(ConfigError, match="expected .json, .jsonl or .parquet"):
+        read_problems(str(csv), cache_dir=cache)
+
+
+def test_unknown_columns_are_named(tmp_path, cache):
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1", "completion": "2"}) + "\n")
+    with pytest.raises(ConfigError, match=r"unknown row layout with columns \['completion', 'prompt'\]"):
+        read_problems(str(path), cache_dir=cache)
+
+
+def test_training_on_a_test_split_is_refused():
+    with pytest.raises(ValueError, match="test split"):
+        MetaMathQAConfig(dataset_path="openai/gsm8k", split="test")
+    assert MetaMathQAConfig(val_dataset_path="openai/gsm8k", val_split="test").val_split == "test"
+
+
+def test_builtin_set_splits_without_overlap_and_is_stable():
+    splits = splits_for(MetaMathQAConfig())
+    assert len(splits.train) + len(splits.val) == 240 and splits.val
+    assert not {p.key for p in splits.train} & {p.key for p in splits.val}
+    bigger = splits_for(MetaMathQAConfig(builtin_size=480))
+    assert set(splits.train) <= set(bigger.train) and set(splits.val) <= set(bigger.val)
+    assert problems_mod.builtin_problems(3) == problems_mod.builtin_problems(240)[:3]
+
+
+def test_empty_validation_split_names_the_fix():
+    env = MetaMathQAEnv(builtin_size=20, val_fraction=1e-12)
+    env.reset(0)
+    with pytest.raises(ConfigError, match="no validation problems") as info:
+        env.reset(0, mode="val")
+    assert "val_fraction" in str(info.value)
