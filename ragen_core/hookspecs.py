@@ -9,6 +9,9 @@ Call order per training step: ``ragen_on_rollout_end`` -> (filter, update) ->
 ``ragen_on_update_end`` -> ``ragen_on_step_end`` -> ``ragen_on_checkpoint`` (when one is saved).
 ``ragen_on_train_start`` runs once before step 1, ``ragen_on_train_end`` once at the end (also
 after an interrupt).
+
+One hook is for the command line: ``ragen_register_commands`` lets a distribution add ``ragen``
+subcommands (``ragen diagnose`` comes from ``ragen-diagnostics`` this way).
 """
 
 from __future__ import annotations
@@ -65,6 +68,25 @@ def ragen_on_checkpoint(path: Any, step: int, context: Any) -> None:
 @hookspec
 def ragen_on_train_end(run_dir: Any, context: Any) -> None:
     """Called once when training ends, normally or by interrupt."""
+
+
+@hookspec
+def ragen_register_commands(subparsers: Any) -> None:
+    """Add ``ragen`` subcommands; implemented by a command plugin's module.
+
+    A distribution names each command it adds in the entry-point group ``ragen_core.commands``,
+    command name -> module (``diagnose = "ragen_diagnostics.cli"``). ``ragen --help`` lists those
+    names from metadata alone; only when one of them runs does the CLI import that one module,
+    register it and call this hook on it, so a broken command plugin breaks only its own
+    commands (with a one-line error naming it and its distribution).
+
+    Args:
+        subparsers: The ``argparse`` subparsers action of the ``ragen`` parser. Add each command
+            the module's entry points name with ``subparsers.add_parser(name, help=...,
+            description=...)``, then its arguments, then ``set_defaults(func=run)``, where
+            ``run(args) -> int`` runs the command and returns its exit status (raise
+            :class:`ragen_core.errors.RagenError` for a user's mistake: one line, status 2).
+    """
 
 
 def make_plugin_manager() -> pluggy.PluginManager:

@@ -70,10 +70,16 @@ def test_every_import_of_ragen_core_is_a_declared_dependency_or_extra():
     missing = {}
     for module, files in _imports().items():
         if module.startswith("ragen_"):
-            continue  # first-party plugins: the core must not import them at all (a separate check)
+            continue  # first-party plugins: the core must not import them at all (next test)
         if not _distributions(module) & (deps | optional):
             missing[module] = sorted(files)
     assert not missing, f"imported by ragen_core but declared neither in dependencies nor in an extra of pyproject.toml: {missing}"
+
+
+def test_ragen_core_imports_no_plugin():
+    # plugins reach the core through entry points (ragen diagnose: the ragen_core.commands group)
+    plugins = {module: sorted(files) for module, files in _imports().items() if module.startswith("ragen_")}
+    assert not plugins, f"ragen_core imports plugin packages: {plugins}"
 
 
 def test_every_dependency_of_ragen_core_is_imported_by_it():

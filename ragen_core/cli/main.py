@@ -1,8 +1,18 @@
 """Entry point of the ``ragen`` command.
 
-Each subcommand lives in its own module under :mod:`ragen_core.cli` with two functions,
+Each built-in subcommand lives in its own module under :mod:`ragen_core.cli` with two functions,
 ``add_arguments(parser)`` and ``run(args) -> int``, and is imported only when that subcommand
 runs: ``ragen plugins`` must never pay for (or be broken by) torch or a plugin import.
+
+Plugin distributions add subcommands the same lazy way: an entry point in the group
+``ragen_core.commands`` names the command and the module implementing the
+:func:`ragen_core.hookspecs.ragen_register_commands` hook (``ragen diagnose`` comes from
+``ragen-diagnostics``). ``ragen --help`` lists plugin commands from entry-point metadata only;
+the module is imported, and its hook called, only when one of its commands runs. A command
+plugin that fails to import or to add its command is a one-line
+:class:`~ragen_core.errors.PluginLoadError` naming the command and its distribution; no other
+command notices it. Built-in names win over plugin commands; ``RAGEN_DISABLE_PLUGINS`` and
+``RAGEN_LOAD_PLUGINS`` hide command plugins like any other.
 
 Errors: a :class:`ragen_core.errors.RagenError` prints its one-line message and ``hint:`` lines
 to stderr and exits with status 2. Tracebacks appear only with ``-v`` or ``RAGEN_DEBUG=1``.
@@ -14,6 +24,7 @@ import argparse
 import importlib
 import os
 import sys
+from typing import Any
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -23,11 +34,77 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ragen_core.cli.run", "train an agent with StarPO (PPO, GRPO, ...)"),
     "eval": ("ragen_core.cli.evaluate", "evaluate a model on an environment and export trajectories"),
     "plot": ("ragen_core.cli.plot", "draw learning curves of a run directory"),
-    "diagnose": ("ragen_core.cli.diagnose", "reasoning-collapse diagnostics of a run (plots + HTML)"),
 }
 
+#: entry-point group of plugin subcommands: command name -> module implementing ragen_register_commands
+COMMAND_GROUP = "ragen_core.commands"
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+#: commands of first-party plugin distributions, for a hint when the distribution is missing
+FIRST_PARTY_COMMANDS = {"diagnose": "ragen-diagnostics"}
+
+
+def plugin_commands() -> dict[str, list[Any]]:
+    """Installed plugin commands, ``name -> [PluginEntry]`` (several when distributions clash).
+
+    Reads entry-point metadata only; imports no plugin. Names of built-in commands and plugins
+    hidden by ``RAGEN_DISABLE_PLUGINS`` / ``RAGEN_LOAD_PLUGINS`` are left out.
+    """
+    from importlib.metadata import entry_points
+
+    from ragen_core.registry import PluginEntry, Registry
+    from ragen_core.specs import normalize_name
+
+    found: dict[str, list[Any]] = {}
+    for ep in entry_points(group=COMMAND_GROUP):
+        dist = getattr(ep, "dist", None)
+        entry = PluginEntry(kind="command", name=ep.name, value=ep.value, dist_name=normalize_name(getattr(dist, "name", None) or "unknown"),
+                            dist_version=getattr(dist, "version", "") or "", entry_point=ep)
+        offers = found.setdefault(ep.name, [])
+        if ep.name in COMMANDS or not Registry.enabled(entry) or any((o.dist_name, o.value) == (entry.dist_name, entry.value) for o in offers):
+            continue  # built-ins win; disabled; the same dist seen twice (editable metadata)
+        offers.append(entry)
+    return {name: offers for name, offers in found.items() if offers}
+
+
+def _summary(entry: Any) -> str:
+    """One-line help of a plugin command from its distribution's metadata (no import)."""
+    dist = getattr(entry.entry_point, "dist", None)
+    try:
+        summary = (dist.metadata["Summary"] or "").strip() if dist is not None else ""
+    except Exception:  # unreadable metadata only costs the description
+        summary = ""
+    return f"{summary} ({entry.origin})" if summary else f"plugin command ({entry.origin})"
+
+
+def _add_plugin_command(sub: Any, name: str, offers: list[Any]) -> None:
+    """Import the one module that provides ``name`` and let its hook add the command to ``sub``."""
+    from ragen_core.errors import DuplicatePluginError, PluginLoadError
+    from ragen_core.hookspecs import make_plugin_manager
+
+    if len({(e.dist_name, e.value) for e in offers}) > 1:
+        listing = ", ".join(f"{e.origin} ({e.value})" for e in offers)
+        raise DuplicatePluginError(f"command {name!r} is provided by {len(offers)} distributions: {listing}",
+                                   ["set RAGEN_DISABLE_PLUGINS=" + ",".join(e.dist_name for e in offers[1:])])
+    entry = offers[0]
+    try:
+        module = entry.entry_point.load()
+        pm = make_plugin_manager()
+        pm.register(module, name=f"{entry.dist_name}:{name}")
+        pm.hook.ragen_register_commands(subparsers=sub)
+        if name not in sub.choices or not callable(sub.choices[name].get_default("func")):
+            raise LookupError(f"its ragen_register_commands hook did not add the command {name!r} with set_defaults(func=...)")
+    except Exception as exc:  # anything the plugin does wrong stops this command only
+        raise PluginLoadError(f"command {name!r} from {entry.origin} failed to load: {type(exc).__name__}: {exc}",
+                              [f"fix or reinstall {entry.dist_name} (entry point {name} = {entry.value}), or hide it with "
+                               f"RAGEN_DISABLE_PLUGINS={entry.dist_name}; -v shows the traceback"]) from exc
+    try:
+        sub.choices[name].add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    except argparse.ArgumentError:
+        pass  # the plugin defines -v itself
+
+
+def build_parser(command: str | None = None, plugins: dict[str, list[Any]] | None = None) -> argparse.ArgumentParser:
+    """The ``ragen`` parser; only ``command``'s module is imported (to add its arguments)."""
     parser = argparse.ArgumentParser(prog="ragen", description="RAGEN: multi-turn RL for LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -36,13 +113,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
         if name == command:  # only the chosen command's module is imported
             importlib.import_module(module).add_arguments(sp)
+    plugins = plugin_commands() if plugins is None else plugins
+    chosen = plugins.get(command or "", [])
+    for name, offers in plugins.items():
+        if any(e.value == o.value for e in offers for o in chosen):
+            continue  # the chosen command's module adds its own commands
+        sp = sub.add_parser(name, help=_summary(offers[0]), description=_summary(offers[0]))
+        sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    if chosen:
+        _add_plugin_command(sub, command, chosen)
     return parser
 
 
 def _chosen_command(argv: list[str]) -> str | None:
     for arg in argv:
         if not arg.startswith("-"):
-            return arg if arg in COMMANDS else None
+            return arg
     return None
 
 
@@ -52,14 +138,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in argv or "--verbose" in argv or os.environ.get("RAGEN_DEBUG") == "1"
     try:
-        command = _chosen_command(argv)
-        parser = build_parser(command)
+        command, plugins = _chosen_command(argv), plugin_commands()
+        if command in FIRST_PARTY_COMMANDS and command not in plugins:
+            from ragen_core.errors import PluginNotFoundError
+
+            dist = FIRST_PARTY_COMMANDS[command]
+            raise PluginNotFoundError(f"'ragen {command}' comes with the {dist} distribution, which is not installed (or is disabled)",
+                                      [f"pip install {dist}   (in this repo: pip install --no-build-isolation -e plugins/{dist})"])
+        parser = build_parser(command, plugins)
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
             return 0
-        module = importlib.import_module(COMMANDS[args.command][0])
-        return int(module.run(args) or 0)
+        if args.command in COMMANDS:
+            return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+        return int(args.func(args) or 0)
     except RagenError as exc:
         if verbose:
             import traceback

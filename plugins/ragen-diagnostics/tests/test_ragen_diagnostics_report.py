@@ -110,6 +110,23 @@ def test_cli_builds_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert str(run / "diagnostics.html") in capsys.readouterr().out
 
 
+def test_diagnose_is_a_command_this_distribution_adds_through_the_hook() -> None:
+    import importlib.util
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    (ep,) = [ep for ep in entry_points(group="ragen_core.commands") if ep.name == "diagnose"]
+    assert ep.value == "ragen_diagnostics.cli" and ep.dist is not None and ep.dist.name == "ragen-diagnostics"
+    assert importlib.util.find_spec("ragen_core.cli.diagnose") is None  # the core holds no copy
+    # `ragen --help` lists it from that metadata without importing this package
+    code = ("import contextlib, io, sys\nfrom ragen_core.cli.main import main\nbuf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "print('    diagnose ' in buf.getvalue(), any(m.startswith('ragen_diagnostics') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "False"], out.stderr
+
+
 # -- offline: tiny model + synthetic trajectories ------------------------------------------
 
 

@@ -4,8 +4,12 @@ Builds ``RUN_DIR/plots/collapse_*.png`` and ``RUN_DIR/diagnostics.html`` from ``
 With ``--checkpoint step_N`` and/or ``--rollouts FILE`` it first recomputes the diagnostics on
 that checkpoint and those rollouts (the missing one is taken from the run directory:
 ``rollouts/step_N.jsonl`` or ``checkpoints/step_N``) and appends the result to
-``RUN_DIR/diagnostics_offline.jsonl``. The implementation lives in the ``ragen-diagnostics``
-distribution and is imported only when this command runs.
+``RUN_DIR/diagnostics_offline.jsonl``.
+
+A ``ragen`` subcommand contributed through the ``ragen_register_commands`` hook: this
+distribution's entry point ``ragen_core.commands: diagnose = ragen_diagnostics.cli`` lets
+``ragen --help`` list it from metadata, and the CLI imports this module only when ``ragen diagnose``
+runs. The report and offline modules are imported only once the arguments are parsed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ragen_core import hookimpl
 from ragen_core.errors import RagenError
+
+HELP = "reasoning-collapse diagnostics of a run (plots + HTML)"
+
+
+@hookimpl
+def ragen_register_commands(subparsers: Any) -> None:
+    parser = subparsers.add_parser("diagnose", help=HELP, description=HELP)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,17 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--z-source", choices=["reasoning", "response", "auto"], default="reasoning",
                         help="Z = think-block reasoning (default), the whole reply (no-think runs), or auto")
     parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default="shared-prefix", help="cross-scoring method")
-
-
-def _import_package() -> Any:
-    try:
-        from ragen_diagnostics import offline, report
-    except ImportError as exc:
-        raise RagenError(
-            f"the collapse diagnostics are not installed ({exc})",
-            ["pip install ragen-diagnostics   (in this repo: pip install --no-build-isolation --no-deps -e plugins/ragen-diagnostics)"],
-        ) from exc
-    return offline, report
 
 
 def _resolve_checkpoint(run_dir: Path, name: str | None, rollouts: Path | None, step_of: Any) -> Path:
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
         raise RagenError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
-    offline, report = _import_package()
+    from ragen_diagnostics import offline, report
+
     if args.checkpoint or args.rollouts:
         rollouts = Path(args.rollouts) if args.rollouts else None
         checkpoint = _resolve_checkpoint(run_dir, args.checkpoint, rollouts, offline.step_of)
