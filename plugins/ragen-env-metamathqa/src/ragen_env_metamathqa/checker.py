@@ -368,7 +368,8 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
 
 
 class _V(NamedTuple):
-    """A sub-expression's values at the :data:`POINTS` points (mpmath complex) and its symbols."""
+    """A sub-expression's values (mpmath real or complex) and its symbols: one value per
+    evaluation point, or a single value for a constant."""
 
     values: tuple[Any, ...]
     symbols: frozenset[str]
@@ -407,18 +408,21 @@ class _Parser:
             raise _Unreadable(f"expected {value!r}")
 
     def make(self, op: Callable[..., Any], *args: _V) -> _V:
-        """Apply ``op`` pointwise; count the node; reject non-finite results."""
+        """Apply ``op`` pointwise (a constant's one value stands for all points); count the
+        node; reject non-finite results."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Unreadable("too many nodes")
-        values = tuple(op(*vals) for vals in zip(*(a.values for a in args)))
-        for z in values:
-            if not (self.ctx.isfinite(z.real) and self.ctx.isfinite(z.imag)):
-                raise _Unreadable("undefined value")
+        width = max(len(a.values) for a in args)
+        columns = [a.values * width if len(a.values) == 1 else a.values for a in args]
+        values = tuple(op(*vals) for vals in zip(*columns))
+        if not all(self.ctx.isfinite(z) for z in values):
+            raise _Unreadable("undefined value")
         return _V(values, frozenset().union(*(a.symbols for a in args)))
 
     def const(self, value: Any) -> _V:
-        return _V((self.ctx.mpc(value),) * POINTS, frozenset())
+        """A constant: one value, the same at every point."""
+        return _V((self.ctx.mpf(value),), frozenset())
 
     # -- grammar
     def parse(self) -> _V:
@@ -494,13 +498,14 @@ class _Parser:
         if kind == "num":
             if len(value) > MAX_DIGITS + 1:
                 raise _Unreadable("literal too long")
-            result = self.const(self.ctx.mpf(Fraction(value).numerator) / Fraction(value).denominator)
+            exact = Fraction(value)
+            result = self.const(self.ctx.mpf(exact.numerator) / exact.denominator)
         elif value in _CLOSE:
             result = self.group(value)
         elif value == "|":
             inner = self.expr()
             self.expect("|")
-            result = self.make(lambda a: self.ctx.mpc(abs(a)), inner)
+            result = self.make(abs, inner)
         elif kind == "cmd":
             result = self.command(value[1:])
         elif kind == "word" and (value in _FUNCTIONS or value in ("sqrt", "pi")):
@@ -524,7 +529,7 @@ class _Parser:
             if not re.fullmatch(r"[A-Za-z0-9]{1,6}", sub):
                 raise _Unreadable("bad subscript")
             name = f"{name}_{sub}"
-        values = tuple(self.ctx.mpc(self.ctx.mpf(v.numerator) / v.denominator) for v in _symbol_values(name))
+        values = tuple(self.ctx.mpf(v.numerator) / v.denominator for v in _symbol_values(name))
         return _V(values, frozenset({name}))
 
     def command(self, name: str) -> _V:
