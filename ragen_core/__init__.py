@@ -1,7 +1,9 @@
 """RAGEN core: interfaces, plugin registry, rollout, StarPO trainer and CLI.
 
 Importing this package is cheap: it imports pydantic and pluggy, never torch, transformers,
-vllm or ray, and it discovers no plugins. Use :mod:`ragen_core.registry` (or the re-exports
+vllm or ray, and it discovers no plugins. The seams for envs and engines that live elsewhere are
+:mod:`ragen_core.interfaces.env_pool` (re-exported here), :mod:`ragen_core.interfaces.engine` and
+:mod:`ragen_core.services` (child processes and servers an env owns). Use :mod:`ragen_core.registry` (or the re-exports
 below) to list and build plugins.
 """
 
@@ -22,15 +24,27 @@ from ragen_core.errors import (
 )
 from ragen_core.hookspecs import hookimpl
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.interfaces.env_pool import (
+    EnvFacts,
+    EnvPool,
+    EnvPoolConfig,
+    EnvRef,
+    EpisodeStart,
+    ResetRequest,
+    StepOutcome,
+    StepRequest,
+)
 from ragen_core.specs import (
     AlgorithmSpec,
     DiagnosticSpec,
     EngineSpec,
+    EnvResources,
     EnvSpec,
     EstimatorSpec,
     FilterSpec,
     PluginConfig,
     PluginSpec,
+    PoolSpec,
     Recipe,
 )
 
@@ -53,7 +67,13 @@ __all__ = [
     "Env",
     "EnvConfig",
     "EnvError",
+    "EnvFacts",
+    "EnvPool",
+    "EnvPoolConfig",
+    "EnvRef",
+    "EnvResources",
     "EnvSpec",
+    "EpisodeStart",
     "EstimatorSpec",
     "FilterSpec",
     "IncompatiblePluginError",
@@ -62,9 +82,13 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginSpec",
+    "PoolSpec",
     "RagenError",
     "Recipe",
     "RegistryError",
+    "ResetRequest",
+    "StepOutcome",
+    "StepRequest",
     "StepResult",
     "__version__",
     "hookimpl",

@@ -19,8 +19,13 @@ from __future__ import annotations
 import string
 from typing import Any
 
-import gymnasium
-from gymnasium import spaces
+try:
+    import gymnasium
+    from gymnasium import spaces
+except ImportError:  # an optional extra: say which one
+    from ragen_core.errors import ConfigError
+
+    raise ConfigError("ragen_core.gym needs the 'gymnasium' package", ["pip install 'ragen-core[gym]'"]) from None
 
 from ragen_core import registry
 
