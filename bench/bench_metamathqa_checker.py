@@ -115,7 +115,8 @@ def main() -> None:
         math_equal(reply, "\\sqrt{2}")
         worst = max(worst, time.perf_counter() - start)
 
-    print(f"workload: {len(labels)} labels x 8 replies = {len(pairs)} checks per pass (best of {args.passes} passes, caches cleared)")
+    print(f"workload: {len(labels)} labels x 8 replies = {len(pairs)} checks per pass "
+          f"(best of {args.passes} passes, caches cleared)")
     print(f"{'checker':<34}{'checks/s':>12}{'right ok':>11}{'wrong ok':>11}   (share of right / wrong replies accepted)")
     print(f"{'exact (reference rule)':<34}{exact_rate:>12,.0f}{accepted(exact_match)}")
     print(f"{'math (default)':<34}{math_rate:>12,.0f}{accepted(math_equal)}")

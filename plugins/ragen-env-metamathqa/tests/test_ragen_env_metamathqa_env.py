@@ -22,8 +22,8 @@ def _env_with_label(label_kind: str, **config) -> MetaMathQAEnv:
     for seed in range(500):
         env.reset(seed)
         answer = env.problem.answer
-        kind = "frac" if answer.startswith("\\frac") else "sqrt" if "\\sqrt" in answer else "int" if answer.lstrip("-").isdigit() else "other"
-        if kind == label_kind:
+        kinds = {"frac": answer.startswith("\\frac"), "sqrt": "\\sqrt" in answer, "int": answer.lstrip("-").isdigit()}
+        if kinds[label_kind]:
             return env
     raise AssertionError(f"no built-in problem with a {label_kind} label")
 

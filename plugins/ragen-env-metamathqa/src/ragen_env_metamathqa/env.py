@@ -77,7 +77,8 @@ class MetaMathQAEnv(Env):
         """Score one attempt; a correct one ends the episode, later steps score nothing."""
         self._require_reset()
         if self._correct:
-            return StepResult(self.render(), 0.0, True, {"success": True, "action_is_valid": False, "action_is_effective": False})
+            info = {"success": True, "action_is_valid": False, "action_is_effective": False}
+            return StepResult(self.render(), 0.0, True, info)
         valid = isinstance(action, str) and bool(action.strip())
         correct = valid and self.is_correct(action)
         reward = 0.5**self._attempts if correct else 0.0

@@ -136,8 +136,9 @@ def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | No
     except ConfigError:
         raise
     except Exception as exc:  # the hub, the network and the builders raise many types
+        first_line = f"{type(exc).__name__}: {exc}".split("\n")[0]
         raise ConfigError(
-            f"could not load dataset {path!r} (subset={subset!r}, split={split!r}): {type(exc).__name__}: {exc}".split("\n")[0],
+            f"could not load dataset {path!r} (subset={subset!r}, split={split!r}): {first_line}",
             ["check the name or path; without network access use a local file, or leave dataset_path unset "
              "for the built-in problems"],
         ) from exc
@@ -158,8 +159,10 @@ def _read(path: str, subset: str | None, split: str, cache_dir: str | None, max_
     return tuple(problems), dropped
 
 
-def read_problems(path: str, *, subset: str | None = None, split: str = "train", cache_dir: str | None = None,
-                  max_rows: int | None = None, types: list[str] | tuple[str, ...] | None = None) -> tuple[tuple[Problem, ...], int]:
+def read_problems(
+    path: str, *, subset: str | None = None, split: str = "train", cache_dir: str | None = None,
+    max_rows: int | None = None, types: list[str] | tuple[str, ...] | None = None,
+) -> tuple[tuple[Problem, ...], int]:
     """``(problems, rows dropped for lack of a label)`` of one source (cached per process)."""
     return _read(path, subset, split, cache_dir, max_rows, None if types is None else tuple(types), _mtime(path))
 
@@ -174,7 +177,7 @@ def builtin_problems(size: int) -> tuple[Problem, ...]:
 
 
 @lru_cache(maxsize=8)
-def _splits(key: str, mtimes: tuple[float, float]) -> Splits:
+def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
     config = MetaMathQAConfig.model_validate_json(key)
     source = config.dataset_path or "built-in problems"
     dropped = 0
