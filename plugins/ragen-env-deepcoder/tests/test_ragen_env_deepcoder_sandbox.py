@@ -165,6 +165,25 @@ def test_the_temp_dir_is_emptied_between_tests_and_is_the_only_writable_place():
     assert [t.stdout for t in result.tests] == ["[]\nro\n", "[]\nro\n"]
 
 
+def test_a_harness_run_by_hand_never_empties_a_shared_directory(tmp_path):
+    """Outside a sandbox (not pid 1 of a namespace) the harness empties only a directory whose
+    name marks it as made for the run; ``/tmp`` or any other folder is left alone."""
+    import marshal
+    import subprocess
+    import sys
+
+    limits = {"cpu_s": 2, "wall_s": 6, "total_s": 30, "memory_mb": 512, "processes": 4, "output_bytes": 10_000, "file_bytes": 10_000}
+    for name, emptied in (("shared", False), (sb.WORKDIR_PREFIX + "run", True)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "keep.txt").write_text("precious")
+        payload = {"code": "open('new.txt', 'w').close()", "tests": [stdin_test(), stdin_test()], "limits": limits, "uid": None,
+                   "nproc_extra": "scan", "workdir": str(folder)}
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", sb.HARNESS_SOURCE], input=marshal.dumps(payload, 2), capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ([] if emptied else ["keep.txt", "new.txt"])
+
+
 def test_large_stdin_and_exit_codes():
     big = "7\n" * 1_000_000
     assert run("import sys\nprint(len(sys.stdin.read()))", [stdin_test(big)]).tests[0].stdout == "2000000\n"

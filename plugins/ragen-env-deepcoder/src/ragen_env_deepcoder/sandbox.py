@@ -58,7 +58,14 @@ LEVELS = ("bwrap", "unshare", "limits")
 """Isolation levels, strongest first."""
 
 HARNESS_SOURCE = (Path(__file__).with_name("_harness.py")).read_text(encoding="utf-8")
+#: Command line of the harness when the sandbox runs this very interpreter: it reads the harness
+#: compiled here (marshal, one length line first) from stdin, which saves compiling ~400 lines per
+#: program. The first line marks the harness's processes (``ps``, the security tests).
+BOOTSTRAP = "# ragen-env-deepcoder sandbox harness\nimport marshal, sys\nexec(marshal.loads(sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))))"
 
+#: Name prefix of the host temp dirs programs run in below the bwrap level (the harness checks it
+#: before emptying a directory between tests).
+WORKDIR_PREFIX = "ragen-deepcoder-"
 #: Extra wall-clock seconds the host allows a whole run beyond its test budget (start-up, I/O).
 STARTUP_SLACK_S = 10.0
 #: First uid of the per-slot program uids used when running as root (below 2**31, far above
@@ -170,7 +177,7 @@ def _unshare_argv(as_root: bool) -> list[str]:
 def _command(level: str, config: SandboxConfig) -> tuple[list[str], str | None, int | str]:
     """``(argv, workdir inside the sandbox or None for a host temp dir, nproc_extra)``."""
     python, prefixes = sandbox_python(config.python)
-    tail = [python, "-I", "-S", "-B", "-c", HARNESS_SOURCE]
+    tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP if config.python is None else HARNESS_SOURCE]
     root = _is_root()
     if level == "bwrap":
         # Non-root: the harness (pid 1) shares the program's uid in the new user namespace.
@@ -215,6 +222,14 @@ def _result(text: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and isinstance(value.get("str"), str) else None
 
 
+def _harness_blob() -> bytes:
+    code = marshal.dumps(compile(HARNESS_SOURCE, "ragen_env_deepcoder/_harness.py", "exec"))
+    return str(len(code)).encode() + b"\n" + code
+
+
+_HARNESS_BLOB = _harness_blob()
+
+
 def _slot_uid(slot: int) -> int:
     return UID_BASE + (os.getpid() % 100_000) * MAX_SLOTS + slot
 
@@ -236,7 +251,7 @@ def run_program(level: str, config: SandboxConfig, code: str, tests: list[dict[s
     uid = _slot_uid(slot) if _is_root() else None
     host_dir = None
     if inside_workdir is None:
-        host_dir = tempfile.mkdtemp(prefix="ragen-deepcoder-")
+        host_dir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)  # the harness empties only such dirs
         if uid is not None:
             os.chown(host_dir, uid, uid)
     workdir = inside_workdir or host_dir
@@ -251,6 +266,8 @@ def run_program(level: str, config: SandboxConfig, code: str, tests: list[dict[s
     }
     sent = [{**t, "input": call_args(t["input"])} if t["kind"] == "call" else t for t in tests]
     payload = marshal.dumps({"code": code, "tests": sent, "limits": limits, "uid": uid, "nproc_extra": nproc_extra, "workdir": workdir}, 2)
+    if config.python is None:
+        payload = _HARNESS_BLOB + payload
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
     budget = min(config.total_time_limit_s, max(1, len(tests)) * limits["wall_s"]) + STARTUP_SLACK_S
     out, err, timed_out, clean_exit = b"", b"", False, False
