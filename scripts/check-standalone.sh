@@ -10,7 +10,7 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" torch==2.13.0 hatchling editables pytest hypothesis
 "${PIP[@]}" --no-build-isolation -e .
 status=0
-for dir in ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku plugins/ragen-env-bandit plugins/ragen-env-metamathqa; do
+for dir in ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder; do
   dist=$(sed -n 's/^name = "\(.*\)"/\1/p' "$dir/pyproject.toml" | head -1)
   name=${dist#ragen-env-}
   echo "=== $dist alone with ragen-core"
