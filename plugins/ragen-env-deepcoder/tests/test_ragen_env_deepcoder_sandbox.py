@@ -184,6 +184,17 @@ def test_a_harness_run_by_hand_never_empties_a_shared_directory(tmp_path):
         assert sorted(p.name for p in folder.iterdir()) == ([] if emptied else ["keep.txt", "new.txt"])
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="programs get their own uid only when running as root")
+def test_leftovers_of_a_dead_harness_are_killed_by_uid():
+    import subprocess
+
+    uid = sb._slot_uid(sb.MAX_SLOTS - 1)
+    sleeper = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[], start_new_session=True)
+    time.sleep(0.1)
+    sb._kill_uid(uid)
+    assert sleeper.wait(timeout=10) == -9
+
+
 def test_large_stdin_and_exit_codes():
     big = "7\n" * 1_000_000
     assert run("import sys\nprint(len(sys.stdin.read()))", [stdin_test(big)]).tests[0].stdout == "2000000\n"
