@@ -162,6 +162,19 @@ def test_eval_refuses_pickled_weights_in_a_model_folder(tmp_path, capsys):
     assert "model" in _one_line_error(capsys)
 
 
+def test_warm_start_cache_refuses_pickled_weights(tmp_path):
+    from ragen_core.errors import RagenError
+    from ragen_core.trainer.warmstart import cache_folder
+
+    cfg = make_config(tmp_path, "warm_start.enabled=true", f"warm_start.cache_dir={tmp_path / 'ws-cache'}")
+    marker = tmp_path / "marker"
+    _plant_pickled_weights(cache_folder(cfg), marker)  # a shared cache someone else filled
+    with pytest.raises(RagenError) as info:
+        Trainer(cfg).setup()
+    assert not marker.exists(), "the payload ran"
+    assert "model.safetensors" in str(info.value) and len(info.value.message.splitlines()) == 1
+
+
 def test_resume_loads_checkpoint_weights_from_safetensors_only(tmp_path, capsys):
     cfg = make_config(tmp_path, "steps=1")
     Trainer(cfg).train()

@@ -181,7 +181,7 @@ def load_state(path: str | Path) -> dict[str, Any]:
 
     Raises:
         CheckpointError: The file holds anything but plain data (it is not unpickled), cannot be
-            read, or lacks the optimiser, step or RNG state.
+            read, or lacks the step or RNG state.
     """
     import pickle
 
