@@ -243,14 +243,14 @@ class AnalysisRollout:
     """The separate analysis rollout of spec 11.2: a runner of the requested shape and a filter
     instance of its own (the trainer builds one when ``uses_separate_rollout``)."""
 
-    def __init__(self, config: Any, engine: Any, tokenizer: Any) -> None:
+    def __init__(self, config: Any, engine: Any, tokenizer: Any, pool: Any = None) -> None:
         from ragen_core import registry
         from ragen_core.trainer.setup import make_runner
 
         self.config = config
         self.env_groups = config.grad_analysis.env_groups or config.rollout.env_groups
         self.group_size = config.grad_analysis.group_size or config.rollout.group_size
-        self.runner = make_runner(config, engine, tokenizer, "train", groups=self.env_groups, group_size=self.group_size)
+        self.runner = make_runner(config, engine, tokenizer, "train", pool=pool, groups=self.env_groups, group_size=self.group_size)
         self.filter = registry.make("filter", config.filter, config.filter_config)
 
 

@@ -65,8 +65,12 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
     return RolloutConfig(**values)
 
 
-def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "train", **sizes: Any) -> Any:
+def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "train", *, pool: Any = None, **sizes: Any) -> Any:
     """A rollout runner whose envs run in the pool ``rollout.pool`` (built by name, config validated).
+
+    ``pool``: an existing pool of the same env to share (the trainer's validation and analysis
+    runners reuse the training runner's, so a ``process`` pool starts one set of workers; their
+    rollouts never overlap in time). Otherwise a new pool is built.
 
     Raises:
         PluginNotFoundError / PluginConfigError: unknown pool name or bad ``rollout.pool_config``.
@@ -77,7 +81,8 @@ def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "tra
 
     runner_config = rollout_config(config, mode, **sizes)
     env = with_overrides(EnvRef(name=config.env, config=dict(config.env_config), preset=config.preset), runner_config)
-    pool = registry.make("pool", config.rollout.pool, dict(config.rollout.pool_config), env=env)
+    if pool is None:
+        pool = registry.make("pool", config.rollout.pool, dict(config.rollout.pool_config), env=env)
     return RolloutRunner(env, engine, tokenizer, runner_config, pool=pool)
 
 

@@ -135,10 +135,10 @@ class Trainer(CheckpointMixin):
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.engine = su.make_engine(cfg, self.model, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
-        self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val") if cfg.test_freq > 0 or cfg.val_before_train else None
+        self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val", pool=self.runner.pool) if cfg.test_freq > 0 or cfg.val_before_train else None
         self.analysis_rollout = None
         if cfg.grad_analysis.every > 0 and gan.uses_separate_rollout(cfg):
-            self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer)
+            self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer, pool=self.runner.pool)
         self.train_sampling = su.sampling_params(cfg.sampling.train)
         self.val_sampling = su.sampling_params(cfg.sampling.val)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -233,6 +233,7 @@ class Trainer(CheckpointMixin):
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
             self.pm.hook.ragen_on_train_end(run_dir=self.run_dir, context=self.context)
+            self.runner.close()  # the env pool the runners share: envs, worker processes, services (rebuilt on a later rollout)
         if self.stop_reason:
             print(f"training stopped early at step {step}: {self.stop_reason}")
         return self.history
