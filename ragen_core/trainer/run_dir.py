@@ -61,7 +61,7 @@ def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -
         shown = ", ".join(entries[:4]) + (f", ... ({len(entries)} entries)" if len(entries) > 4 else "")
         raise ConfigError(f"run directory {run_dir} is not empty ({shown})",
                           [f"continue that run with 'ragen run --resume {run_dir}', choose another --run-dir, "
-                           "or pass --overwrite (Trainer(overwrite=True)) to replace it"])
+                           "or pass --overwrite to replace it"])
     if entries:
         ours = set(RUN_ENTRIES) | {f"{name}.tmp" for name in RUN_ENTRIES}
         removed = [name for name in entries if name in ours]
