@@ -7,6 +7,12 @@ field path, e.g. ``invalid config: rollout.group_size: Input should be greater t
 
 Override values are parsed as YAML scalars (``8`` -> int, ``true`` -> bool, ``[1,2]`` -> list,
 ``null`` -> None); quote them to force a string.
+
+Trust. Config files travel between people, so reading one must stay cheap and unambiguous:
+YAML aliases (``*name``) are refused, because a few hundred bytes of nested aliases expand into
+gigabytes when validated or echoed (the "billion laughs" file); anchors alone are harmless and
+accepted. A key given twice in one mapping is an error instead of "the last one wins". Error
+messages echo a bad value in a bounded form (:func:`short_repr`), never whole.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from ragen_core.errors import ConfigError
@@ -25,23 +32,82 @@ M = TypeVar("M", bound=BaseModel)
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read one YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError."""
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}", ["check the path passed to --config"])
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"malformed YAML in {p}{where}: {problem}", ["fix the YAML syntax (indentation, colons, quotes)"]) from None
+        hint = getattr(exc, "hint", None) or "fix the YAML syntax (indentation, colons, quotes)"
+        raise ConfigError(f"malformed YAML in {p}{where}: {problem}", [hint]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must contain a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+class RefusedYAML(yaml.YAMLError):
+    """YAML that parses but is refused (an alias, a duplicate key); carries a mark like PyYAML's errors."""
+
+    def __init__(self, problem: str, mark: Any, hint: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+        self.hint = hint
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and without duplicate keys (see the module docstring)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise RefusedYAML(f"YAML aliases (*{short_text(str(event.anchor), 40)}) are not allowed in config files",
+                              event.start_mark, "write the repeated values out (aliases can expand a small file into gigabytes)")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:
+                    continue  # an unhashable key: PyYAML's own error follows
+                if first is not key_node.start_mark:
+                    raise RefusedYAML(f"duplicate key {short_repr(key)} (first given at line {first.line + 1})", key_node.start_mark,
+                                      "give each key once; a repeated key would silently replace the first value")
+        return super().construct_mapping(node, deep=deep)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` that refuses aliases and duplicate keys (raises :class:`RefusedYAML`)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def short_text(text: str, limit: int = 120) -> str:
+    """``text`` cut to about ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """A bounded ``repr`` of ``value`` for error messages: a few items of each container, a few
+    levels deep, at most about ``limit`` characters; computed without walking the whole value."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 4, 6
+    r.maxstring, r.maxother, r.maxlong = limit, limit, 40
+    return short_text(r.repr(value), limit)
 
 
 def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -57,14 +123,14 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b.c=1"`` -> ``(["a", "b", "c"], 1)``."""
-    import yaml
-
     key, sep, raw = text.partition("=")
     key = key.strip().lstrip("-")
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"bad override {text!r}: expected dotted.key=value", ["example: rollout.group_size=8"])
+        raise ConfigError(f"bad override {short_repr(text)}: expected dotted.key=value", ["example: rollout.group_size=8"])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = safe_load(raw) if raw.strip() else ""
+    except RefusedYAML as exc:
+        raise ConfigError(f"bad override {short_repr(text)}: {exc.problem}", [exc.hint]) from None
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
@@ -80,22 +146,28 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
             if child is None:
                 child = node[part] = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"bad override {text!r}: {'.'.join(path[:-1])} is not a section")
+                raise ConfigError(f"bad override {short_repr(text)}: {'.'.join(path[:-1])} is not a section")
             node = child
         node[path[-1]] = value
     return out
 
 
 def validation_message(exc: ValidationError, prefix: str = "") -> str:
+    """``invalid config: a.b: <what is wrong> (got <value>)`` for the first three errors.
+
+    The value is echoed with :func:`short_repr`, so a huge or deeply nested input costs a few
+    dozen characters of the line, not its whole size.
+    """
+    errors = exc.errors(include_url=False, include_context=False)
     parts = []
-    for err in exc.errors()[:3]:
+    for err in errors[:3]:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         path = ".".join(p for p in (prefix, loc) if p) or "(root)"
         if err.get("type") == "extra_forbidden":
             parts.append(f"{path}: unknown key")
         else:
-            parts.append(f"{path}: {err.get('msg')} (got {err.get('input')!r})")
-    extra = len(exc.errors()) - 3
+            parts.append(f"{path}: {short_text(str(err.get('msg')), 200)} (got {short_repr(err.get('input'))})")
+    extra = len(errors) - 3
     return "invalid config: " + "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
 
 

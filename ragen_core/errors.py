@@ -8,13 +8,24 @@ exits with status 2; tracebacks appear only with ``-v`` or ``RAGEN_DEBUG=1``.
 
 from __future__ import annotations
 
+#: Longest message or hint an error keeps; the rest is cut with a note of how much. Messages
+#: quote user input (paths, values, env output), and one must never bury the terminal or a log.
+MAX_LINE_CHARS = 500
+
+
+def _capped(text: str) -> str:
+    text = str(text)
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    return f"{text[:MAX_LINE_CHARS]}... ({len(text) - MAX_LINE_CHARS} more characters)"
+
 
 class RagenError(Exception):
-    """Base class of every error RAGEN raises on purpose."""
+    """Base class of every error RAGEN raises on purpose (message and hints capped at :data:`MAX_LINE_CHARS`)."""
 
     def __init__(self, message: str, hints: list[str] | tuple[str, ...] = ()) -> None:
-        self.message = message
-        self.hints = [h for h in hints if h]
+        self.message = _capped(message)
+        self.hints = [_capped(h) for h in hints if h]
         super().__init__(self.__str__())
 
     def __str__(self) -> str:

@@ -345,18 +345,11 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
 
 def config_error_from_validation(exc: Any, prefix: str = "") -> PluginConfigError:
     """Turn a pydantic ValidationError into a one-line error naming the first bad field path."""
+    from ragen_core.config import validation_message
+
     errors = exc.errors()
-    parts = []
-    for err in errors[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        path = ".".join(p for p in (prefix, loc) if p)
-        if err.get("type") == "extra_forbidden":
-            parts.append(f"{path}: unknown key")
-        else:
-            parts.append(f"{path}: {err.get('msg')} (got {err.get('input')!r})")
-    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
     hint = "check the spelling against 'ragen plugins show KIND NAME'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
-    return PluginConfigError("invalid config: " + "; ".join(parts) + more, [hint])
+    return PluginConfigError(validation_message(exc, prefix), [hint])
 
 
 # ---------------------------------------------------------------------- module-level API

@@ -180,6 +180,11 @@ class EstimatorSpec(PluginSpec):
 
     kind: ClassVar[str] = "estimator"
     needs_critic: bool = False
+    group_baseline: str | None = None
+    """For estimators whose baseline comes from the other episodes of a group (GRPO, RLOO, ...):
+    what an episode's advantage becomes when its group holds only that episode, e.g. ``"the raw
+    episode score S"``. ``ragen run`` warns with it when ``rollout.group_size=1``. None: the
+    estimator does not use groups."""
 
 
 class AlgorithmSpec(PluginSpec):

@@ -132,6 +132,22 @@ def _chosen_command(argv: list[str]) -> str | None:
     return None
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, except that ``key=value`` overrides may come anywhere.
+
+    argparse gives a ``nargs="*"`` positional only its first run of words, so in
+    ``ragen run --env bandit a.b=1 --steps 1 c.d=2`` the ``c.d=2`` was "unrecognized". Commands
+    with an ``overrides`` positional get every leftover ``key=value`` word appended, in command-line
+    order (later ones win); anything else left over is the usual argparse error (exit 2).
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "overrides", None), list) and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from ragen_core.errors import RagenError
 
@@ -146,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             raise PluginNotFoundError(f"'ragen {command}' comes with the {dist} distribution, which is not installed (or is disabled)",
                                       [f"pip install {dist}   (in this repo: pip install --no-build-isolation -e plugins/{dist})"])
         parser = build_parser(command, plugins)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         if args.command is None:
             parser.print_help()
             return 0

@@ -2,8 +2,9 @@
 
 ``ragen plugins`` reads entry-point metadata only: it never imports a plugin, so it is fast and
 keeps working when plugins are broken (it is the recovery path). ``ragen plugins check`` imports
-every plugin's spec and validates it; ``--strict`` (or ``RAGEN_STRICT_PLUGINS=1``) makes any
-failure exit non-zero, for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+every plugin's spec and validates it; a name that two distributions provide is a failure too
+(``ragen run`` would refuse it). ``--strict`` (or ``RAGEN_STRICT_PLUGINS=1``) makes any failure
+exit non-zero, for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "check", "show"], default="list", help="list (default), check, or show")
     parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
     parser.add_argument("--kind", choices=list(GROUPS), help="only this kind")
-    parser.add_argument("--strict", action="store_true", help="'check': exit 1 if any plugin fails")
+    parser.add_argument("--strict", action="store_true", help="'check': exit 1 if any plugin fails or two distributions provide one name")
     parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
 
 
@@ -82,6 +83,12 @@ def check_plugins(args: argparse.Namespace) -> int:
     for e, status in _rows(reg, kinds):
         if status == "disabled":
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", ""])
+            continue
+        if status == "duplicate":  # 'ragen run --env NAME' would refuse it: a failure, whatever each copy holds
+            failures += 1
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "DUPLICATE",
+                          f"another distribution also provides {e.kind} {e.name!r}; select one as '{e.dist_name}:{e.name}' "
+                          f"or hide the other with RAGEN_DISABLE_PLUGINS"])
             continue
         try:
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")

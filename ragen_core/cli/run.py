@@ -68,12 +68,11 @@ def build_config(args: argparse.Namespace):
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     config = load_config(RunConfig, files, flags + list(args.overrides), base=base)
-    if base is not None and resumed is None:
-        if "algo" in base:
-            _check_recipe_algo(args.recipe, base["algo"], config.algo)
-        from ragen_core.trainer.config import check_plugin_configs
+    if base is not None and resumed is None and "algo" in base:
+        _check_recipe_algo(args.recipe, base["algo"], config.algo)
+    from ragen_core.trainer.config import check_plugin_configs
 
-        check_plugin_configs(config)  # a recipe's plugin settings fail here, before a model loads
+    check_plugin_configs(config)  # unknown plugins and bad plugin settings fail here (--print-config too), before a model loads
     return config
 
 

@@ -262,11 +262,14 @@ class RunConfig(_Section):
 
 
 def check_plugin_configs(config: RunConfig) -> None:
-    """Validate the env, algorithm, estimator and filter settings a run names, from specs only.
+    """Validate the settings of every plugin a run names, from specs only: env, algorithm,
+    estimator, filter, engine, env pool and diagnostics.
 
-    Imports no implementation (no torch), so a bad recipe or config file is reported before a
-    model loads. Raises the registry's errors (:class:`~ragen_core.errors.PluginConfigError`
-    naming the field path, :class:`~ragen_core.errors.PluginNotFoundError`).
+    Imports no implementation (no torch), so a bad recipe, config file or override is reported
+    before a model loads (``ragen run`` and ``--print-config`` call it first; so does
+    :meth:`Trainer.setup <ragen_core.trainer.trainer.Trainer.setup>`). Raises the registry's errors
+    (:class:`~ragen_core.errors.PluginConfigError` naming the field path,
+    :class:`~ragen_core.errors.PluginNotFoundError`).
     """
     from ragen_core import registry
 
@@ -274,3 +277,25 @@ def check_plugin_configs(config: RunConfig) -> None:
     algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
     registry.make_config("estimator", algo.estimator, dict(algo.estimator_config))  # type: ignore[attr-defined]
     registry.make_config("filter", config.filter, dict(config.filter_config))
+    registry.make_config("engine", config.engine, dict(config.engine_config))
+    registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config))
+    for name in config.diagnostics:
+        registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}))
+
+
+def run_warnings(config: RunConfig) -> list[str]:
+    """Settings that run but probably do not do what was meant, one sentence each (from specs only).
+
+    * ``rollout.group_size=1`` with an estimator whose baseline comes from the group
+      (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
+      group holds one episode, so the warning says what the advantage becomes instead.
+    """
+    from ragen_core import registry
+
+    out: list[str] = []
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
+    estimator = registry.get_spec("estimator", algo.estimator)  # type: ignore[attr-defined]
+    if config.rollout.group_size == 1 and estimator.group_baseline:
+        out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
+                   f"group baseline and the advantage becomes {estimator.group_baseline}; use rollout.group_size >= 2")
+    return out

@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import math
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ragen_core.trainer.batch import build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
-from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
 from ragen_core.trainer.context import TrainContext
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
@@ -85,6 +86,9 @@ class Trainer(CheckpointMixin):
         from ragen_core.trainer.run_dir import claim_run_dir, write_run_config
 
         cfg = self.config
+        check_plugin_configs(cfg)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
+        for warning in run_warnings(cfg):
+            print(f"warning: {warning}", file=sys.stderr)
         if self.resume:
             ckpt = resume_checkpoint(self.run_dir)  # the newest intact checkpoint that has its metrics; says what it skipped
             state = load_state(ckpt[1])  # plain data only, read before anything else is built

@@ -20,18 +20,21 @@ GRPO_SPEC = EstimatorSpec(
     config_model=GRPOConfig,
     factory="ragen_algo_grpo.grpo:GRPOEstimator",
     presets={"drgrpo": {"norm_adv_by_std": False}},
+    group_baseline="the raw episode score S (a one-episode group has mean 0 and std 1): no baseline, no normalisation",
 )
 DRGRPO_SPEC = EstimatorSpec(
     name="drgrpo",
     summary="Dr.GRPO: group-mean baseline S - mean, no std normalisation",
     config_model=DrGRPOConfig,
     factory="ragen_algo_grpo.grpo:DrGRPOEstimator",
+    group_baseline="the raw episode score S (a one-episode group has mean 0): no baseline",
 )
 RLOO_SPEC = EstimatorSpec(
     name="rloo",
     summary="REINFORCE leave-one-out: S minus the mean of the other episodes of the group",
     config_model=RLOOConfig,
     factory="ragen_algo_grpo.rloo:RLOOEstimator",
+    group_baseline="the raw episode score S (no other episode to leave out): no baseline",
 )
 REINFORCE_PP_SPEC = EstimatorSpec(
     name="reinforce-plus-plus",
@@ -44,6 +47,7 @@ REINFORCE_PP_BASELINE_SPEC = EstimatorSpec(
     summary="REINFORCE++ with a group-mean baseline, whitened over the batch",
     config_model=ReinforcePPBaselineConfig,
     factory="ragen_algo_grpo.reinforce_pp:ReinforcePPBaselineEstimator",
+    group_baseline="the raw episode score S whitened over the batch (a batch baseline instead of a group one)",
 )
 
 GRPO_ALGO_SPEC = AlgorithmSpec(
