@@ -47,9 +47,17 @@ def _home_file() -> Path | None:
     return files[0] if files else None
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _sandbox_processes() -> list[str]:
-    """Processes a sandbox of this test process left: program uids of this process's worker slots,
-    the harness (its source is on its command line) or bwrap/unshare children of ours."""
+    """Processes a sandbox of this test process left: any process running as the program uid of
+    one of this process's worker slots, or any descendant of this process (bwrap, a harness, a
+    program). Other test processes' sandboxes (pytest-xdist) are not ours to judge."""
     first = sb.UID_BASE + (os.getpid() % 100_000) * sb.MAX_SLOTS
     found = []
     for entry in os.listdir("/proc"):
@@ -58,10 +66,12 @@ def _sandbox_processes() -> list[str]:
         try:
             uid = os.stat(f"/proc/{entry}").st_uid
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if first <= uid < first + sb.MAX_SLOTS or "ragen-env-deepcoder sandbox harness" in cmdline or (ppid == os.getpid() and cmdline.split()[:1] in (["bwrap"], ["unshare"])):
+        pid, hops = int(entry), 0
+        while pid > 1 and pid != os.getpid() and hops < 64:
+            pid, hops = _parent(pid), hops + 1
+        if first <= uid < first + sb.MAX_SLOTS or pid == os.getpid():
             found.append(f"{entry} uid={uid} {cmdline[:80]}")
     return found
 
