@@ -35,6 +35,7 @@ from ragen_core.errors import (
     PluginConfigError,
     PluginLoadError,
     PluginNotFoundError,
+    RagenError,
 )
 from ragen_core.specs import (
     GROUPS,
@@ -291,6 +292,17 @@ class Registry:
             return spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
             raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}") from None
+        except RagenError:
+            raise
+        except Exception as exc:  # a validator of the plugin raised something pydantic does not wrap: a plugin bug
+            entry = self.find(kind, name)
+            text = str(exc).strip()
+            raise PluginConfigError(
+                f"{kind} {spec.name!r} from {entry.origin}: validating its config raised {type(exc).__name__}"
+                + (f": {text.splitlines()[0]}" if text else ""),
+                [f"check the settings given to {kind} {spec.name!r}; if they look right, report it to {entry.dist_name} "
+                 "(config validators should raise ValueError, which names the field); -v shows the traceback"],
+            ) from exc
 
     def make(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:
         """Build a plugin: validate its config, import its factory, call ``factory(config)``."""

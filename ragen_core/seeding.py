@@ -14,14 +14,27 @@ import random
 import numpy as np
 
 
+#: Integer keys must fit 64 bits (signed or unsigned): each becomes two 32-bit words, and a larger
+#: one would wrap silently (2**64 gave seed 0's task in every env).
+_KEY_MIN, _KEY_MAX = -(2**63), 2**64 - 1
+
+
 def _words(*keys: int | str) -> list[int]:
+    """Two 32-bit words per integer key, one per string (its SHA-256 prefix).
+
+    Raises:
+        ValueError: An integer key outside ``[-2**63, 2**64 - 1]``.
+    """
     out: list[int] = []
     for key in keys:
         if isinstance(key, str):
             out.append(int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little"))
         else:
-            out.append(int(key) & 0xFFFFFFFF)
-            out.append((int(key) >> 32) & 0xFFFFFFFF)
+            value = int(key)
+            if not _KEY_MIN <= value <= _KEY_MAX:
+                raise ValueError(f"seed {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
+            out.append(value & 0xFFFFFFFF)
+            out.append((value >> 32) & 0xFFFFFFFF)
     return out
 
 

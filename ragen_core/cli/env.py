@@ -136,6 +136,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise RagenError("'ragen env play' needs an env name", ["example: ragen env play sokoban", "list them with 'ragen env list'"])
+    from ragen_core.trainer.config import MAX_SEED
+
+    if not 0 <= args.seed <= MAX_SEED - args.episodes:
+        raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
     overrides = apply_overrides({}, args.set)
     env = registry.make("env", args.name, overrides, preset=args.preset)
     rng = make_rng(args.seed, "play")

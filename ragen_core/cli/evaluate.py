@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -170,14 +171,40 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     config = load_config(RunConfig, args.config, flags + list(args.overrides))
+    out = check_writable(Path(args.out)) if args.out else None  # before the evaluation, not after it
     trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)
     for key, value in summary.items():
         print(f"{key}: {value:.4f}" if key != "episodes" else f"{key}: {int(value)}")
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8") as fh:
+    if out is not None:
+        tmp = out.with_name(f".{out.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
             for i, traj in enumerate(trajs):
                 fh.write(json.dumps(trajectory_record(i, traj, tokenizer), default=str) + "\n")
+        os.replace(tmp, out)  # a reader never sees half a file
         print(f"wrote {len(trajs)} trajectories to {out}")
     return 0
+
+
+def check_writable(out: Path) -> Path:
+    """Make sure ``--out`` can be written (creating its folder) before anything is evaluated.
+
+    Probes with a throwaway file next to ``out``, so an existing ``out`` is left as it is until
+    the evaluation has finished.
+
+    Raises:
+        ConfigError: ``out`` is a folder, or its folder cannot be created or written.
+    """
+    import tempfile
+
+    from ragen_core.errors import ConfigError
+
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder", ["pass a file name, e.g. --out val.jsonl"])
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write --out {out}: {exc.strerror or type(exc).__name__}",
+                          ["choose a path in a folder you can write to"]) from None
+    return out

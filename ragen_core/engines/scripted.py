@@ -25,7 +25,8 @@ class ScriptedEngine(Engine):
     Args:
         script: A list of replies (used per call in order, the same reply for every row, the last
             one repeating) or a function ``(call_index, row_index, prompt_ids) -> reply``.
-        tokenizer: Encodes text replies; its ``<|im_end|>`` (or eos) id ends them.
+        tokenizer: Encodes text replies; its ``<|im_end|>`` (or eos) id ends them. May be None
+            when :meth:`attach` will give one (an engine built by the registry).
         add_eos: Append the end-of-turn id to text replies (finish ``"stop"``); when False the
             reply counts as cut at the length limit.
     """
@@ -33,10 +34,8 @@ class ScriptedEngine(Engine):
     def __init__(self, script: Sequence[Reply] | ScriptFn, tokenizer: Any, *, add_eos: bool = True) -> None:
         super().__init__(None)
         self.script = script
-        self.tokenizer = tokenizer
         self.add_eos = add_eos
-        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.eos_id = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
+        self._use_tokenizer(tokenizer)
         self.calls: list[list[list[int]]] = []
         self.seeds: list[list[int] | None] = []
         """Per call: the per-prompt seeds it was given (None when unseeded)."""
@@ -46,10 +45,17 @@ class ScriptedEngine(Engine):
             return self.script(call, row, prompt)
         return self.script[min(call, len(self.script) - 1)]
 
+    def _use_tokenizer(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_id = None
+        if tokenizer is not None:
+            im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+            self.eos_id = im_end if isinstance(im_end, int) and im_end != tokenizer.unk_token_id else tokenizer.eos_token_id
+
     def attach(self, model: Any, tokenizer: Any) -> None:
         """Nothing to bind (there is no model); a given tokenizer replaces the one from construction."""
         if tokenizer is not None:
-            self.tokenizer = tokenizer
+            self._use_tokenizer(tokenizer)
         self.policy_version = 0
 
     def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:

@@ -142,6 +142,23 @@ def load_weights(path: str, *, safetensors_only: bool = False, name: str | None 
         return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
+def _check_model_folder(path: str) -> None:
+    """A local path must be a model folder (``config.json``), not any folder or file.
+
+    Raises:
+        RagenError: ``path`` exists but is a file, or a folder without ``config.json``.
+    """
+    p = Path(path)
+    if p.is_file():
+        raise RagenError(f"could not load model {path!r}: it is a file, not a model folder",
+                         hints=["pass the folder that holds config.json and the weights, 'tiny', or a Hugging Face model id"])
+    if p.is_dir() and not (p / "config.json").is_file():
+        what = "a run directory" if (p / "checkpoints").is_dir() else "a folder without config.json"
+        hint = f"pass one of its checkpoints: {p / 'checkpoints' / 'step_N'}" if (p / "checkpoints").is_dir() else \
+            "a Hugging Face model folder holds config.json, the weights and the tokenizer files; or use 'tiny'"
+        raise RagenError(f"could not load model {path!r}: it is {what}, not a model folder", hints=[hint])
+
+
 def load_model_and_tokenizer(
     name_or_path: str,
     *,
@@ -176,6 +193,7 @@ def load_model_and_tokenizer(
         path = name_or_path
         if cache_dir is not None:
             kwargs["cache_dir"] = str(cache_dir)
+        _check_model_folder(path)
     with _load_errors(name_or_path):
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
     model = load_weights(path, safetensors_only=safetensors_only, name=name_or_path, **kwargs)

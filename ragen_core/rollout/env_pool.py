@@ -8,9 +8,11 @@ except after a step timeout.
 
 Stepping an episode (:func:`run_actions`, shared with the ``process`` pool's workers) executes
 its actions in order, sums their rewards, stops at the first ``done`` and says which actions ran;
-an empty action list executes nothing and returns ``env.render()``. An env that raises or returns
-a NaN/infinite reward is a bug in the env: :class:`~ragen_core.errors.EnvError` names the env,
-the seed and the member.
+an empty action list executes nothing and returns ``env.render()``. An env that raises, returns
+a reward that is not a finite number (``None``, a string, NaN), an observation that is not text
+(``None`` would otherwise reach the model as the word "None") or an info that is not a dict is a
+bug in the env: :class:`~ragen_core.errors.EnvError` names the env, its preset, the seed and the
+member (:func:`episode_label`).
 
 Threads: the episodes of one turn step in ``threads`` threads (for envs whose ``step`` waits on a
 server; default one, or 16 for envs whose spec sets ``async_step``). With a ``step_timeout_s`` every
@@ -22,14 +24,16 @@ the instance is never touched again and its slot is rebuilt on the next reset.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import Field
 
+from ragen_core.config import short_repr
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env
 from ragen_core.interfaces.env_pool import (
@@ -49,46 +53,82 @@ T = TypeVar("T")
 ASYNC_STEP_THREADS = 16
 
 
+def episode_label(env: EnvRef, seed: int, member: int = 0) -> str:
+    """How errors name one episode's env: ``"env 'sokoban' preset 'CoordSokoban' (seed 3, member 1)"``."""
+    preset = f" preset {env.preset!r}" if env.preset else ""
+    return f"env {env.name!r}{preset} (seed {seed}, member {member})"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _observation(value: Any, label: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise EnvError(f"{label} returned an observation of type {type(value).__name__} ({short_repr(value, 60)}) {what}",
+                       hints=["observations are the text the model reads: return a str"])
+    return value
+
+
+def _reward(value: Any, label: str, what: str) -> float:
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise EnvError(f"{label} returned a reward of type {type(value).__name__} ({short_repr(value, 60)}) {what}",
+                       hints=["rewards must be numbers (int or float)"])
+    reward = float(value)
+    if not math.isfinite(reward):
+        raise EnvError(f"{label} returned a non-finite reward {value!r} {what}")
+    return reward
+
+
 def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str) -> StepOutcome:
     """Execute ``actions`` in order in ``env``; stop at the first ``done``.
 
-    ``label`` names the episode in errors (``"env 'x' (seed 3, member 1)"``).
+    ``label`` names the episode in errors (:func:`episode_label`).
 
     Raises:
-        EnvError: the env raised, or returned a NaN/infinite reward.
+        EnvError: the env raised, or returned a reward that is not a finite number, an
+            observation that is not a str, or an info that is not a dict.
     """
     if not actions:
-        return StepOutcome(episode_id, observation=str(env.render()))
+        try:
+            rendered = env.render()
+        except Exception as exc:
+            raise EnvError(f"{label} raised in render(): {_first_line(exc)}") from exc
+        return StepOutcome(episode_id, observation=_observation(rendered, label, "from render()"))
     observation, reward, done, info, executed = "", 0.0, False, {}, []
     for action in actions:
+        what = f"for action {short_repr(action, 60)}"
         try:
             observation, r, done, info = env.step(action)
         except Exception as exc:
             raise EnvError(
-                f"{label} raised on action {action!r}: {type(exc).__name__}: {exc}",
+                f"{label} raised on action {short_repr(action, 60)}: {_first_line(exc)}",
                 hints=["envs must treat any action string as input and report invalid moves via info"],
             ) from exc
-        value = float(r)
-        if not math.isfinite(value):
-            raise EnvError(f"{label} returned a non-finite reward {r!r} for action {action!r}")
-        reward += value
+        observation = _observation(observation, label, what)
+        reward += _reward(r, label, what)
+        if not isinstance(info, Mapping):
+            raise EnvError(f"{label} returned an info of type {type(info).__name__} {what}", hints=["info must be a dict (may be empty)"])
         executed.append(action)
         if done:
             break
-    return StepOutcome(episode_id, observation=str(observation), reward=reward, done=bool(done), info=dict(info), executed=executed)
+    return StepOutcome(episode_id, observation=observation, reward=reward, done=bool(done), info=dict(info), executed=executed)
 
 
 def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:
     """Reset ``env`` for ``request`` and describe the start.
 
     Raises:
-        EnvError: the env raised while resetting.
+        EnvError: the env raised while resetting, or its first observation is not a str.
     """
     try:
         observation = env.reset(request.seed, member=request.member, mode=request.mode)
-        return EpisodeStart(request.episode_id, str(observation), str(env.instruction()), EnvFacts.of(env))
+        instruction = env.instruction()
+        facts = EnvFacts.of(env)
     except Exception as exc:
-        raise EnvError(f"{label} failed to reset: {type(exc).__name__}: {exc}") from exc
+        raise EnvError(f"{label} failed to reset: {_first_line(exc)}") from exc
+    return EpisodeStart(request.episode_id, _observation(observation, label, "from reset()"), str(instruction), facts)
 
 
 TIMED_OUT = object()
@@ -215,7 +255,7 @@ class LocalEnvPool(EnvPool):
         for r in requests:
             if r.episode_id not in self._envs:
                 self._envs[r.episode_id] = self._build()
-            self._labels[r.episode_id] = f"env {self.env.name!r} (seed {r.seed}, member {r.member})"
+            self._labels[r.episode_id] = episode_label(self.env, r.seed, r.member)
         calls = [lambda r=r: reset_env(self._envs[r.episode_id], r, label=self._labels[r.episode_id]) for r in requests]
         starts = self._run(calls, self.config.reset_timeout_s)
         for r, start in zip(requests, starts):

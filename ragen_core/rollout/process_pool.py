@@ -59,7 +59,7 @@ class ProcessPoolConfig(EnvPoolConfig):
 # --------------------------------------------------------------------------- worker side
 def _worker_main(conn: Connection, env_json: str) -> None:
     """Loop of one worker: build envs per episode slot, answer resets and steps with dicts."""
-    from ragen_core.rollout.env_pool import reset_env, run_actions
+    from ragen_core.rollout.env_pool import episode_label, reset_env, run_actions
 
     ref = EnvRef.model_validate_json(env_json)
     envs: dict[int, Any] = {}
@@ -78,7 +78,7 @@ def _worker_main(conn: Connection, env_json: str) -> None:
                     req = ResetRequest(**data)
                     if req.episode_id not in envs:
                         envs[req.episode_id] = _build(ref)
-                    labels[req.episode_id] = f"env {ref.name!r} (seed {req.seed}, member {req.member})"
+                    labels[req.episode_id] = episode_label(ref, req.seed, req.member)
                     starts.append(dataclasses.asdict(reset_env(envs[req.episode_id], req, label=labels[req.episode_id])))
                 conn.send(("started", starts))
             elif kind == "step":

@@ -14,13 +14,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ragen_core.interfaces.engine import SamplingParams
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    # allow_inf_nan=False: an inf or NaN setting (``rollout.format_penalty=-.inf``, ``optim.lr=inf``)
+    # is refused here in one line instead of surfacing as a NaN loss or a crash steps later
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False)
+
+
+#: Largest accepted ``seed`` / ``seed_val``: training seeds count up from ``seed`` and seeds feed
+#: 64-bit generators (torch, NumPy), so a base below 2**63 leaves room for every later step.
+MAX_SEED = 2**63 - 1
+
+#: ``device`` values: ``auto``, ``cpu``, ``cuda`` / ``cuda:N``, ``mps``, ``xpu`` / ``xpu:N``.
+DEVICE_PATTERN = r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$"
 
 
 #: Sampling for one rollout mode (spec 6.2): the engines' own config, so the run config and
@@ -82,6 +92,7 @@ class OptimSection(_Section):
     critic_lr: float = Field(default=1e-4, gt=0)
     """Critic AdamW learning rate (reference 1e-5)."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's moment decay rates, each in ``[0, 1)``."""
     weight_decay: float = Field(default=0.01, ge=0)
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int = Field(default=16, ge=1)
@@ -105,6 +116,14 @@ class OptimSection(_Section):
     """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
     peft: PeftSection | None = None
     """LoRA settings, or ``None`` for full fine-tuning."""
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        for i, beta in enumerate(value):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"betas[{i}]={beta} is outside [0, 1) (AdamW's decay rates; default (0.9, 0.999))")
+        return value
 
 
 class RewardSection(_Section):
@@ -160,6 +179,17 @@ class WarmStartSection(_Section):
     cache_dir: str | None = None
     """Cache of warm-started model folders, keyed by env, preset, config hash and seed;
     ``None`` = ``$RAGEN_CACHE/warmstart`` or ``~/.cache/ragen/warmstart``."""
+
+    @field_validator("thoughts")
+    @classmethod
+    def _thoughts_fill_only_a(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                text.format(a="x")
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ValueError(f"thoughts[{i}] cannot be filled in ({type(exc).__name__}: {exc}): the only placeholder is "
+                                 "{a} (the action); write {{ and }} for literal braces") from None
+        return value
 
 
 class EarlyStopSection(_Section):
@@ -228,10 +258,10 @@ class RunConfig(_Section):
     val_groups: int = Field(default=16, ge=1)
     """Validation groups (group size 1, seeds ``seed_val + g``)."""
     val_group_size: int = Field(default=1, ge=1)
-    seed: int = 10000
-    """Base seed for training resets and all trainer randomness."""
-    seed_val: int = 123
-    """Base seed of the fixed validation set."""
+    seed: int = Field(default=10000, ge=0, le=MAX_SEED)
+    """Base seed for training resets and all trainer randomness (0 to 2**63 - 1)."""
+    seed_val: int = Field(default=123, ge=0, le=MAX_SEED)
+    """Base seed of the fixed validation set (0 to 2**63 - 1)."""
     run_dir: str | None = None
     """Output directory; default ``runs/<env>-<algo>-<timestamp>``."""
     diagnostics: list[str] = Field(default_factory=list)
@@ -242,8 +272,8 @@ class RunConfig(_Section):
     """JSONL is always written; TensorBoard / W&B (offline) when importable."""
     save_rollouts: bool = False
     """Write ``rollouts/step_<N>.jsonl`` for every step."""
-    device: str = "auto"
-    """``auto`` = CUDA when available, else CPU."""
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN)
+    """``auto`` = CUDA when available, else CPU; or ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``."""
     progress: bool = True
     """Show a tqdm progress bar."""
 

@@ -33,18 +33,33 @@ def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Read a ``metrics.jsonl`` file; a torn last line (killed writer) is ignored."""
+    """Read a ``metrics.jsonl`` file; a torn last line (killed writer) is ignored.
+
+    Raises:
+        ConfigError: A line is JSON but not an object, or the file is not UTF-8 text (it was not
+            written by a RAGEN logger; ``ragen plot`` says so instead of crashing).
+    """
+    from ragen_core.errors import ConfigError
+
     rows: list[dict[str, Any]] = []
     p = Path(path)
     if not p.is_file():
         return rows
-    for line in p.read_text(encoding="utf-8").splitlines():
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p} is not a metrics file (not UTF-8 text)", ["metrics.jsonl holds one JSON object per line"]) from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(row, dict):
+            raise ConfigError(f"{p} line {number} is a JSON {type(row).__name__}, not an object: not a RAGEN metrics row",
+                              ["metrics.jsonl holds one JSON object per line; restore the file or remove that line"])
+        rows.append(row)
     return rows
 
 

@@ -15,11 +15,23 @@ from ragen_core.trainer.config import RunConfig, SamplingSection
 
 
 def resolve_device(name: str) -> str:
-    if name != "auto":
-        return name
+    """``auto`` -> ``cuda`` when available, else ``cpu``; an explicit device must exist on this machine.
+
+    Raises:
+        ConfigError: A CUDA / MPS / XPU device was asked for but is not available here.
+    """
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    backend = {"cuda": torch.cuda, "xpu": getattr(torch, "xpu", None), "mps": getattr(torch.backends, "mps", None)}.get(kind)
+    if backend is not None and not backend.is_available():
+        raise ConfigError(f"device={name}: no {kind} device is available on this machine", ["use device=auto or device=cpu"])
+    if index and kind != "mps" and int(index) >= backend.device_count():  # type: ignore[union-attr]
+        raise ConfigError(f"device={name}: this machine has {backend.device_count()} {kind} device(s)",  # type: ignore[union-attr]
+                          [f"use device={kind}:0 .. {kind}:{backend.device_count() - 1}, or device=auto"])  # type: ignore[union-attr]
+    return name
 
 
 def sampling_params(section: SamplingSection) -> SamplingSection:
@@ -138,10 +150,13 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
             f"rollout.max_model_len={r.max_model_len} leaves no room for a prompt before max_new_tokens={budget}",
             ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"],
         )
+    from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
+    from ragen_core.rollout.env_pool import episode_label, reset_env
+
     env = registry.make_env(config.env, preset=config.preset, **config.env_config)
-    try:
-        first = env.reset(config.seed)
-        text = env.instruction() + "\n" + first
+    try:  # an env that raises here is named with its preset and seed (EnvError), like in a rollout
+        start = reset_env(env, ResetRequest(0, config.seed), label=episode_label(EnvRef(name=config.env, preset=config.preset), config.seed))
+        text = start.instruction + "\n" + start.observation
     finally:
         env.close()
     prompt_len = len(tokenizer(text, add_special_tokens=False)["input_ids"])
