@@ -7,7 +7,7 @@ PACKAGE_FILES := requirements-dev.txt pyproject.toml $(wildcard ragen-env-*/pypr
 STEPS ?=
 PYTEST_ARGS ?=
 
-.PHONY: setup test run check-standalone clean
+.PHONY: setup test lint run check-standalone clean
 
 setup: $(STAMP)
 	@# bubblewrap: the deepcoder env's code sandbox. Installed only as root with apt-get; never fails setup.
@@ -26,6 +26,13 @@ $(STAMP): $(PACKAGE_FILES)
 test: setup
 	$(BIN)/ragen plugins check --strict
 	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+
+# Lint and types, settings in pyproject.toml: ruff over every package's sources, the tests and the
+# benches; mypy (strict) over ragen_core.
+LINT_PATHS := ragen_core $(wildcard plugins/*/src plugins/*/tests ragen-*/src ragen-*/tests) tests bench
+lint: setup
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
 
 run: setup
 	$(BIN)/ragen run --env bandit --recipe learn $(if $(STEPS),--steps $(STEPS))
