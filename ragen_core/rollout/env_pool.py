@@ -29,6 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import Field
@@ -158,7 +159,7 @@ def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | 
                 cond.notify_all()
             try:
                 value: Any = calls[i]()
-            except BaseException as exc:  # handed to the caller, which re-raises it
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
                 value = exc
             with cond:
                 if i not in running:  # given up: a replacement thread owns the queue now
@@ -217,7 +218,7 @@ class LocalEnvPool(EnvPool):
     ) -> None:
         super().__init__(env, config, **overrides)
         self.env_factory = env_factory
-        self._envs: dict[int, Any] = {}
+        self._envs: dict[int, Env] = {}
         """Episode-id slot -> env instance (kept across resets)."""
         self._labels: dict[int, str] = {}
         """Live episode id -> how errors name it (env, seed, member)."""
@@ -237,10 +238,10 @@ class LocalEnvPool(EnvPool):
 
         return ASYNC_STEP_THREADS if getattr(registry.get_spec("env", self.env.name), "async_step", False) else 1
 
-    def _build(self) -> Any:
+    def _build(self) -> Env:
         return self.env_factory() if self.env_factory is not None else self.env.build()
 
-    def _run(self, calls: list[Callable[[], T]], timeout_s: float | None) -> list[Any]:
+    def _run(self, calls: Sequence[Callable[[], T]], timeout_s: float | None) -> list[Any]:
         if timeout_s is None and self.threads == 1:
             return [call() for call in calls]  # in the calling thread: exceptions propagate as is
         results = call_all(calls, self.threads, timeout_s)
@@ -256,8 +257,7 @@ class LocalEnvPool(EnvPool):
             if r.episode_id not in self._envs:
                 self._envs[r.episode_id] = self._build()
             self._labels[r.episode_id] = episode_label(self.env, r.seed, r.member)
-        calls = [lambda r=r: reset_env(self._envs[r.episode_id], r, label=self._labels[r.episode_id]) for r in requests]
-        starts = self._run(calls, self.config.reset_timeout_s)
+        starts = self._run([partial(self._reset_one, r) for r in requests], self.config.reset_timeout_s)
         for r, start in zip(requests, starts):
             if start is TIMED_OUT:
                 self._abandon(r.episode_id)
@@ -269,10 +269,7 @@ class LocalEnvPool(EnvPool):
         for r in requests:
             if r.episode_id not in self._labels:
                 raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first; a timed-out episode stays ended)")
-        calls = [
-            lambda r=r: run_actions(self._envs[r.episode_id], r.episode_id, r.actions, label=self._labels[r.episode_id]) for r in requests
-        ]
-        outcomes = self._run(calls, self.config.step_timeout_s)
+        outcomes = self._run([partial(self._step_one, r) for r in requests], self.config.step_timeout_s)
         for i, (r, out) in enumerate(zip(requests, outcomes)):
             if out is TIMED_OUT:
                 label = self._labels[r.episode_id]
@@ -280,6 +277,12 @@ class LocalEnvPool(EnvPool):
                 error = f"{label} did not finish its step within step_timeout_s={self.config.step_timeout_s}; instance abandoned"
                 outcomes[i] = StepOutcome(r.episode_id, observation="", end_reason="timeout", error=error)
         return outcomes
+
+    def _reset_one(self, r: ResetRequest) -> EpisodeStart:
+        return reset_env(self._envs[r.episode_id], r, label=self._labels[r.episode_id])
+
+    def _step_one(self, r: StepRequest) -> StepOutcome:
+        return run_actions(self._envs[r.episode_id], r.episode_id, r.actions, label=self._labels[r.episode_id])
 
     def instance(self, episode_id: int) -> Env:
         """The env instance of a live episode (for tests and debugging; local pool only)."""
