@@ -65,7 +65,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # unannotated in PyYAML's stubs
             raise RefusedYAML(f"YAML aliases (*{short_text(str(event.anchor), 40)}) are not allowed in config files",
                               event.start_mark, "write the repeated values out (aliases can expand a small file into gigabytes)")
         return super().compose_node(parent, index)
@@ -176,7 +176,8 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         return model_cls.model_validate(data)
     except ValidationError as exc:
         unknown = any(e.get("type") == "extra_forbidden" for e in exc.errors())
-        raise ConfigError(validation_message(exc, prefix), ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"] if unknown else []) from None
+        hints = ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"]
+        raise ConfigError(validation_message(exc, prefix), hints if unknown else []) from None
 
 
 def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:

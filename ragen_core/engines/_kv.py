@@ -19,7 +19,7 @@ class GrowableLayer(DynamicLayer):
     """Drop-in ``DynamicLayer`` with an over-allocated buffer (``reserve`` spare positions)."""
 
     def __init__(self, reserve: int = 64) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in transformers
         self.reserve = max(1, int(reserve))
         self._filled = 0
         self._kbuf: torch.Tensor | None = None
