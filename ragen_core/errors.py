@@ -75,5 +75,9 @@ class CheckpointError(RagenError):
     """
 
 
+class TrainingError(RagenError):
+    """Training cannot go on (it diverged: optimiser steps kept being skipped); names the newest checkpoint."""
+
+
 class ResourceError(RagenError):
     """The run cannot fit the hardware (memory, context length); raised before rollout starts."""

@@ -87,9 +87,11 @@ class PeftSection(_Section):
 class OptimSection(_Section):
     """Optimiser and update schedule (spec 2.2, 2.4, 8.8)."""
 
-    lr: float = Field(default=1e-4, gt=0)
-    """Actor AdamW learning rate (reference 1e-6 for 3B models; the tiny model needs more)."""
-    critic_lr: float = Field(default=1e-4, gt=0)
+    lr: float = Field(default=1e-4, gt=0, le=1e6)
+    """Actor AdamW learning rate (reference 1e-6 for 3B models; the tiny model needs more). The
+    bound only catches typos: AdamW moves every weight by about ``lr`` per step, and rates near
+    float32's range made torch's AdamW fail with an overflow error."""
+    critic_lr: float = Field(default=1e-4, gt=0, le=1e6)
     """Critic AdamW learning rate (reference 1e-5)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW's moment decay rates, each in ``[0, 1)``."""
@@ -101,6 +103,14 @@ class OptimSection(_Section):
     """Episodes per forward/backward; gradients accumulate over a mini-batch."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Global-norm clip; a non-finite norm skips the optimiser step."""
+    max_skipped_steps: int | None = Field(default=20, ge=0)
+    """Stop the run (exit code 2, naming the newest checkpoint) once more than this many
+    optimiser steps in a row were skipped for a non-finite gradient norm; ``None`` never stops.
+    Steps count in a row while consecutive training steps each skip one (actor and critic
+    together; a training step takes ``ppo_epochs`` x mini-batches steps per model). A diverged
+    run skips every step; a NaN batch now and then does not come close. Every skip is reported
+    on stderr as it happens, and no checkpoint is written while steps are being skipped
+    (:mod:`ragen_core.trainer.divergence`)."""
     lr_warmup_steps: int = Field(default=0, ge=0)
     """Linear learning-rate warm-up over the first N training steps (actor and critic): step
     ``k`` uses ``lr * min(1, k / N)``; 0 = off. Guards a warm-started model against Adam's first

@@ -22,6 +22,11 @@ early-stop history). Nothing of one step is kept on it for the next.
 The first Ctrl-C finishes the current step, saves a checkpoint and returns; a second one aborts
 immediately. Metrics of a step are logged only after the step completed, so a killed run
 loses at most the steps since its last checkpoint (``--resume`` truncates ``metrics.jsonl``).
+
+A step that skips optimiser steps (non-finite gradient norm) says so on stderr; past
+``optim.max_skipped_steps`` in a row the run stops with a :class:`~ragen_core.errors.TrainingError`,
+and a state reached while skipping, or with non-finite weights, is never checkpointed
+(:mod:`ragen_core.trainer.divergence`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from ragen_core.trainer.batch import build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
 from ragen_core.trainer.context import TrainContext
+from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
@@ -150,6 +156,8 @@ class Trainer(CheckpointMixin):
         self.policy_version = 0
         """Actor updates so far: the version the engine samples (``Generation.policy_version``)."""
         self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience)
+        self.skips = SkipMonitor(cfg.optim.max_skipped_steps, cfg.optim.ppo_epochs)
+        """Skipped optimiser steps in a row: reported, and the run stops past ``optim.max_skipped_steps``."""
         self.timing_totals: dict[str, float] = {}
         if ckpt is not None:
             self._restore(state)
@@ -226,8 +234,9 @@ class Trainer(CheckpointMixin):
                     bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
-                if self._should_save(step, last) and not exited:  # after logging: a checkpointed step always has its metrics line
+                if self._should_save(step, last) and not exited and self._good_to_save(step):  # after logging: a checkpointed step always has its metrics line
                     path = self.save(step)
+                    self.skips.saved(step)
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
@@ -238,9 +247,18 @@ class Trainer(CheckpointMixin):
                 signal.signal(signal.SIGINT, old_handler)
             self.pm.hook.ragen_on_train_end(run_dir=self.run_dir, context=self.context)
             self.runner.close()  # the env pool the runners share: envs, worker processes, services (rebuilt on a later rollout)
+        if self.stop_reason == DIVERGED:
+            raise self.skips.stop(step, self.run_dir)
         if self.stop_reason:
             print(f"training stopped early at step {step}: {self.stop_reason}")
         return self.history
+
+    def _good_to_save(self, step: int) -> bool:
+        """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
+        why = self.skips.unsafe_to_save(self.model, self.critic)
+        if why is not None:
+            report(f"step {step}: no checkpoint written: {why}; the newest checkpoint stays as it was")
+        return why is None
 
     def _set_lr(self, step: int, metrics: dict[str, float]) -> None:
         """Apply the linear warm-up of ``optim.lr_warmup_steps`` (stateless: resume-safe)."""
@@ -345,6 +363,9 @@ class Trainer(CheckpointMixin):
                 self.policy_version += 1
         self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         self.pm.hook.ragen_on_update_end(stats={k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}, step=step, context=self.context)
+        if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
+            self.stop_reason = DIVERGED
+            metrics[DIVERGED] = 1.0
 
         if stop and self.stop_reason is None:
             self.stop_reason = stop

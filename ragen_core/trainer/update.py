@@ -179,6 +179,7 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
             stats["critic/vf_clipfrac"].append(clipfrac)
             stats["critic/grad_norm"].append(clip_and_step(critic.parameters(), optimizer, optim.grad_clip))
     out = {k: _mean(v) for k, v in stats.items()}
+    out["critic/skipped_steps"] = float(sum(not math.isfinite(n) for n in stats["critic/grad_norm"]))
     if batch.values is not None:
         out["critic/values/mean"] = _masked_mean(batch.values, batch.response_mask)
     return out
