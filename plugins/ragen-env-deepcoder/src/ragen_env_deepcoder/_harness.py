@@ -131,17 +131,14 @@ def _set_limits(limits, nproc):
 def _finish(main):
     """What a normal interpreter exit does before the child's ``os._exit``: wait for non-daemon
     threads (``threading.Thread(target=main).start()`` is a common way to get a deep stack), run
-    ``atexit`` handlers, and close the program's unreferenced files so their buffers reach disk."""
+    ``atexit`` handlers, and close the files its globals held so their buffers reach disk."""
     threading = sys.modules.get("threading")
     if threading is not None and hasattr(threading, "_shutdown"):
         threading._shutdown()
     atexit = sys.modules.get("atexit")
     if atexit is not None:
         atexit._run_exitfuncs()
-    main.__dict__.clear()
-    import gc
-
-    gc.collect()
+    main.__dict__.clear()  # reference counting closes the files only the program's globals held
 
 
 def _print_exception(exc, limit):
