@@ -27,7 +27,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from ragen_core.errors import (
     DuplicatePluginError,
@@ -40,6 +40,8 @@ from ragen_core.errors import (
 from ragen_core.specs import (
     GROUPS,
     SPEC_CLASSES,
+    EnvSpec,
+    EstimatorSpec,
     PluginConfig,
     PluginSpec,
     normalize_name,
@@ -121,7 +123,7 @@ class Registry:
             if dist is not None:
                 try:
                     location = str(dist.locate_file(""))
-                except Exception:  # some finders cannot locate files; the path is only informative
+                except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
                     location = ""
             entries.append(
                 PluginEntry(
@@ -390,6 +392,13 @@ def find(kind: str, name: str) -> PluginEntry:
     return default_registry().find(kind, name)
 
 
+# The loader checks each spec's class against SPEC_CLASSES[kind], so these return types hold.
+@overload
+def get_spec(kind: Literal["env"], name: str) -> EnvSpec: ...
+@overload
+def get_spec(kind: Literal["estimator"], name: str) -> EstimatorSpec: ...
+@overload
+def get_spec(kind: str, name: str) -> PluginSpec: ...
 def get_spec(kind: str, name: str) -> PluginSpec:
     return default_registry().get_spec(kind, name)
 

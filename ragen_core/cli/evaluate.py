@@ -136,14 +136,13 @@ def summarize(trajs: list[Any]) -> dict[str, float]:
 def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> tuple[list[Any], dict[str, float], Any]:
     """Roll out ``groups x group_size`` validation episodes; returns (trajectories, summary, tokenizer)."""
     from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.checkpoint import written_by_ragen
     from ragen_core.trainer.setup import (
         make_engine,
         make_runner,
         resolve_device,
         sampling_params,
     )
-
-    from ragen_core.trainer.checkpoint import written_by_ragen
 
     device = resolve_device(config.device)
     path = resolve_model(model_path)

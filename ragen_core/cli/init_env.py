@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Path:
     """Create ``<parent>/ragen-env-<name>`` from the template and return its path."""
     if not re.match(NAME_PATTERN, name):
-        raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter", ["example: ragen init-env mygrid"])
+        raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter",
+                         ["example: ragen init-env mygrid"])
     from ragen_core import __version__
 
     major = int(__version__.split(".")[0])

@@ -71,7 +71,7 @@ def _summary(entry: Any) -> str:
     dist = getattr(entry.entry_point, "dist", None)
     try:
         summary = (dist.metadata["Summary"] or "").strip() if dist is not None else ""
-    except Exception:  # unreadable metadata only costs the description
+    except Exception:  # noqa: BLE001 - unreadable metadata only costs the description
         summary = ""
     return f"{summary} ({entry.origin})" if summary else f"plugin command ({entry.origin})"
 
@@ -120,7 +120,7 @@ def build_parser(command: str | None = None, plugins: dict[str, list[Any]] | Non
             continue  # the chosen command's module adds its own commands
         sp = sub.add_parser(name, help=_summary(offers[0]), description=_summary(offers[0]))
         sp.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
-    if chosen:
+    if command is not None and chosen:
         _add_plugin_command(sub, command, chosen)
     return parser
 

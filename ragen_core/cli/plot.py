@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    xs, ys = [], []
+    xs: list[int] = []
+    ys: list[float] = []
     for row in rows:
         value = row.get(key)
         if isinstance(value, (int, float)):

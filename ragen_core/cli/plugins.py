@@ -97,7 +97,7 @@ def check_plugins(args: argparse.Namespace) -> int:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
             notes = [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
-        except Exception as exc:  # report every plugin's failure on its own row
+        except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])

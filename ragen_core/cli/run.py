@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the trainer config imports pydantic models of every layer; the CLI loads it lazily
+    from ragen_core.trainer.config import RunConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
 
 
-def build_config(args: argparse.Namespace):
+def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
     from ragen_core.config import load_config
     from ragen_core.errors import ConfigError
@@ -76,7 +80,7 @@ def build_config(args: argparse.Namespace):
     return config
 
 
-def recipe_base(args: argparse.Namespace, files: list[str]) -> dict:
+def recipe_base(args: argparse.Namespace, files: list[str]) -> dict[str, Any]:
     """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files)."""
     from ragen_core import registry
     from ragen_core.config import merge_files

@@ -45,14 +45,14 @@ class ChatTokens:
     # ------------------------------------------------------------------ text
     def render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
         """Template text of ``messages`` (plus assistant header and prefix when generating)."""
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
         return text + self.generation_prefix if add_generation_prompt else text
 
     def _after_sentinel(self, head: list[dict[str, str]], next_user: str | None, *, add_generation_prompt: bool) -> str:
         messages = head + [{"role": "assistant", "content": _SENTINEL}]
         if next_user is not None:
             messages.append({"role": "user", "content": next_user})
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        text: str = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
         return text[text.index(_SENTINEL) + len(_SENTINEL) :]
 
     # ------------------------------------------------------------------ ids
