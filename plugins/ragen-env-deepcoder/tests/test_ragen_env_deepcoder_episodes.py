@@ -203,7 +203,8 @@ def test_preset_and_instruction():
 
 
 # ------------------------------------------------------------------------------ fuzzing
-_FRAGMENTS = st.sampled_from(["```", "```python\n", "```cpp\n", "\n", "print(7)", "input()", "<answer>", "||", "def f(", "class Solution:", "é", "\x00", "    ", "1/0"])
+_FRAGMENTS = st.sampled_from(["```", "```python\n", "```cpp\n", "\n", "print(7)", "input()", "<answer>", "||", "def f(", "class Solution:",
+                              "é", "\x00", "    ", "1/0"])
 _ANSWERS = st.one_of(st.text(max_size=200), st.lists(_FRAGMENTS, max_size=30).map("".join))
 
 
@@ -246,7 +247,7 @@ def test_a_person_can_paste_a_program_in_play():
     result = play(env, seed=seed, agent="human", out=out, inp=typed, rng=make_rng(0))
     assert result == {"reward": 1.0, "success": True, "actions": 1}
     assert "Correct!" in out.getvalue() and "start with <answer> or ```" in out.getvalue()
-    assert split_reply(f"<answer>a || b</answer>", env) == ["a || b"]  # code is never split on ||
+    assert split_reply("<answer>a || b</answer>", env) == ["a || b"]  # code is never split on ||
 
 
 def test_pool_facts_for_the_runner():

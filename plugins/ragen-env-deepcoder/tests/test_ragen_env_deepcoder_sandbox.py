@@ -160,7 +160,8 @@ def test_output_memory_file_and_process_caps():
 
 
 def test_the_temp_dir_is_emptied_between_tests_and_is_the_only_writable_place():
-    code = "import os\nprint(sorted(os.listdir('.')))\nopen('mine.txt', 'w').write('x')\ntry:\n    open('/usr/x', 'w')\nexcept OSError:\n    print('ro')"
+    code = ("import os\nprint(sorted(os.listdir('.')))\nopen('mine.txt', 'w').write('x')\n"
+            "try:\n    open('/usr/x', 'w')\nexcept OSError:\n    print('ro')")
     result = run(code, [stdin_test(), stdin_test()])
     assert [t.stdout for t in result.tests] == ["[]\nro\n", "[]\nro\n"]
 
@@ -207,7 +208,8 @@ def test_large_stdin_and_exit_codes():
 
 def test_a_normal_exit_waits_for_threads_and_runs_atexit():
     """``threading.Thread(target=main).start()`` (for a deeper stack) must not lose its output."""
-    deep = "import sys, threading\ndef main():\n    print(sum(map(int, input().split())))\nthreading.stack_size(1 << 26)\nthreading.Thread(target=main).start()"
+    deep = ("import sys, threading\ndef main():\n    print(sum(map(int, input().split())))\n"
+            "threading.stack_size(1 << 26)\nthreading.Thread(target=main).start()")
     assert run(deep, [stdin_test("2 5\n")]).tests[0].stdout == "7\n"
     assert run("import atexit\natexit.register(print, 'bye')\nprint('hi')").tests[0].stdout == "hi\nbye\n"
 
@@ -236,7 +238,8 @@ def test_expected_outputs_never_enter_the_sandbox():
     from ragen_env_deepcoder.problems import Problem, TestCase
 
     env._problem = Problem("print the secret", (TestCase("stdin", "", "SECRET-7731\n"),))
-    snoop = ("import gc, sys\nfound = set()\nfor obj in gc.get_objects():\n    for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):\n"
+    snoop = ("import gc, sys\nfound = set()\nfor obj in gc.get_objects():\n"
+             "    for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):\n"
              "        if isinstance(v, str) and 'SECRET-' in v:\n            found.add(v)\nprint(*sorted(found))")
     reward, info = env.grade(snoop)
     assert reward == 0.0 and info["runnable"] is True

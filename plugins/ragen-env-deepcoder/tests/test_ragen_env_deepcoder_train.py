@@ -14,12 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("ragen_core.trainer.trainer")
 
-from ragen_core import registry  # noqa: E402
-from ragen_core.config import load_config  # noqa: E402
-from ragen_core.trainer.config import RunConfig  # noqa: E402
-from ragen_core.trainer.loggers import read_metrics  # noqa: E402
-from ragen_core.trainer.trainer import Trainer  # noqa: E402
-
+from ragen_core import registry
+from ragen_core.config import load_config
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.skipif("grpo" not in registry.names("algorithm"),
                                 reason="needs the grpo algorithm (ragen-algo-grpo), absent when this env is installed alone")

@@ -1,4 +1,4 @@
-# ragen-env-deepcoder sandbox harness (this line marks its processes)
+# ragen-env-deepcoder sandbox harness (run with -c, this line marks its processes in ps)
 """The program runner that executes *inside* the sandbox (standard library only).
 
 The host starts this file's source as ``python -I -S -B -c <source>`` inside whatever isolation
@@ -33,6 +33,7 @@ to it; after each test it kills the test's process group and then every remainin
 has none, so no process outlives its test. The working directory is emptied between tests.
 """
 
+import _signal as signal  # the C module: ``signal`` itself imports enum (several ms per program)
 import io
 import marshal
 import math
@@ -42,8 +43,6 @@ import select
 import sys
 import time
 import types
-
-import _signal as signal  # the C module: ``signal`` itself imports enum (several ms per program)
 
 try:
     from _json import encode_basestring_ascii as _json_str
@@ -148,10 +147,10 @@ def _print_exception(exc, limit):
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, limit=limit)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - no traceback module (unreadable stdlib): one line instead
         try:
             sys.stderr.write(f"{type(exc).__name__}: {exc}\n")
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the program closed stderr: nothing left to report to
             pass
 
 
@@ -178,7 +177,7 @@ def _child(code_obj, test, fds, limits, uid, nproc):
         main.__dict__["__builtins__"] = __builtins__
         sys.modules["__main__"] = main
         try:
-            exec(code_obj, main.__dict__)
+            exec(code_obj, main.__dict__)  # noqa: S102 - the untrusted program, in the sandboxed, limited child
             if test["kind"] == "call":
                 name = test.get("fn_name") or ""
                 target = main.__dict__.get("Solution")
@@ -198,15 +197,15 @@ def _child(code_obj, test, fds, limits, uid, nproc):
             status = 0 if exc.code in (None, 0) else exc.code if isinstance(exc.code, int) else 1
             if not isinstance(exc.code, (int, type(None))):
                 print(exc.code, file=sys.stderr)
-        except BaseException as exc:  # the program's own error: report it, fail the test
+        except BaseException as exc:  # noqa: BLE001 - the program's own error: report it, fail the test
             _print_exception(exc, -3)
             status = 1
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except BaseException:  # the program closed or broke the stream; what it wrote is kept
+            except BaseException:  # noqa: BLE001 - the program closed or broke the stream; what it wrote is kept
                 pass
-    except BaseException as exc:  # setup failed (should not happen): a failed test, never a hang
+    except BaseException as exc:  # noqa: BLE001 - setup failed (should not happen): a failed test, never a hang
         _print_exception(exc, None)
         status = 125
     os._exit(status if isinstance(status, int) and 0 <= status < 256 else 1)
@@ -397,7 +396,7 @@ def _count_own_tasks():
 
 
 def main():
-    payload = marshal.loads(sys.stdin.buffer.read())
+    payload = marshal.loads(sys.stdin.buffer.read())  # noqa: S302 - written by the trusted host (sandbox.py)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

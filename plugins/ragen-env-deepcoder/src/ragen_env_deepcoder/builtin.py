@@ -69,8 +69,10 @@ ROWS: list[dict[str, Any]] = [
     {  # 4 (val)
         "problem": "Read n and print the numbers 1..n, one per line, with Fizz for multiples of 3, Buzz for "
                    "multiples of 5 and FizzBuzz for multiples of both.",
-        "tests": _io(("5\n", "1\n2\nFizz\n4\nBuzz\n"), ("1\n", "1\n"), ("15\n", "1\n2\nFizz\n4\nBuzz\nFizz\n7\n8\nFizz\nBuzz\n11\nFizz\n13\n14\nFizzBuzz\n")),
-        "solution": "n = int(input())\nfor i in range(1, n + 1):\n    print('FizzBuzz' if i % 15 == 0 else 'Fizz' if i % 3 == 0 else 'Buzz' if i % 5 == 0 else i)\n",
+        "tests": _io(("5\n", "1\n2\nFizz\n4\nBuzz\n"), ("1\n", "1\n"),
+                     ("15\n", "1\n2\nFizz\n4\nBuzz\nFizz\n7\n8\nFizz\nBuzz\n11\nFizz\n13\n14\nFizzBuzz\n")),
+        "solution": "n = int(input())\nfor i in range(1, n + 1):\n"
+                    "    print('FizzBuzz' if i % 15 == 0 else 'Fizz' if i % 3 == 0 else 'Buzz' if i % 5 == 0 else i)\n",
     },
     {  # 5
         "problem": "Read n (0 <= n <= 20) and print n! (the product 1 * 2 * ... * n; 0! = 1).",
@@ -141,7 +143,8 @@ ROWS: list[dict[str, Any]] = [
     {  # 18
         "problem": "The first line holds r and c, then r lines of c integers each. Print the transposed matrix: c lines of r integers.",
         "tests": _pi_stdin(("2 3\n1 2 3\n4 5 6\n", "1 4\n2 5\n3 6\n"), ("1 1\n7\n", "7\n"), ("3 1\n1\n2\n3\n", "1 2 3\n")),
-        "solution": "r, c = map(int, input().split())\nrows = [input().split() for _ in range(r)]\nfor j in range(c):\n    print(' '.join(row[j] for row in rows))\n",
+        "solution": "r, c = map(int, input().split())\nrows = [input().split() for _ in range(r)]\nfor j in range(c):\n"
+                    "    print(' '.join(row[j] for row in rows))\n",
     },
     {  # 19 (val)
         "problem": "The first line is a lowercase word, the second an integer k (0 <= k < 26). Shift every letter k "

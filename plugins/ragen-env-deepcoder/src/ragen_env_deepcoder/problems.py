@@ -182,7 +182,8 @@ def _rows_of(source: str, split: str, subsets: tuple[str, ...], cache_dir: str |
 
 
 @lru_cache(maxsize=16)
-def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: str | None, max_problems: int | None, stamp: float) -> tuple[Problem, ...]:
+def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: str | None, max_problems: int | None,
+                 stamp: float) -> tuple[Problem, ...]:
     problems: list[Problem] = []
     for label, rows in _rows_of(source, split, subsets, cache_dir):
         for i, row in enumerate(rows):

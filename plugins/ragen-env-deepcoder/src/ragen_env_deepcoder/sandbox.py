@@ -36,8 +36,8 @@ threads), each blocking in :meth:`Sandbox.run` on its own sandboxed subprocess.
 
 from __future__ import annotations
 
-import functools
 import ast
+import functools
 import json
 import marshal
 import os
@@ -107,7 +107,7 @@ class ProgramRun:
 
 
 # ------------------------------------------------------------------------------- the interpreter
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sandbox_python(python: str | None = None) -> tuple[str, tuple[str, ...]]:
     """The interpreter programs run with and the directories it needs visible in the sandbox.
 
@@ -339,7 +339,7 @@ def probe(level: str, python: str | None = None) -> str | None:
     return _probe(level, python)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(level: str, python: str | None) -> str | None:
     if not sys.platform.startswith("linux"):
         return f"needs Linux (this is {sys.platform})"
