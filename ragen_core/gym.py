@@ -32,7 +32,7 @@ from ragen_core import registry
 CHARSET = string.printable + "√✓·█░▒▓←↑→↓"
 
 
-class RagenGymEnv(gymnasium.Env):  # type: ignore[misc]
+class RagenGymEnv(gymnasium.Env):
     """Wraps a :class:`ragen_core.Env` built by name as a ``gymnasium.Env``."""
 
     metadata = {"render_modes": ["ansi", "rgb_array"]}

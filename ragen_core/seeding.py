@@ -13,7 +13,6 @@ import random
 
 import numpy as np
 
-
 #: Integer keys must fit 64 bits (signed or unsigned): each becomes two 32-bit words, and a larger
 #: one would wrap silently (2**64 gave seed 0's task in every env).
 _KEY_MIN, _KEY_MAX = -(2**63), 2**64 - 1

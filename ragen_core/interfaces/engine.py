@@ -106,5 +106,5 @@ class Engine(ABC):
         """
         self.policy_version = int(version)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: by default there is nothing to release
         """Release resources. Idempotent."""

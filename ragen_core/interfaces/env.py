@@ -135,7 +135,7 @@ class Env(ABC):
         """RGB ``numpy`` array of the current state, for visual agents (optional)."""
         raise NotImplementedError(f"{type(self).__name__} has no image rendering")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: by default there is nothing to release
         """Release resources. Idempotent."""
 
     # ----------------------------------------------------------------- helpers

@@ -207,7 +207,7 @@ class EnvPool(ABC):
                 env bug: its episodes come back with ``end_reason`` ``"failed"``/``"timeout"``.
         """
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: by default there is nothing to release
         """Release every env instance and worker. Idempotent."""
 
     def __enter__(self) -> EnvPool:

@@ -86,7 +86,7 @@ def _worker_main(conn: Connection, env_json: str) -> None:
                     eid = data["episode_id"]
                     out = run_actions(envs[eid], eid, tuple(data["actions"]), label=labels[eid])
                     conn.send(("outcome", dataclasses.asdict(out)))
-        except Exception as exc:  # reported to the parent, which raises it there
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it there
             conn.send(("error", str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     for env in envs.values():
         env.close()
@@ -170,10 +170,11 @@ class ProcessEnvPool(EnvPool):
 
         if registry.find("env", self.env.name).spec is not None:
             raise ConfigError(
-                f"env {self.env.name!r} is registered in this process only; the process pool builds envs in worker processes from installed entry points",
+                f"env {self.env.name!r} is registered in this process only; "
+                "the process pool builds envs in worker processes from installed entry points",
                 ["install the env's distribution (pip install -e <its folder>), give EnvRef(factory='module:Class'), or use the local pool"],
             )
-        return float(registry.get_spec("env", self.env.name).resources.cpus)  # type: ignore[attr-defined]
+        return float(registry.get_spec("env", self.env.name).resources.cpus)
 
     def worker_pids(self) -> dict[int, int]:
         """Worker index -> pid of every running worker."""
@@ -313,7 +314,8 @@ class ProcessEnvPool(EnvPool):
 def _recv(w: _Worker) -> tuple[str, Any] | None:
     """The worker's next message (waiting for it), or None when the worker is gone."""
     try:
-        return w.conn.recv()
+        message: tuple[str, Any] = w.conn.recv()
+        return message
     except (EOFError, OSError):
         w.process.join(5.0)  # reap it, so its exit code is known
         return None

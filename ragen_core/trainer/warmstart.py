@@ -33,11 +33,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from pathlib import Path
-from typing import Any
-
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.interfaces.env import Env, StepResult
