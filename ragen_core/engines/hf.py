@@ -207,14 +207,15 @@ class HFEngine(Engine):
     def _forward(self, model: Any, **kwargs: Any) -> torch.Tensor:
         """The last position's logits of one model call, timed into ``stats["forward_s"]``."""
         t0 = time.perf_counter()
-        logits = model(use_cache=True, **kwargs).logits[:, -1, :]
+        logits: torch.Tensor = model(use_cache=True, **kwargs).logits[:, -1, :]
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)  # kernels run asynchronously: time them, not their launch
         self.stats["forward_s"] += time.perf_counter() - t0
         return logits
 
     def _device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        device: torch.device = next(self.model.parameters()).device
+        return device
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
         from transformers import DynamicCache
@@ -282,10 +283,10 @@ class HFEngine(Engine):
             u = None if uniforms is None else uniforms[rows, step]
             tok, lp = sample_next(logits.float(), params, u, vocab_limit)
             stopped = torch.isin(tok, stop).tolist()
-            for i, (row, t, l) in enumerate(zip(rows.tolist(), tok.tolist(), lp.tolist())):
+            for i, (row, t, logp) in enumerate(zip(rows.tolist(), tok.tolist(), lp.tolist())):
                 if alive[i]:
                     tokens[row].append(t)
-                    logps[row].append(l)
+                    logps[row].append(logp)
                     if stopped[i]:
                         reasons[row], alive[i] = "stop", False
             if not any(alive) or step == params.max_new_tokens - 1:
@@ -358,7 +359,8 @@ class HFEngine(Engine):
             cache.update(keys.to(device), values.to(device), layer)
 
     def _save(
-        self, store: list[_Entry], cache: Any, mask: torch.Tensor, rows: torch.Tensor, local: list[int], prompts: list[list[int]], tokens: list[list[int]]
+        self, store: list[_Entry], cache: Any, mask: torch.Tensor, rows: torch.Tensor, local: list[int],
+        prompts: list[list[int]], tokens: list[list[int]],
     ) -> None:
         """Keep the KV of ``local`` batch rows: their prompt + reply minus the last token (not fed yet)."""
         if not self.config.reuse_kv_cache or not local:
@@ -444,7 +446,8 @@ def _float_mask_pays(model: Any, device: torch.device) -> bool:
 
 
 def _model_dtype(model: Any) -> torch.dtype:
-    return next(model.parameters()).dtype
+    dtype: torch.dtype = next(model.parameters()).dtype
+    return dtype
 
 
 def _cache_kwarg(model: Any) -> str:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from ragen_core.engines.config import VLLMEngineConfig
 from ragen_core.errors import RagenError
@@ -204,7 +204,7 @@ class VLLMEngine(Engine):
         logprobs = None
         if choice.logprobs is not None and len(choice.logprobs) == len(ids):
             logprobs = [float(step[tid].logprob) for step, tid in zip(choice.logprobs, ids)]
-        reason = "length" if choice.finish_reason == "length" else "stop"
+        reason: Literal["stop", "length"] = "length" if choice.finish_reason == "length" else "stop"
         return Generation(token_ids=ids, logprobs=logprobs, finish_reason=reason, policy_version=version)
 
     # ------------------------------------------------------------ weight sync

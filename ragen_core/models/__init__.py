@@ -102,7 +102,7 @@ def _load_errors(name: str) -> Iterator[None]:
             f"could not load model {name!r}: its weights file holds more than tensors (a pickle that could run code); refusing it",
             hints=["load models only from sources you trust; prefer folders with model.safetensors"],
         ) from None
-    except (OSError, *_safetensors_errors()) as exc:
+    except (OSError,) + _safetensors_errors() as exc:
         text = str(exc).strip()
         raise RagenError(
             f"could not load model {name!r}: {text.splitlines()[0] if text else type(exc).__name__}",

@@ -29,6 +29,7 @@ class CorridorEnv(Env):
     """``P`` walks over ``_`` towards ``G`` with ``Left``/``Right``; reaching G pays 1.0."""
 
     config_class = CorridorConfig
+    config: CorridorConfig
 
     def __init__(self, config: CorridorConfig | None = None, **overrides: object) -> None:
         super().__init__(config, **overrides)

@@ -38,7 +38,7 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, cast
 
 import numpy as np
 
@@ -78,7 +78,8 @@ def rng_state() -> dict[str, Any]:
     """The python, numpy, torch (and CUDA) RNG states as plain data (numpy's key as a list of ints)."""
     import torch
 
-    name, key, pos, has_gauss, cached = np.random.get_state()
+    # numpy's stubs type the default call as the dict form; the global generator returns the tuple.
+    name, key, pos, has_gauss, cached = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {"bit_generator": str(name), "key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
@@ -167,7 +168,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
                     (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
             torch.save(payload, tmp / STATE_FILE)
             write_manifest(tmp)
-    except (OSError, *_safetensors_errors()) as exc:
+    except (OSError,) + _safetensors_errors() as exc:
         raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
                               [f"older checkpoints are intact; free disk space or fix {final.parent}, then 'ragen run --resume {run_dir}'"]) from exc
     if keep > 0:
@@ -187,7 +188,7 @@ def load_state(path: str | Path) -> dict[str, Any]:
 
     file = Path(path) / STATE_FILE
     try:
-        state = _load_plain(file)
+        state: dict[str, Any] = _load_plain(file)
     except pickle.UnpicklingError as exc:
         if "weights only load failed" not in str(exc).lower():
             raise CheckpointError(f"{file} is damaged ({_first_line(exc)})") from None
@@ -437,6 +438,17 @@ class CheckpointMixin:
 
     config: Any
     run_dir: Path
+    # Set by the Trainer's __init__ (declared here for the type checker).
+    model: Any
+    tokenizer: Any
+    optimizer: Any
+    critic: Any
+    critic_optimizer: Any
+    ref_model: Any
+    runner: Any
+    val_runner: Any
+    stopper: Any
+    _lora_base: Any
 
     def save(self, step: int) -> Path:
         """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state."""
@@ -491,4 +503,4 @@ class CheckpointMixin:
         set_rng_state(state["rng"])
         self.start_step = int(state["step"]) + 1
 
-    _diag_states: ClassVar[dict[str, Any]] = {}
+    _diag_states: dict[str, Any] = {}
