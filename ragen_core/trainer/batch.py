@@ -106,7 +106,7 @@ def per_turn_rows(runner_config: Any) -> bool:
     """True when a rollout runner's config uses a windowed context mode (``last-k``,
     ``single-turn``): later turns do not extend earlier ones, so :func:`build_batch` needs
     ``per_turn=True`` (one row per turn)."""
-    return runner_config.context_window != "full"
+    return bool(runner_config.context_window != "full")
 
 
 def build_batch(

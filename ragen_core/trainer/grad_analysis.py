@@ -157,6 +157,7 @@ def component_grad_norms(
                     loss, _ = policy_loss(logp, old, sub.advantages.to(device), mask, clip_low=acfg.clip_ratio_low,
                                           clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **agg_kw)
                 elif comp == "entropy":
+                    assert entropy is not None  # asked for with with_entropy=True
                     loss = -acfg.entropy_coeff * agg_loss(entropy, mask, mode, **agg_kw)
                 else:
                     kl = kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type)
@@ -230,7 +231,7 @@ def analyse(
 
 def is_due(section: Any, step: int) -> bool:
     """Whether step ``step`` (1-based) analyses: ``every > 0`` and ``(step - 1) % every == 0``."""
-    return section.every > 0 and (step - 1) % section.every == 0
+    return bool(section.every > 0 and (step - 1) % section.every == 0)
 
 
 def uses_separate_rollout(config: Any) -> bool:

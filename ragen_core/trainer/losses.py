@@ -22,7 +22,7 @@ metrics are returned as detached python floats so callers can log them directly.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ragen_core.errors import ConfigError
 from ragen_core.masked import masked_mean, masked_sum, masked_var, masked_whiten
@@ -79,8 +79,16 @@ LOG_RATIO_CLAMP = 20.0
 # aggregation
 
 
+class AggNorms(TypedDict, total=False):
+    """Keyword arguments of :func:`agg_loss` that :func:`minibatch_normalisers` may set."""
+
+    global_token_count: float
+    global_seq_count: float
+    norm_constant: float
+
+
 def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, norm_constant: float | None = None,
-                          row_weights: torch.Tensor | None = None) -> dict[str, float]:
+                          row_weights: torch.Tensor | None = None) -> AggNorms:
     """The :func:`agg_loss` keyword arguments that normalise each micro-batch by its whole mini-batch.
 
     ``mask`` is the mini-batch's ``[B, L-1]`` response mask. ``seq-mean-token-sum-norm`` always

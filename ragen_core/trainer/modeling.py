@@ -130,7 +130,8 @@ def build_critic(policy: Any) -> Any:
             out = self.lm(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False, **self._keep)
             hidden = out.hidden_states[-1].float()
             # value of the state *before* predicting token t+1 lives at position t (shifted arrays)
-            return self.head(hidden).squeeze(-1)[:, :-1]
+            values: torch.Tensor = self.head(hidden).squeeze(-1)[:, :-1]
+            return values
 
     lm = copy.deepcopy(policy)
     lm.requires_grad_(True)

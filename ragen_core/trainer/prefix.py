@@ -178,7 +178,7 @@ def pays_off(found: RowKeys, *, padded: bool) -> bool:
     ``padded``: count positions as one batched call pads them (one micro-batch); otherwise
     count real tokens (prefixes reused across micro-batches).
     """
-    prefix_len = dict(zip(found.keys, found.starts.tolist()))
+    prefix_len: dict[bytes, int] = dict(zip(found.keys, found.starts.tolist()))
     if len(prefix_len) == len(found.keys):
         return False
     suffix = found.lengths - found.starts
@@ -226,6 +226,12 @@ def _cache_kwarg(model: Any) -> str | None:
         if name in params:
             return name
     return None
+
+
+def _cache_kwarg_checked(model: Any) -> str:
+    name = _cache_kwarg(model)
+    assert name is not None, "callers check supports_shared_prefix first"
+    return name
 
 
 def supports_shared_prefix(model: Any) -> bool:
@@ -301,7 +307,7 @@ def shared_forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Te
     if response_mask is None:
         return None
     if session is not None:
-        found = session.forward(input_ids, attention_mask, response_mask, hidden=hidden)
+        found: tuple[Any, torch.Tensor, PrefixPlan] | None = session.forward(input_ids, attention_mask, response_mask, hidden=hidden)
         if found is not None:
             return found
     plan = plan_shared_prefix(input_ids, attention_mask, response_mask)
@@ -351,7 +357,7 @@ def run_prefixes(model: Any, ids: torch.Tensor, prefix_lens: torch.Tensor) -> tu
     cache = _new_cache(DynamicCache, base.config)
     # the prefix needs no logits, only its keys and values
     model(input_ids=ids[:, :width_p], attention_mask=mask_p, position_ids=ar_p.expand(len(ids), width_p), use_cache=True,
-          **keep_one_logit(base), **{_cache_kwarg(base): cache})
+          **keep_one_logit(base), **{_cache_kwarg_checked(base): cache})
     return [(layer.keys, layer.values) for layer in cache.layers], mask_p
 
 
@@ -374,7 +380,7 @@ def run_suffixes(model: Any, input_ids: torch.Tensor, kv: list[tuple[torch.Tenso
     mask = torch.cat([prefix_mask, (ar_s[None, :] < suffix_lens[:, None]).long()], dim=1)
     extra = {"output_hidden_states": True, **keep_one_logit(base)} if hidden else {}
     # padding positions only feed masked outputs; clamped so learned position tables stay in range
-    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols.clamp(max=width - 1), use_cache=True, **{_cache_kwarg(base): cache},
+    out = model(input_ids=ids_s, attention_mask=mask, position_ids=cols.clamp(max=width - 1), use_cache=True, **{_cache_kwarg_checked(base): cache},
                 **extra)
     return (out.hidden_states[-1] if hidden else out.logits), ids_s
 

@@ -96,7 +96,11 @@ class PrefixSession:
         keys, starts, lengths = found.keys, found.starts, found.lengths
         dev = input_ids.device
         seen: set[bytes] = set()
-        new = [i for i, k in enumerate(keys) if k not in self.entries and not (k in seen or seen.add(k))]
+        new: list[int] = []  # rows whose prefix is not cached yet, first row of each prefix only
+        for i, k in enumerate(keys):
+            if k not in self.entries and k not in seen:
+                seen.add(k)
+                new.append(i)
         if new and torch.is_grad_enabled():
             live = sum(int(e.length) for e in self.entries.values() if e.batch.grad and not e.batch.done)
             if live + int(starts[new].sum()) > prefix.SESSION_LIVE_FACTOR * input_ids.numel():

@@ -79,7 +79,8 @@ def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, tempera
 
     _, ent = batched_logprobs(model, batch, list(range(len(batch))), micro_batch_size, temperature, True)
     m = batch.response_mask
-    return ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+    means: list[float] = ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+    return means
 
 
 def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies: Sequence[float] | None = None) -> Selection:
