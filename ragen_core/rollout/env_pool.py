@@ -181,7 +181,10 @@ def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | 
                 for i, started in list(running.items()):
                     if now - started >= timeout_s:
                         del running[i]  # results[i] stays TIMED_OUT
-                        start()
+                        if pending:
+                            start()
+                if not (pending or running):
+                    break  # the last call timed out: no thread will notify again
                 wait = min(running.values()) + timeout_s - now if running else None
             cond.wait(timeout=wait)
     return results

@@ -31,6 +31,7 @@ In ``full`` mode an episode whose next prompt would not fit ends there, truncate
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
@@ -106,6 +107,8 @@ class RolloutRunner:
         self.tokenizer = tokenizer
         self.chat = ChatTokens(tokenizer, prompts.generation_prefix(self.config.enable_think))
         self.seeds = SeedSchedule(self.config.seed_train, self.config.seed_val)
+        self.progress: Callable[[str], None] | None = None
+        """Called with a short description after every reset and every turn (the trainer's watchdog)."""
 
     def state_dict(self) -> dict[str, int]:
         """Checkpointable state (the seed counter)."""
@@ -142,6 +145,7 @@ class RolloutRunner:
         size = group_size or self.config.group_size
         requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
         starts = self.pool.reset(requests)
+        self._progress(f"the reset of a {mode} rollout")
         episodes = [self._record(req, start, size) for req, start in zip(requests, starts)]
         budget = self.config.max_model_len - sampling.max_new_tokens
         think = self.config.enable_think
@@ -173,6 +177,7 @@ class RolloutRunner:
             ]
             plans = [plan_turn(parsed, ep.facts, ep.actions_left, self.config.format_penalty) for ep, parsed in zip(live, parses)]
             outcomes = self.pool.step([StepRequest(ep.traj.env_id, plan.actions) for ep, plan in zip(live, plans)])
+            self._progress(f"turn {turn_no} of a {mode} rollout")
             for ep, ids, gen, text, parsed, plan, outcome in zip(live, batch, gens, texts, parses, plans, outcomes):
                 ep.parsed.append(parsed)
                 ep.traj.turns.append(
@@ -200,6 +205,10 @@ class RolloutRunner:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
         return [ep.traj for ep in episodes]
+
+    def _progress(self, what: str) -> None:
+        if self.progress is not None:
+            self.progress(what)
 
     def _record(self, request: ResetRequest, start: EpisodeStart, group_size: int) -> EpisodeRecord:
         """The runner's record of a new episode: trajectory header, system prompt, facts."""

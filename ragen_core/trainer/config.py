@@ -29,6 +29,10 @@ class _Section(BaseModel):
 #: 64-bit generators (torch, NumPy), so a base below 2**63 leaves room for every later step.
 MAX_SEED = 2**63 - 1
 
+#: Env step timeout of run configs (``rollout.pool_config.step_timeout_s``): far above any env's
+#: step we know of (a sandboxed test run, a Lean check, a web-shop request), far below "forever".
+DEFAULT_STEP_TIMEOUT_S = 600.0
+
 #: ``device`` values: ``auto``, ``cpu``, ``cuda`` / ``cuda:N``, ``mps``, ``xpu`` / ``xpu:N``.
 DEVICE_PATTERN = r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$"
 
@@ -69,10 +73,19 @@ class RolloutSection(_Section):
     pool: str = "local"
     """Env pool plugin that runs the env instances (``local``: this process; ``process``: worker
     processes; see ``ragen plugins --kind pool``)."""
-    pool_config: dict[str, Any] = Field(default_factory=dict)
-    """The pool's settings (e.g. ``{"step_timeout_s": 30, "workers": 8}``), validated by its config model."""
+    pool_config: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+    """The pool's settings (e.g. ``{"step_timeout_s": 30, "workers": 8}``), validated by its config model.
+    ``step_timeout_s`` defaults to :data:`DEFAULT_STEP_TIMEOUT_S` in runs (the pools' own default
+    waits forever): an episode whose env step takes longer ends with ``end_reason="timeout"`` and
+    the run goes on. ``step_timeout_s: null`` waits forever (the run's ``watchdog_s`` still ends a
+    hang)."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further ``RolloutConfig`` fields passed through verbatim to the rollout runner."""
+
+    @field_validator("pool_config")
+    @classmethod
+    def _default_step_timeout(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return value if "step_timeout_s" in value else {**value, "step_timeout_s": DEFAULT_STEP_TIMEOUT_S}
 
 
 class PeftSection(_Section):
@@ -286,6 +299,11 @@ class RunConfig(_Section):
     """``auto`` = CUDA when available, else CPU; or ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``."""
     progress: bool = True
     """Show a tqdm progress bar."""
+    watchdog_s: float | None = Field(default=1800.0, gt=0)
+    """End the run (exit code 3) when nothing progresses for this many seconds -- no training
+    step, checkpoint, or rollout turn completed -- after writing every thread's stack to stderr
+    and ``RUN_DIR/watchdog-stacks.txt`` (:mod:`ragen_core.trainer.watchdog`); ``None`` = off.
+    Raise it when one update phase (or checkpoint save) of a large model takes longer."""
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
@@ -335,7 +353,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     out: list[str] = []
     algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
     estimator = registry.get_spec("estimator", algo.estimator)  # type: ignore[attr-defined]
-    if config.rollout.group_size == 1 and estimator.group_baseline:
+    baseline = getattr(estimator, "group_baseline", None)  # an EstimatorSpec field
+    if config.rollout.group_size == 1 and baseline:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
-                   f"group baseline and the advantage becomes {estimator.group_baseline}; use rollout.group_size >= 2")
+                   f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
     return out

@@ -8,7 +8,9 @@ prefixed ``train/<tag>/...`` or ``val-env/<tag>/...``:
 * ``num_actions`` — executed actions per episode;
 * ``action_is_valid`` — fraction of turns whose reply parsed and named only known actions;
 * ``format_penalty`` — mean penalty per episode; ``episodic_return`` — mean env reward;
-* ``reward`` — mean training score (env reward + penalty); ``num_turns``.
+* ``reward`` — mean training score (env reward + penalty); ``num_turns``;
+* ``env_timeouts`` / ``env_failures`` (overall only) — episodes the env pool ended because a step
+  took longer than its ``step_timeout_s`` / because its worker crashed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
     out[f"{prefix}/reward"] = sum(t.total_reward for t in trajectories) / n_all
     out[f"{prefix}/success"] = sum(t.success for t in trajectories) / n_all
     out[f"{prefix}/response_length"] = sum(t.num_generated_tokens for t in trajectories) / n_all
+    out[f"{prefix}/env_timeouts"] = float(sum(t.end_reason == "timeout" for t in trajectories))
+    out[f"{prefix}/env_failures"] = float(sum(t.end_reason == "failed" for t in trajectories))
     return out
 
 

@@ -26,7 +26,10 @@ loses at most the steps since its last checkpoint (``--resume`` truncates ``metr
 A step that skips optimiser steps (non-finite gradient norm) says so on stderr; past
 ``optim.max_skipped_steps`` in a row the run stops with a :class:`~ragen_core.errors.TrainingError`,
 and a state reached while skipping, or with non-finite weights, is never checkpointed
-(:mod:`ragen_core.trainer.divergence`).
+(:mod:`ragen_core.trainer.divergence`). A run that makes no progress (no step, checkpoint or
+rollout turn) for ``watchdog_s`` is ended by :mod:`ragen_core.trainer.watchdog` with every
+thread's stack dumped; env steps slower than ``rollout.pool_config.step_timeout_s`` end their
+episode instead, and the step says so.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
+from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
 
 
 class Trainer(CheckpointMixin):
@@ -149,6 +153,11 @@ class Trainer(CheckpointMixin):
         self.analysis_rollout = None
         if cfg.grad_analysis.every > 0 and gan.uses_separate_rollout(cfg):
             self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer, pool=self.runner.pool)
+        self.watchdog = Watchdog(cfg.watchdog_s, self.run_dir)
+        """Ends a run that makes no progress for ``watchdog_s`` (steps and every rollout turn count)."""
+        for runner in (self.runner, self.val_runner, getattr(self.analysis_rollout, "runner", None)):
+            if runner is not None:
+                runner.progress = self.watchdog.beat
         self.train_sampling = su.sampling_params(cfg.sampling.train)
         self.val_sampling = su.sampling_params(cfg.sampling.val)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -219,6 +228,7 @@ class Trainer(CheckpointMixin):
         t_start = time.perf_counter()
         step = self.start_step - 1
         try:
+            self.watchdog.start()
             if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
                 pre = self.validate(0)
                 self.pm.hook.ragen_on_step_end(metrics=pre, step=0, context=self.context)
@@ -229,6 +239,7 @@ class Trainer(CheckpointMixin):
                 metrics["timing_s/total"] = self.timing_totals["total"]
                 self.history.append(metrics)
                 self.pm.hook.ragen_on_step_end(metrics=metrics, step=step, context=self.context)
+                self.watchdog.beat(f"the end of step {step}")
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
@@ -237,10 +248,12 @@ class Trainer(CheckpointMixin):
                 if self._should_save(step, last) and not exited and self._good_to_save(step):  # after logging: a checkpointed step always has its metrics line
                     path = self.save(step)
                     self.skips.saved(step)
+                    self.watchdog.beat(f"the checkpoint of step {step}")
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
         finally:
+            self.watchdog.stop()
             if bar is not None:
                 bar.close()
             if old_handler is not None:
@@ -309,6 +322,7 @@ class Trainer(CheckpointMixin):
         # rollout
         with timer("gen"):
             trajs = self.runner.run(mode="train", sampling=self.train_sampling)
+        report_pool_failures(step, trajs)
         self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
             for result in self.pm.hook.ragen_on_rollout_end(trajectories=trajs, step=step, context=self.context):
@@ -433,6 +447,7 @@ class Trainer(CheckpointMixin):
     def validate(self, step: int) -> dict[str, float]:
         """One validation rollout (fixed seeds, val sampling); metrics under ``val-env/``."""
         trajs = self.val_runner.run(mode="val", sampling=self.val_sampling)
+        report_pool_failures(step, trajs, "val")
         return episode_metrics(trajs, "val-env")
 
     def _save_rollouts(self, trajs: list[Any], step: int) -> None:
