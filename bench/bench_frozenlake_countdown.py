@@ -73,9 +73,12 @@ def main() -> None:
     moves = ["Left", "Down", "Right", "Up", "jump"]
 
     rows = [
-        ("frozenlake (grid, slippery)", bench_steps(lake, moves, args.seconds), bench_resets(lake, args.seconds, 1), bench_resets(lake, args.seconds, 16)),
-        ("frozenlake CoordFrozenLake", bench_steps(coord, moves, args.seconds), bench_resets(coord, args.seconds, 1), bench_resets(coord, args.seconds, 16)),
-        ("countdown (procedural)", bench_steps(countdown, guesses, args.seconds), bench_resets(countdown, args.seconds, 1), bench_resets(countdown, args.seconds, 16)),
+        ("frozenlake (grid, slippery)", bench_steps(lake, moves, args.seconds),
+         bench_resets(lake, args.seconds, 1), bench_resets(lake, args.seconds, 16)),
+        ("frozenlake CoordFrozenLake", bench_steps(coord, moves, args.seconds),
+         bench_resets(coord, args.seconds, 1), bench_resets(coord, args.seconds, 16)),
+        ("countdown (procedural)", bench_steps(countdown, guesses, args.seconds),
+         bench_resets(countdown, args.seconds, 1), bench_resets(countdown, args.seconds, 16)),
     ]
     print(f"{'env':32} {'steps/s':>12} {'resets/s':>12} {'resets/s (x16 group)':>22}")
     for name, steps, resets, grouped in rows:

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 GROUPS, GROUP_SIZE, NEW_TOKENS, MICRO = 4, 8, 64, 8
 
 
-def ragen_step_times(steps: int, workdir: Path, *, shared_prefix: bool = True, tag: str = "ragen") -> tuple[list[float], list[float], dict[str, float]]:
+def ragen_step_times(steps: int, workdir: Path, *, shared_prefix: bool = True,
+                     tag: str = "ragen") -> tuple[list[float], list[float], dict[str, float]]:
     """Wall and process-CPU step times (warm-up dropped) and the median wall split of the counted steps."""
     from ragen_core.config import load_config
     from ragen_core.trainer import prefix

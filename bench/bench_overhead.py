@@ -85,7 +85,8 @@ def main() -> None:
     parser.add_argument("--algo", default="grpo")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    parser.add_argument("--no-shared-prefix", action="store_true", help="force the plain training forward (ragen_core.trainer.prefix.ENABLED = False)")
+    parser.add_argument("--no-shared-prefix", action="store_true",
+                        help="force the plain training forward (ragen_core.trainer.prefix.ENABLED = False)")
     args = parser.parse_args()
     import torch
 

@@ -21,8 +21,9 @@ def _rate(fn: Callable[[int], object], count: int) -> float:
 
 
 def bench_generation(count: int) -> None:
-    from ragen_core.seeding import make_py_rng
     from ragen_env_sudoku.puzzle import generate_puzzle, random_full_grid
+
+    from ragen_core.seeding import make_py_rng
 
     print("== Sudoku generation (unique solution), puzzles/s ==")
     for n in (4, 9):

@@ -170,7 +170,8 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=["grpo", "ppo"], help="algorithm names, or label=algorithm")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--recipe", nargs="+", default=[], metavar="NAME",
-                        help="env recipes to bench, one run label each (their settings replace --algos/--groups/--group-size/--new-tokens/--lr/--micro/warm-start flags)")
+                        help="env recipes to bench, one run label each "
+                             "(their settings replace --algos/--groups/--group-size/--new-tokens/--lr/--micro/warm-start flags)")
     parser.add_argument("--steps", type=int, default=0, help="step budget per run (default 12, or the recipe's steps)")
     parser.add_argument("--budget-cpu-min", type=float, default=0.0, help="stop a run after this many CPU minutes (0 = no limit)")
     parser.add_argument("--budget-wall-min", type=float, default=0.0,
@@ -295,7 +296,7 @@ def simulate(args: argparse.Namespace) -> None:
     """Table of :func:`expected_gradient` for the estimators, group sizes and high-arm rates."""
     lines = [
         "# Bandit: which way do the advantages push the arm choice?", "",
-        f"Command: `python bench/learning_bandit.py --simulate`", "",
+        "Command: `python bench/learning_bandit.py --simulate`", "",
         "Monte-Carlo with the project's estimator plugins (20000 groups per cell; see `expected_gradient` in "
         "`bench/learning_bandit.py`): members reply validly with probability 0.8 and pick the high-risk arm with "
         "probability p; rewards are Bandit's (high arm 1.0 w.p. 0.25, low arm 0.1, invalid -0.1). 'choice push' = "
@@ -419,7 +420,8 @@ def report(args: argparse.Namespace, curves: dict[str, list[list[dict]]], second
            "(invalid replies count as misses); " if env == "bandit" else "Success = episode reached the goal; ")
         + f"first/last = mean over the first/last {k} steps; 'reached' = first step whose {what} is >= {GOAL} and stays "
         f">= {HOLD} for the rest of the run, with the run's CPU and wall minutes at that step.", "",
-        f"| run | seed | steps | {what}, first | {what}, last | valid, first | valid, last | reached: step | CPU min | wall min | run CPU min | run wall min |",
+        f"| run | seed | steps | {what}, first | {what}, last | valid, first | valid, last | reached: step "
+        "| CPU min | wall min | run CPU min | run wall min |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary = []

@@ -221,7 +221,8 @@ def report(args: argparse.Namespace, records: list[dict], command: str, warm: di
         b = [r["before"][key] for r in records]
         a = [r["after"][key] for r in records if r["after"]] or [float("nan")]
         ax.errorbar([0], [statistics.fmean(b)], yerr=[statistics.stdev(b) if len(b) > 1 else 0.0], fmt="s", color="k", label="eval: warm start")
-        ax.errorbar([end], [statistics.fmean(a)], yerr=[statistics.stdev(a) if len(a) > 1 else 0.0], fmt="D", color="C3", label="eval: after training")
+        ax.errorbar([end], [statistics.fmean(a)], yerr=[statistics.stdev(a) if len(a) > 1 else 0.0], fmt="D", color="C3",
+                    label="eval: after training")
         if key == "success":
             ax.axhline(2 * statistics.fmean(b), ls="--", color="gray", label="2 x warm-start baseline")
         ax.set_title(f"FrozenLake ({args.preset}{', map_seed ' + str(args.map_seed) if args.map_seed is not None else ''}): {title}")

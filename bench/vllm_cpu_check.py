@@ -74,7 +74,8 @@ def main() -> None:
     greedy = SamplingParams(do_sample=False, max_new_tokens=args.new_tokens)
 
     t = time.perf_counter()
-    vllm_engine = registry.make("engine", "vllm", {"max_model_len": 1024, "kv_cache_memory_bytes": 512 * 2**20, "multiprocessing": args.multiprocessing})
+    vllm_engine = registry.make("engine", "vllm",
+                                {"max_model_len": 1024, "kv_cache_memory_bytes": 512 * 2**20, "multiprocessing": args.multiprocessing})
     vllm_engine.attach(model, tok)
     startup = time.perf_counter() - t
     hf_engine = HFEngine(HFEngineConfig(torch_threads=1), model=model, tokenizer=tok)

@@ -11,8 +11,8 @@ says so, ``ragen eval`` refuses a damaged one with a one-line error. A torn last
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -49,7 +49,7 @@ class Payload:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -74,7 +73,8 @@ def test_bad_override_value_names_field(tmp_path):
         "class C(EnvConfig):\n    size: int = 3\n"
         "SPEC = EnvSpec(name='cfgenv', factory='x:y', config_model=C)\n"
     )
-    fake_entry_points(tmp_path, "fake-cfg", {"ragen_core.envs": {"cfgenv": "fakeplug_cfg:SPEC"}}, modules={"fakeplug_cfg.py": spec_src}, add_to_path=False)
+    fake_entry_points(tmp_path, "fake-cfg", {"ragen_core.envs": {"cfgenv": "fakeplug_cfg:SPEC"}},
+                      modules={"fakeplug_cfg.py": spec_src}, add_to_path=False)
     env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = ragen("env", "play", "cfgenv", "--set", "size=big", env=env)
     assert out.returncode == 2
@@ -106,7 +106,8 @@ def test_init_env_package_installs_lists_passes_conformance_and_plays(tmp_path):
     played = ragen("env", "play", "mygrid", "--seed", "3", env=env, stdin="Right\nRight\nLeft\nq\n")
     assert played.returncode == 0, played.stderr
     assert "episode over" in played.stdout
-    oracle_run = ragen("env", "play", "mygrid", "--seed", "3", env=env, stdin="Left || Left\nLeft || Left\nLeft || Left\nRight || Right\nRight || Right\n")
+    oracle_run = ragen("env", "play", "mygrid", "--seed", "3", env=env,
+                       stdin="Left || Left\nLeft || Left\nLeft || Left\nRight || Right\nRight || Right\n")
     assert "episode over" in oracle_run.stdout
 
 
@@ -120,7 +121,8 @@ def test_init_env_rejects_bad_names_and_existing_dirs(tmp_path):
 
 def test_unrelated_broken_plugin_does_not_break_a_command(tmp_path):
     fake_entry_points(
-        tmp_path, "fake-explodes", {"ragen_core.envs": {"explodes": "fakeplug_boom:SPEC"}, "ragen_core.rollout_filters": {"explodes": "fakeplug_boom:SPEC"}},
+        tmp_path, "fake-explodes",
+        {"ragen_core.envs": {"explodes": "fakeplug_boom:SPEC"}, "ragen_core.rollout_filters": {"explodes": "fakeplug_boom:SPEC"}},
         modules={"fakeplug_boom.py": "raise RuntimeError('this plugin is broken')\n"}, add_to_path=False,
     )
     env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -3,7 +3,9 @@
 Reads the core's ``pyproject.toml`` and every ``import`` in ``ragen_core`` (module level and inside
 functions, found with :mod:`ast`, so nothing is imported), maps import names to distribution
 names with :func:`importlib.metadata.packages_distributions` (falling back to the import name for
-packages not installed here, e.g. ``vllm``), and checks both directions.
+packages not installed here, e.g. ``vllm``), and checks both directions. The one exception is
+:data:`DEFAULT_PLUGINS`: plugin distributions the core depends on but reaches only through entry
+points.
 """
 
 from __future__ import annotations
@@ -82,11 +84,26 @@ def test_ragen_core_imports_no_plugin():
     assert not plugins, f"ragen_core imports plugin packages: {plugins}"
 
 
+#: Dependencies of ragen-core that it never imports, on purpose. Only the default plugin
+#: distributions belong here: the default algorithm (grpo) and the no-op filter (none) come with
+#: the core's install so that `pip install ragen-core ragen-env-X` can run, yet the core finds
+#: them through their entry points like any plugin (test_ragen_core_imports_no_plugin).
+DEFAULT_PLUGINS = {"ragen-algo-grpo", "ragen-filters"}
+
+
+def test_the_default_plugins_are_exactly_the_core_dependencies_it_does_not_import():
+    from ragen_core.distributions import DEFAULTS
+
+    deps, _ = _declared()
+    assert set(DEFAULTS) == DEFAULT_PLUGINS <= deps
+
+
 def test_every_dependency_of_ragen_core_is_imported_by_it():
     deps, _ = _declared()
     imported = set().union(*(_distributions(module) for module in _imports()))
-    unused = sorted(deps - imported)
-    assert not unused, f"declared in pyproject.toml dependencies but imported nowhere in ragen_core (move them to the plugin that uses them): {unused}"
+    unused = sorted(deps - imported - DEFAULT_PLUGINS)
+    assert not unused, (f"declared in pyproject.toml dependencies but imported nowhere in ragen_core "
+                        f"(move them to the plugin that uses them): {unused}")
 
 
 def test_plugin_only_packages_are_not_core_dependencies():

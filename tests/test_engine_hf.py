@@ -18,7 +18,6 @@ from ragen_core.errors import RagenError
 from ragen_core.interfaces.engine import SamplingParams
 from ragen_core.models import load_model_and_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -290,7 +289,8 @@ def test_engine_loads_model_lazily(tmp_path, monkeypatch):
 
 
 def test_plugin_module_imports_no_torch():
-    code = "import sys, ragen_core.engines.plugin as p; assert p.HF_SPEC.name == 'hf'; assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    code = ("import sys, ragen_core.engines.plugin as p; assert p.HF_SPEC.name == 'hf'; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -11,8 +11,7 @@ import pytest
 
 from ragen_core import registry
 from ragen_core.specs import GROUPS
-from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip
-from ragen_core.testing import env_checks, plugin_checks, pool_checks
+from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip, env_checks, plugin_checks, pool_checks
 
 INSTALLED = [(e.kind, e.name, e.dist_name) for kind in GROUPS for e in registry.entries(kind) if e.spec is None]
 
@@ -83,7 +82,8 @@ def test_installed_env_plays_in_the_terminal_with_a_random_agent(name):
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())", "env", "play", name, "--agent", "random", "--seed", "2"],
+        [sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())",
+         "env", "play", name, "--agent", "random", "--seed", "2"],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,6 @@ from ragen_core.errors import RagenError
 from ragen_core.models import load_model_and_tokenizer, tiny_path
 from ragen_core.models.tiny import TINY_VERSION, build_byte_tokenizer
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -181,7 +181,8 @@ def test_bad_config_names_the_field_path(sandbox):
 
 def test_unrelated_broken_plugin_does_not_affect_loading(sandbox):
     tmp, reg = sandbox
-    fake_entry_points(tmp, "fake-broken", {GROUP: {"broken": "fakeplug_broken2:SPEC"}}, modules={"fakeplug_broken2.py": "raise RuntimeError('boom')\n"}, add_to_path=False)
+    fake_entry_points(tmp, "fake-broken", {GROUP: {"broken": "fakeplug_broken2:SPEC"}},
+                      modules={"fakeplug_broken2.py": "raise RuntimeError('boom')\n"}, add_to_path=False)
     _add(tmp, "fake-grid", "grid", "fakeplug_grid")
     assert reg.make("env", "grid") == ("built", 3)
     assert "fakeplug_broken2" not in sys.modules

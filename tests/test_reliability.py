@@ -113,9 +113,9 @@ def test_kill_9_at_random_points_then_resume_equals_an_uninterrupted_run(tmp_pat
         proc = _start("--run-dir", str(run_dir), *SETTINGS)
         if kind == "mid-save":
             step_1 = run_dir / "checkpoints" / "step_1"
-            _wait_for(lambda: step_1.is_dir() and any(p.name.endswith(".tmp") for p in step_1.parent.iterdir()), proc)
+            _wait_for(lambda: step_1.is_dir() and any(p.name.endswith(".tmp") for p in step_1.parent.iterdir()), proc)  # noqa: B023 - called in this iteration
         else:
-            _wait_for(lambda: _lines(run_dir / "metrics.jsonl") >= logged, proc)
+            _wait_for(lambda: _lines(run_dir / "metrics.jsonl") >= logged, proc)  # noqa: B023 - called in this iteration
             time.sleep(delay)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
@@ -144,7 +144,7 @@ def _disk_full_at_step(step: int, monkeypatch) -> None:
     """The model writer fails with ENOSPC when writing checkpoint ``step`` (tests run as root: chmod stops nothing)."""
     real = ck._save_model_folder
 
-    def writer(folder: Path, model, tokenizer) -> None:  # noqa: ANN001
+    def writer(folder: Path, model, tokenizer) -> None:
         if folder.name == f"step_{step}.tmp":
             (folder / "model.safetensors").write_bytes(b"\0" * 4096)  # part of it made it to disk
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -158,7 +158,7 @@ def _path_blocked_at_step(step: int, run_dir: Path, monkeypatch) -> None:
     blocked = run_dir / "checkpoints" / f"step_{step}.tmp"
     real = ck._save_model_folder
 
-    def writer(folder: Path, model, tokenizer) -> None:  # noqa: ANN001
+    def writer(folder: Path, model, tokenizer) -> None:
         real(folder, model, tokenizer)
         if folder.name == f"step_{step - 1}.tmp":  # put the obstacle in place once the previous one is written
             blocked.write_text("not a folder")

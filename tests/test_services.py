@@ -146,7 +146,7 @@ def test_concurrent_acquires_start_one_child():
     def worker():
         try:
             handles.append(acquire(spec, fast()))
-        except Exception as e:  # reported below, not lost in the thread
+        except Exception as e:  # noqa: BLE001 - reported below, not lost in the thread
             errors.append(e)
 
     threads = [threading.Thread(target=worker) for _ in range(6)]

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.rollout.layout import episode_layout
+from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.trainer.batch import build_batch, micro_batches
 
 PAD = 0

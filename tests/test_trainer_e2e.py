@@ -255,7 +255,7 @@ def test_ctrl_c_finishes_the_step_and_saves_a_checkpoint(tmp_path):
 
     class CtrlC:
         @hookimpl
-        def ragen_on_rollout_end(self, step):  # noqa: ANN001, ANN201
+        def ragen_on_rollout_end(self, step):
             if step == 1:
                 os.kill(os.getpid(), signal.SIGINT)  # arrives mid-step
 

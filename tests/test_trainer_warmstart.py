@@ -11,7 +11,6 @@ from ragen_core.config import load_config
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -49,7 +48,10 @@ def test_demonstrations_record_in_process_whatever_pool_training_uses(tmp_path):
     _, tok = load_model_and_tokenizer("tiny")
     local = demonstrations(_cfg(tmp_path), tok)
     spawned = demonstrations(_cfg(tmp_path, "rollout.pool=process"), tok)
-    assert [[(t.prompt_ids, t.response_ids) for t in tr.turns] for tr in spawned] == [[(t.prompt_ids, t.response_ids) for t in tr.turns] for tr in local]
+    def pairs(trajs):
+        return [[(t.prompt_ids, t.response_ids) for t in tr.turns] for tr in trajs]
+
+    assert pairs(spawned) == pairs(local)
 
 
 def test_warm_start_lowers_reply_loss_and_is_cached(tmp_path, capsys):

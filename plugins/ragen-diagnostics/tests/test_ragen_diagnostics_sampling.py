@@ -42,7 +42,9 @@ def test_coverage_metrics_count_replies_and_valid_reasoning() -> None:
 
 
 def test_reasoning_ids_fall_back_to_the_tokenizer_only_when_ids_are_missing() -> None:
-    tok = lambda s: [len(w) for w in s.split()]
+    def tok(s: str) -> list[int]:
+        return [len(w) for w in s.split()]
+
     assert reasoning_ids(Turn([1], [2], "x", reasoning=" ab c ", reasoning_ids=None), tok) == [2, 1]
     assert reasoning_ids(Turn([1], [2], "x", reasoning="ab", reasoning_ids=[]), tok) == []
     assert reasoning_ids(Turn([1], [2], "x", reasoning="   ", reasoning_ids=None), tok) == []

@@ -50,7 +50,8 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
         except (json.JSONDecodeError, TypeError, AttributeError):
             bad += 1
     if not out:
-        raise RagenError(f"rollouts file {p} holds no readable trajectory ({bad} malformed lines)", ["each line must be one Trajectory.to_dict() JSON object"])
+        raise RagenError(f"rollouts file {p} holds no readable trajectory ({bad} malformed lines)",
+                         ["each line must be one Trajectory.to_dict() JSON object"])
     return out
 
 

@@ -174,6 +174,10 @@ SUMMARY_KEYS = ("mi_estimate", "mi_upper_bound", "conditional_entropy_est", "rea
                 "retrieval_accuracy", "retrieval_chance_level", "mi_zscore_ema")
 
 
+def _cell(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
+
+
 def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
     body = []
     for fam, label in FAMILIES.items():
@@ -183,8 +187,7 @@ def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
         first, last = steps[0], steps[-1]
         for key in SUMMARY_KEYS:
             a, b = first.get(f"{fam}/{key}"), last.get(f"{fam}/{key}")
-            fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "–"
-            body.append(f"<tr><td>{html.escape(label)}</td><td>{key}</td><td>{fmt(a)}</td><td>{fmt(b)}</td></tr>")
+            body.append(f"<tr><td>{html.escape(label)}</td><td>{key}</td><td>{_cell(a)}</td><td>{_cell(b)}</td></tr>")
         body.append(f"<tr><td colspan=4><small>first step {first['step']}, last step {last['step']}</small></td></tr>")
     if not body:
         return ""
