@@ -9,7 +9,8 @@ import pytest
 def one_torch_thread():
     """One torch thread for the module: the tiny model's ops are too small to gain from threads,
     and on a busy 2-core machine thread oversubscription makes them up to 10x slower."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

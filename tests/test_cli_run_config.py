@@ -122,7 +122,8 @@ def test_metrics_jsonl_truncation_and_plot(tmp_path: Path):
 
 
 def test_checkpoint_roundtrip_restores_rng_and_keeps_latest(tmp_path: Path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.checkpoint import (
         latest_checkpoint,

@@ -7,14 +7,12 @@ import json
 import subprocess
 import sys
 
-import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("ragen_diagnostics")
-
 from ragen_core.config import load_config
+from ragen_core.testing.installed import require_distribution
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
+
+require_distribution("ragen-diagnostics", module_level=True)  # installed but broken fails below; only absence skips
 
 
 def test_tiny_run_with_collapse_diagnostic_then_diagnose_draws_regime_plot(tmp_path):

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
 from ragen_core.engines import hf
 from ragen_core.engines.config import HFEngineConfig

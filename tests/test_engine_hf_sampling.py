@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 from ragen_core.engines.sampling import _nucleus_mask, draw, row_uniforms, sample_next
 from ragen_core.interfaces.engine import SamplingParams

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
 from ragen_core.engines.config import HFEngineConfig
 from ragen_core.engines.hf import HFEngine
 from ragen_core.interfaces.engine import SamplingParams

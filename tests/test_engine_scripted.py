@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("transformers")
-
 from ragen_core.engines.scripted import ScriptedEngine
 from ragen_core.interfaces.engine import SamplingParams
 from ragen_core.models import load_model_and_tokenizer

@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 
 pytest.importorskip("vllm")
-torch = pytest.importorskip("torch")
 
 from ragen_core import registry
 from ragen_core.engines.config import HFEngineConfig

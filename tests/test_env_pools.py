@@ -119,7 +119,6 @@ def test_pools_by_name_with_validated_config():
 
 
 def test_make_runner_builds_the_configured_pool():
-    pytest.importorskip("transformers")
     from ragen_core.models.tiny import build_byte_tokenizer
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.setup import make_runner

@@ -11,6 +11,7 @@ from ragen_core import registry
 from ragen_core.cli.main import main
 from ragen_core.errors import ConfigError
 from ragen_core.specs import EnvSpec, Recipe
+from ragen_core.testing.installed import require_distribution
 from ragen_core.testing.toy_env import TOY_ENV_SPEC
 
 NAME = "recipe-corridor"
@@ -130,7 +131,7 @@ def test_plugin_show_lists_recipes_with_their_command(recipe_env, capsys):
 
 def test_bandit_learn_recipe_matches_the_measured_settings():
     """The recipe is what bench/learning_bandit.py measured (its defaults plus the documented flags)."""
-    pytest.importorskip("ragen_env_bandit")
+    require_distribution("ragen-env-bandit")
     from ragen_core.cli.run import build_config
 
     cfg = build_config(_args("--env", "bandit", "--recipe", "learn"))
@@ -147,7 +148,7 @@ def test_frozenlake_one_lake_recipe_matches_the_measured_settings():
     """The recipe is what bench/learning_grid.py --recipe measured: one fixed deterministic lake,
     one-turn context, GRPO counting each episode once with a KL loss, first-turn warm start with
     empty reasoning."""
-    pytest.importorskip("ragen_env_frozenlake")
+    require_distribution("ragen-env-frozenlake")
     from ragen_core.cli.run import build_config
 
     cfg = build_config(_args("--env", "frozenlake", "--recipe", "learn-one-lake"))

@@ -7,8 +7,6 @@ from typing import ClassVar
 
 import pytest
 
-pytest.importorskip("transformers")
-
 from ragen_core import registry
 from ragen_core.engines.scripted import ScriptedEngine
 from ragen_core.interfaces.engine import SamplingParams
@@ -249,7 +247,8 @@ def test_windowed_mode_drops_history_to_fit(tok):
 
 
 def test_real_tiny_engine_episode_is_token_faithful_and_deterministic(tok, tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     from ragen_core.engines.hf import HFEngine
     from ragen_core.models import load_model_and_tokenizer
 
@@ -318,7 +317,6 @@ def test_pool_threads_step_concurrently_with_identical_results(tok):
         else:
             assert threading.get_ident() not in ThreadLineEnv.threads
     assert results[0] == results[1]
-
 
 
 def test_one_seed_per_episode_and_turn_independent_of_batch_position(tok):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-
 from ragen_core.config import load_config
 from ragen_core.errors import ResourceError
 from ragen_core.models import load_model_and_tokenizer

@@ -73,8 +73,8 @@ def test_only_without_every_is_a_config_error():
 
 @pytest.fixture(scope="module")
 def tiny():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    import torch
+
     from ragen_core.models import load_model_and_tokenizer
 
     before = torch.get_num_threads()
@@ -193,7 +193,6 @@ def test_analyse_changes_no_parameter_and_reports_each_bucket(tiny):
 
 
 def _config(tmp_path: Path, *overrides: str, name: str = "run"):
-    pytest.importorskip("ragen_core.rollout.runner")
     from ragen_core.config import load_config
     from ragen_core.testing.toy_env import register_toy_env
     from ragen_core.trainer.config import RunConfig

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
 pytest.importorskip("peft")
-pytest.importorskip("ragen_core.rollout.runner")
 
 from ragen_core.config import load_config
 from ragen_core.testing.toy_env import register_toy_env

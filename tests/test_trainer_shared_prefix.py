@@ -6,9 +6,7 @@ import json
 import math
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
 from ragen_core.models import load_model_and_tokenizer
 from ragen_core.trainer import prefix
@@ -390,8 +388,6 @@ def test_unsupported_models_use_the_plain_path(model, monkeypatch):
     assert not prefix.supports_shared_prefix(model)
 
 
-
-
 def _train_two_steps(tmp_path, monkeypatch, algo: str, micro: int = 1) -> dict:
     """Two trainer steps on the toy env with the shared-prefix switch as set; what the comparison reads.
 
@@ -512,7 +508,6 @@ def _assert_same_training(a: dict, b: dict) -> dict[str, float]:
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_training_step_gives_the_same_losses_with_and_without_shared_prefix(tmp_path, switch, monkeypatch, algo):
     # micro-batches of one row: every prompt is shared across micro-batches (PrefixSession)
-    pytest.importorskip("ragen_core.rollout.runner")
     calls = []
     real = prefix.run_suffixes
     monkeypatch.setattr(prefix, "run_suffixes", lambda *a, **k: calls.append(k.get("hidden", False)) or real(*a, **k))

@@ -134,11 +134,8 @@ def test_diagnose_is_a_command_this_distribution_adds_through_the_hook() -> None
 def _one_torch_thread() -> Any:
     """Tiny models on shared, oversubscribed CI cores run far faster single-threaded (OpenMP
     spin-waits dominate small kernels); restored afterwards."""
-    try:
-        import torch
-    except ImportError:  # the model-free tests still run
-        yield
-        return
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -147,8 +144,9 @@ def _one_torch_thread() -> Any:
 
 @pytest.fixture(scope="module")
 def run_with_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, list[Any]]:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
+
     from ragen_core.rollout.types import Trajectory, Turn
     from ragen_core.seeding import make_rng
 

@@ -6,10 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
+import torch
+import transformers
 from ragen_diagnostics.diagnostic import CollapseDiagnostic
 from ragen_diagnostics.scoring import (
     model_scorer,
@@ -28,11 +26,8 @@ VOCAB = 300
 def _one_torch_thread() -> Any:
     """Tiny models on shared, oversubscribed CI cores run far faster single-threaded (OpenMP
     spin-waits dominate small kernels); restored afterwards."""
-    try:
-        import torch
-    except ImportError:  # the model-free tests still run
-        yield
-        return
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

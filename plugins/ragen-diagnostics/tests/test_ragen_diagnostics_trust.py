@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import transformers
 
 from ragen_core.cli.main import main as ragen_main
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
 class Payload:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-testing = pytest.importorskip("ragen_core.testing", reason="conformance kit not available yet")
-if not hasattr(testing, "parametrize_env_checks"):  # pragma: no cover - kit still being written
-    pytest.skip("ragen_core.testing.parametrize_env_checks not available yet", allow_module_level=True)
+from ragen_core.testing import parametrize_env_checks
 
 
-@testing.parametrize_env_checks(["bandit"], presets=[None, "Bandit", "BanditTest"])
+@parametrize_env_checks(["bandit"], presets=[None, "Bandit", "BanditTest"])
 def test_bandit_conformance(env_check):
     env_check()

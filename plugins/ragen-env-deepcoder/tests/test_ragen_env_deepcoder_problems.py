@@ -101,7 +101,6 @@ def test_builtin_set_covers_every_layout_and_splits_by_fifths():
 # ------------------------------------------------------------------------------ real sample via datasets
 @needs_data
 def test_codeforces_sample_loads_through_datasets():
-    pytest.importorskip("datasets")
     rows = json.loads(CODEFORCES.read_text())
     problems = load_problems(str(CODEFORCES), "train")
     assert len(problems) == len(rows) == 200
@@ -112,7 +111,6 @@ def test_codeforces_sample_loads_through_datasets():
 
 @needs_data
 def test_livecodebench_sample_loads_both_kinds():
-    pytest.importorskip("datasets")
     rows = json.loads(LCB.read_text())
     problems = load_problems(str(LCB), "train")
     assert len(problems) == 100
@@ -126,7 +124,6 @@ def test_livecodebench_sample_loads_both_kinds():
 
 @needs_data
 def test_directory_of_sample_files_is_one_split_and_max_problems_caps_it():
-    pytest.importorskip("datasets")
     assert len(load_problems(str(DATA), "train")) == 300
     assert len(load_problems(str(DATA), "train", max_problems=7)) == 7
 
@@ -134,7 +131,6 @@ def test_directory_of_sample_files_is_one_split_and_max_problems_caps_it():
 @needs_data
 def test_real_problems_are_graded_end_to_end():
     """Correct programs for real rows pass every test: stdin (Codeforces) and function-call (LCB)."""
-    pytest.importorskip("datasets")
     env = DeepCoderEnv(dataset=str(DATA))
     problems = env.problems("train")
     minmax = next(p for p in problems if p.statement.strip().startswith("You are given two integers $x$ and $y$"))
@@ -155,8 +151,7 @@ def test_real_problems_are_graded_end_to_end():
 @needs_data
 def test_local_files_in_every_format_load_the_same_rows(tmp_path):
     """JSON, JSONL and parquet files in the hub layout (tests as a JSON string) read the same."""
-    datasets = pytest.importorskip("datasets")
-    pytest.importorskip("pyarrow")
+    import datasets
     rows = [{"problem": r["problem"], "tests": json.dumps(r["tests"]), "starter_code": r["starter_code"]} for r in json.loads(LCB.read_text())[:20]]
     (tmp_path / "rows.json").write_text(json.dumps(rows))
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -167,7 +162,6 @@ def test_local_files_in_every_format_load_the_same_rows(tmp_path):
 
 
 def test_bad_local_files(tmp_path):
-    pytest.importorskip("datasets")
     (tmp_path / "notes.txt").write_text("hi")
     with pytest.raises(ValueError, match="expected .json, .jsonl or .parquet"):
         load_problems(str(tmp_path / "notes.txt"), "train")

@@ -10,9 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("ragen_core.trainer.trainer")
+import torch
 
 from ragen_core import registry
 from ragen_core.config import load_config

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import pytest
 from ragen_env_metamathqa import problems as problems_mod
 from ragen_env_metamathqa.config import MetaMathQAConfig
@@ -16,8 +17,6 @@ from ragen_env_metamathqa.env import MetaMathQAEnv
 from ragen_env_metamathqa.problems import in_validation, label_from_response, read_problems, splits_for
 
 from ragen_core.errors import ConfigError
-
-datasets = pytest.importorskip("datasets")
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 MMQA = DATA / "metamathqa-sample" / "metamathqa_gsm_ansaug_200.jsonl"

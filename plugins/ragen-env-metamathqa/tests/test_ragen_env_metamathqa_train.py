@@ -5,9 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("ragen_core.trainer.trainer")
+import torch
 
 from ragen_core.config import load_config
 from ragen_core.trainer.config import RunConfig

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-testing = pytest.importorskip("ragen_core.testing", reason="conformance kit not available yet")
-if not hasattr(testing, "parametrize_env_checks"):  # pragma: no cover - kit still being written
-    pytest.skip("ragen_core.testing.parametrize_env_checks not available yet", allow_module_level=True)
+from ragen_core.testing import parametrize_env_checks
 
 
-@testing.parametrize_env_checks(["sudoku"], presets=[None, "SimpleSudoku", "MediumSudoku", "TinySudoku"])
+@parametrize_env_checks(["sudoku"], presets=[None, "SimpleSudoku", "MediumSudoku", "TinySudoku"])
 def test_sudoku_conformance(env_check):
     env_check()
