@@ -32,9 +32,12 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragen_core.trainer.batch import TrainBatch, micro_batches
+
+if TYPE_CHECKING:
+    import torch
 
 Timer = Callable[[str], Any]
 """``timer("gen")`` returns a context manager that times its block (or does nothing)."""
@@ -119,6 +122,7 @@ def prepare(
             values = batched_values(critic, batch, rows, micro)
     rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
     if acfg.use_kl_in_reward:
+        assert old is not None and ref is not None  # both computed above when the KL is in the reward
         rewards, kl_metrics = kl_in_reward(rewards, old, ref, m, acfg.kl_in_reward_coef, acfg.kl_in_reward_type)
         metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
     with timer("adv"):
@@ -170,7 +174,7 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     values = critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask, session=session)
-                    loss, vm = value_loss(values, sub.values.to(device), sub.returns.to(device), mask, acfg.cliprange_value,
+                    loss, vm = value_loss(values, _filled(sub.values, device), _filled(sub.returns, device), mask, acfg.cliprange_value,
                                           global_token_count=tokens if acfg.global_token_norm else None)
                     (loss * loss_w).backward()
                     vf_loss += vm["vf_loss"] * loss_w
@@ -232,19 +236,20 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                                                    with_entropy=with_entropy, response_mask=mask, session=session)
                     if old_policy is not None:
                         old_policy.record(idx, sub, logp, entropy)
-                    old = logp.detach() if old_policy is not None else sub.old_log_probs.to(device)
-                    loss, pm = policy_loss(logp, old, sub.advantages.to(device), mask, clip_low=acfg.clip_ratio_low,
+                    old = logp.detach() if old_policy is not None else _filled(sub.old_log_probs, device)
+                    loss, pm = policy_loss(logp, old, _filled(sub.advantages, device), mask, clip_low=acfg.clip_ratio_low,
                                            clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **kw)
                     acc["actor/pg_loss"] += pm["pg_loss"] * loss_w
                     share = float(mask.sum()) / mini_tokens  # token-weighted means of the per-token metrics
                     for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
                         acc[f"actor/{k}"] += pm[k] * share
                     if with_entropy:
+                        assert entropy is not None  # asked for with with_entropy
                         ent_loss = agg_loss(entropy, mask, mode, **kw)
                         loss = loss - acfg.entropy_coeff * ent_loss
                         acc["actor/entropy_loss"] += float(ent_loss.detach()) * loss_w
                     if acfg.use_kl_loss:
-                        kl = agg_loss(kl_penalty(logp, sub.ref_log_probs.to(device), acfg.kl_loss_type), mask, mode, **kw)
+                        kl = agg_loss(kl_penalty(logp, _filled(sub.ref_log_probs, device), acfg.kl_loss_type), mask, mode, **kw)
                         loss = loss + acfg.kl_loss_coef * kl
                         acc["actor/kl_loss"] += float(kl.detach()) * loss_w
                     (loss * loss_w).backward()
@@ -319,6 +324,12 @@ def episode_row_weights(episode_ids: Any) -> Any:
 
     _, inverse, counts = torch.unique(episode_ids, return_inverse=True, return_counts=True)
     return 1.0 / counts[inverse].double()
+
+
+def _filled(tensor: torch.Tensor | None, device: Any) -> torch.Tensor:
+    """A batch field that :func:`prepare` fills whenever the update reads it, moved to ``device``."""
+    assert tensor is not None, "prepare() fills every batch field the update reads"
+    return tensor.to(device)
 
 
 def _masked_mean(x: Any, m: Any) -> float:
