@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+from ragen_core.distributions import ALL_DISTRIBUTIONS, install_hint
 from ragen_core.errors import (
     DuplicatePluginError,
     IncompatiblePluginError,
@@ -193,7 +194,7 @@ class Registry:
                 hints.append(f"installed {kind}s: {listing}")
             else:
                 hints.append(f"no {kind} plugins are installed")
-            hints.append(f"third-party {kind}s install as 'pip install ragen-{kind}-<name>'; see 'ragen plugins'")
+            hints.append(install_hint(kind, name))
             raise PluginNotFoundError(f"no {kind} named {raw!r} (entry-point group {GROUPS[kind]})", hints)
         # Entries with the same dist and value are one plugin; anything else is a true conflict.
         distinct = {(e.dist_name, e.value): e for e in enabled}
@@ -352,9 +353,13 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
     if not missing:
         return f"fix or reinstall {dist}; run with -v for the traceback"
     own = target.partition(":")[0].split(".")[0]
-    if missing.split(".")[0] == own:
+    top = missing.split(".")[0]
+    if top == own:
         return f"reinstall {dist}: its own module {missing!r} is missing (after editing entry points run 'pip install -e' again)"
-    return f"pip install {missing.split('.')[0]}   (a dependency of {dist}; check its extras)"
+    if top.startswith("ragen_") and top.replace("_", "-") in ALL_DISTRIBUTIONS:  # a plugin of this project needing another
+        return f"pip install {top.replace('_', '-')}   (a dependency of {dist})"
+    # a third-party module: its distribution usually has the same name (the test of hints lists this one)
+    return f"pip install {top}   (a dependency of {dist}; check its extras)"
 
 
 def config_error_from_validation(exc: Any, prefix: str = "") -> PluginConfigError:

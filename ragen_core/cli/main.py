@@ -26,6 +26,9 @@ import os
 import sys
 from typing import Any
 
+from ragen_core.distributions import COMMANDS as COMMAND_DISTRIBUTIONS
+from ragen_core.distributions import command_hint
+
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "plugins": ("ragen_core.cli.plugins", "list installed plugins (metadata only); 'plugins check' imports them"),
@@ -40,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 COMMAND_GROUP = "ragen_core.commands"
 
 #: commands of first-party plugin distributions, for a hint when the distribution is missing
-FIRST_PARTY_COMMANDS = {"diagnose": "ragen-diagnostics"}
+FIRST_PARTY_COMMANDS = COMMAND_DISTRIBUTIONS
 
 
 def plugin_commands() -> dict[str, list[Any]]:
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
             dist = FIRST_PARTY_COMMANDS[command]
             raise PluginNotFoundError(f"'ragen {command}' comes with the {dist} distribution, which is not installed (or is disabled)",
-                                      [f"pip install {dist}   (in this repo: pip install --no-build-isolation -e plugins/{dist})"])
+                                      [command_hint(command)])
         parser = build_parser(command, plugins)
         args = _parse(parser, argv)
         if args.command is None:

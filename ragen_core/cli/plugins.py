@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from ragen_core.distributions import DEFAULTS, distribution_of
 from ragen_core.errors import RagenError
 from ragen_core.specs import GROUPS
 
@@ -67,7 +68,8 @@ def list_plugins(args: argparse.Namespace) -> int:
     header = ["KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS", "ENTRY POINT"] + (["LOCATION"] if args.paths else [])
     table = [[e.kind, e.name, e.dist_name, e.dist_version, status, e.value] + ([e.location] if args.paths else []) for e, status in rows]
     if not table:
-        print("no plugins installed (pip install ragen-env-<name>, or see README)")
+        print(f"no plugins installed (an env, e.g.: pip install {distribution_of('env', 'bandit')}; ragen-core brings "
+              f"{' and '.join(DEFAULTS)} unless they were removed)")
         return 0
     _print_table(header, table)
     return 0
