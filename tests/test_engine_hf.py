@@ -7,9 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
 from ragen_core import registry
 from ragen_core.engines.config import HFEngineConfig
@@ -339,7 +337,6 @@ def test_sync_weights_drops_kept_cache(engine, mt):
 
 
 def test_vllm_engine_missing_dependency_is_a_clear_error():
-    pytest.importorskip("ragen_core.engines.vllm")
     try:
         import vllm  # noqa: F401
     except ImportError:

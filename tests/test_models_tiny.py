@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

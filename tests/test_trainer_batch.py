@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 from ragen_core.rollout.layout import episode_layout
 from ragen_core.rollout.types import Trajectory, Turn

@@ -8,9 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("ragen_core.rollout.runner")
-
 from ragen_core import registry
 from ragen_core.config import load_config
 from ragen_core.errors import ResourceError
