@@ -199,6 +199,10 @@ class WarmStartSection(_Section):
     """Most SFT rounds; each adds ``episodes`` fresh demonstrations and trains ``epochs`` epochs."""
     max_seconds: float = Field(default=600.0, gt=0)
     """No new round starts after this many seconds of warm start."""
+    on_gate_miss: Literal["stop", "continue"] = "stop"
+    """What a run does when the warm start ends below ``target_valid_rate``: ``stop`` with a
+    one-line error saying what it reached, or ``continue`` training from that model (said on the
+    console and kept in the run's ``warm_start.json``). A missed warm start is never cached."""
     cache_dir: str | None = None
     """Cache of warm-started model folders, keyed by env, preset, config hash and seed;
     ``None`` = ``$RAGEN_CACHE/warmstart`` or ``~/.cache/ragen/warmstart``."""

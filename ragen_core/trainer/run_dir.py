@@ -25,7 +25,7 @@ from ragen_core.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
 
-RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "plugins.json", "checkpoints", "rollouts", "plots", "tensorboard", "wandb",
+RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "plugins.json", "warm_start.json", "checkpoints", "rollouts", "plots", "tensorboard", "wandb",
                "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl")
 """What ``ragen run`` (and ``ragen plot`` / ``ragen diagnose``) write into a run directory."""
 

@@ -130,6 +130,8 @@ class Trainer(CheckpointMixin):
 
             self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
             self.warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
+            if self.warm_start_meta:  # what this run started from, a missed gate included (on_gate_miss=continue)
+                (self.run_dir / "warm_start.json").write_text(json.dumps(self.warm_start_meta, indent=1), encoding="utf-8")
         self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -331,6 +333,7 @@ class Trainer(CheckpointMixin):
         metrics.update(episode_metrics(trajs, "train"))
         if step == 1 and "valid_rate" in self.warm_start_meta:  # the format-valid rate the warm start reached
             metrics["warm_start/valid_rate"] = float(self.warm_start_meta["valid_rate"])
+            metrics["warm_start/reached_target"] = float(self.warm_start_meta.get("reached_target") is True)
         # episodes whose first prompt did not fit the context have no tokens to train on
         batch = build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
                             normalization=cfg.reward.normalization, grouping=cfg.reward.grouping,

@@ -26,6 +26,13 @@ are skipped with a message. No oracle is consulted.
 The result is cached as a model folder under ``warm_start.cache_dir/<key>`` where the key hashes
 (env, preset, env config, model, prompt-layout and warm-start settings, seed); the batch shape
 (``rollout.env_groups``, ``rollout.group_size``) is left out, so resizing a run reuses it.
+
+The gate: only a warm start that reached ``warm_start.target_valid_rate`` is cached, and only a
+cached folder whose record says it reached its target is used. A warm start that misses the gate
+within its budget stops the run with a one-line :class:`~ragen_core.errors.TrainingError` saying
+what it reached and how to go on (RL from a model that rarely writes a valid reply sees format
+penalties only and does not learn); ``warm_start.on_gate_miss=continue`` trains from it anyway,
+says so, and keeps the miss in the model's record (never in the cache).
 """
 
 from __future__ import annotations
@@ -179,7 +186,7 @@ def cache_payload(config: RunConfig) -> dict[str, Any]:
         # group) nor the check, so changing it keeps the cached warm start.
         "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size"}),
         "max_new_tokens": config.sampling.train.max_new_tokens,
-        "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled"}),
+        "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss"}),
         "seed": config.seed,
     }
 
@@ -222,8 +229,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     SFT runs in rounds: each round adds ``warm_start.episodes`` fresh demonstrations, trains
     ``warm_start.epochs`` epochs over all of them, then measures :func:`valid_rate`. Rounds stop
     when the rate reaches ``warm_start.target_valid_rate`` or ``max_rounds`` / ``max_seconds`` run
-    out. The measurement is stored in ``<folder>/warm_start.json`` and set as
-    ``model.ragen_warm_start`` (a dict with ``valid_rate``, ``rounds``, ``history``, ...).
+    out. The measurement is set as ``model.ragen_warm_start`` (a dict with ``valid_rate``,
+    ``rounds``, ``reached_target``, ``history``, ...). A model that reached the target is cached
+    with that record in ``<folder>/warm_start.json``; one that missed it raises
+    :class:`~ragen_core.errors.TrainingError`, or with ``warm_start.on_gate_miss=continue`` is
+    returned uncached (see :func:`gate_missed`).
     """
     import time
 
@@ -233,7 +243,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
 
     ws = config.warm_start
     folder = cache_folder(config)
-    if (folder / "config.json").is_file():
+    stale = (folder / "config.json").is_file() and read_meta(folder).get("reached_target") is False  # cached before the gate existed
+    if stale and verbose:
+        print(f"warm start: not using cached model {folder}: its record says it missed its target valid rate; warm-starting again")
+    if (folder / "config.json").is_file() and not stale:
         warm = load_model_and_tokenizer(str(folder), device=device, safetensors_only=True)[0]  # the cache is written as safetensors
         meta = read_meta(folder)
         warm.ragen_warm_start = meta
@@ -277,17 +290,44 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             # what made this folder, so a cached model can be made again (and compared) later
             "settings": json.loads(json.dumps(cache_payload(config), default=str)),
             "check_temperature": config.sampling.train.temperature}
-    if verbose and not meta["reached_target"]:
-        print(f"warm start: target valid rate {ws.target_valid_rate:.2f} not reached within the budget "
-              f"({ws.max_rounds} rounds / {ws.max_seconds:.0f} s); continuing with valid rate {meta['valid_rate']:.3f}")
     model.ragen_warm_start = meta
+    if not meta["reached_target"]:
+        return gate_missed(config, model, meta, verbose=verbose)
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
     (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    if stale:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
     if not folder.exists():
         tmp.rename(folder)
+    return model
+
+
+def gate_missed(config: RunConfig, model: Any, meta: dict[str, Any], *, verbose: bool = True) -> Any:
+    """A warm start that missed ``warm_start.target_valid_rate``: stop the run, or go on uncached.
+
+    ``warm_start.on_gate_miss=stop`` (default) raises a one-line
+    :class:`~ragen_core.errors.TrainingError`; ``continue`` prints what happened and returns
+    ``model`` (its record, ``model.ragen_warm_start``, keeps ``reached_target: False``). Either
+    way nothing is cached, so the next run warm-starts again instead of reusing this model.
+    """
+    from ragen_core.errors import TrainingError
+
+    ws = config.warm_start
+    what = (f"warm start missed its gate: {meta['valid_rate']:.3f} of replies valid after {meta['rounds']} round(s), "
+            f"{meta['history'][-1]['seconds']:.0f} s (target {ws.target_valid_rate:.2f}; budget {ws.max_rounds} rounds / "
+            f"{ws.max_seconds:.0f} s); not cached")
+    if ws.on_gate_miss == "stop":
+        raise TrainingError(what, [f"give it more time (warm_start.max_seconds={2 * ws.max_seconds:.0f}, warm_start.max_rounds="
+                                   f"{ws.max_rounds + 2}) or a lower target (warm_start.target_valid_rate), then run again",
+                                   "or train from this model anyway with warm_start.on_gate_miss=continue "
+                                   "(RL from mostly invalid replies sees format penalties only)"])
+    if verbose:
+        print(f"{what}; continuing from it as warm_start.on_gate_miss=continue asks")
     return model
 
 
