@@ -10,7 +10,7 @@ from __future__ import annotations
 
 #: Longest message or hint an error keeps; the rest is cut with a note of how much. Messages
 #: quote user input (paths, values, env output), and one must never bury the terminal or a log.
-MAX_LINE_CHARS = 500
+MAX_LINE_CHARS = 1000
 
 
 def _capped(text: str) -> str:

@@ -26,9 +26,10 @@ from ragen_core.testing import fake_entry_points
 from ragen_core.testing.toy_env import TOY_ENV_NAME, register_toy_env
 from ragen_core.trainer.config import RunConfig
 
-#: The longest error line these tests accept. Real messages are far shorter; the point is that a
-#: value of any size is echoed in a bounded form (the YAML bomb below made a 58 MB line).
-MAX_LINE = 600
+#: The longest error line these tests accept: RagenError's cap (errors.MAX_LINE_CHARS) plus its
+#: "... (N more characters)" note. Real messages are far shorter; the point is that a value of any
+#: size is echoed in a bounded form (the YAML bomb below made a 58 MB line).
+MAX_LINE = 1100
 
 
 def _one_line_error(capsys, kind: str) -> str:
@@ -160,6 +161,18 @@ def test_plugin_configs_are_validated_before_the_model_loads(tmp_path, monkeypat
     config = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", f"run_dir={tmp_path / 'run'}", "progress=false", override])
     with pytest.raises(PluginConfigError, match=where):
         Trainer(config).setup()
+
+
+def test_eval_validates_plugin_configs_before_the_model_loads(monkeypatch, capsys):
+    import ragen_core.models as models
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the plugin configs were checked")
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", no_model)
+    register_toy_env()
+    assert main(["eval", "--env", TOY_ENV_NAME, "--groups", "1", "rollout.pool_config.step_timeout_s=-1"]) == 2
+    assert "step_timeout_s" in _one_line_error(capsys, "PluginConfigError")
 
 
 def _ragen(*args: str, pythonpath: Path) -> subprocess.CompletedProcess[str]:

@@ -158,7 +158,7 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
 
 def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
-    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.config import RunConfig, check_plugin_configs
 
     flags = [f"env={args.env}", f"model={args.model}", f"seed_val={args.seed}"]
     if args.preset:
@@ -170,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     config = load_config(RunConfig, args.config, flags + list(args.overrides))
+    check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
     out = check_writable(Path(args.out)) if args.out else None  # before the evaluation, not after it
     trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)
     for key, value in summary.items():
