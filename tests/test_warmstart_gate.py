@@ -11,8 +11,6 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
-
 from ragen_core.config import load_config
 from ragen_core.errors import TrainingError
 from ragen_core.testing.toy_env import register_toy_env
