@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
-# Proves that each environment distribution installs alone next to ragen-core (no other plugin),
-# is listed by `ragen plugins`, and passes its own tests (conformance kit included).
-# Usage: scripts/check-standalone.sh [VENV_DIR]   (default: a temporary folder, removed afterwards)
+# Proves the user's install line, `pip install ragen-core ragen-env-X`, for each environment
+# distribution: ragen-core is installed by name from locally built wheels (pip resolves its
+# dependencies on the default algorithm, ragen-algo-grpo, and the no-op filter, ragen-filters,
+# which depend on ragen-core in turn), then the env alone next to it (no other env or plugin).
+# Each env must be the only one listed by `ragen plugins`, pass its own tests (conformance kit
+# included), and train one step with `ragen run --env X` and nothing else installed.
+# Usage: scripts/check-standalone.sh [VENV_DIR] [ENV_FOLDER...]
+#   VENV_DIR     default: a temporary folder, removed afterwards
+#   ENV_FOLDER   default: every env of the repository (e.g. plugins/ragen-env-bandit for one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${1:-$(mktemp -d)/venv}"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+VENV="${1:-$WORK/venv}"
+shift $(( $# > 0 ? 1 : 0 ))
+ENVS=("$@")
+[ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku
+                                plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder)
 python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" torch==2.13.0 hatchling editables pytest hypothesis
-"${PIP[@]}" --no-build-isolation -e .
+# The wheels a package index would serve; `pip install ragen-core` then finds the defaults by name.
+"$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$WORK/wheels" \
+  ./ ./plugins/ragen-algo-grpo ./ragen-filters
+"${PIP[@]}" --find-links "$WORK/wheels" ragen-core
 status=0
-for dir in ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder; do
+for dir in "${ENVS[@]}"; do
   dist=$(sed -n 's/^name = "\(.*\)"/\1/p' "$dir/pyproject.toml" | head -1)
   name=${dist#ragen-env-}
   echo "=== $dist alone with ragen-core"
@@ -18,6 +33,13 @@ for dir in ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-coun
   listed=$("$VENV/bin/ragen" plugins --kind env | awk 'NR>1 {print $2}' | tr '\n' ' ')
   if [ "$listed" != "$name " ]; then echo "expected only '$name' to be listed, got: $listed"; status=1; fi
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$dir/tests" | tail -n 1 || status=1
+  # one training step with the defaults the core brings (grpo, filter none); small batch, no warm start
+  if ! (cd "$WORK" && RAGEN_CACHE="$WORK/cache" "$VENV/bin/ragen" run --env "$name" --steps 1 --run-dir "$WORK/run-$name" \
+        warm_start.enabled=false rollout.env_groups=2 rollout.group_size=2 test_freq=0 save_freq=0 progress=false >"$WORK/run.log" 2>&1); then
+    echo "ragen run --env $name failed:"; tail -n 5 "$WORK/run.log"; status=1
+  else
+    echo "ragen run --env $name: $(tail -n 1 "$WORK/run.log")"
+  fi
   "$VENV/bin/python" -m pip uninstall -q -y "$dist"
 done
 exit $status
