@@ -36,6 +36,13 @@ DEFAULT_STEP_TIMEOUT_S = 600.0
 #: ``device`` values: ``auto``, ``cpu``, ``cuda`` / ``cuda:N``, ``mps``, ``xpu`` / ``xpu:N``.
 DEVICE_PATTERN = r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$"
 
+#: ``loggers`` values.
+LoggerName = Literal["jsonl", "tensorboard", "wandb", "console"]
+
+
+def _jsonl_only() -> list[LoggerName]:
+    return ["jsonl"]
+
 
 #: Sampling for one rollout mode (spec 6.2): the engines' own config, so the run config and
 #: ``Engine.generate`` cannot drift apart (same fields, defaults and ``extra="forbid"``).
@@ -295,7 +302,7 @@ class RunConfig(_Section):
     """Diagnostic plugins to attach (e.g. ``collapse``)."""
     diagnostics_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Per-diagnostic config, keyed by name."""
-    loggers: list[Literal["jsonl", "tensorboard", "wandb", "console"]] = Field(default_factory=lambda: ["jsonl"])
+    loggers: list[LoggerName] = Field(default_factory=_jsonl_only)
     """JSONL is always written; TensorBoard / W&B (offline) when importable."""
     save_rollouts: bool = False
     """Write ``rollouts/step_<N>.jsonl`` for every step."""

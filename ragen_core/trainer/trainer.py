@@ -151,7 +151,8 @@ class Trainer(CheckpointMixin):
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.engine = su.make_engine(cfg, self.model, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
-        self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val", pool=self.runner.pool) if cfg.test_freq > 0 or cfg.val_before_train else None
+        validates = cfg.test_freq > 0 or cfg.val_before_train
+        self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val", pool=self.runner.pool) if validates else None
         self.analysis_rollout = None
         if cfg.grad_analysis.every > 0 and gan.uses_separate_rollout(cfg):
             self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer, pool=self.runner.pool)
@@ -176,7 +177,8 @@ class Trainer(CheckpointMixin):
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
         self._write_plugins_json()
-        self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine, device=self.device)
+        self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine,
+                                    device=self.device)
         self.pm = make_plugin_manager()
         for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg)):
             self.pm.register(logger, name=f"logger-{i}")
@@ -244,10 +246,12 @@ class Trainer(CheckpointMixin):
                 self.watchdog.beat(f"the end of step {step}")
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}", success=f"{metrics.get('train/success', float('nan')):.2f}")
+                    bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}",
+                                    success=f"{metrics.get('train/success', float('nan')):.2f}")
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
-                if self._should_save(step, last) and not exited and self._good_to_save(step):  # after logging: a checkpointed step always has its metrics line
+                # after logging: a checkpointed step always has its metrics line
+                if self._should_save(step, last) and not exited and self._good_to_save(step):
                     path = self.save(step)
                     self.skips.saved(step)
                     self.watchdog.beat(f"the checkpoint of step {step}")
@@ -379,7 +383,8 @@ class Trainer(CheckpointMixin):
                                             optim=cfg.optim, temperature=self.train_sampling.temperature))
                 self.policy_version += 1
         self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
-        self.pm.hook.ragen_on_update_end(stats={k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}, step=step, context=self.context)
+        update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
+        self.pm.hook.ragen_on_update_end(stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
             self.stop_reason = DIVERGED
             metrics[DIVERGED] = 1.0
