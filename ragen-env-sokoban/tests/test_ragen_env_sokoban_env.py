@@ -179,7 +179,7 @@ def test_instruction_follows_instance_config():
     ).instruction()
     assert "(0, 0)" in text and "(7, 6)" in text and "(5, 5)" not in text
     assert "<answer>Right || Right || Up</answer>" in text
-    assert "Up, Down, Left, Right" in text and "up to 10 actions" in text
+    assert "Up, Down, Left, Right" in text and "up to 10 actions" not in text  # the cap sentence is the core's (spec 5.1)
     assert "#: wall, _: empty, O: target" in text
     grid_only = SokobanEnv(SokobanConfig()).instruction()
     assert "(0, 0)" not in grid_only

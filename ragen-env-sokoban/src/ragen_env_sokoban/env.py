@@ -304,11 +304,8 @@ class SokobanEnv(Env):
                 f"{symbol}: {meaning}" for symbol, meaning in cfg.grid_vocab.items()
             )
             text += f"\nWhat the grid symbols mean:\n{legend}\n"
-        text += (
-            f"\nAvailable actions:\n{', '.join(ACTION_NAMES)}\n"
-            f"\nYou may take up to {cfg.max_actions_per_episode} actions in the whole episode "
-            f'(at most {cfg.max_actions_per_turn} per reply), separated by " || ".\n'
-        )
+        # the per-episode cap sentence follows from the core's system prompt (envs with action names, spec 5.1)
+        text += f"\nAvailable actions:\n{', '.join(ACTION_NAMES)}\n"
         return text
 
     # ------------------------------------------------------------------ solver
