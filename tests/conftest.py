@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# A run draws its plots when it ends (a few seconds each); the suite runs a hundred short runs.
+# Tests of the plots set RAGEN_PLOTS=1 themselves.
+os.environ.setdefault("RAGEN_PLOTS", "0")
 
 
 @pytest.fixture(scope="module")

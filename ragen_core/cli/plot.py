@@ -1,8 +1,14 @@
 """``ragen plot RUN_DIR``: learning curves of a run as PNG files in ``RUN_DIR/plots``.
 
+A run draws them itself when it ends (the JSONL logger's ``ragen_on_train_end``); ``ragen plot``
+draws them again for any run directory, finished or not.
+
 One figure per metric family that the run logged (success and reward of train and validation,
-actor losses, entropy, filter kept ratio, timing), plus ``summary.png`` with the four most useful
-panels. Runs with gradient analysis (``grad_analysis.every > 0``) also get ``grad_norms.png``:
+actor losses, the critic's when it has one, filter statistics, timing), plus ``summary.png``
+with the four most telling (success, reward, valid actions, the policy loss). Every axis is labelled. Series that repeat another one exactly are drawn
+once (a single-env run's ``train/bandit/success`` is ``train/success``), and families whose
+members have different units or scales (losses, filter statistics) give each member its own
+axes. Runs with gradient analysis (``grad_analysis.every > 0``) also get ``grad_norms.png``:
 per analysed step, the task / entropy / KL gradient norm of every reward-std bucket. Uses
 matplotlib's non-interactive Agg backend (works on headless machines).
 """
@@ -11,19 +17,51 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PANELS: list[tuple[str, str]] = [
-    ("success", r"^(train|val-env)/(.+/)?success$"),
-    ("reward", r"^(train|val-env)/reward$|^(train|val-env)/[^/]+/episodic_return$"),
-    ("actor_loss", r"^actor/(pg_loss|entropy|ppo_kl|grad_norm)$"),
-    ("critic", r"^critic/(vf_loss|score/mean)$"),
-    ("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|empty_after_filter)$"),
-    ("validity", r"^(train|val-env)/[^/]+/action_is_valid$"),
-    ("timing", r"^timing_s/(step|gen|update_actor|update_critic)$"),
-    ("collapse", r"^collapse.*"),
+
+@dataclass(frozen=True)
+class Panel:
+    """One figure: the metrics matching ``pattern``, on one axes or (``own_scale``) one axes each."""
+
+    name: str
+    pattern: str
+    ylabel: str
+    own_scale: bool = False
+
+
+PANELS: list[Panel] = [
+    Panel("success", r"^(train|val-env)/(.+/)?success$", "success rate"),
+    Panel("reward", r"^(train|val-env)/reward$|^(train|val-env)/[^/]+/episodic_return$", "reward per episode"),
+    Panel("actor_loss", r"^actor/(pg_loss|entropy|kl_loss|ppo_kl|grad_norm)$", "", own_scale=True),
+    # logged only when a critic trains (PPO): a GRPO run has no critic panel
+    Panel("critic", r"^critic/(vf_loss|values/mean)$", "", own_scale=True),
+    Panel("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|empty_after_filter)$", "", own_scale=True),
+    Panel("validity", r"^(train|val-env)/[^/]+/action_is_valid$", "share of valid actions"),
+    Panel("timing", r"^timing_s/(step|gen|update_actor|update_critic)$", "seconds per step"),
+    Panel("collapse", r"^collapse.*", "", own_scale=True),
 ]
+
+#: y-axis labels of metrics drawn on their own axes (others are labelled with their name)
+LABELS = {
+    "actor/pg_loss": "policy-gradient loss",
+    "actor/entropy": "entropy (nats per token)",
+    "actor/kl_loss": "KL loss to the reference",
+    "actor/ppo_kl": "KL to the sampling policy",
+    "actor/grad_norm": "actor gradient norm (pre-clip)",
+    "critic/vf_loss": "value loss",
+    "critic/values/mean": "mean value estimate",
+    "rollout/filter_kept_ratio": "share of groups kept",
+    "rollout/in_group_reward_std": "in-group reward std",
+    "rollout/empty_after_filter": "batches emptied by the filter",
+}
+
+MAX_SERIES = 12
+
+#: the panels of summary.png, in this order when the run logged them (then any others)
+SUMMARY = ("success", "reward", "validity", "actor_loss")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +80,50 @@ def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
     return xs, ys
 
 
+def distinct(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    """``keys`` without those whose series equals an earlier one's (aggregates win over per-env copies)."""
+    seen: set[tuple[tuple[int, float], ...]] = set()
+    kept: set[str] = set()
+    for key in sorted(keys, key=lambda k: (k.count("/"), k)):
+        points = tuple(zip(*series(rows, key)))
+        if points not in seen:
+            seen.add(points)
+            kept.add(key)
+    return [k for k in keys if k in kept]
+
+
+def plan(rows: list[dict[str, Any]]) -> list[tuple[Panel, list[str]]]:
+    """The figures to draw: each panel that matched something, with its distinct series."""
+    keys = sorted({k for row in rows for k in row if k != "step"})
+    out = []
+    for panel in PANELS:
+        chosen = distinct(rows, [k for k in keys if re.match(panel.pattern, k) and series(rows, k)[0]])[:MAX_SERIES]
+        chosen.sort(key=lambda k: list(LABELS).index(k) if k in LABELS else len(LABELS))  # the main loss first
+        if chosen:
+            out.append((panel, chosen))
+    return out
+
+
+def _draw(ax: Any, rows: list[dict[str, Any]], keys: list[str], ylabel: str, *, legend: bool) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    steps: set[int] = set()
+    for key in keys:
+        xs, ys = series(rows, key)
+        steps.update(xs)
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(steps) == 1:  # one step: one tick, not a fractional axis around it
+        ax.set_xticks(sorted(steps))
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if legend:
+        ax.legend(fontsize=7)
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Write the PNG files; returns their paths (empty when no metrics were logged)."""
+    """Write the PNG files; returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,36 +138,37 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
         raise ConfigError(f"no metrics in {run_dir / 'metrics.jsonl'}", ["pass a run directory written by 'ragen run'"])
     out_dir = Path(out) if out else run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    keys = sorted({k for row in rows for k in row if k != "step"})
     written: list[Path] = []
-    panels: list[tuple[str, list[str]]] = []
-    for name, pattern in PANELS:
-        chosen = [k for k in keys if re.match(pattern, k)]
-        if chosen:
-            panels.append((name, chosen))
-    for name, chosen in panels:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for key in chosen[:12]:
-            xs, ys = series(rows, key)
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
-        ax.set_xlabel("step")
-        ax.set_title(f"{run_dir.name}: {name}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    figures = plan(rows)
+    for panel, chosen in figures:
+        if panel.own_scale:
+            cols = min(len(chosen), 3)
+            fig, axes = plt.subplots(-(-len(chosen) // cols), cols, figsize=(4 * cols, 3.2 * -(-len(chosen) // cols)), squeeze=False)
+            for ax, key in zip(axes.flat, chosen):
+                _draw(ax, rows, [key], LABELS.get(key, key), legend=False)
+                ax.set_title(key, fontsize=9)
+            for ax in list(axes.flat)[len(chosen):]:
+                ax.set_visible(False)
+            fig.suptitle(f"{run_dir.name}: {panel.name}")
+        else:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            _draw(ax, rows, chosen, panel.ylabel, legend=True)
+            ax.set_title(f"{run_dir.name}: {panel.name}")
         fig.tight_layout()
-        path = out_dir / f"{name}.png"
+        path = out_dir / f"{panel.name}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    if panels:
+    if figures:
         fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-        for ax, (name, chosen) in zip(axes.flat, panels[:4]):
-            for key in chosen[:6]:
-                xs, ys = series(rows, key)
-                ax.plot(xs, ys, label=key)
-            ax.set_title(name)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
+        first = sorted(figures, key=lambda f: SUMMARY.index(f[0].name) if f[0].name in SUMMARY else len(SUMMARY))[:4]
+        for ax, (panel, chosen) in zip(axes.flat, first):
+            keys = chosen[:1] if panel.own_scale else chosen[:6]  # one scale per axes
+            _draw(ax, rows, keys, LABELS.get(keys[0], keys[0]) if panel.own_scale else panel.ylabel, legend=True)
+            ax.set_title(panel.name)
+        for ax in list(axes.flat)[len(first):]:
+            ax.set_visible(False)
+        fig.suptitle(run_dir.name)
         fig.tight_layout()
         path = out_dir / "summary.png"
         fig.savefig(path, dpi=100)

@@ -1,7 +1,9 @@
 """Metric loggers as pluggy hook implementations (``ragen_on_step_end``).
 
 * :class:`JsonlLogger` — always on: appends ``{"step": N, ...}`` to ``RUN_DIR/metrics.jsonl``
-  and flushes after every line, so a killed run keeps every finished step.
+  and flushes after every line, so a killed run keeps every finished step. When the run ends
+  (finished, stopped or interrupted) it draws the curves into ``RUN_DIR/plots`` as ``ragen plot``
+  does; ``RAGEN_PLOTS=0`` skips that (the test suite sets it: a few seconds per run).
 * :class:`TensorBoardLogger` — when ``tensorboard`` is importable.
 * :class:`WandbLogger` — W&B in *offline* mode (never contacts a server) when ``wandb`` is importable.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +123,25 @@ class JsonlLogger:
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
             fh.flush()
+
+    @hookimpl
+    def ragen_on_train_end(self) -> None:
+        """Draw ``RUN_DIR/plots`` from the metrics written so far (skipped with ``RAGEN_PLOTS=0``).
+
+        A failure only warns: the metrics are already on disk and ``ragen plot`` can draw them later.
+        """
+        if os.environ.get("RAGEN_PLOTS", "1") == "0":
+            return
+        try:
+            if not read_metrics(self.path):  # stopped before its first step
+                return
+            from ragen_core.cli.plot import plot_run
+
+            written = plot_run(self.path.parent)
+        except Exception as exc:  # noqa: BLE001 - plots are a by-product; the run's results are already written
+            print(f"warning: plots not drawn ({type(exc).__name__}: {exc}); draw them with 'ragen plot {self.path.parent}'", file=sys.stderr)
+            return
+        print(f"plots: {self.path.parent / 'plots'} ({len(written)} files)")
 
 
 class TensorBoardLogger:

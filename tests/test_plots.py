@@ -1,0 +1,101 @@
+"""Plots of a run: written by the run itself, labelled, each series once, one scale per loss."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragen_core.cli.plot import plan, plot_run
+
+
+def _rows(steps: int = 3, **series: list[float]) -> list[dict]:
+    return [{"step": s + 1, **{k.replace("__", "/"): v[s] for k, v in series.items()}} for s in range(steps)]
+
+
+GRPO = _rows(
+    train__success=[0.1, 0.2, 0.3], train__bandit__success=[0.1, 0.2, 0.3],  # one env: the per-env copy repeats the aggregate
+    val_env__success=[0.0, 0.5, 0.5], train__reward=[0.1, 0.4, 0.9],
+    actor__entropy=[5.5, 5.4, 5.0], actor__pg_loss=[0.01, -0.02, 0.0], actor__grad_norm=[120.0, 80.0, 30.0],
+    critic__score__mean=[0.1, 0.4, 0.9], critic__advantages__mean=[0.0, 0.0, 0.0],  # GRPO logs these under critic/ too
+    train__bandit__action_is_valid=[0.5, 0.7, 0.9],
+)
+for row in GRPO:  # "val-env" cannot be spelt as a keyword
+    row["val-env/success"] = row.pop("val_env/success")
+
+
+def _panels(rows: list[dict]) -> dict[str, list[str]]:
+    return {panel.name: keys for panel, keys in plan(rows)}
+
+
+def test_a_series_equal_to_another_is_drawn_once_and_aggregates_win():
+    panels = _panels(GRPO)
+    assert panels["success"] == ["train/success", "val-env/success"]
+    two_envs = _rows(train__success=[0.2, 0.3, 0.4], train__a__success=[0.1, 0.2, 0.3], train__b__success=[0.3, 0.4, 0.5])
+    assert _panels(two_envs)["success"] == ["train/a/success", "train/b/success", "train/success"]  # different: all kept
+
+
+def test_a_grpo_run_has_no_critic_panel_and_a_ppo_run_has_one():
+    assert "critic" not in _panels(GRPO)
+    ppo = [dict(row, **{"critic/vf_loss": 0.5 / row["step"]}) for row in GRPO]
+    assert _panels(ppo)["critic"] == ["critic/vf_loss"]
+
+
+def test_losses_get_one_axes_each_with_the_policy_loss_first(monkeypatch, tmp_path):
+    panel, keys = next((p, k) for p, k in plan(GRPO) if p.name == "actor_loss")
+    assert panel.own_scale and keys == ["actor/pg_loss", "actor/entropy", "actor/grad_norm"]
+    axes = _drawn_axes(monkeypatch, tmp_path, GRPO)
+    assert [len(ax["lines"]) for ax in axes["actor_loss.png"]] == [1, 1, 1]
+    assert [ax["ylabel"] for ax in axes["actor_loss.png"]] == ["policy-gradient loss", "entropy (nats per token)", "actor gradient norm (pre-clip)"]
+
+
+def _drawn_axes(monkeypatch, tmp_path, rows) -> dict[str, list[dict]]:
+    """Write ``rows`` as a run's metrics, plot it, and return the visible axes of every saved figure."""
+    from matplotlib.figure import Figure
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seen: dict[str, list[dict]] = {}
+    save = Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        seen[str(path).rsplit("/", 1)[-1]] = [
+            {"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(), "lines": [line.get_label() for line in ax.get_lines()]}
+            for ax in fig.axes if ax.get_visible()
+        ]
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    written = plot_run(tmp_path)
+    assert sorted(p.name for p in written) == sorted(seen)
+    return seen
+
+
+def test_every_axes_is_labelled_and_no_series_is_drawn_twice(monkeypatch, tmp_path):
+    axes = _drawn_axes(monkeypatch, tmp_path, GRPO)
+    assert {"success.png", "reward.png", "actor_loss.png", "validity.png", "summary.png"} <= set(axes)
+    assert "critic.png" not in axes
+    for name, drawn in axes.items():
+        for ax in drawn:
+            assert ax["xlabel"] == "step" and ax["ylabel"], (name, ax)
+            assert len(ax["lines"]) == len(set(ax["lines"])), (name, ax)
+    assert axes["success.png"][0]["lines"] == ["train/success", "val-env/success"]
+    assert [ax["ylabel"] for ax in axes["summary.png"]] == ["success rate", "reward per episode", "share of valid actions", "policy-gradient loss"]
+
+
+@pytest.mark.parametrize("plots", ["1", "0"])
+def test_a_run_draws_its_plots_when_it_ends(tmp_path, monkeypatch, capsys, plots):
+    pytest.importorskip("torch")
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.trainer import Trainer
+
+    monkeypatch.setenv("RAGEN_PLOTS", plots)
+    cfg = load_config(RunConfig, [], [f"env={register_toy_env()}", "env_config.length=3", "env_config.max_turns=1", "rollout.env_groups=2",
+                                      "rollout.group_size=2", "sampling.train.max_new_tokens=8", "optim.mini_batch_size=4",
+                                      "optim.micro_batch_size=2", "steps=1", "test_freq=0", "save_freq=0", "warm_start.enabled=false",
+                                      "progress=false", f"run_dir={tmp_path / 'run'}"])
+    Trainer(cfg).train()
+    summary = tmp_path / "run" / "plots" / "summary.png"
+    assert summary.is_file() is (plots == "1")
+    assert (f"plots: {tmp_path / 'run' / 'plots'}" in capsys.readouterr().out) is (plots == "1")
