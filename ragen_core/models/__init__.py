@@ -159,6 +159,25 @@ def _check_model_folder(path: str) -> None:
         raise RagenError(f"could not load model {path!r}: it is {what}, not a model folder", hints=[hint])
 
 
+@contextlib.contextmanager
+def quiet_progress() -> Iterator[None]:
+    """Turn off transformers' progress bars ("Loading weights", "Writing model shards") inside.
+
+    Loading a local folder and saving one take milliseconds for the tiny model, yet each bar put
+    two lines into a run's output, at every checkpoint too. Used around those only: downloads
+    from the Hub keep their bars.
+    """
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
 def load_model_and_tokenizer(
     name_or_path: str,
     *,
@@ -181,6 +200,13 @@ def load_model_and_tokenizer(
         The model (in eval mode, on ``device``) and its tokenizer. The tokenizer is set to left
         padding and always has a pad token (falling back to its eos token).
     """
+    local = name_or_path in TINY_NAMES or Path(name_or_path).is_dir()
+    with quiet_progress() if local else contextlib.nullcontext():  # a Hub download keeps its progress bars
+        return _load_model_and_tokenizer(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir, safetensors_only=safetensors_only)
+
+
+def _load_model_and_tokenizer(name_or_path: str, *, device: str, dtype: Any, cache_dir: str | Path | None,
+                              safetensors_only: bool) -> tuple[Any, Any]:
     from transformers import AutoTokenizer
 
     kwargs: dict[str, Any] = {}

@@ -141,6 +141,8 @@ def plain_data(value: Any, where: str = "state") -> Any:
 def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int = 2) -> Path:
     """Write ``checkpoints/step_<step>`` atomically and keep only the newest ``keep`` folders.
 
+    Removing older folders is said in one line on stdout (which ones, how many are kept).
+
     Args:
         model: The policy (``save_pretrained``; a PEFT model is merged into plain weights).
         tokenizer: Saved next to the model so the folder is self-contained.
@@ -172,8 +174,13 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
         raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
                               [f"older checkpoints are intact; free disk space or fix {final.parent}, then 'ragen run --resume {run_dir}'"]) from exc
     if keep > 0:
-        for _, old in list_checkpoints(run_dir)[:-keep]:
+        removed = [old for _, old in list_checkpoints(run_dir)[:-keep]]
+        for old in removed:
             shutil.rmtree(old, ignore_errors=True)
+        if removed:
+            from tqdm import tqdm  # above the trainer's progress bar, not through it
+
+            tqdm.write(f"checkpoint {final.name} written; removed {', '.join(old.name for old in removed)} (the newest {keep} are kept)")
     return final
 
 
@@ -401,7 +408,10 @@ def _atomic_folder(final: Path) -> Iterator[Path]:
 
 def _save_model_folder(folder: Path, model: Any, tokenizer: Any) -> None:
     """A loadable Hugging Face folder: the model's weights and config, plus the tokenizer when given."""
-    model.save_pretrained(str(folder), safe_serialization=True)
+    from ragen_core.models import quiet_progress
+
+    with quiet_progress():  # no "Writing model shards" lines at every checkpoint
+        model.save_pretrained(str(folder), safe_serialization=True)
     if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(str(folder))
 

@@ -237,11 +237,12 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     """
     import time
 
-    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.models import load_model_and_tokenizer, quiet_progress
     from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
 
     ws = config.warm_start
+    bars = verbose and config.progress  # a progress bar per SFT round and per valid-rate check (stderr)
     folder = cache_folder(config)
     stale = (folder / "config.json").is_file() and read_meta(folder).get("reached_target") is False  # cached before the gate existed
     if stale and verbose:
@@ -274,9 +275,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                   f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
         trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
-                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn)
+                     optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn,
+                     progress=f"warm start round {rnd + 1}: SFT" if bars else None)
         steps += len(losses)
-        check = format_check(config, model, tokenizer)
+        check = format_check(config, model, tokenizer, progress=f"warm start round {rnd + 1}: valid-rate check" if bars else None)
         rate = check.valid_rate
         history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
                         "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(check.sample_replies)})
@@ -295,7 +297,8 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         return gate_missed(config, model, meta, verbose=verbose)
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
+    with quiet_progress():
+        model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
     (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if stale:
@@ -354,22 +357,28 @@ class FormatCheck:
     """The first few replies (kept in the warm-start record)."""
 
 
-def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> FormatCheck:
+def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None, progress: str | None = None) -> FormatCheck:
     """Share of replies that parse and name only known actions, sampled like training.
 
     Plays ``episodes`` (default ``warm_start.check_episodes``) single-member groups with the
     configured engine and the real runner at ``sampling.train`` on seeds disjoint from the
-    demonstrations and from training (``derive_seed(seed, "warm-start-check")``).
+    demonstrations and from training (``derive_seed(seed, "warm-start-check")``). ``progress``
+    names a progress bar over the rollout's turns (none when ``None``).
     """
+    from tqdm import tqdm
+
     from ragen_core.trainer.setup import make_engine, make_runner, sampling_params
 
     n = episodes or config.warm_start.check_episodes
     check_cfg = config.model_copy(update={"seed": derive_seed(config.seed, "warm-start-check")})
     engine = make_engine(check_cfg, model, tokenizer)
     runner = make_runner(check_cfg, engine, tokenizer, "train", groups=n, group_size=1)
+    bar = tqdm(desc=progress, unit="turn", leave=False, disable=progress is None)
+    runner.progress = lambda what: bar.update(1) if what.startswith("turn ") else None
     try:
         trajs = runner.run(mode="train", sampling=sampling_params(config.sampling.train))
     finally:
+        bar.close()
         runner.close()
     turns = [t for tr in trajs for t in tr.turns]
     good = sum(1 for t in turns if t.valid and t.info.get("action_is_valid", True) is not False)
@@ -444,7 +453,8 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
 
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
-        optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant", per_turn: bool = False) -> list[float]:
+        optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant", per_turn: bool = False,
+        progress: str | None = None) -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
 
     ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
@@ -453,7 +463,8 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     ``prompt_loss_weight > 0`` adds that weight times the loss on every other token (prompt,
     observations) and runs the full sequence with gradients; the reported loss is the reply part.
     ``per_turn`` makes every turn its own row (needed when the demonstrations come from a windowed
-    context mode, whose turns are not one growing sequence).
+    context mode, whose turns are not one growing sequence). ``progress`` names a progress bar over
+    the steps, showing the latest reply loss (none when ``None``).
     """
     import torch
 
@@ -469,6 +480,9 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     model.eval()
     total = epochs * -(-len(batch) // batch_size)
     step = 0
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=progress, unit="step", leave=False, disable=progress is None)
     for _ in range(epochs):
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):
@@ -490,5 +504,8 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             losses.append(float(reply.detach()))
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    bar.close()
     opt.zero_grad(set_to_none=True)
     return losses

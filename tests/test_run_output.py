@@ -1,0 +1,51 @@
+"""What a run prints: no transformers bars at loads and saves, a note when old checkpoints go,
+progress bars while warm-starting."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ragen_core.config import load_config
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _cfg(tmp_path, *extra: str) -> RunConfig:
+    return load_config(RunConfig, [], [f"env={register_toy_env()}", "env_config.length=3", "env_config.max_turns=1", "rollout.env_groups=2",
+                                       "rollout.group_size=2", "sampling.train.max_new_tokens=8", "optim.mini_batch_size=4",
+                                       "optim.micro_batch_size=2", "test_freq=0", "warm_start.enabled=false", "progress=false",
+                                       f"run_dir={tmp_path / 'run'}", *extra])
+
+
+def test_checkpoints_print_no_transformers_bars_and_say_which_old_ones_were_removed(tmp_path, capfd):
+    from ragen_core.trainer.checkpoint import list_checkpoints
+    from ragen_core.trainer.trainer import Trainer
+
+    Trainer(_cfg(tmp_path, "steps=3", "save_freq=1")).train()
+    out, err = capfd.readouterr()  # file descriptors: tqdm and transformers write to the real stderr
+    assert [step for step, _ in list_checkpoints(tmp_path / "run")] == [2, 3]
+    assert "checkpoint step_3 written; removed step_1 (the newest 2 are kept)" in out
+    assert "checkpoint step_2 written" not in out  # nothing removed yet: no note
+    for bar in ("Writing model shards", "Loading weights"):
+        assert bar not in out + err
+
+
+def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp_path, capfd):
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.warmstart import warm_start
+
+    cfg = _cfg(tmp_path, "progress=true", "warm_start.episodes=3", "warm_start.epochs=2", "warm_start.batch_size=1", "warm_start.check_episodes=2",
+               "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", f"warm_start.cache_dir={tmp_path / 'ws'}")
+    model, tok = load_model_and_tokenizer("tiny")
+    warm_start(cfg, model, tok)
+    err = capfd.readouterr().err
+    assert "warm start round 1: SFT" in err and "6/6" in err  # 3 demonstrations x 2 epochs at batch 1
+    assert "warm start round 1: valid-rate check" in err
+    quiet = _cfg(tmp_path, "progress=false", "warm_start.episodes=3", "warm_start.epochs=2", "warm_start.check_episodes=2",
+                 "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", f"warm_start.cache_dir={tmp_path / 'ws2'}")
+    warm_start(quiet, load_model_and_tokenizer("tiny")[0], tok)
+    assert "warm start round 1: SFT" not in capfd.readouterr().err
