@@ -98,4 +98,8 @@ def run(args: argparse.Namespace) -> int:
     written = report.build_report(run_dir)
     for path in written:
         print(path)
+    if not any(path.name == "collapse_regimes.png" for path in written):
+        print(f"note: {run_dir} has no collapse metrics (the report shows reward and filter curves only). Turn them on when training: "
+              "ragen run ... diagnostics=[collapse]; or compute them afterwards from a checkpoint and its rollouts (a run with "
+              f"save_rollouts=true): ragen diagnose {run_dir} --checkpoint step_N")
     return 0
