@@ -145,10 +145,25 @@ def load_weights(path: str, *, safetensors_only: bool = False, name: str | None 
 def _check_model_folder(path: str) -> None:
     """A local path must be a model folder (``config.json``), not any folder or file.
 
+    A name that can only be a path and names nothing is a missing folder, said as such instead of
+    the Hub's complaint about repo ids: it starts with ``.``, ``/`` or ``~``, has more than one
+    ``/`` (a Hub id is ``owner/name``), or starts with a folder that exists here (``runs/...``).
+
     Raises:
-        RagenError: ``path`` exists but is a file, or a folder without ``config.json``.
+        RagenError: ``path`` exists but is a file, or a folder without ``config.json``, or is a
+            path that does not exist.
     """
-    p = Path(path)
+    p = Path(path).expanduser()
+    parts = Path(path).parts
+    path_like = path.startswith((".", "/", "~")) or path.count("/") > 1 or os.sep != "/" and os.sep in path or \
+        (len(parts) > 1 and Path(parts[0]).is_dir())
+    if path_like and not p.exists():
+        parent = next((q for q in p.parents if q.is_dir()), None)
+        near = f"; {parent} exists" if parent is not None and str(parent) not in (".", "/") else ""
+        saved = sorted((q.name for q in parent.glob("step_*") if q.is_dir()), key=lambda n: (len(n), n)) if parent is not None else []
+        hint = f"checkpoints in {parent}: {', '.join(saved[-5:])}" if saved else \
+            "pass an existing model folder (a run's checkpoints/step_N), 'tiny', or a Hugging Face model id"
+        raise RagenError(f"could not load model {path!r}: the folder does not exist{near}", hints=[hint])
     if p.is_file():
         raise RagenError(f"could not load model {path!r}: it is a file, not a model folder",
                          hints=["pass the folder that holds config.json and the weights, 'tiny', or a Hugging Face model id"])
