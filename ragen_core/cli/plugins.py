@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections import Counter
 from typing import Any
@@ -127,6 +128,19 @@ def _check_recipe(spec: object, recipe: str) -> list[str]:
     return []
 
 
+def type_name(annotation: Any) -> str:
+    """A field's type as written in code: ``int``, ``list[str]``, ``int | None``, ``Literal['a', 'b']``.
+
+    ``str()`` of a plain class gives ``<class 'int'>``; generic aliases and unions already print
+    as code, apart from the ``typing.`` prefix.
+    """
+    if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
+        return annotation.__name__
+    text = re.sub(r"<class '([\w.]+)'>", lambda m: m.group(1).rsplit(".", 1)[-1], str(annotation))
+    parts = re.split(r"('[^']*')", text)  # quoted Literal values stay as they are
+    return "".join(p if i % 2 else re.sub(r"\b(?:[a-z_]\w*\.)+(?=[A-Za-z_])", "", p) for i, p in enumerate(parts))  # typing.X, pathlib.Path
+
+
 def show_plugin(args: argparse.Namespace) -> int:
     from ragen_core import registry
 
@@ -148,7 +162,7 @@ def show_plugin(args: argparse.Namespace) -> int:
     rows = []
     for field_name, field in spec.config_model.model_fields.items():
         default = field.get_default(call_default_factory=True)
-        rows.append([field_name, str(field.annotation).replace("typing.", ""), repr(default)[:30], (field.description or "").split("\n")[0][:80]])
+        rows.append([field_name, type_name(field.annotation), repr(default)[:30], (field.description or "").split("\n")[0][:80]])
     _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows)
     return 0
 
