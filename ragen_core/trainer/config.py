@@ -176,6 +176,10 @@ class WarmStartSection(_Section):
     lr: float = Field(default=1e-3, gt=0)
     """Constant AdamW rate (on Bandit 1e-3 at batch 16 copied arm names where 3e-3 at batch 8 stalled)."""
     batch_size: int = Field(default=16, ge=1)
+    micro_batch_size: int = Field(default=4, ge=1)
+    """Rows per forward/backward pass of an SFT step; gradients add up to ``batch_size`` rows, so
+    the step is the same and memory follows this number (batch 16 at once peaked at 5.5 GB on
+    Sudoku's multi-turn episodes with the tiny model, 4 at a time at ~2 GB)."""
     thoughts: list[str] = Field(default_factory=lambda: ["", "{a}", "I pick {a}."])
     """Reasoning texts of the demonstrations, one drawn per reply; ``{a}`` is the (random) action."""
     balanced: bool = True

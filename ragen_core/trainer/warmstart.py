@@ -186,7 +186,8 @@ def cache_payload(config: RunConfig) -> dict[str, Any]:
         # group) nor the check, so changing it keeps the cached warm start.
         "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size"}),
         "max_new_tokens": config.sampling.train.max_new_tokens,
-        "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss"}),
+        # (how a run reacts to a missed gate and how a batch is split for memory do not change the model)
+        "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss", "micro_batch_size"}),
         "seed": config.seed,
     }
 
@@ -276,7 +277,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
                      optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn,
-                     progress=f"warm start round {rnd + 1}: SFT" if bars else None)
+                     progress=f"warm start round {rnd + 1}: SFT" if bars else None, micro_batch_size=ws.micro_batch_size)
         steps += len(losses)
         check = format_check(config, model, tokenizer, progress=f"warm start round {rnd + 1}: valid-rate check" if bars else None)
         rate = check.valid_rate
@@ -454,7 +455,7 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
         optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant", per_turn: bool = False,
-        progress: str | None = None) -> list[float]:
+        progress: str | None = None, micro_batch_size: int | None = None) -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
 
     ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
@@ -465,6 +466,12 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     ``per_turn`` makes every turn its own row (needed when the demonstrations come from a windowed
     context mode, whose turns are not one growing sequence). ``progress`` names a progress bar over
     the steps, showing the latest reply loss (none when ``None``).
+
+    ``micro_batch_size`` rows (default: the whole batch) run forward and backward at a time and
+    their gradients add up before the step, so memory grows with the micro-batch, not the batch
+    (the activations kept for the backward pass of a multi-turn row are large: ~270 MB for a
+    3,200-token Sudoku episode of the tiny model). Each micro-batch's loss is divided by the
+    batch's token count, so the step is the whole batch's (up to float summation order).
     """
     import torch
 
@@ -479,6 +486,7 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     device = next(model.parameters()).device
     model.eval()
     total = epochs * -(-len(batch) // batch_size)
+    micro = min(micro_batch_size or batch_size, batch_size)
     step = 0
     from tqdm import tqdm
 
@@ -489,21 +497,29 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
             for group in opt.param_groups:
                 group["lr"] = lr if schedule == "constant" else lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
             step += 1
-            sub = batch.select(order[start : start + batch_size])
-            if prompt_loss_weight > 0:
-                logp, _ = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device))
-                mask = sub.response_mask.to(device).float()
-                other = sub.attention_mask[:, 1:].to(device).float() * (1.0 - mask)
-                reply = -(logp * mask).sum() / mask.sum().clamp(min=1)
-                loss = reply + prompt_loss_weight * (-(logp * other).sum() / other.sum().clamp(min=1))
-            else:
-                logp, mask = reply_logprobs(model, sub)
-                loss = reply = -(logp * mask).sum() / mask.sum().clamp(min=1)
+            rows = order[start : start + batch_size]
+            sub = batch.select(rows)
+            # token counts of the whole batch: the micro-batches' losses add up to the batch's mean
+            n_reply = sub.response_mask.float().sum().clamp(min=1).to(device)
+            n_other = (sub.attention_mask[:, 1:].float() * (1.0 - sub.response_mask.float())).sum().clamp(min=1).to(device)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            reply_sum = 0.0
+            for m in range(0, len(rows), micro):
+                part = sub.select(range(m, min(m + micro, len(rows))))
+                if prompt_loss_weight > 0:
+                    logp, _ = token_logprobs(model, part.input_ids.to(device), part.attention_mask.to(device))
+                    mask = part.response_mask.to(device).float()
+                    other = part.attention_mask[:, 1:].to(device).float() * (1.0 - mask)
+                    reply = -(logp * mask).sum() / n_reply
+                    loss = reply + prompt_loss_weight * (-(logp * other).sum() / n_other)
+                else:
+                    logp, mask = reply_logprobs(model, part)
+                    loss = reply = -(logp * mask).sum() / n_reply
+                loss.backward()  # gradients add up over the micro-batches
+                reply_sum += float(reply.detach())
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            losses.append(float(reply.detach()))
+            losses.append(reply_sum)
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     bar.close()
