@@ -84,7 +84,6 @@ def test_every_axes_is_labelled_and_no_series_is_drawn_twice(monkeypatch, tmp_pa
 
 @pytest.mark.parametrize("plots", ["1", "0"])
 def test_a_run_draws_its_plots_when_it_ends(tmp_path, monkeypatch, capsys, plots):
-    pytest.importorskip("torch")
     from ragen_core.config import load_config
     from ragen_core.testing.toy_env import register_toy_env
     from ragen_core.trainer.config import RunConfig

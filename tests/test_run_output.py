@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-
 from ragen_core.config import load_config
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
-
 from ragen_core.cli.main import main
 
 
