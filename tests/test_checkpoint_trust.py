@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 from ragen_core.cli.main import main
-from ragen_core.config import load_config
+from ragen_core.testing.run_helpers import one_line_error, toy_run_config
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer import checkpoint as ck
 from ragen_core.trainer.config import RunConfig
@@ -31,16 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_config(tmp_path: Path, *overrides: str, name: str = "run") -> RunConfig:
-    env = register_toy_env()
-    base = [
-        f"env={env}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
-        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
-        "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
-        "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
-        "val_groups=2", "test_freq=0", "save_freq=1", "steps=2",
-        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
-    ]
-    return load_config(RunConfig, [], base + list(overrides))
+    return toy_run_config(tmp_path / name, *overrides)
 
 
 class Payload:
@@ -57,16 +47,6 @@ def _reseal(folder: Path) -> None:
     """What an attacker who edits a checkpoint can do: make its manifest match again."""
     if (folder / "manifest.json").is_file():
         ck.write_manifest(folder)
-
-
-def _one_line_error(capsys) -> str:
-    """The error the CLI printed: one line naming its class, then nothing but ``hint:`` lines
-    (progress bars of model loading may come before it)."""
-    lines = capsys.readouterr().err.strip().splitlines()
-    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
-    assert len(starts) == 1, lines
-    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1:]), lines
-    return lines[starts[0]]
 
 
 def _call_cli(argv: list[str]) -> object:
@@ -93,7 +73,7 @@ def test_resume_refuses_a_planted_pickle_payload(tmp_path, capsys):
     rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
     assert not marker.exists(), "the payload ran"
     assert rc == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys.readouterr().err)
     assert line.startswith("CheckpointError:") and ck.STATE_FILE in line and "plain data" in line
 
 
@@ -159,7 +139,7 @@ def test_eval_refuses_pickled_weights_in_a_model_folder(tmp_path, capsys):
     rc = _call_cli(_eval_argv(tmp_path / "model"))
     assert not marker.exists(), "the payload ran"
     assert rc == 2
-    assert "model" in _one_line_error(capsys)
+    assert "model" in one_line_error(capsys.readouterr().err)
 
 
 def test_warm_start_cache_refuses_pickled_weights(tmp_path):
@@ -186,7 +166,7 @@ def test_resume_loads_checkpoint_weights_from_safetensors_only(tmp_path, capsys)
     rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
     assert not marker.exists(), "the payload ran"
     assert rc == 2
-    assert "model.safetensors" in _one_line_error(capsys)
+    assert "model.safetensors" in one_line_error(capsys.readouterr().err)
 
 
 def test_lora_resume_refuses_a_pickled_adapter(tmp_path, capsys):
@@ -201,7 +181,7 @@ def test_lora_resume_refuses_a_pickled_adapter(tmp_path, capsys):
     rc = _call_cli(["run", "--resume", cfg.run_dir, "steps=2"])
     assert not marker.exists(), "the payload ran"
     assert rc == 2
-    assert "adapter_model.safetensors" in _one_line_error(capsys)
+    assert "adapter_model.safetensors" in one_line_error(capsys.readouterr().err)
 
 
 # ----------------------------------------------------------------------------- item 4: damaged checkpoints
@@ -258,7 +238,7 @@ def test_resume_with_every_checkpoint_damaged_is_a_one_line_error(tmp_path, caps
     capsys.readouterr()
     rc = _call_cli(["run", "--resume", cfg.run_dir])
     assert rc == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys.readouterr().err)
     assert line.startswith("CheckpointError:") and "step_1" in line and "step_2" in line
 
 
@@ -272,7 +252,7 @@ def test_eval_of_a_damaged_checkpoint_is_a_one_line_error(tmp_path, capsys, file
     for model in (run_dir, run_dir / "checkpoints" / "step_1"):  # a run directory means its latest checkpoint
         rc = _call_cli(_eval_argv(model))
         assert rc == 2
-        line = _one_line_error(capsys)
+        line = one_line_error(capsys.readouterr().err)
         assert "step_1" in line and file in line
 
 

@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from ragen_core.cli.main import main
-from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
+from ragen_core.testing.run_helpers import TOY_RUN, one_line_error, toy_run_config
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.loggers import read_metrics
@@ -22,36 +21,16 @@ from ragen_core.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TOY = [
-    "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
-    "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
-    "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
-    "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
-    "val_groups=2", "test_freq=0", "save_freq=1", "warm_start.enabled=false", "progress=false",
-]
-
-
 def make_config(tmp_path: Path | None, *overrides: str, name: str = "run", steps: int = 2) -> RunConfig:
-    run_dir = [f"run_dir={tmp_path / name}"] if tmp_path is not None else []
-    return load_config(RunConfig, [], [f"env={register_toy_env()}", f"steps={steps}", *TOY, *run_dir, *overrides])
+    return toy_run_config(tmp_path / name if tmp_path is not None else None, *overrides, steps=steps)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _one_line_error(capsys) -> str:
-    """The error the CLI printed: one line naming its class, then nothing but ``hint:`` lines
-    (progress bars of model loading may come before it)."""
-    lines = capsys.readouterr().err.strip().splitlines()
-    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
-    assert len(starts) == 1, lines
-    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1:]), lines
-    return lines[starts[0]]
-
-
 def _run_cli(run_dir: Path, *extra: str) -> int:
-    return main(["run", "--env", register_toy_env(), "--run-dir", str(run_dir), "--no-progress", *TOY, *extra])
+    return main(["run", "--env", register_toy_env(), "--run-dir", str(run_dir), "--no-progress", *TOY_RUN, *extra])
 
 
 # ----------------------------------------------------------------------------- item 2: one run per directory
@@ -64,7 +43,7 @@ def test_fresh_run_refuses_a_directory_that_holds_a_run(tmp_path, capsys):
     assert "--overwrite" in str(info.value)
     assert _snapshot(Path(cfg.run_dir)) == before  # metrics, config.yaml and checkpoints untouched
     assert _run_cli(Path(cfg.run_dir), "--steps", "1") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys.readouterr().err)
     assert line.startswith("ConfigError:") and str(cfg.run_dir) in line
     assert _snapshot(Path(cfg.run_dir)) == before
 
@@ -105,7 +84,7 @@ def test_cli_overwrite_flag(tmp_path, capsys):
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
     capsys.readouterr()
     assert main(["run", "--resume", str(run_dir), "--overwrite"]) == 2
-    assert "--overwrite" in _one_line_error(capsys)
+    assert "--overwrite" in one_line_error(capsys.readouterr().err)
 
 
 # ----------------------------------------------------------------------------- item 3: unique default names
@@ -142,7 +121,7 @@ def test_resume_refuses_an_empty_or_unreadable_config_yaml(tmp_path, capsys, con
     before = _snapshot(Path(cfg.run_dir))
     capsys.readouterr()
     assert main(["run", "--resume", cfg.run_dir, "steps=2"]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys.readouterr().err)
     assert line.startswith("ConfigError:") and "config.yaml" in line
     assert _snapshot(Path(cfg.run_dir)) == before
 

@@ -11,6 +11,8 @@ process runs :data:`CHILD_MAIN` with ``python -c``.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -61,3 +63,34 @@ def register_run_helpers() -> None:
 #: ``python -c CHILD_MAIN run ...``: the ``ragen`` command with the helpers registered first.
 CHILD_MAIN = ("import sys; from ragen_core.testing.run_helpers import register_run_helpers; register_run_helpers(); "
               "from ragen_core.cli.main import main; sys.exit(main(sys.argv[1:]))")
+
+
+#: Overrides of a seconds-long run of the toy corridor on the tiny model (2 x 2 episodes, 10-token
+#: replies, a checkpoint every step, no validation, no warm start).
+TOY_RUN = (
+    "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+    "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+    "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
+    "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3",
+    "val_groups=2", "test_freq=0", "save_freq=1", "warm_start.enabled=false", "progress=false",
+)
+
+
+def toy_run_config(run_dir: str | Path | None, *overrides: str, steps: int = 2) -> Any:
+    """A validated run config of :data:`TOY_RUN` on the registered toy corridor; ``overrides`` win."""
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+
+    where = [f"run_dir={run_dir}"] if run_dir is not None else []
+    return load_config(RunConfig, [], [f"env={register_toy_env()}", f"steps={steps}", *TOY_RUN, *where, *overrides])
+
+
+def one_line_error(stderr: str) -> str:
+    """The error line of what the CLI wrote to stderr, asserting the one-line contract: exactly one
+    ``SomethingError: ...`` line, followed by nothing but ``hint:`` lines (model-loading progress
+    bars may come before it)."""
+    lines = stderr.strip().splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
+    assert len(starts) == 1, lines
+    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1 :]), lines
+    return lines[starts[0]]

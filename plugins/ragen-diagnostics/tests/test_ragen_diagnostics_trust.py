@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 import transformers
 
 from ragen_core.cli.main import main as ragen_main
+from ragen_core.testing.run_helpers import one_line_error
 
 
 class Payload:
@@ -54,21 +54,13 @@ def _diagnose(run: Path, checkpoint: str) -> object:
         return exc
 
 
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    lines = capsys.readouterr().err.strip().splitlines()
-    starts = [i for i, line in enumerate(lines) if re.match(r"[A-Z]\w*Error: ", line)]
-    assert len(starts) == 1, lines
-    assert all(line.startswith("hint: ") for line in lines[starts[0] + 1:]), lines
-    return lines[starts[0]]
-
-
 def test_damaged_checkpoint_is_a_one_line_error(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     weights = run / "checkpoints" / "step_1" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, loads without complaint unless the hash is checked
     weights.write_bytes(bytes(data))
     assert _diagnose(run, "step_1") == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys.readouterr().err)
     assert line.startswith("CheckpointError:") and "model.safetensors" in line
 
 
@@ -88,4 +80,4 @@ def test_pickled_weights_never_run(run: Path, tmp_path: Path, capsys: pytest.Cap
     rc = _diagnose(run, str(folder))
     assert not marker.exists(), "the payload ran"
     assert rc == 2
-    assert "model" in _one_line_error(capsys)
+    assert "model" in one_line_error(capsys.readouterr().err)
