@@ -39,6 +39,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "row_sums",
     "safe_denominator",
 ]
 
@@ -48,6 +49,20 @@ def safe_denominator(value: torch.Tensor) -> torch.Tensor:
     import torch
 
     return torch.where(value != 0, value, torch.ones_like(value))
+
+
+def row_sums(values: torch.Tensor) -> torch.Tensor:
+    """``[B]`` float64 sum of each row, independent of where in the row the values sit.
+
+    Each row is sorted before summing: two rows holding the same values (the same multiset) then
+    reduce identical vectors and get bit-identical sums. A plain sum's order follows the
+    positions, and from four equal values on, ``((v + v) + v) + v`` and ``(v + v) + (v + v)`` can
+    round differently, which makes a flat group of episode scores look non-flat. Sorting costs
+    O(T log T) per row, noticeable only for dense (KL-in-reward) rewards.
+    """
+    import torch
+
+    return torch.sort(values.to(torch.float64), dim=-1).values.sum(dim=-1)
 
 
 def masked_sum(

@@ -210,17 +210,12 @@ def _tensors(
 
 
 def row_scores(token_rewards: torch.Tensor) -> torch.Tensor:
-    """``[B]`` sum of each row's rewards, the same for any two rows holding the same rewards.
+    """``[B]`` episode scores in the rewards' dtype, summed by :func:`ragen_core.masked.row_sums`, so
+    equal rewards at different positions give equal scores (a token-order float32 sum can differ in
+    the last bit, and a flat group would look non-flat to the filter and the early stop)."""
+    from ragen_core.masked import row_sums
 
-    A plain ``sum(dim=1)`` adds in token order, so equal turn rewards at different positions can
-    round differently (four rewards of 0.7 sum to 2.8 or to 2.8000000000000003) and a flat group
-    would look non-flat to the filter and the early-stop check. Sorting each row and summing in
-    float64 makes the result depend only on the multiset of rewards (as the GRPO-family
-    estimators' own score sums do).
-    """
-    import torch
-
-    return torch.sort(token_rewards.to(torch.float64), dim=1).values.sum(dim=1).to(token_rewards.dtype)
+    return row_sums(token_rewards).to(token_rewards.dtype)
 
 
 def micro_batches(rows: Sequence[int], size: int) -> list[list[int]]:

@@ -39,6 +39,7 @@ from ragen_core.interfaces.advantage import (
     AdvantageInputs,
     AdvantageOutputs,
 )
+from ragen_core.masked import row_sums
 
 if TYPE_CHECKING:
     import torch
@@ -61,17 +62,9 @@ class GroupStats:
 
 
 def episode_scores(token_rewards: torch.Tensor) -> torch.Tensor:
-    """``[B]`` float64 ``S_i = Σ_t r_{i,t}``, independent of where in the row the rewards sit.
-
-    Each row is sorted before summing: two rows with the same rewards (the same multiset of
-    values) then reduce identical vectors and get bit-identical sums. A plain sum's order follows
-    the token positions, and from four equal rewards on, ``((v + v) + v) + v`` and
-    ``(v + v) + (v + v)`` can round differently. float64 makes sums of float32 rewards exact in
-    practice. Sorting costs O(T log T) per row, noticeable only for dense (KL-in-reward) rewards.
-    """
-    import torch
-
-    return torch.sort(token_rewards.to(torch.float64), dim=-1).values.sum(dim=-1)
+    """``[B]`` float64 ``S_i = Σ_t r_{i,t}``, the same for rows holding the same rewards wherever
+    they sit (:func:`ragen_core.masked.row_sums`)."""
+    return row_sums(token_rewards)
 
 
 def group_stats(
