@@ -141,7 +141,6 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
         make_engine,
         make_runner,
         resolve_device,
-        sampling_params,
     )
 
     device = resolve_device(config.device)
@@ -150,7 +149,7 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     engine = make_engine(config, model, tokenizer)
     runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
     try:
-        trajs = runner.run(mode="val", sampling=sampling_params(config.sampling.val))
+        trajs = runner.run(mode="val", sampling=config.sampling.val)
     finally:
         runner.close()
     return trajs, summarize(trajs), tokenizer

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core.errors import ConfigError, ResourceError
-from ragen_core.trainer.config import RunConfig, SamplingSection
+from ragen_core.trainer.config import RunConfig
 
 
 def resolve_device(name: str) -> str:
@@ -32,11 +32,6 @@ def resolve_device(name: str) -> str:
         raise ConfigError(f"device={name}: this machine has {backend.device_count()} {kind} device(s)",  # type: ignore[union-attr]
                           [f"use device={kind}:0 .. {kind}:{backend.device_count() - 1}, or device=auto"])  # type: ignore[union-attr]
     return name
-
-
-def sampling_params(section: SamplingSection) -> SamplingSection:
-    """The engine's sampling params for a run-config section: the section itself (it is one)."""
-    return section
 
 
 def make_engine(config: RunConfig, model: Any, tokenizer: Any) -> Any:

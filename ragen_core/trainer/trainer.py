@@ -161,8 +161,8 @@ class Trainer(CheckpointMixin):
         for runner in (self.runner, self.val_runner, getattr(self.analysis_rollout, "runner", None)):
             if runner is not None:
                 runner.progress = self.watchdog.beat
-        self.train_sampling = su.sampling_params(cfg.sampling.train)
-        self.val_sampling = su.sampling_params(cfg.sampling.val)
+        self.train_sampling = cfg.sampling.train
+        self.val_sampling = cfg.sampling.val
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.empty_streak = 0
         self.policy_version = 0

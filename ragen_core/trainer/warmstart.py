@@ -368,7 +368,7 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
     """
     from tqdm import tqdm
 
-    from ragen_core.trainer.setup import make_engine, make_runner, sampling_params
+    from ragen_core.trainer.setup import make_engine, make_runner
 
     n = episodes or config.warm_start.check_episodes
     check_cfg = config.model_copy(update={"seed": derive_seed(config.seed, "warm-start-check")})
@@ -377,7 +377,7 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
     bar = tqdm(desc=progress, unit="turn", leave=False, disable=progress is None)
     runner.progress = lambda what: bar.update(1) if what.startswith("turn ") else None
     try:
-        trajs = runner.run(mode="train", sampling=sampling_params(config.sampling.train))
+        trajs = runner.run(mode="train", sampling=config.sampling.train)
     finally:
         bar.close()
         runner.close()
@@ -401,7 +401,7 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.env_pool import LocalEnvPool
     from ragen_core.rollout.runner import RolloutRunner, with_overrides
-    from ragen_core.trainer.setup import rollout_config, sampling_params
+    from ragen_core.trainer.setup import rollout_config
 
     seed = derive_seed(config.seed, "warm-start") if round_no == 0 else derive_seed(config.seed, "warm-start", round_no)
     ws = config.warm_start
@@ -417,7 +417,7 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
                         spaced=ws.spaced, balance=queues)
     runner = RolloutRunner(env, engine, tokenizer, runner_config, pool=pool)
     try:
-        return runner.run(mode="train", sampling=sampling_params(config.sampling.train))
+        return runner.run(mode="train", sampling=config.sampling.train)
     finally:
         runner.close()
 
