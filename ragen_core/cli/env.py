@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
         raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
     overrides = apply_overrides({}, args.set)
-    env = registry.make("env", args.name, overrides, preset=args.preset)
+    config = registry.make_config("env", args.name, overrides, preset=args.preset)
+    registry.get_spec("env", args.name).check_available(config)  # e.g. no toolchain: refuse before building the env
+    env = registry.make("env", args.name, config)
     rng = make_rng(args.seed, "play")
     try:
         for episode in range(args.episodes):

@@ -1,0 +1,65 @@
+"""An env's availability check (``EnvSpec.availability``) refuses ``ragen run`` and ``ragen env
+play`` before anything is built: no env, no model, no run folder; one error, exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.cli.main import main
+from ragen_core.errors import ConfigError
+from ragen_core.specs import EnvSpec
+from ragen_core.testing.toy_env import TOY_ENV_SPEC
+
+NAME = "needs-a-tool"
+CALLS: list[object] = []
+
+
+def refuse(config: object) -> None:
+    """The availability function under test: records its config, then refuses unless allowed."""
+    CALLS.append(config)
+    if not getattr(config, "length", 0) == 9:
+        raise ConfigError("needs-a-tool cannot run here: the tool is missing", ["install the tool, or set length=9"])
+
+
+@pytest.fixture
+def guarded_env():
+    """The corridor whose factory does not import: reaching it would fail with another error."""
+    spec = EnvSpec(name=NAME, summary="s", config_model=TOY_ENV_SPEC.config_model, factory="no_such_module_xyz:Env",
+                   availability=f"{__name__}:refuse")
+    registry.register(spec)
+    CALLS.clear()
+    yield spec
+    registry.unregister("env", NAME)
+
+
+def test_play_refuses_before_building_the_env(guarded_env, capsys):
+    assert main(["env", "play", NAME]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "ConfigError: needs-a-tool cannot run here: the tool is missing"
+    assert "no_such_module_xyz" not in err  # the factory was never imported
+    assert len(CALLS) == 1 and CALLS[0].length == TOY_ENV_SPEC.config_model().length  # the validated config
+
+
+def test_run_refuses_before_the_run_folder_or_a_model(guarded_env, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["run", "--env", NAME, "--steps", "1", "--run-dir", str(run_dir)]) == 2
+    assert capsys.readouterr().err.startswith("ConfigError: needs-a-tool cannot run here")
+    assert not run_dir.exists()
+
+
+def test_check_receives_overrides_and_passes(guarded_env):
+    config = registry.make_config("env", NAME, {"length": 9})
+    guarded_env.check_available(config)  # no error: the override made it available
+    assert CALLS == [config]
+
+
+def test_spec_without_check_is_always_available():
+    assert TOY_ENV_SPEC.availability is None
+    TOY_ENV_SPEC.check_available(TOY_ENV_SPEC.config_model())  # nothing to run, nothing raised
+
+
+def test_a_broken_check_path_fails_loudly():
+    spec = EnvSpec(name="x", factory="a:b", availability="ragen_core.errors:no_such_function")
+    with pytest.raises(AttributeError):
+        spec.check_available(TOY_ENV_SPEC.config_model())
