@@ -1,0 +1,67 @@
+"""Settings of the WebShop env (spec 13.6): the catalog, the goals, search, where the shop runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ragen_core.interfaces.env import EnvConfig
+from ragen_core.services import ServiceConfig
+from ragen_core.specs import PluginConfig
+
+
+class CatalogConfig(PluginConfig):
+    """Which products the shop sells; equal settings give the same shop in every process."""
+
+    product_path: str | None = None
+    """``None``: the generated catalog (offline default). Otherwise a real WebShop product file:
+    ``items_shuffle*.json`` (a JSON list of raw products), or a ``.jsonl`` file of search
+    documents (``{"id", "contents", "product"}`` a line)."""
+    attribute_path: str | None = None
+    """The real ``items_ins_v2*.json`` (ASIN -> ``attributes``, ``instruction``,
+    ``instruction_attributes``); needed with ``product_path``: goals come from its instructions."""
+    num_products: int = Field(default=1000, ge=10, le=2_000_000)
+    """Generated catalog: products made. Real files: keep at most this many (the first ones)
+    when ``limit_real_products`` is set."""
+    limit_real_products: bool = False
+    """Cut a real catalog to ``num_products`` (the reference's ``num_products``)."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the generated catalog, of prices drawn from a price range and of goal price bounds."""
+
+
+class WebShopConfig(EnvConfig):
+    """WebShop settings; the defaults are the reference tag ``WebShop`` on the generated catalog."""
+
+    max_actions_per_episode: int = Field(default=9, ge=1)
+    """Actions per episode (the tag's ``max_actions_per_traj``)."""
+    max_actions_per_turn: int = Field(default=1, ge=1)
+    """One action per reply (the reference run config)."""
+    max_turns: int = Field(default=9, ge=1)
+    """Model turns per episode (the reference run config's ``max_turn``)."""
+    max_tokens: int = Field(default=200, ge=1)
+    """Response-length hint shown in the prompt."""
+
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    """Products and the seed of everything drawn from them."""
+    limit_goals: int = Field(default=-1, ge=-1)
+    """Keep only the first N goals after the fixed shuffle (-1: all)."""
+    results_top_k: int = Field(default=50, ge=1, le=1000)
+    """Search hits kept (the reference: 50)."""
+    results_per_page: int = Field(default=10, ge=1, le=100)
+    """Hits shown on one results page (the reference: 10)."""
+    max_query_chars: int = Field(default=500, ge=1)
+    """A ``search[...]`` longer than this is an invalid action (the reference had no limit)."""
+    show_guidance: bool = True
+    """Append the nine guidance lines of the reference to every observation."""
+    expert_instruction: bool = False
+    """Use the short one-sentence instruction of the reference's ``WebShopFull`` tag."""
+
+    shop: Literal["inprocess", "server"] = "inprocess"
+    """``inprocess``: the shop engine runs in this process (fast path for training).
+    ``server``: talk to the HTTP shop; it is started as a child process on a free loopback
+    port and shared by every env of this process, or reached at ``server.url`` when set."""
+    server: ServiceConfig = Field(default_factory=ServiceConfig)
+    """Start, restart and readiness settings of the shop server (``shop: server``)."""
+    request_timeout_s: float = Field(default=30.0, gt=0)
+    """Timeout of one HTTP request to the shop server."""

@@ -1,0 +1,19 @@
+"""Entry-point target: the light spec of the ``webshop`` env (imports only core and config)."""
+
+from __future__ import annotations
+
+from ragen_core.specs import EnvResources, EnvSpec
+from ragen_env_webshop.config import WebShopConfig
+
+SPEC = EnvSpec(
+    name="webshop",
+    summary="Buy the product an instruction describes in a simulated web shop (search, results, item pages, options).",
+    config_model=WebShopConfig,
+    factory="ragen_env_webshop.env:WebShopEnv",
+    resources=EnvResources(cpus=1.0, memory_gb=0.5),
+    presets={
+        # the reference tags; WebShopFull needs the real catalog files (catalog.product_path / attribute_path)
+        "WebShop": {"max_actions_per_episode": 9, "max_turns": 9, "max_tokens": 200},
+        "WebShopFull": {"max_actions_per_episode": 15, "max_turns": 15, "max_tokens": 200, "expert_instruction": True},
+    },
+)
