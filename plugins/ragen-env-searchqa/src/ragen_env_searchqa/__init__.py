@@ -1,0 +1,1 @@
+"""SearchQA for RAGEN: a search-agent env and the retrieval server it starts (or connects to)."""

@@ -1,0 +1,153 @@
+"""Talking to the retrieval server: one batched HTTP call per turn, and the result text.
+
+:class:`BatchingClient` is shared by every env of the process (one per server URL). The local
+env pool steps the episodes of a turn in threads (the env spec sets ``async_step``); each
+thread's search joins a pending batch, and the first thread to arrive waits ``window_s`` (a few
+milliseconds) for the others, then sends *one* request in Search-R1's batched shape
+(``{"queries": [...], "topk": k, "return_scores": true}``) and hands every waiting thread its
+row. So a turn of 32 episodes costs a handful of HTTP requests, and the server can encode them
+in one forward pass.
+
+Errors are not raised to the env as exceptions of unknown type: :class:`RetrievalError` says
+what kind (``timeout``, ``connection``, ``http``) and why, and the env turns it into text (or,
+when its server child died, into a failed episode).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MAX_DOC_CHARS = 800
+
+
+class RetrievalError(Exception):
+    def __init__(self, kind: Literal["timeout", "connection", "http"], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    content: str
+    score: float
+
+
+@dataclass
+class _Pending:
+    query: str
+    k: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: list[Document] | None = None
+    error: RetrievalError | None = None
+
+
+class BatchingClient:
+    """Searches of concurrent threads sent as one batched request (see module docstring)."""
+
+    def __init__(self, url: str, *, timeout_s: float = 30.0, window_s: float = 0.005, max_batch: int = 256) -> None:
+        import httpx
+
+        self.url, self.timeout_s, self.window_s, self.max_batch = url, timeout_s, window_s, max_batch
+        self._http = httpx.Client(timeout=timeout_s, limits=httpx.Limits(max_connections=32))
+        self._lock = threading.Lock()
+        self._pending: list[_Pending] = []
+        self._leader = False
+        self.requests = 0  # HTTP requests sent (tests read it)
+
+    def search(self, query: str, k: int) -> list[Document]:
+        """The ``k`` best documents for ``query``; raises RetrievalError."""
+        item = _Pending(query, k)
+        with self._lock:
+            self._pending.append(item)
+            lead = not self._leader
+            self._leader = True
+        if lead:
+            item.done.wait(self.window_s)  # let the other episodes of this turn join
+            with self._lock:
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                self._leader = bool(self._pending)
+                rest_leader = self._pending[0] if self._pending else None
+            self._send(batch)
+            if rest_leader is not None:  # more than max_batch waited: the next batch goes at once
+                threading.Thread(target=self._drain, daemon=True).start()
+        item.done.wait()
+        if item.error is not None:
+            raise item.error
+        assert item.result is not None
+        return item.result
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+                if not batch:
+                    self._leader = False
+                    return
+            self._send(batch)
+
+    def _send(self, batch: list[_Pending]) -> None:
+        import httpx
+
+        k = max(p.k for p in batch)
+        error: RetrievalError | None = None
+        rows: Any = None
+        try:
+            self.requests += 1
+            response = self._http.post(f"{self.url}/retrieve", json={"queries": [p.query for p in batch], "topk": k, "return_scores": True})
+            if response.status_code >= 400:
+                try:
+                    detail = response.json().get("detail", response.text)
+                except ValueError:
+                    detail = response.text
+                error = RetrievalError("http", f"HTTP {response.status_code}: {str(detail)[:300]}")
+            else:
+                rows = response.json()["result"]
+        except httpx.TimeoutException:
+            error = RetrievalError("timeout", f"no answer within {self.timeout_s:g} s")
+        except (httpx.TransportError, OSError) as e:
+            error = RetrievalError("connection", f"cannot reach {self.url} ({type(e).__name__}: {e})")
+        except (ValueError, KeyError, TypeError) as e:
+            error = RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})")
+        for i, p in enumerate(batch):
+            if error is None:
+                p.result = [Document(str(r["document"]["id"]), str(r["document"]["contents"]), float(r["score"])) for r in rows[i][: p.k]]
+            p.error = error
+            p.done.set()
+
+    def close(self) -> None:
+        self._http.close()
+
+
+_clients: dict[tuple[str, float], BatchingClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(url: str, timeout_s: float) -> BatchingClient:
+    """The process's client for ``url`` (shared, so that all episodes batch together)."""
+    with _clients_lock:
+        key = (url, timeout_s)
+        if key not in _clients:
+            _clients[key] = BatchingClient(url, timeout_s=timeout_s)
+        return _clients[key]
+
+
+def mock_documents(query: str) -> list[Document]:
+    """The mock mode's two fixed placeholder documents (spec 13.8)."""
+    return [Document("mock_1", f"Placeholder document about '{query}'. The mock retriever has no real content.", 1.0),
+            Document("mock_2", f"Another placeholder mentioning '{query}', for testing without a server.", 0.5)]
+
+
+def format_results(docs: list[Document], max_total_chars: int, max_doc_chars: int = MAX_DOC_CHARS) -> str:
+    """``[Document i] (ID: id, Score: s)`` + content (cut at ``max_doc_chars`` + ``...``), blank-line
+    separated, the whole cut at ``max_total_chars`` + ``...`` (spec 13.8)."""
+    if not docs:
+        return "No relevant documents found."
+    blocks = []
+    for i, d in enumerate(docs, 1):
+        content = d.content if len(d.content) <= max_doc_chars else d.content[:max_doc_chars] + "..."
+        blocks.append(f"[Document {i}] (ID: {d.id}, Score: {d.score:.3f})\n{content}")
+    text = "\n\n".join(blocks)
+    return text if len(text) <= max_total_chars else text[:max_total_chars] + "..."

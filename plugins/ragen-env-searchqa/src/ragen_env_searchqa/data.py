@@ -1,0 +1,194 @@
+"""Passages and questions: the records, the file loaders and the train/validation split.
+
+Corpus (what the retrieval server searches), one passage per line of a JSONL file:
+
+* the public wiki-passage layout (wiki-18, DPR, FlashRAG): ``{"id", "contents"}`` where
+  ``contents`` is the title in double quotes on the first line, then the text;
+* or ``{"id", "title", "text"}``.
+
+Questions (what the env asks), by file suffix:
+
+* HotpotQA's original JSON (a list of ``{"_id", "question", "answer", ...}``) or its JSONL;
+* Search-R1 / FlashRAG rows, ``.parquet`` (read with ``datasets``), ``.jsonl`` or ``.json``:
+  ``{"question", "golden_answers": [...]}``, or with ``reward_model.ground_truth.target``;
+* the reference env's rows ``{"question", "ground_truth"}``;
+* a Hugging Face hub name (read with ``datasets``; never in tests).
+
+Validation (the reference validated on training questions): ``val_dataset`` when given, else
+the ``val_fraction`` of questions whose SHA-256 hash of the normalised question falls lowest; a
+training question equal to a validation question (after normalisation) is dropped, so the two
+splits never share a question and the split does not depend on row order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ragen_core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrievable passage."""
+
+    id: str
+    title: str
+    text: str
+
+    @property
+    def contents(self) -> str:
+        """The wiki-passage layout: ``"Title"`` newline text."""
+        return f'"{self.title}"\n{self.text}' if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question with its acceptable answers."""
+
+    question: str
+    answers: tuple[str, ...]
+    source: str = ""
+
+
+def passage_from_row(row: Mapping[str, Any], line: int) -> Passage:
+    """A :class:`Passage` from one corpus row (either layout); ValueError names what is missing."""
+    pid = str(row.get("id", line))
+    if isinstance(row.get("contents"), str):
+        contents: str = row["contents"]
+        first, _, rest = contents.partition("\n")
+        if rest and len(first) >= 2 and first.startswith('"') and first.endswith('"'):
+            return Passage(pid, first[1:-1], rest)
+        return Passage(pid, "", contents)
+    if isinstance(row.get("text"), str):
+        return Passage(pid, str(row.get("title") or ""), row["text"])
+    raise ValueError(f"corpus row {line} has neither 'contents' nor 'text' (keys: {sorted(row)})")
+
+
+def iter_corpus(path: str) -> Iterator[Passage]:
+    """Passages of a JSONL corpus file, in file order.
+
+    Raises:
+        ConfigError: the file is missing, or a line is not a JSON object of a known layout.
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"corpus file {path!r} does not exist", ["give a JSONL file with one {id, contents} passage per line"])
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+                yield passage_from_row(row, n)
+            except ValueError as e:
+                raise ConfigError(f"{path}:{n + 1}: bad corpus line ({e})") from None
+
+
+def question_from_row(row: Mapping[str, Any], source: str) -> Question | None:
+    """A :class:`Question` from a HotpotQA, Search-R1/FlashRAG or reference row; None without answers."""
+    text = row.get("question")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    answers: Any = row.get("golden_answers")
+    if answers is None and isinstance(row.get("reward_model"), Mapping):
+        answers = (row["reward_model"].get("ground_truth") or {}).get("target")
+    if answers is None:
+        answers = row.get("answer", row.get("ground_truth"))
+    if isinstance(answers, str):
+        answers = [answers]
+    golds = tuple(str(a) for a in (answers if answers is not None else []) if str(a).strip())
+    if not golds:
+        return None
+    return Question(text.strip(), golds, str(row.get("data_source") or source))
+
+
+def _rows(path: str, split: str, cache_dir: str | None) -> Iterator[Mapping[str, Any]]:
+    lower = path.lower()
+    if os.path.isfile(path) and lower.endswith(".jsonl"):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield json.loads(line)
+    elif os.path.isfile(path) and lower.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        yield from (data if isinstance(data, list) else data.get("data", []))
+    else:  # parquet files and hub names go through `datasets`
+        import datasets
+
+        if os.path.exists(path):
+            table = datasets.load_dataset("parquet", data_files=path, split="train", cache_dir=cache_dir)
+        else:
+            table = datasets.load_dataset(path, split=split, cache_dir=cache_dir)
+        yield from table
+
+
+def read_questions(path: str, *, split: str = "train", max_rows: int | None = None, cache_dir: str | None = None) -> list[Question]:
+    """Questions of a file or hub dataset (see module docstring); rows without answers are skipped.
+
+    Raises:
+        ConfigError: a local file that is missing or holds no usable question.
+    """
+    if (path.endswith((".json", ".jsonl", ".parquet")) or os.sep in path) and not os.path.exists(path):
+        raise ConfigError(f"question file {path!r} does not exist", ["set dataset to a .json, .jsonl or .parquet file"])
+    source = os.path.splitext(os.path.basename(path))[0]
+    out: list[Question] = []
+    try:
+        for row in _rows(path, split, cache_dir):
+            q = question_from_row(row, source)
+            if q is not None:
+                out.append(q)
+            if max_rows is not None and len(out) >= max_rows:
+                break
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ConfigError(f"cannot read questions from {path!r}: {e}") from None
+    if not out:
+        raise ConfigError(f"no question with an answer in {path!r}",
+                          ["rows need 'question' and one of 'golden_answers', 'answer' or 'ground_truth'"])
+    return out
+
+
+def question_key(text: str) -> str:
+    """What the split hashes and deduplicates on: lower-cased, whitespace collapsed."""
+    return " ".join(text.lower().split())
+
+
+def in_validation(text: str, fraction: float) -> bool:
+    """True for the ``fraction`` of questions whose SHA-256 hash is smallest (stable everywhere)."""
+    digest = hashlib.sha256(question_key(text).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+@dataclass(frozen=True)
+class Splits:
+    train: tuple[Question, ...]
+    val: tuple[Question, ...]
+
+
+def split(questions: list[Question], fraction: float, val: list[Question] | None = None) -> Splits:
+    """Train and validation questions (``val`` given, or a hash holdout); no question in both."""
+    if val is None:
+        val = [q for q in questions if in_validation(q.question, fraction)]
+    held = {question_key(q.question) for q in val}
+    train = [q for q in questions if question_key(q.question) not in held]
+    return Splits(tuple(train), tuple(val))
+
+
+@lru_cache(maxsize=8)
+def load_splits(dataset: str | None, val_dataset: str | None, val_fraction: float, max_rows: int | None,
+                cache_dir: str | None, world_seed: int, world_size: int) -> Splits:
+    """The env's questions for one configuration, read once per process."""
+    if dataset is None:
+        from ragen_env_searchqa.world import build_world
+
+        return split(list(build_world(world_seed, world_size).questions), val_fraction)
+    questions = read_questions(dataset, max_rows=max_rows, cache_dir=cache_dir)
+    val = read_questions(val_dataset, split="validation", max_rows=max_rows, cache_dir=cache_dir) if val_dataset else None
+    return split(questions, val_fraction, val)
