@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ragen_env_metamathqa import checker
+from ragen_env_metamathqa import checker, symbolic
 from ragen_env_metamathqa.checker import exact_match, math_equal
 from ragen_env_metamathqa.problems import builtin_problems, label_from_response
 
@@ -59,6 +59,7 @@ def _replies(label: str, rng: random.Random) -> list[tuple[str, bool]]:
 def _clear_caches() -> None:
     checker.fast_values.cache_clear()
     checker.expression_value.cache_clear()
+    symbolic.worker()._cache.clear()  # sympy verdicts too: every pass asks the worker afresh
 
 
 def rate(check: Callable[[str, str], bool], pairs: list[tuple[str, str]], passes: int) -> float:
@@ -109,6 +110,7 @@ def main() -> None:
     expression_pairs = _expression_rewrites()
     assert all(math_equal(a, b) for a, b in expression_pairs)
     expr_rate = rate(math_equal, expression_pairs, args.passes)
+    numeric_rate = rate(lambda a, b: math_equal(a, b, symbolic=False), expression_pairs, args.passes)
     worst = 0.0
     for reply in HOSTILE:
         start = time.perf_counter()
@@ -120,7 +122,9 @@ def main() -> None:
     print(f"{'checker':<34}{'checks/s':>12}{'right ok':>11}{'wrong ok':>11}   (share of right / wrong replies accepted)")
     print(f"{'exact (reference rule)':<34}{exact_rate:>12,.0f}{accepted(exact_match)}")
     print(f"{'math (default)':<34}{math_rate:>12,.0f}{accepted(math_equal)}")
-    print(f"{'math, expression path only':<34}{expr_rate:>12,.0f}{'':>11}  ({len(expression_pairs)} radical/fraction rewrites)")
+    print(f"{'math, expression path only':<34}{expr_rate:>12,.0f}{'':>11}  ({len(expression_pairs)} radical/fraction rewrites, "
+          "each confirmed by sympy in its worker)")
+    print(f"{'  the same, numbers only':<34}{numeric_rate:>12,.0f}{'':>11}  (symbolic=False: no sympy check)")
     print(f"slowest hostile reply: {worst * 1000:.1f} ms ({len(HOSTILE)} replies up to 1 MB)")
     verdict = "meets" if math_rate >= GOAL else "MISSES"
     print(f"math checker: {math_rate:,.0f} checks/s {verdict} the {GOAL:,} goal ({math_rate / GOAL:.1f}x); "

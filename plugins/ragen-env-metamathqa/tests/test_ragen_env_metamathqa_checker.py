@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ragen_env_metamathqa.checker import exact_match, extract_answer, fast_values, math_equal, normalize
+from ragen_env_metamathqa.checker import _symbol_values, exact_match, extract_answer, fast_values, math_equal, normalize
 from ragen_env_metamathqa.problems import label_from_response
+from ragen_env_metamathqa.symbolic import worker
 
 SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 
@@ -204,10 +205,67 @@ _ANSWERS = st.one_of(
 @example(answer="9" * 100_000, label="18")
 @example(answer="^" * 10_000 + "2", label="2")
 def test_math_checker_never_raises_and_accepts_what_exact_accepts(answer, label):
+    math_equal("(x+1)^2", "x^2+2x+1")  # the sympy worker is started (about 1 s, once)
     start = time.perf_counter()
     verdict = math_equal(answer, label)
     assert isinstance(verdict, bool)
-    assert time.perf_counter() - start < 2.0  # generous bound for a loaded VM; typical is < 1 ms
+    # typical is < 1 ms; the worst is the 1 s sympy limit plus killing the worker: generous for a loaded VM
+    assert time.perf_counter() - start < 4.0
     if exact_match(answer, label):
         assert verdict is True
     assert math_equal(label, label) is True
+
+
+# ------------------------------------------------------------------ the exact sympy check
+def _on_sample_points(name: str) -> str:
+    """A polynomial that is 0 at the three fixed points of ``name``: numbers alone cannot see it."""
+    return "".join(f"({name}-({v.numerator}/{v.denominator}))" for v in _symbol_values(name))
+
+
+#: answer, label, verdict with numbers alone (symbolic=False), verdict with sympy (the default)
+SYMBOLIC_TABLE = [
+    # numbers agree within the tolerance, sympy sees the difference
+    ("1+10^{-12}", "1", True, False),
+    ("\\pi+10^{-15}", "\\pi", True, False),
+    (f"x+{_on_sample_points('x')}", "x", True, False),
+    (f"y^2+3{_on_sample_points('y')}", "y^2", True, False),
+    # both agree
+    ("\\sqrt{8}", "2\\sqrt{2}", True, True),
+    ("(x+1)^2", "x^2+2x+1", True, True),
+    ("\\sqrt{x^2}", "|x|", True, True),  # symbols are real, as the sample points are
+    ("\\tan(x)\\cos(x)", "\\sin(x)", True, True),
+    ("\\sqrt[3]{-27}", "-3", True, True),
+    ("\\log_2 8", "3", True, True),
+    ("x^2+1", "x^2+2", False, False),
+    ("0.33", "\\frac{1}{3}", True, True),  # the rounding rule is numeric by design: sympy not asked
+]
+
+
+@pytest.mark.parametrize(("answer", "label", "numeric", "exact"), SYMBOLIC_TABLE)
+def test_sympy_decides_what_numbers_cannot(answer, label, numeric, exact):
+    assert math_equal(answer, label, symbolic=False) is numeric
+    assert math_equal(answer, label) is exact
+
+
+def test_sympy_past_its_time_limit_is_killed_and_the_numeric_verdict_stands():
+    assert math_equal("(x+1)^2", "x^2+2x+1")  # the worker is up
+    before = worker().timeouts
+    start = time.perf_counter()
+    # expanding both sides to degree 600 takes sympy about 30 s; the limit stops it
+    assert math_equal("(x+1)^{300}(x-1)^{300}", "(x^2-1)^{300}", symbolic_time_limit_s=0.5) is True
+    assert time.perf_counter() - start < 5.0  # 0.5 s limit + killing the worker, with slack for a loaded VM
+    assert worker().timeouts == before + 1
+    # the replacement worker answers the next question
+    assert math_equal("1+10^{-13}", "1") is False
+
+
+def test_env_config_switches_the_sympy_check():
+    from ragen_env_metamathqa.config import MetaMathQAConfig
+    from ragen_env_metamathqa.env import MetaMathQAEnv
+
+    strict, loose = MetaMathQAEnv(MetaMathQAConfig()), MetaMathQAEnv(MetaMathQAConfig(symbolic_check=False))
+    for env in (strict, loose):
+        env.reset(seed=3)
+    label = strict.oracle_actions()[0]  # the current label
+    assert strict.is_correct(label) and loose.is_correct(label)
+    assert loose.is_correct(f"{label}+10^{{-13}}") and not strict.is_correct(f"{label}+10^{{-13}}")

@@ -26,6 +26,13 @@ is the same number or expression as the label:
    when the symbols are the same and every value agrees within ``1e-9`` relative (distinct
    closed-form answers are never that close; 128-bit evaluation errs by ~1e-38) or ``1e-32``
    absolute (expressions that cancel to 0, such as ``\\sqrt{2}^2-2``, leave noise of that size).
+   Values that differ decide "not equal". Values that agree are then checked *exactly* by
+   sympy (:mod:`ragen_env_metamathqa.symbolic`): the parser also records each expression as a
+   tree of whitelisted nodes, and a sympy worker process decides whether the two trees are the
+   same expression (``1+10^{-12}`` is not 1; an identity must hold for every real value of its
+   symbols, not at three points). It is skipped for two rationals (already exact) and for the
+   rounding rule below; when sympy cannot decide within ``symbolic_time_limit_s`` (the worker
+   is then killed and restarted), the numeric verdict stands.
 6. **Prose fallback.** When the extracted text cannot be read at all ("I think it is 18"), the
    last stand-alone number in it is compared instead. Text that *can* be read and differs is
    wrong: ``2x+3`` never falls back to ``3``.
@@ -46,7 +53,9 @@ construction, with a clock only as a backstop:
   exponential in the nesting of unevaluated products (measured: ``1/1/.../1`` with 18 slashes
   took 15 s), and evaluating sympy trees eagerly may factor integers and expand powers;
   ``sympy.parse_expr`` also runs Python ``eval`` on the transformed text. Evaluating each node
-  once is linear in the input, and no text is ever ``eval``-ed.
+  once is linear in the input, and no text is ever ``eval``-ed. sympy then only sees trees
+  built by this parser, in a process that a deadline can kill (step 5), and only for answers
+  whose values already agree with the label.
 * Hard limits keep each node cheap: at most :data:`MAX_EXPR_CHARS` characters,
   :data:`MAX_NODES` nodes, :data:`MAX_DEPTH` nesting levels, 40-digit literals, exponents at
   most :data:`MAX_EXPONENT` in magnitude and function arguments at most 1e6 at every point (no
@@ -71,6 +80,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+from ragen_env_metamathqa.symbolic import Tree, is_plain_number, worker
+
 #: Longest extracted answer that is examined at all (a label is a few dozen characters).
 MAX_ANSWER_CHARS = 1_000
 #: Longest normalised expression the expression parser reads.
@@ -87,6 +98,9 @@ MAX_EXPONENT = 1_000
 MAX_FUNCTION_ARG = 1e6
 #: Default wall-clock budget of one check, in seconds (a backstop; see the module docstring).
 DEFAULT_TIME_LIMIT_S = 0.25
+#: Default wall-clock limit of the exact sympy check of one pair (``symbolic.py``); past it the
+#: numeric verdict stands.
+DEFAULT_SYMBOLIC_TIME_LIMIT_S = 1.0
 #: Evaluation precision and tolerances of the expression path (see the module docstring, step 5).
 PRECISION_BITS = 128
 REL_TOL = 1e-9
@@ -373,6 +387,8 @@ class _V(NamedTuple):
 
     values: tuple[Any, ...]
     symbols: frozenset[str]
+    tree: Tree
+    """The same expression as a tree of whitelisted nodes, for the exact sympy check."""
 
 
 class _Parser:
@@ -407,9 +423,9 @@ class _Parser:
         if self.take()[1] != value:
             raise _Unreadable(f"expected {value!r}")
 
-    def make(self, op: Callable[..., Any], *args: _V) -> _V:
+    def make(self, node: tuple[Any, ...], op: Callable[..., Any], *args: _V) -> _V:
         """Apply ``op`` pointwise (a constant's one value stands for all points); count the
-        node; reject non-finite results."""
+        node; reject non-finite results. ``node`` heads the tree node (its children follow)."""
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Unreadable("too many nodes")
@@ -418,11 +434,11 @@ class _Parser:
         values = tuple(op(*vals) for vals in zip(*columns))
         if not all(self.ctx.isfinite(z) for z in values):
             raise _Unreadable("undefined value")
-        return _V(values, frozenset().union(*(a.symbols for a in args)))
+        return _V(values, frozenset().union(*(a.symbols for a in args)), node + tuple(a.tree for a in args))
 
-    def const(self, value: Any) -> _V:
+    def const(self, value: Any, tree: Tree) -> _V:
         """A constant: one value, the same at every point."""
-        return _V((self.ctx.mpf(value),), frozenset())
+        return _V((self.ctx.mpf(value),), frozenset(), tree)
 
     # -- grammar
     def parse(self) -> _V:
@@ -443,7 +459,7 @@ class _Parser:
         while (tok := self.peek()) in ("+", "-"):
             self.take()
             right = self.term()
-            left = self.make((lambda a, b: a + b) if tok == "+" else (lambda a, b: a - b), left, right)
+            left = self.make((tok,), (lambda a, b: a + b) if tok == "+" else (lambda a, b: a - b), left, right)
         self.depth -= 1
         return left
 
@@ -456,13 +472,13 @@ class _Parser:
             elif not (tok is not None and (self.tokens[self.pos][0] in ("word", "cmd") or tok in ("(", "[", "{"))):
                 return left
             right = self.factor()
-            left = self.make((lambda a, b: a / b) if tok == "/" else (lambda a, b: a * b), left, right)
+            left = self.make(("/" if tok == "/" else "*",), (lambda a, b: a / b) if tok == "/" else (lambda a, b: a * b), left, right)
 
     def factor(self) -> _V:
         if (tok := self.peek()) in ("+", "-"):
             self.take()
             inner = self.factor()
-            return inner if tok == "+" else self.make(lambda a: -a, inner)
+            return inner if tok == "+" else self.make(("neg",), lambda a: -a, inner)
         return self.power()
 
     def power(self) -> _V:
@@ -471,7 +487,7 @@ class _Parser:
             self.take()
             exponent = self.factor()
             self.bounded(exponent, MAX_EXPONENT, "exponent")
-            return self.make(self.ctx.power, base, exponent)
+            return self.make(("^",), self.ctx.power, base, exponent)
         return base
 
     def bounded(self, value: _V, limit: float, what: str) -> None:
@@ -499,13 +515,13 @@ class _Parser:
             if len(value) > MAX_DIGITS + 1:
                 raise _Unreadable("literal too long")
             exact = Fraction(value)
-            result = self.const(self.ctx.mpf(exact.numerator) / exact.denominator)
+            result = self.const(self.ctx.mpf(exact.numerator) / exact.denominator, ("n", exact.numerator, exact.denominator))
         elif value in _CLOSE:
             result = self.group(value)
         elif value == "|":
             inner = self.expr()
             self.expect("|")
-            result = self.make(abs, inner)
+            result = self.make(("abs",), abs, inner)
         elif kind == "cmd":
             result = self.command(value[1:])
         elif kind == "word" and (value in _FUNCTIONS or value in ("sqrt", "pi")):
@@ -530,15 +546,15 @@ class _Parser:
                 raise _Unreadable("bad subscript")
             name = f"{name}_{sub}"
         values = tuple(self.ctx.mpf(v.numerator) / v.denominator for v in _symbol_values(name))
-        return _V(values, frozenset({name}))
+        return _V(values, frozenset({name}), ("s", name))
 
     def command(self, name: str) -> _V:
         ctx = self.ctx
         if name == "pi":
-            return self.const(ctx.pi)
+            return self.const(ctx.pi, ("pi",))
         if name == "frac":
             num, den = self.arg(), self.arg()
-            return self.make(lambda a, b: a / b, num, den)
+            return self.make(("/",), lambda a, b: a / b, num, den)
         if name == "sqrt":
             n = 2
             if self.peek() == "[":
@@ -555,7 +571,7 @@ class _Parser:
                     return -ctx.root(-a.real, n)
                 return ctx.root(a, n)
 
-            return self.make(root, radicand)
+            return self.make(("root", n), root, radicand)
         if name not in _FUNCTIONS:
             raise _Unreadable(f"unsupported \\{name}")
         base = None
@@ -565,8 +581,8 @@ class _Parser:
             self.bounded(base, MAX_FUNCTION_ARG, "log base")
         argument = self.arg()
         self.bounded(argument, MAX_FUNCTION_ARG, f"argument of {name}")
-        value = self.make(getattr(ctx, _FUNCTIONS[name]), argument)
-        return value if base is None else self.make(lambda a, b: a / ctx.ln(b), value, base)
+        value = self.make(("f", _FUNCTIONS[name]), getattr(ctx, _FUNCTIONS[name]), argument)
+        return value if base is None else self.make(("logb",), lambda a, b: a / ctx.ln(b), value, base)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -603,7 +619,13 @@ def _expression_equal(
     for num in (pred_num, gold_num):
         if num is not None and len(num) == 1 and num[0].decimals is not None:
             decimals = num[0].decimals if decimals is None else None
-    return all(_values_close(x, y, decimals) for x, y in zip(a.values, b.values))
+    if not all(_values_close(x, y, decimals) for x, y in zip(a.values, b.values)):
+        return False  # a point where they differ by more than the tolerance: sound
+    limit = getattr(_state, "symbolic", None)
+    if (decimals is not None and decimals >= 2) or limit is None or (is_plain_number(a.tree) and is_plain_number(b.tree)):
+        return True  # the rounding rule is numeric by design; two rationals were compared exactly
+    verdict = worker().equal(a.tree, b.tree, limit)
+    return True if verdict is None else verdict
 
 
 # ------------------------------------------------------------------ sequences (tuples, intervals)
@@ -665,10 +687,18 @@ def _prepare(pred: str, gold: str) -> tuple[str, str]:
     return pred, gold
 
 
-def math_equal(answer: str, label: str, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> bool:
+def math_equal(
+    answer: str,
+    label: str,
+    *,
+    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    symbolic: bool = True,
+    symbolic_time_limit_s: float = DEFAULT_SYMBOLIC_TIME_LIMIT_S,
+) -> bool:
     """True when ``answer`` (a reply or its ``<answer>`` text) states the same value as ``label``.
 
     Never raises and never runs long on hostile text; see the module docstring for the rules.
+    ``symbolic=False`` skips the exact sympy check (step 5) and keeps the numeric verdict.
     """
     if not isinstance(answer, str) or not isinstance(label, str):
         return False
@@ -681,6 +711,7 @@ def math_equal(answer: str, label: str, *, time_limit_s: float = DEFAULT_TIME_LI
     if "box" in found:  # nested boxes: \\boxed{\\boxed{5}} reads as 5
         found = found.replace("\\boxed", "").replace("\\fbox", "")
     _state.deadline = time.monotonic() + time_limit_s
+    _state.symbolic = symbolic_time_limit_s if symbolic else None
     try:
         pred, gold = _prepare(found, gold)
         if not pred:

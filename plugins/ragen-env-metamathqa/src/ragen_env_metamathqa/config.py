@@ -28,6 +28,12 @@ class MetaMathQAConfig(EnvConfig):
     deleting whitespace)."""
     check_time_limit_s: float = Field(default=0.25, gt=0, le=60)
     """Wall-clock backstop of one ``math`` check; an answer still unread by then is wrong."""
+    symbolic_check: bool = True
+    """``math`` only: when the values agree, ask sympy whether the two expressions are exactly
+    equal (``1+10^{-12}`` is not 1; an identity must hold everywhere, not at three points). Runs in
+    a worker process killed after ``symbolic_time_limit_s``; then the numeric verdict stands."""
+    symbolic_time_limit_s: float = Field(default=1.0, gt=0, le=60)
+    """Wall-clock limit of one exact sympy check."""
 
     dataset_path: str | None = None
     """Hugging Face hub name (``meta-math/MetaMathQA``, ``openai/gsm8k``) or a local ``.json``,

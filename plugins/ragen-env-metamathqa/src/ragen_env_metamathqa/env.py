@@ -71,7 +71,13 @@ class MetaMathQAEnv(Env):
         problem = self._require_reset()
         if self.config.checker == "exact":
             return exact_match(answer, problem.answer)
-        return math_equal(answer, problem.answer, time_limit_s=self.config.check_time_limit_s)
+        return math_equal(
+            answer,
+            problem.answer,
+            time_limit_s=self.config.check_time_limit_s,
+            symbolic=self.config.symbolic_check,
+            symbolic_time_limit_s=self.config.symbolic_time_limit_s,
+        )
 
     def step(self, action: str) -> StepResult:
         """Score one attempt; a correct one ends the episode, later steps score nothing."""
