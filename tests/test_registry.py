@@ -120,7 +120,7 @@ def test_identical_duplicates_are_merged():
             self.inner = inner
 
     ep = next(iter(entry_points(group="ragen_core.engines")), None)
-    assert ep is not None, "ragen-core's own engine entry points (hf, vllm) are missing: reinstall it (pip install -e .)"
+    assert ep is not None, "ragen-core's own engine entry point (hf) is missing: reinstall it (pip install -e .)"
     reg = Registry(source=lambda group: [ep, ep] if group == "ragen_core.engines" else [])
     assert len(reg.entries("engine")) == 1
 

@@ -1,8 +1,10 @@
-"""Entry-point targets of the built-in engines (light: no torch, no transformers)."""
+"""Entry-point target of the built-in engine (light: no torch, no transformers).
+
+The vLLM engine is its own distribution, ``plugins/ragen-engine-vllm`` (the core never imports vllm)."""
 
 from __future__ import annotations
 
-from ragen_core.engines.config import HFEngineConfig, VLLMEngineConfig
+from ragen_core.engines.config import HFEngineConfig
 from ragen_core.specs import EngineSpec
 
 HF_SPEC = EngineSpec(
@@ -13,9 +15,3 @@ HF_SPEC = EngineSpec(
     aliases=("transformers",),
 )
 
-VLLM_SPEC = EngineSpec(
-    name="vllm",
-    summary="Offline vLLM in the trainer process (ragen-core[vllm] on GPU, ragen-core[vllm-cpu] on CPU)",
-    config_model=VLLMEngineConfig,
-    factory="ragen_core.engines.vllm:VLLMEngine",
-)

