@@ -31,6 +31,9 @@ class RetrieverConfig(PluginConfig):
     sentence-transformers name or path (E5 models get their ``query: `` prefix)."""
     device: str | None = None
     """Torch device of the encoder (``cuda:1`` puts it on its own GPU); None: the best available."""
+    cache_dir: str | None = None
+    """Where the index built from ``corpus`` or the world is kept (None: ``$RAGEN_SEARCHQA_CACHE``
+    or ``~/.cache/ragen/searchqa``)."""
     batching: bool = True
     """Server-side micro-batching of concurrent requests into one encoder call."""
 

@@ -49,6 +49,8 @@ def server_spec(config: SearchQAConfig) -> ServiceSpec:
         argv += ["--corpus", r.corpus]
     else:
         argv += ["--world-seed", str(config.world_seed), "--world-size", str(config.world_size)]
+    if r.cache_dir:
+        argv += ["--cache-dir", r.cache_dir]
     if r.device:
         argv += ["--device", r.device]
     if not r.batching:

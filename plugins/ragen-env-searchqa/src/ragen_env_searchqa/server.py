@@ -209,18 +209,20 @@ def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_b
 
 
 # ---------------------------------------------------------------------------------- command line
-def cache_root() -> str:
-    return os.environ.get("RAGEN_SEARCHQA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ragen", "searchqa")
+def cache_root(folder: str | None = None) -> str:
+    """Where indexes built from ``--corpus`` or the world are kept (``--cache-dir``, else
+    ``$RAGEN_SEARCHQA_CACHE``, else ``~/.cache/ragen/searchqa``)."""
+    return folder or os.environ.get("RAGEN_SEARCHQA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ragen", "searchqa")
 
 
-def _cached_index(key: str, passages: Any, backends: list[str], model: str, device: str | None) -> str:
+def _cached_index(key: str, passages: Any, backends: list[str], model: str, device: str | None, cache: str | None) -> str:
     """Folder of a cached index built from ``passages`` (built on first use)."""
     from ragen_env_searchqa.index import build_index
 
     digest = hashlib.sha256(json.dumps([key, sorted(backends), model]).encode()).hexdigest()[:16]
-    folder = os.path.join(cache_root(), digest)
+    folder = os.path.join(cache_root(cache), digest)
     if not os.path.isfile(os.path.join(folder, "manifest.json")):
-        os.makedirs(cache_root(), exist_ok=True)
+        os.makedirs(cache_root(cache), exist_ok=True)
         build_index(passages(), folder, backends=backends, model=model, device=device, progress=False)
     return folder
 
@@ -235,13 +237,13 @@ def _index_folder(args: argparse.Namespace) -> str:
 
         st = os.stat(args.corpus)
         key = f"corpus:{os.path.abspath(args.corpus)}:{st.st_size}:{st.st_mtime_ns}"
-        return _cached_index(key, lambda: iter_corpus(args.corpus), backends, args.model, args.device)
+        return _cached_index(key, lambda: iter_corpus(args.corpus), backends, args.model, args.device, args.cache_dir)
     from ragen_env_searchqa.world import build_world
 
     passages = build_world(args.world_seed, args.world_size).passages
     # keyed by the text itself, so a change to the world generator never serves a stale index
     key = "world:" + hashlib.sha256("\n".join(p.contents for p in passages).encode()).hexdigest()
-    return _cached_index(key, lambda: iter(passages), backends, args.model, args.device)
+    return _cached_index(key, lambda: iter(passages), backends, args.model, args.device, args.cache_dir)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="serve an index over HTTP (POST /retrieve, GET /health, GET /ready)")
     _common(serve)
     serve.add_argument("--index", help="index folder written by build-index (else one is built and cached from --corpus or the world)")
+    serve.add_argument("--cache-dir", help="where indexes built from --corpus or the world are kept")
     serve.add_argument("--backend", choices=["bm25", "dense", "hybrid"], default="bm25")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)

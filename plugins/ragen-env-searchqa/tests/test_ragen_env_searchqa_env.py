@@ -1,0 +1,155 @@
+"""SearchQA episodes (spec 13.8) against the server the env starts, and the sharing of that server."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ragen_core.errors import ConfigError, EnvError
+from ragen_core.services import ServiceConfig, ServiceError
+from ragen_env_searchqa import client as client_mod
+from ragen_env_searchqa.client import Document, format_results
+from ragen_env_searchqa.config import SearchQAConfig
+from ragen_env_searchqa.data import load_splits, question_key
+from ragen_env_searchqa.env import AVAILABLE, SearchQAEnv
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    return SearchQAConfig(retriever={"cache_dir": str(tmp_path_factory.mktemp("index-cache"))})
+
+
+@pytest.fixture(scope="module")
+def env(cfg):
+    e = SearchQAEnv(cfg)
+    yield e
+    e.close()
+
+
+def test_reset_shows_the_question_and_search_finds_its_passage(env):
+    obs = env.reset(5)
+    q = env.question
+    assert obs == f"Question: {q.question}\n{AVAILABLE}"
+    obs, reward, done, info = env.step(f"search[{q.question}]")
+    assert (reward, done, info["action_type"], info["success"]) == (0.0, False, "search", False)
+    assert obs.startswith(f"Search results for '{q.question}':\n[Document 1] (ID: ")
+    assert obs.endswith("\n\n" + AVAILABLE)
+    assert obs.count("[Document ") == env.config.max_search_results
+    obs, reward, done, info = env.step(f"finish[{q.answers[0]}]")
+    assert (obs, reward, done, info["success"], info["exact_match"]) == (f"Your answer: {q.answers[0]}. Reward: 1.00", 1.0, True, True, True)
+
+
+def test_one_hop_answers_are_in_the_results(env):
+    """The world is searchable: for one-hop questions the gold answer is in the top results mostly."""
+    splits = load_splits(None, None, 0.1, 20000, None, 0, 400)
+    one_hop = [i for i, q in enumerate(splits.train[:120]) if q.source == "world-1hop"]
+    found = 0
+    for i in one_hop:
+        env.reset(i)
+        obs = env.step(f"search[{env.question.question}]").observation
+        found += env.question.answers[0] in obs
+    assert found / len(one_hop) >= 0.8, (found, len(one_hop))
+
+
+def test_free_form_wrong_and_empty_actions(env):
+    env.reset(1)
+    gold = env.question.answers[0]
+    assert env.step("").info["action_is_valid"] is False
+    obs, reward, done, info = env.step("search[]")
+    assert (reward, done, info["action_is_valid"]) == (0.0, False, False)
+    obs, reward, done, info = env.step(f"<think>hmm</think>I believe **{gold}** is it.")
+    assert (reward, done, info["success"], info["action_is_valid"]) == (1.0, True, True, False)
+    env.reset(1)
+    assert env.step("finish[certainly not this]")[1:3] == (0.0, True)
+    assert env.step("search[anything]")[1:3] == (0.0, True)  # after the end: no-op
+
+
+def test_step_budget_ends_the_episode(cfg):
+    with SearchQAEnv(cfg, max_steps=2) as e:
+        e.reset(0)
+        assert e.step("search[a]").done is False
+        obs, _, done, _ = e.step("search[b]")
+        assert done and obs.endswith("Maximum number of searches reached without an answer.")
+
+
+def test_mock_mode_needs_no_server():
+    with SearchQAEnv(mock_mode=True) as e:
+        e.reset(0)
+        obs = e.step("search[oak trees]").observation
+        assert "oak trees" in obs and obs.count("[Document ") == 2
+        assert e._service is None
+
+
+def test_validation_questions_are_not_training_questions():
+    splits = load_splits(None, None, 0.1, 20000, None, 0, 400)
+    train = {question_key(q.question) for q in splits.train}
+    assert splits.val and not any(question_key(q.question) in train for q in splits.val)
+    with SearchQAEnv(mock_mode=True) as e:
+        assert e.reset(3, mode="val") == f"Question: {splits.val[3].question}\n{AVAILABLE}"
+
+
+def test_formatting_truncates_documents_and_the_block():
+    docs = [Document(str(i), "x" * 1000, 1.23456) for i in range(3)]
+    text = format_results(docs, max_total_chars=4000)
+    assert text.startswith("[Document 1] (ID: 0, Score: 1.235)\n" + "x" * 800 + "...\n\n[Document 2]")
+    short = format_results(docs, max_total_chars=500)
+    assert len(short) == 503 and short.endswith("...")
+    assert format_results([], 4000) == "No relevant documents found."
+
+
+def test_envs_share_one_server_and_close_stops_it(cfg):
+    a, b = SearchQAEnv(cfg), SearchQAEnv(cfg)
+    a.reset(0)
+    b.reset(1)
+    assert a._service.pid == b._service.pid
+    handle = a._service
+    refs = handle.refcount
+    a.close()
+    a.close()  # idempotent
+    assert handle.refcount == refs - 1
+    b.close()
+
+
+def test_a_turn_of_searches_is_one_http_request(cfg, env):
+    envs = [SearchQAEnv(cfg) for _ in range(8)]
+    for i, e in enumerate(envs):
+        e.reset(i)
+    client = client_mod.client_for(envs[0]._service.ensure_ready(), cfg.retrieval_timeout)
+    client.window_s = 0.2  # generous, so that all 8 threads surely join the first batch on a loaded machine
+    before = client.requests
+    barrier = threading.Barrier(len(envs))
+    results = [None] * len(envs)
+
+    def run(i):
+        barrier.wait()
+        results[i] = envs[i].step(f"search[{envs[i].question.question}]")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(envs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.window_s = 0.005
+    assert client.requests - before == 1
+    assert all(r.observation.startswith(f"Search results for '{e.question.question}'") for r, e in zip(results, envs))
+    for e in envs:
+        e.close()
+
+
+def test_url_mode_only_connects(cfg, env):
+    env.reset(0)
+    url = env._service.ensure_ready()
+    with SearchQAEnv(cfg, server=ServiceConfig(url=url)) as e:
+        e.reset(2)
+        assert e._service.pid is None
+        assert e.step(f"search[{e.question.question}]").observation.count("[Document ") == 5
+    with pytest.raises(ServiceError, match="was not ready"):
+        SearchQAEnv(cfg, server=ServiceConfig(url="http://127.0.0.1:9", ready_timeout_s=0.5)).reset(0)
+
+
+def test_bad_use_is_a_clear_error(tmp_path):
+    with pytest.raises(EnvError, match="before reset"):
+        SearchQAEnv(mock_mode=True).step("search[x]")
+    with pytest.raises(ConfigError, match="does not exist"):
+        SearchQAEnv(mock_mode=True, dataset=str(tmp_path / "missing.jsonl")).reset(0)
