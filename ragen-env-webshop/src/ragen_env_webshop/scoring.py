@@ -12,7 +12,8 @@
 
 Difference from the reference: it tagged nouns with spaCy; here a name's nouns are its
 lower-cased alphabetic words minus stop words, adjectives of colour, size and quality, and
-numbers, a rule with no model download. Fuzzy similarity is rapidfuzz's ``token_set_ratio``.
+numbers, a rule with no model download. Fuzzy similarity is rapidfuzz's ``token_set_ratio`` on
+lower-cased text with punctuation turned into spaces (as the reference's fuzzy matcher did).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rapidfuzz import fuzz
+from rapidfuzz import fuzz, utils
 
 from ragen_env_webshop.catalog import Product
 from ragen_env_webshop.goals import Goal
@@ -36,6 +37,11 @@ _NOT_NOUNS = frozenset(
     "easy fast long short light heavy super".split()
 ) | frozenset(COLORS)
 _WORD = re.compile(r"[a-z]+")
+
+
+def _similar(a: str, b: str) -> bool:
+    """Fuzzy token-set similarity above 85, after lower-casing and turning punctuation into spaces."""
+    return fuzz.token_set_ratio(a, b, processor=utils.default_process) > MATCH_THRESHOLD
 
 
 def normalize_color(option: str) -> str:
@@ -71,7 +77,7 @@ def attribute_matches(product: Product, goal: Goal) -> int:
     text = " ".join([product.title, " ".join(product.features), product.description]).lower()
     n = 0
     for want in goal.attributes:
-        if any(fuzz.token_set_ratio(have, want) > MATCH_THRESHOLD for have in product.attributes) or want.lower() in text:
+        if any(_similar(have, want) for have in product.attributes) or want.lower() in text:
             n += 1
     return n
 
@@ -80,7 +86,7 @@ def option_matches(chosen: dict[str, str], goal: Goal) -> int:
     """How many goal option values are among the chosen ones (fuzzy, colours normalised)."""
     have = [normalize_color(v) for v in chosen.values()]
     return sum(1 for want in goal.options.values()
-               if any(fuzz.token_set_ratio(h, normalize_color(want)) > MATCH_THRESHOLD for h in have))
+               if any(_similar(h, normalize_color(want)) for h in have))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,144 @@
+"""Catalogs and goals: the generated catalog, the real-file loader (on the shared sample), the split.
+
+The real-format sample is read from the shared data folder at test time and never copied into
+the repository; its tests skip where the folder is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ragen_env_webshop.catalog import DEFAULT_PRICE, generate_catalog, load_products
+from ragen_env_webshop.config import CatalogConfig
+from ragen_env_webshop.engine import ShopEngine
+from ragen_env_webshop.goals import NO_PRICE_BOUND, PRICE_GRID, GoalSplit, make_goals
+
+from ragen_core.errors import ConfigError
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "webshop-sample"
+DOCS = DATA / "documents_100.jsonl"
+ATTRS = DATA / "items_ins_v2_1000.json"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared WebShop sample data not available")
+
+
+def test_generated_catalog_is_seeded_and_prefix_stable():
+    a, b = generate_catalog(200, seed=3), generate_catalog(200, seed=3)
+    assert a == b
+    assert generate_catalog(50, seed=3) == a[:50]  # product i depends only on (seed, i)
+    assert generate_catalog(200, seed=4) != a
+    assert len({p.asin for p in a}) == 200
+    for p in a:
+        assert p.instruction and set(p.instruction_attributes) <= set(p.attributes)
+        assert all(v == v.lower() for vs in p.options.values() for v in vs)
+        assert p.price > 0 and " › " in p.product_category
+
+
+def test_goals_cover_every_option_combination_with_a_grid_price_bound():
+    products = generate_catalog(100, seed=0)
+    goals = make_goals(products, seed=0)
+    by_asin = {p.asin: p for p in products}
+    expected = 0
+    for p in products:
+        n = 1
+        for values in p.options.values():
+            n *= len(values)
+        expected += n
+    assert len(goals) == expected
+    for g in goals:
+        p = by_asin[g.asin]
+        assert g.instruction.startswith(p.instruction)
+        assert all(g.options[k] in p.options[k] for k in p.options) and set(g.options) == set(p.options)
+        above = [x for x in PRICE_GRID if x > p.price][:4]
+        if len(above) >= 2:
+            assert g.price_upper in above[1:] and g.instruction.endswith(f", and price lower than {g.price_upper:.2f} dollars")
+        else:
+            assert g.price_upper == NO_PRICE_BOUND and "price lower" not in g.instruction
+    assert make_goals(products, seed=0) == goals  # fixed shuffle and seeded bounds
+
+
+def test_goal_split_follows_the_spec_blocks():
+    split = GoalSplit(4000)
+    perm = split.permutation
+    assert sorted(perm) == list(range(4000))
+    assert split.index(7, "test") == perm[7] and split.index(507, "test") == perm[7]
+    assert split.index(3, "val") == perm[503] and split.index(1003, "val") == perm[503]
+    assert split.index(5, "train") == perm[1505] and split.index(2510, "train") == perm[1510]  # 1500 + 2510 % 2500
+    small = GoalSplit(100)  # a tenth each for test and val, the rest train
+    assert small.index(0, "train") == small.permutation[20] and small.index(80, "train") == small.permutation[20]
+    with pytest.raises(ConfigError, match="at least 3"):
+        GoalSplit(2)
+
+
+def test_episodes_are_the_same_in_another_process():
+    """Catalog, prices, goal bounds and the first observation do not depend on the process."""
+    code = ("from ragen_env_webshop.env import WebShopEnv; e = WebShopEnv(); import json; "
+            "print(json.dumps([e.reset(s, mode=m) for s in (0, 9, 12345) for m in ('train', 'val')]))")
+    here_env = __import__("ragen_env_webshop.env", fromlist=["WebShopEnv"]).WebShopEnv()
+    here = [here_env.reset(s, mode=m) for s in (0, 9, 12345) for m in ("train", "val")]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert json.loads(out.stdout) == here
+
+
+@needs_data
+def test_loader_reads_the_real_documents_and_attribute_files():
+    products = load_products(str(DOCS), str(ATTRS), seed=0)
+    assert len(products) == 100
+    by_asin = {p.asin: p for p in products}
+    dress = by_asin["B08ZRR3DZT"]
+    assert dress.title.startswith("SheIn Women's Sexy One Shoulder")
+    assert dress.options["size"] == ("x-small", "small", "medium", "large", "x-large")
+    assert "khaki" in dress.options["color"]
+    assert dress.query == "women's dresses" and dress.category == "fashion"
+    assert dress.instruction == "Find me women's dresses with polyester spandex for daily wear"
+    assert dress.instruction_attributes == ("polyester spandex", "daily wear")
+    assert 19.99 <= dress.price <= 27.99  # "$19.99 to $27.99": a seeded draw inside the range
+    assert load_products(str(DOCS), str(ATTRS), seed=0)[products.index(dress)].price == dress.price
+    table = by_asin["B06Y3VLDFB"]
+    assert table.price == 877.8 and table.options == {} and "solid wood" in table.attributes
+    assert table.features[1] == "Material:SOLID WOOD"
+    goals = make_goals(products)
+    assert {g.asin for g in goals} == {p.asin for p in products if p.instruction}
+    assert len({g.asin for g in goals}) == 44
+
+
+@needs_data
+def test_loader_reads_items_shuffle_style_lists(tmp_path):
+    """``items_shuffle`` files are a JSON list of raw products (the documents' ``product`` objects)."""
+    raw = [json.loads(line)["product"] for line in DOCS.read_text().splitlines()[:10]]
+    for r in raw:  # the raw file has none of the derived fields
+        for key in ("Title", "Description", "BulletPoints", "Attributes", "options", "Price"):
+            r.pop(key, None)
+    raw[0]["pricing"] = []
+    path = tmp_path / "items_shuffle_10.json"
+    path.write_text(json.dumps(raw))
+    products = load_products(str(path), str(ATTRS), limit=5)
+    assert [p.asin for p in products] == [r["asin"] for r in raw[:5]]
+    assert products[0].price == DEFAULT_PRICE
+
+
+@needs_data
+def test_real_catalog_engine_plays_through_the_oracle():
+    engine = ShopEngine(CatalogConfig(product_path=str(DOCS), attribute_path=str(ATTRS)))
+    for seed in range(10):
+        goal = engine.goal_index(seed, "train")
+        out = engine.start(goal)
+        for action in engine.oracle_actions(goal, out.location):
+            out = engine.step(goal, out.location, action)
+        assert out.done and out.reward == 1.0, (seed, engine.goals[goal])
+
+
+def test_loader_errors_name_the_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the WebShop catalog"):
+        load_products(str(tmp_path / "missing.json"), None)
+    (tmp_path / "empty.json").write_text("[]")
+    with pytest.raises(ConfigError, match="no products"):
+        load_products(str(tmp_path / "empty.json"), None)
+    (tmp_path / "one.json").write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}]))
+    with pytest.raises(ConfigError, match="attribute_path"):
+        make_goals(load_products(str(tmp_path / "one.json"), None))
