@@ -159,7 +159,7 @@ class WebShopEnv(Env):
         effective = view["text"] != self._view["text"] if view["valid"] else False
         self._loc = Location.from_json(view["location"])
         self._view = view
-        self._at_reset = False
+        self._at_reset = self._at_reset and not view["valid"]  # an invalid action changes nothing, the view included
         self._done = bool(view["done"])
         info = self._info(bool(view["valid"]), effective, float(view["reward"]), float(view["raw_reward"]))
         return StepResult(self.render(), self.finite(view["reward"]), self._done, info)
