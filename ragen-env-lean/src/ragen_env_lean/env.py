@@ -1,0 +1,181 @@
+"""Lean: prove a theorem tactic by tactic, every verdict from a real Lean 4 checker (spec 13.9).
+
+Task: the observation shows the theorem (informal statement, when known) and the numbered proof
+text so far; each action is one tactic (a reply's ``<answer>`` holds several, separated by
+``||``). The tactic is appended to the accepted ones and the whole proof text is checked by the
+configured backend (:mod:`ragen_env_lean.checker`): a local Lean REPL or a Kimina server.
+
+Per step (one tactic), with the reward table of the config:
+
+* a tactic the parser refuses (empty, too long, a command word such as ``axiom``; see
+  :func:`~ragen_env_lean.statements.parse_tactic`) is rejected without being sent:
+  ``step_penalty + invalid_step_reward`` (-1.1);
+* otherwise Lean's answer decides (:func:`~ragen_env_lean.checker.verdict`): accepted tactics are
+  kept, rejected ones dropped (the agent may try again); reward ``step_penalty`` +
+  ``valid_step_reward`` or ``invalid_step_reward`` + ``success_reward`` on success +
+  ``timeout_penalty`` on a timeout;
+* the episode ends on success, or after ``max_steps`` tactics with ``max_steps_penalty`` more.
+
+``info``: ``success``, ``action_is_valid`` = ``action_is_effective`` = accepted, ``status``
+(``ok``, ``timeout``, ``server_error``, ``repl_error``, ``refused``), ``messages`` (Lean's, as
+dicts), ``lean_time_s``.
+
+The env never guesses: constructing it without a configured checker raises the same one-line
+:class:`~ragen_core.errors.ConfigError` as the start-up check
+(:func:`~ragen_env_lean.availability.check_available`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ragen_core.errors import ConfigError, EnvError
+from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.seeding import make_rng
+from ragen_env_lean.availability import check_available
+from ragen_env_lean.checker import Checker, CheckResult, make_checker, verdict
+from ragen_env_lean.config import LeanConfig
+from ragen_env_lean.render import feedback_lines, observation
+from ragen_env_lean.statements import Theorem, body_text, parse_tactic, proof_text
+from ragen_env_lean.theorems import theorem_set
+
+#: Common one-word tactics: the random agent's (and warm start's) legal actions.
+COMMON_TACTICS = ("simp", "norm_num", "linarith", "nlinarith", "omega", "ring", "positivity", "decide", "constructor",
+                  "intro h", "rfl", "aesop", "field_simp", "ring_nf")
+
+
+class LeanEnv(Env):
+    """Tactic-by-tactic theorem proving checked by Lean (see the module docstring)."""
+
+    config_class = LeanConfig
+    config: LeanConfig
+
+    def __init__(self, config: LeanConfig | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        check_available(self.config)
+        self._checker: Checker | None = None
+        self._theorem: Theorem | None = None
+        self._tactics: list[str] = []
+        self._log: list[tuple[str, bool]] = []
+        self._feedback: list[str] | None = None
+        self._steps = 0
+        self._done = False
+        self._success = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_checker"] = None  # rebuilt on first check in the receiving process
+        return state
+
+    # ------------------------------------------------------------------ theorems
+    def theorems(self, mode: str = "train") -> tuple[Theorem, ...]:
+        """The theorems ``reset`` draws from in ``mode`` (``val``: the fixed validation split)."""
+        found = theorem_set(self.config)
+        return found.val if mode == "val" else found.train
+
+    def _pick(self, seed: int, mode: str) -> Theorem:
+        pool = self.theorems(mode)
+        if self.config.theorem is not None:
+            every = theorem_set(self.config)
+            named = [t for t in every.train + every.val if t.name == self.config.theorem]
+            if not named:
+                raise ConfigError(f"lean env: no theorem named {self.config.theorem!r}",
+                                  [f"some names: {', '.join(t.name for t in every.train[:5])}"])
+            return named[0]
+        if not pool:
+            raise ConfigError(f"lean env: the {mode} split has no theorem", ["set env_config.val_split (or dataset) to a split with theorems"])
+        return pool[int(make_rng(seed, "lean", mode).integers(len(pool)))]
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        """Pick the theorem for ``(seed, mode)``; ``member`` is ignored (checking is deterministic)."""
+        self._theorem = self._pick(seed, mode)
+        self.seed = seed
+        self._tactics, self._log, self._feedback = [], [], None
+        self._steps, self._done, self._success = 0, False, False
+        return self.render()
+
+    def step(self, action: str) -> StepResult:
+        """Check one tactic (see the module docstring for the reward table)."""
+        theorem = self._require_reset()
+        cfg = self.config
+        if self._done:
+            return StepResult(self.render(), 0.0, True, {"success": self._success, "action_is_valid": False,
+                                                         "action_is_effective": False, "status": "done", "messages": []})
+        self._steps += 1
+        tactic, problem = parse_tactic(action, cfg.max_tactic_chars)
+        result: CheckResult | None = None
+        if problem is not None:
+            accepted = success = timeout = False
+            status = "refused"
+        else:
+            if self._checker is None:
+                self._checker = make_checker(cfg)
+            result = self._checker.check(theorem.imports, body_text(theorem, [*self._tactics, tactic]))
+            judged = verdict(result)
+            accepted, success, timeout, status = judged.accepted, judged.success, judged.timeout, result.status
+        reward = cfg.step_penalty + (cfg.valid_step_reward if accepted else cfg.invalid_step_reward)
+        reward += (cfg.success_reward if success else 0.0) + (cfg.timeout_penalty if timeout else 0.0)
+        if accepted:
+            self._tactics.append(tactic)
+        self._log.append((tactic, accepted))
+        self._feedback = feedback_lines(result, accepted, problem, cfg.message_truncate_limit)
+        self._success = success
+        self._done = success or self._steps >= cfg.max_steps
+        if self._done and not success:
+            reward += cfg.max_steps_penalty
+        info = {"success": success, "action_is_valid": accepted, "action_is_effective": accepted, "status": status,
+                "messages": [dataclasses.asdict(m) for m in result.messages] if result else [],
+                "error": (result.error if result else problem) or "", "lean_time_s": result.time_s if result else 0.0}
+        return StepResult(self.render(), self.finite(reward), self._done, info)
+
+    # ------------------------------------------------------------------ views
+    def proof_text(self) -> str:
+        """The full Lean text of the accepted proof so far."""
+        return proof_text(self._require_reset(), self._tactics)
+
+    def render(self) -> str:
+        theorem = self._require_reset()
+        return observation(steps=self._steps, max_steps=self.config.max_steps, accepted=len(self._tactics),
+                           informal=theorem.informal, proof=self.proof_text(), log=self._log, feedback=self._feedback)
+
+    def instruction(self) -> str:
+        """How to answer, in our own words (spec 13.9's instruction)."""
+        return (
+            "You are a Lean 4 prover working with Mathlib. You see a theorem and the proof written so far, with "
+            "Lean's latest messages. Propose the next tactics that continue the proof, thinking step by step. "
+            "Separate several tactics with ||, for example <answer>intro h || simp || linarith</answer>. "
+            "Each tactic is checked by Lean: accepted tactics are added to the proof, rejected ones are dropped, "
+            "and the proof is finished when Lean reports no goals, errors or sorry."
+        )
+
+    @property
+    def theorem(self) -> Theorem:
+        """The current theorem."""
+        return self._require_reset()
+
+    # ------------------------------------------------------------------ solvers
+    def oracle_actions(self) -> list[str] | None:
+        """The rest of the theorem's known proof, when the accepted tactics are its beginning."""
+        theorem = self._require_reset()
+        known = list(theorem.proof)
+        if self._done or not known or known[: len(self._tactics)] != self._tactics:
+            return None
+        return known[len(self._tactics):]
+
+    def random_action(self, rng: Any) -> str | None:
+        """A common tactic (usually not the right one): the warm start's legal action."""
+        self._require_reset()
+        return COMMON_TACTICS[int(rng.integers(len(COMMON_TACTICS)))]
+
+    def close(self) -> None:
+        """Let go of the checker: the shared REPL processes stay for the other envs of this process
+        (they are stopped at exit and die with it); a server checker holds nothing."""
+        self._checker = None
+
+    # ------------------------------------------------------------------ helpers
+    def _require_reset(self) -> Theorem:
+        if self._theorem is None:
+            raise EnvError("LeanEnv.step/render called before reset(seed)")
+        return self._theorem

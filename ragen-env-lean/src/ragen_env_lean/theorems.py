@@ -1,0 +1,148 @@
+"""Theorem sets: the built-in set, miniF2F-style JSONL/JSON files, folders of ``.lean`` files, or a
+Hugging Face dataset, each split into a training and a fixed validation part.
+
+Row fields (miniF2F layouts of DeepSeek-Prover and of the reference's ``CoderBak/minif2f``):
+``formal_statement`` (required, non-empty; a ``header`` column, when present, is put before it),
+``name`` (or ``id``), the informal statement from ``natural_language_statement``,
+``informal_statement`` or ``informal_prefix`` (a ``/-- ... -/`` doc comment, unwrapped), and
+``split``. A ``.lean`` file is one theorem named after the file.
+
+Splits are fixed: rows whose ``split`` equals ``train_split`` are trained on and those equal to
+``val_split`` validate (miniF2F: ``valid`` / ``test``); a hub dataset is read split by split.
+Rows without a ``split`` column (``.lean`` files, plain JSONL) go to validation when the SHA-256
+of their name falls below ``val_fraction``, so the split does not depend on row order. Rows that
+cannot be split into imports / preamble / statement are skipped and counted. Loads are cached per
+process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ragen_core.errors import ConfigError
+from ragen_env_lean.builtin import builtin_theorems
+from ragen_env_lean.statements import Theorem, TheoremSet, make_theorem
+
+_INFORMAL_FIELDS = ("natural_language_statement", "informal_statement", "informal_prefix", "problem")
+
+
+def in_validation(name: str, fraction: float) -> bool:
+    """True for the ``fraction`` of names with the smallest SHA-256 hash (stable everywhere)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") < fraction * 2**64
+
+
+def informal_text(row: dict[str, Any]) -> str:
+    """The natural-language statement of a row, without a doc-comment's ``/--`` and ``-/``."""
+    for key in _INFORMAL_FIELDS:
+        value = row.get(key)
+        if isinstance(value, str) and value.strip():
+            text = value.strip()
+            text = re.sub(r"^/-[-!]?\s*", "", text)
+            text = re.sub(r"\s*-/$", "", text)
+            return text.strip()
+    return ""
+
+
+def row_to_theorem(row: dict[str, Any], index: int, default_imports: str, default_preamble: str) -> Theorem:
+    """One dataset row as a :class:`Theorem` (raises ValueError when it cannot be split)."""
+    formal = row.get("formal_statement")
+    if not isinstance(formal, str) or not formal.strip():
+        raise ValueError("no formal_statement")
+    header = row.get("header")
+    if isinstance(header, str) and header.strip() and not re.search(r"^import\b", formal, re.MULTILINE):
+        formal = header.rstrip() + "\n\n" + formal
+    name = str(row.get("name") or row.get("id") or f"row{index}")
+    return make_theorem(name, formal, informal=informal_text(row), default_imports=default_imports, default_preamble=default_preamble)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".lean":
+        return [{"name": path.stem, "formal_statement": path.read_text(encoding="utf-8")}]
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    data = json.loads(text)
+    return list(data) if isinstance(data, list) else list(data.get("data") or data.get("rows") or [])
+
+
+def _local_rows(source: Path) -> list[dict[str, Any]]:
+    files = sorted(p for p in source.iterdir() if p.suffix in {".lean", ".jsonl", ".json"}) if source.is_dir() else [source]
+    if not files:
+        raise ConfigError(f"lean dataset folder {source} holds no .lean, .jsonl or .json file")
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        if path.suffix not in {".lean", ".jsonl", ".json"}:
+            raise ConfigError(f"lean dataset {path}: unsupported file type (expected .jsonl, .json or .lean)")
+        try:
+            rows += _read_rows(path)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"lean dataset {path}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
+    return rows
+
+
+def _hub_rows(name: str, split: str, cache_dir: str | None) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError as exc:  # a declared dependency; say what to install if it is missing
+        raise ImportError("reading a hub theorem set needs the datasets package: pip install datasets") from exc
+    try:
+        table = datasets.load_dataset(name, split=split, cache_dir=cache_dir)
+    except Exception as exc:  # the hub, the network and the builders raise many types
+        first = f"{type(exc).__name__}: {exc}".split("\n")[0]
+        raise ConfigError(f"could not load theorem set {name!r} split {split!r}: {first}",
+                          ["check the name and split; offline, use a local .jsonl file or leave dataset unset for the built-in theorems"]) from exc
+    return [dict(row) for row in table]
+
+
+def _convert(rows: list[dict[str, Any]], config_key: tuple[str, str, int | None]) -> tuple[list[Theorem], int]:
+    imports, preamble, limit = config_key
+    out, skipped = [], 0
+    for index, row in enumerate(rows):
+        try:
+            out.append(row_to_theorem(row, index, imports, preamble))
+        except ValueError:
+            skipped += 1
+    return (out[:limit] if limit else out), skipped
+
+
+@lru_cache(maxsize=8)
+def _load(source: str, train_split: str, val_split: str, val_fraction: float, cache_dir: str | None, imports: str,
+          preamble: str, limit: int | None, mtime: float) -> TheoremSet:
+    key = (imports, preamble, None)
+    local = Path(source).expanduser()
+    if local.exists():
+        rows = _local_rows(local)
+        if rows and all("split" in r for r in rows):
+            train_rows = [r for r in rows if r["split"] == train_split]
+            val_rows = [r for r in rows if r["split"] == val_split]
+        else:
+            theorems, skipped = _convert(rows, key)
+            train = [t for t in theorems if not in_validation(t.name, val_fraction)]
+            val = [t for t in theorems if in_validation(t.name, val_fraction)]
+            return TheoremSet(tuple(train[:limit] if limit else train), tuple(val[:limit] if limit else val), skipped)
+    elif source.startswith((".", "/", "~")) or source.endswith((".jsonl", ".json", ".lean")):
+        raise ConfigError(f"lean dataset not found: {local}")
+    else:
+        train_rows, val_rows = _hub_rows(source, train_split, cache_dir), _hub_rows(source, val_split, cache_dir)
+    train, skipped_t = _convert(train_rows, (imports, preamble, limit))
+    val, skipped_v = _convert(val_rows, (imports, preamble, limit))
+    return TheoremSet(tuple(train), tuple(val), skipped_t + skipped_v)
+
+
+def theorem_set(config: Any) -> TheoremSet:
+    """The training and validation theorems of ``config`` (cached per process)."""
+    if config.dataset is None:
+        return builtin_theorems()
+    local = Path(config.dataset).expanduser()
+    mtime = local.stat().st_mtime if local.exists() else 0.0
+    found = _load(config.dataset, config.train_split, config.val_split, config.val_fraction, config.cache_dir,
+                  config.default_imports, config.default_preamble, config.max_theorems, mtime)
+    if not found.train:
+        raise ConfigError(f"lean dataset {config.dataset!r} has no usable theorem in split {config.train_split!r} "
+                          f"({found.skipped} rows could not be split)", ["set env_config.train_split to a split the data has"])
+    return found
