@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from ragen_env_searchqa.answer import exact_match, extract_answer, f1, normalize, parse_action, score_answer
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from ragen_env_searchqa.config import SearchQAConfig
+from ragen_env_searchqa.env import server_spec
 
 from ragen_core.services import acquire
 from ragen_core.testing import parametrize_env_checks
-from ragen_env_searchqa.config import SearchQAConfig
-from ragen_env_searchqa.env import server_spec
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from ragen_core.errors import ConfigError
 from ragen_env_searchqa.data import iter_corpus, read_questions, split
 from ragen_env_searchqa.index import Index, build_index
 from ragen_env_searchqa.server import main
 from ragen_env_searchqa.world import build_world
+
+from ragen_core.errors import ConfigError
 
 SAMPLES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 needs_samples = pytest.mark.skipif(not (SAMPLES / "wiki18-sample").is_dir(), reason="shared sample data not available")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-from ragen_core.errors import ConfigError, EnvError
-from ragen_core.services import ServiceConfig, ServiceError
 from ragen_env_searchqa import client as client_mod
 from ragen_env_searchqa.client import Document, format_results
 from ragen_env_searchqa.config import SearchQAConfig
 from ragen_env_searchqa.data import load_splits, question_key
 from ragen_env_searchqa.env import AVAILABLE, SearchQAEnv
+
+from ragen_core.errors import ConfigError, EnvError
+from ragen_core.services import ServiceConfig, ServiceError
 
 
 @pytest.fixture(scope="module")

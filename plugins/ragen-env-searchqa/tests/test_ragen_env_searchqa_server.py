@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-
-from ragen_core.services import ServiceSpec, acquire
 from ragen_env_searchqa.index import Hit
 from ragen_env_searchqa.server import Batcher, create_app
+
+from ragen_core.services import ServiceSpec, acquire
 
 
 @pytest.fixture(scope="module")

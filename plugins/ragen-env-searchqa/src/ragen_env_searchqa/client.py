@@ -94,9 +94,13 @@ class BatchingClient:
         k = max(p.k for p in batch)
         error: RetrievalError | None = None
         rows: Any = None
+        body = {"queries": [p.query for p in batch], "topk": k, "return_scores": True}
         try:
             self.requests += 1
-            response = self._http.post(f"{self.url}/retrieve", json={"queries": [p.query for p in batch], "topk": k, "return_scores": True})
+            try:
+                response = self._http.post(f"{self.url}/retrieve", json=body)
+            except httpx.TransportError:  # a pooled connection to a server that has since restarted:
+                response = self._http.post(f"{self.url}/retrieve", json=body)  # a search is safe to repeat once
             if response.status_code >= 400:
                 try:
                     detail = response.json().get("detail", response.text)
