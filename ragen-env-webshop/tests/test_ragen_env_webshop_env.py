@@ -134,7 +134,7 @@ def test_selected_options_are_shown_and_the_last_pick_wins(env):
 def test_pickled_env_continues_the_episode(env):
     env.reset(9)
     env.step("search[green tea]")
-    clone = pickle.loads(pickle.dumps(env))  # noqa: S301 - our own object
+    clone = pickle.loads(pickle.dumps(env))
     assert clone.render() == env.render()
     action = env.available_actions()[-1]
     assert clone.step(action) == env.step(action)

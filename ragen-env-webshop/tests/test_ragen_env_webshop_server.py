@@ -121,7 +121,7 @@ def test_html_links_lead_where_the_text_actions_go(client, engine):
 def test_errors_are_4xx(client, engine):
     assert client.get("/g/999999999").status_code == 404
     assert client.get("/g/0/item/NOPE").status_code == 404
-    assert client.get("/g/0/item/%s/nonsense" % engine.products[0].asin).status_code == 404
+    assert client.get(f"/g/0/item/{engine.products[0].asin}/nonsense").status_code == 404
     assert client.get("/g/0/search", params={"page": "-3", "q": "x"}).status_code == 422
     assert client.post("/api/step", json={"goal": 0, "location": {"options": [1]}}).status_code == 422
     assert client.post("/api/step", json={"goal": -1}).status_code == 404
