@@ -15,6 +15,11 @@ setup: $(STAMP)
 	  && { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; } \
 	  && echo "installed bubblewrap (sandbox of the deepcoder env)"; } \
 	  || echo "note: bubblewrap (bwrap) is not installed; the deepcoder env sandboxes programs with it (apt-get install bubblewrap)"
+	@# chromium: the webshop env's headless-browser test and screenshots. Installed only as root with apt-get; never fails setup.
+	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; } \
+	  && echo "installed chromium (browser test of the webshop env)"; } \
+	  || echo "note: chromium is not installed; the webshop env's browser test is skipped without it (apt-get install chromium)"
 
 $(STAMP): $(PACKAGE_FILES)
 	$(PYTHON) -m venv $(VENV)
