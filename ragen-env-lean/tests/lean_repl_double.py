@@ -8,12 +8,13 @@ management:
 * a tactic starting with ``fail``: an ``unknown tactic`` error on its line;
 * ``sleep S``: answer after S seconds; ``crash``: exit without answering;
   ``crash_once``: exit the first time (a flag file in ``$LEAN_DOUBLE_DIR`` remembers it);
-  ``garbage``: answer text that is not JSON; ``hog``: hold 200 MB until exit;
+  ``garbage``: answer text that is not JSON; ``hog``: hold 100 MB until exit;
 * otherwise the proof is closed when its last tactic is one of the closing words below, and
   an ``unsolved goals`` error on the statement line is reported when it is not.
 
 A command without ``env`` is a header: ``import Nope`` gives an error, anything else a new env
-id. An unknown ``env`` gets ``{"message": "Unknown environment."}``.
+id. An unknown ``env`` gets ``{"message": "Unknown environment."}``. With ``$LEAN_DOUBLE_DIR`` set,
+every request is appended to ``requests.jsonl`` there.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def answer(request: dict) -> dict | None:
         elif tactic == "garbage":
             return None
         elif tactic == "hog":
-            hog.append(b"x" * (200 << 20))
+            hog.append(b"x" * (100 << 20))
         elif tactic in ("sorry", "admit"):
             sorries.append({"pos": {"line": number, "column": 2}, "endPos": {"line": number, "column": 7}, "goal": "⊢ False"})
             messages.append({"severity": "warning", "pos": {"line": start + 1, "column": 8},
@@ -83,6 +84,9 @@ def main() -> None:
         if not buffer:
             continue
         request, buffer = json.loads("".join(buffer)), []
+        if os.environ.get("LEAN_DOUBLE_DIR"):
+            with open(Path(os.environ["LEAN_DOUBLE_DIR"]) / "requests.jsonl", "a", encoding="utf-8") as log:
+                log.write(json.dumps(request, ensure_ascii=False) + "\n")
         reply = answer(request)
         sys.stdout.write("this is not json\n\n" if reply is None else json.dumps(reply, ensure_ascii=False) + "\n\n")
         sys.stdout.flush()

@@ -66,7 +66,7 @@ class LeanConfig(EnvConfig):
     repl_workers: int = Field(default=1, ge=1, le=64)
     """REPL processes shared by the envs of one process, each checking one proof at a time
     (each holds its own copy of the imports: Mathlib needs several GB per process)."""
-    repl_memory_mb: int = Field(default=16_384, ge=256)
+    repl_memory_mb: int = Field(default=16_384, ge=64)
     """Resident memory of the REPL process above which it is restarted between two checks."""
     repl_start_timeout: float = Field(default=600.0, gt=0)
     """Seconds the REPL may take to elaborate the imports of a header the first time."""

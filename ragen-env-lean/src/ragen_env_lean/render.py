@@ -81,7 +81,7 @@ def observation(*, steps: int, max_steps: int, accepted: int, informal: str, pro
             lines.append(f"  ({len(log) - LOG_ENTRIES} earlier steps omitted)")
         for number, (tactic, ok) in enumerate(log, start=1):
             if number > len(log) - LOG_ENTRIES:
-                shown = " ⏎ ".join(tactic.split("\n"))
+                shown = " ⏎ ".join(tactic.split("\n")) or "(empty)"
                 lines.append(f"  {number:02d}. {shown} [{'✓ accepted' if ok else '✗ rejected'}]")
         blocks.append("\n".join(lines))
     if feedback:

@@ -123,7 +123,10 @@ class ReplProcess:
             ConnectionError: the process ended (its last stderr line in the message).
             ValueError: the reply is not a JSON object (the process is killed).
         """
-        proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        try:
+            proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
+        except OSError as exc:  # the program is missing or not executable (without the Linux shim)
+            raise ConnectionError(f"Lean REPL could not start {self.command[0]!r}: {exc.strerror or exc}") from None
         assert proc.stdin is not None
         try:
             proc.stdin.write(json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n")
@@ -174,6 +177,8 @@ class ReplProcess:
         """Check ``header + blank line + body``; retried once on a fresh process after a crash."""
         started = time.monotonic()
         for attempt in range(2):
+            if self._proc is not None and self._proc.poll() is not None:
+                self.stop()  # died since the last check: its environment ids are gone with it
             try:
                 env, failed = self.header_env(header) if header.strip() else (None, None)
                 if failed is not None:
