@@ -90,6 +90,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def param_count(preset: str, vocab_size: int) -> int:
+    """Parameters of ``preset`` over ``vocab_size`` ids, from the shapes (Qwen2: q/k/v with bias)."""
+    a = PRESETS[preset]
+    h, inter, layers = a["hidden_size"], a["intermediate_size"], a["num_hidden_layers"]
+    kv = a["num_key_value_heads"] * h // a["num_attention_heads"]
+    per_layer = (h * h + h) + 2 * (h * kv + kv) + h * h + 3 * h * inter + 2 * h
+    return vocab_size * h * (1 if a["tie_word_embeddings"] else 2) + layers * per_layer + h
+
+
 def install_commands(python: str, vllm_requirement: str = VLLM_REQUIREMENT, repo: Path = REPO) -> list[list[str]]:
     """The pip commands of the install step, in order (``{pins}`` = the freeze file written between them)."""
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]

@@ -41,12 +41,9 @@ def test_install_plan_puts_vllm_first_and_pins_what_it_chose(gc, tmp_path):
 
 
 def test_preset_is_the_half_billion_shape(gc):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    with torch.device("meta"):  # shapes only: no memory, no init time
-        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=300, **gc.PRESETS["qwen2.5-0.5b"]))
-    n = sum(p.numel() for p in model.parameters())
-    assert 300e6 < n < 400e6  # Qwen2.5-0.5B's 494M less its 151k x 896 embedding, plus a 300-row one
+    # Qwen2.5-0.5B's published 494M, counted from its shapes with its 151,936-id vocabulary
+    assert gc.param_count("qwen2.5-0.5b", 151_936) == 494_032_768
+    assert 300e6 < gc.param_count("qwen2.5-0.5b", 300) < 400e6  # the byte tokenizer's few hundred ids
 
 
 def test_built_model_loads_like_any_checkpoint_and_validates_as_a_run(gc, tmp_path):
@@ -55,7 +52,8 @@ def test_built_model_loads_like_any_checkpoint_and_validates_as_a_run(gc, tmp_pa
     folder, n = gc.build_model("tiny", tmp_path / "m", dtype="float32")
     model, tok = load_model_and_tokenizer(str(folder))
     assert type(model).__name__ == "Qwen2ForCausalLM" and model.config.tie_word_embeddings
-    assert sum(p.numel() for p in model.parameters()) == n and model.config.vocab_size == len(tok)
+    assert sum(p.numel() for p in model.parameters()) == n == gc.param_count("tiny", len(tok))
+    assert model.config.vocab_size == len(tok)
     cfg = gc.run_config(gc.parse_args(["--steps", "2", "--sleep-mode"]), folder, tmp_path / "run")
     assert (cfg.engine, cfg.steps, cfg.model, cfg.device) == ("vllm", 2, str(folder), "cuda")
     assert cfg.engine_config["sleep_mode"] is True and cfg.engine_config["gpu_memory_utilization"] == 0.35
