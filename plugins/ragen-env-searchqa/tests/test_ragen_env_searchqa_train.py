@@ -1,0 +1,100 @@
+"""Training steps on SearchQA with the tiny model, offline with the defaults: the env starts its
+retrieval server, the rollouts search it, and the run's end stops it.
+
+The tiny model writes noise, so a second run feeds scripted replies (a search, then the gold
+answer in every other episode) to prove that searches reach the server and rewards reach the update.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ragen_core import registry, services
+from ragen_core.config import load_config
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.skipif("grpo" not in registry.names("algorithm"),
+                                reason="needs the grpo algorithm (ragen-algo-grpo), absent when this env is installed alone")
+
+
+@pytest.fixture
+def one_torch_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def handles(monkeypatch):
+    """Every service handle the env acquires during the run."""
+    seen = []
+    real = services.acquire
+
+    def spy(spec, config=None):
+        handle = real(spec, config)
+        seen.append(handle)
+        return handle
+
+    import ragen_env_searchqa.env as env_mod
+
+    monkeypatch.setattr(env_mod, "acquire", spy)
+    return seen
+
+
+def _base(tmp_path):
+    return ["env=searchqa", f"env_config.retriever.cache_dir={tmp_path / 'cache'}", "env_config.max_turns=2",
+            "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4", "optim.micro_batch_size=2",
+            "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0"]
+
+
+def test_two_training_steps_start_and_stop_the_server(tmp_path, one_torch_thread, handles):
+    overrides = _base(tmp_path) + ["rollout.max_model_len=1024", "sampling.train.max_new_tokens=16",
+                                   "sampling.val.max_new_tokens=16", "val_groups=2", "test_freq=2", "steps=2",
+                                   f"run_dir={tmp_path / 'run'}"]
+    trainer = Trainer(load_config(RunConfig, [], overrides))
+    history = trainer.train()
+    rows = read_metrics(trainer.run_dir / "metrics.jsonl")
+    assert len(history) == 2 and [r["step"] for r in rows] == [1, 2]
+    for key in ("train/success", "train/reward", "actor/pg_loss", "timing_s/gen"):
+        assert math.isfinite(rows[0][key]), key
+    assert "val-env/success" in rows[1]
+    assert handles and handles[0].pid is not None
+    pids = [h.pid for h in handles]
+    # envs share one server (the trainer may close its env pool between rollouts, and a later
+    # rollout then starts a fresh one): every server has several envs on it, none is per episode
+    assert all(pids.count(p) >= 2 for p in set(pids)) and len(set(pids)) < len(pids)
+    assert not any(h.alive for h in handles)  # stopped when the run ended
+
+
+def test_scripted_search_then_answer_is_rewarded(tmp_path, one_torch_thread, monkeypatch, handles):
+    from ragen_env_searchqa.data import load_splits
+
+    from ragen_core.engines.scripted import ScriptedEngine
+    from ragen_core.trainer import setup
+
+    questions = load_splits(None, None, 0.1, 20000, None, 0, 400).train
+
+    def script_for(tok):
+        def script(call, row, prompt):
+            text = tok.decode(prompt)
+            if "Search results for" not in text:
+                return "<think>look it up</think><answer>search[founded]</answer>"
+            q = next(q for q in questions if f"Question: {q.question}" in text)
+            answer = q.answers[0] if row % 2 == 0 else "nobody knows"
+            return f"<think>found it</think><answer>finish[{answer}]</answer>"
+        return ScriptedEngine(script, tok)
+
+    monkeypatch.setattr(setup, "make_engine", lambda c, m, t: script_for(t))
+    overrides = _base(tmp_path) + ["rollout.max_model_len=2048", "sampling.train.max_new_tokens=64", "steps=1",
+                                   "test_freq=0", "filter=none", f"run_dir={tmp_path / 'run'}"]
+    (row,) = Trainer(load_config(RunConfig, [], overrides)).train()
+    assert row["train/success"] == 0.5  # exactly the even rows: 2 of 4 episodes
+    assert row["train/searchqa/num_actions"] == 2.0  # one search, one answer each
+    assert row["actor/pg_loss"] != 0.0 or row["actor/grad_norm"] > 0.0
+    assert not any(h.alive for h in handles)
