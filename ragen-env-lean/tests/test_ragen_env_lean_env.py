@@ -219,7 +219,8 @@ def test_availability_messages(tmp_path, no_lean_on_path, monkeypatch):
     with pytest.raises(ConfigError) as none:
         check_available(LeanConfig())
     assert str(none.value) == (
-        "lean env: no Lean checker configured: install Lean 4 with elan (curl https://elan.lean-lang.org/elan-init.sh -sSf | sh), "
+        "lean env: no Lean checker configured: install Lean 4 with elan "
+        "(curl https://raw.githubusercontent.com/leanprover/elan/master/elan-init.sh -sSf | sh), "
         "build the Lean REPL in a Mathlib project and set env_config.repl_command, or set env_config.server_url to a Kimina Lean server")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -16,8 +16,9 @@ from ragen_core.errors import ConfigError
 from ragen_env_lean.config import LeanConfig
 
 #: How to get a checker, in one line: the toolchain route and the server route.
-HOW_TO = ("install Lean 4 with elan (curl https://elan.lean-lang.org/elan-init.sh -sSf | sh), build the Lean REPL "
-          "in a Mathlib project and set env_config.repl_command, or set env_config.server_url to a Kimina Lean server")
+HOW_TO = ("install Lean 4 with elan (curl https://raw.githubusercontent.com/leanprover/elan/master/elan-init.sh -sSf | sh), "
+          "build the Lean REPL in a Mathlib project and set env_config.repl_command, "
+          "or set env_config.server_url to a Kimina Lean server")
 
 
 def _program_exists(program: str, cwd: str | None) -> bool:
