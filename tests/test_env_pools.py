@@ -113,8 +113,8 @@ def test_pools_by_name_with_validated_config():
     process.close()
     with pytest.raises(PluginConfigError, match=r"pool\.local\.thread: unknown key"):
         registry.make("pool", "local", {"thread": 2}, env=TOY)
-    with pytest.raises(PluginNotFoundError, match="no pool named 'ray'") as info:
-        registry.make("pool", "ray", {}, env=TOY)
+    with pytest.raises(PluginNotFoundError, match="no pool named 'no-such-pool'") as info:
+        registry.make("pool", "no-such-pool", {}, env=TOY)
     assert "local" in str(info.value) and "process" in str(info.value)
 
 

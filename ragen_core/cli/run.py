@@ -5,6 +5,7 @@ Examples::
     ragen run --env bandit                         # tiny model, GRPO, CPU-friendly defaults
     ragen run --env bandit --recipe learn           # the env's settings measured to learn
     ragen run --env sokoban --algo ppo --filter snr-topp --steps 200 rollout.group_size=16
+    ragen run --env deepcoder --workers ray          # envs in Ray actors (pip install ragen-workers-ray)
     ragen run --config exp.yaml optim.lr=1e-6
     ragen run --resume runs/bandit-grpo-20250101-120000-3f2a steps=40
 
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--filter", help="rollout filter plugin (default none)")
     parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
     parser.add_argument("--engine", help="rollout engine plugin: hf (default) or vllm")
+    parser.add_argument("--workers", help="env pool that runs the envs: local (default), process, ray (ragen-workers-ray); sets rollout.pool")
     parser.add_argument("--steps", type=int, help="training steps")
     parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>-<suffix>); must be new or empty")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --run-dir (its metrics, config, checkpoints)")
@@ -59,6 +61,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         value = getattr(args, key, None)
         if value is not None:
             flags.append(f"{key}={value}")
+    if getattr(args, "workers", None) is not None:
+        flags.append(f"rollout.pool={args.workers}")
     if args.run_dir:
         flags.append(f"run_dir={args.run_dir}")
     if args.resume:

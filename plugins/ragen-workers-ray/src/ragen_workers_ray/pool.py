@@ -1,0 +1,431 @@
+"""The ``ray`` env pool: env instances in Ray actors, spoken to in plain data.
+
+:class:`RayEnvPool` connects to Ray when it is built (so a cluster address that does not answer
+stops a run before any training), then starts actors the first time a reset needs them. A reset
+of n episodes uses ``min(num_workers, ceil(n / envs_per_actor))`` actors; episode ``i`` lives in
+actor ``i % count``, which keeps one env instance per episode-id slot, built *inside the actor*
+from the :class:`~ragen_core.interfaces.env_pool.EnvRef` (name + config JSON + preset, or its
+import-string factory) -- env objects are never pickled. Resets and steps go out as dicts and
+starts/outcomes come back as dicts. A step sends one task per episode; an actor runs its tasks
+in the order they were sent, one env at a time, and all actors of a turn work at once.
+
+Failures stay local to the episodes they hit, as in the core's ``process`` pool:
+
+* an actor that dies (killed, out of memory, its node lost) while stepping: its unanswered
+  episodes come back ``end_reason="failed"``, the error naming the actor, its pid and Ray's reason;
+* an actor whose current step takes longer than ``step_timeout_s``: it is killed, that episode
+  comes back ``"timeout"`` and the actor's other unanswered episodes ``"failed"``.
+
+Either way the actor is replaced (a fresh one at the next reset), a warning is logged on the
+``ragen_workers_ray`` logger, and the rollout goes on; episodes of a replaced actor stay failed
+until the next reset. An env that raises or returns a non-finite reward is a bug, as in the other
+pools: :class:`~ragen_core.errors.EnvError` with env, seed and member.
+
+Ray itself: with no address (and no ``RAY_ADDRESS``), a Ray already started in this process is
+used as it is; otherwise the pool starts a local one (no dashboard) and shuts it down when the
+last pool using it closes. Envs must be installed where the actors run (or given by an
+importable ``EnvRef.factory``); an env registered in this process only is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import socket
+import time
+from typing import Any
+
+from ragen_core.errors import ConfigError, EnvError
+from ragen_core.interfaces.env_pool import (
+    EnvFacts,
+    EnvPool,
+    EnvPoolConfig,
+    EnvRef,
+    EpisodeStart,
+    ResetRequest,
+    StepOutcome,
+    StepRequest,
+)
+from ragen_core.specs import EnvResources
+from ragen_workers_ray.config import RayPoolConfig
+
+log = logging.getLogger("ragen_workers_ray")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- actor side
+class EnvActor:
+    """Body of one Ray actor: env instances per episode slot, answering with plain dicts.
+
+    Every method returns ``(kind, payload)``: ``("error", one line)`` for an env bug (raised as
+    :class:`EnvError` by the pool), so no exception object has to cross the wire.
+    """
+
+    def __init__(self, env_json: str) -> None:
+        self.ref = EnvRef.model_validate_json(env_json)
+        self.envs: dict[int, Any] = {}
+        self.labels: dict[int, str] = {}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def reset(self, requests: list[dict[str, Any]]) -> tuple[str, Any]:
+        from ragen_core.rollout.env_pool import episode_label, reset_env
+
+        try:
+            starts = []
+            for data in requests:
+                req = ResetRequest(**data)
+                if req.episode_id not in self.envs:
+                    self.envs[req.episode_id] = self._build()
+                self.labels[req.episode_id] = episode_label(self.ref, req.seed, req.member)
+                starts.append(dataclasses.asdict(reset_env(self.envs[req.episode_id], req, label=self.labels[req.episode_id])))
+        except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it there
+            return "error", _first_line(exc)
+        return "started", starts
+
+    def step(self, episode_id: int, actions: list[str]) -> tuple[str, Any]:
+        from ragen_core.rollout.env_pool import run_actions
+
+        try:
+            out = run_actions(self.envs[episode_id], episode_id, tuple(actions), label=self.labels[episode_id])
+        except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it there
+            return "error", _first_line(exc)
+        return "outcome", dataclasses.asdict(out)
+
+    def close(self) -> None:
+        envs, self.envs = self.envs, {}
+        for env in envs.values():
+            env.close()
+
+    def _build(self) -> Any:
+        try:
+            return self.ref.build()
+        except Exception as exc:
+            raise EnvError(f"ray pool actor (pid {os.getpid()}) could not build env {self.ref.name!r}: {_first_line(exc)}") from exc
+
+
+# --------------------------------------------------------------------------- Ray itself
+@dataclasses.dataclass
+class _OwnedRay:
+    """A Ray this module started, and how many pools use it (it is shut down when the last one closes)."""
+
+    started: bool = False
+    users: int = 0
+
+
+_OWNED = _OwnedRay()
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The cluster address a pool joins: ``address``, else ``RAY_ADDRESS``, else None (local)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) address that does not accept a TCP connection.
+
+    Ray itself would keep retrying for minutes; this answers in at most ``timeout_s``.
+    ``"auto"``/``"local"`` are left to Ray.
+
+    Raises:
+        ConfigError: nothing answers there, or the address is not ``host:port``.
+    """
+    if address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"ray pool: address {address!r} is not host:port",
+                          ["example: rollout.pool_config.address=10.0.0.5:6379 (the port 'ray start --head' prints)"])
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise ConfigError(
+            f"ray pool: no Ray cluster answers at address {address!r} ({reason})",
+            ["start the cluster's head there ('ray start --head'), fix rollout.pool_config.address, or unset it to start Ray on this machine"],
+        ) from None
+
+
+def connect(config: RayPoolConfig) -> bool:
+    """Make sure this process is connected to Ray; True when this call started a local Ray.
+
+    Raises:
+        ConfigError: the address does not answer, or Ray refused to connect to it.
+    """
+    import ray
+
+    address = resolve_address(config.address)
+    if address is not None:
+        check_reachable(address, config.connect_timeout_s)
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "runtime_env": config.runtime_env}
+    if address is None:
+        kwargs.update(num_cpus=config.local_cpus, include_dashboard=False)
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as exc:
+        where = f"the Ray cluster at {address!r}" if address else "a local Ray"
+        raise ConfigError(f"ray pool: could not start or join {where}: {_first_line(exc)}",
+                          ["see 'ray status' on the cluster's head; without an address the pool starts Ray on this machine"]) from exc
+    return address is None
+
+
+# --------------------------------------------------------------------------- pool side
+@dataclasses.dataclass
+class _Actor:
+    index: int
+    handle: Any
+    pid: int = 0
+
+    def describe(self) -> str:
+        return f"ray pool actor {self.index} (pid {self.pid})"
+
+
+class RayEnvPool(EnvPool):
+    """Env instances in Ray actors (see the module docstring).
+
+    Args:
+        env: The env to build in every actor (installed name, or an import-string factory).
+        config: Pool settings (:class:`~ragen_workers_ray.config.RayPoolConfig`).
+
+    Raises:
+        ConfigError: ``env`` names an env registered in this process only, or Ray cannot be
+            reached (:func:`connect`).
+    """
+
+    config_class = RayPoolConfig
+    config: RayPoolConfig
+
+    def __init__(self, env: EnvRef, config: EnvPoolConfig | None = None, **overrides: Any) -> None:
+        super().__init__(env, config, **overrides)
+        self.resources = self._env_resources()
+        self._connected = False
+        self._shares_owned = False
+        """This pool counts as a user of a Ray this module started."""
+        self._connect()
+        import ray
+
+        cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
+        self.size = self.config.num_workers or max(1, int(cluster_cpus // self.resources.cpus))
+        self._actors: dict[int, _Actor] = {}
+        self._live: dict[int, int] = {}
+        """Running episode id -> index of the actor holding its env."""
+        self._lost: dict[int, str] = {}
+        """Episode id -> why its env is gone (its actor was replaced)."""
+
+    def _env_resources(self) -> EnvResources:
+        """``resources`` of the env's spec (defaults for a factory); refuses in-process-only envs."""
+        if self.env.factory is not None:
+            return EnvResources()
+        from ragen_core import registry
+
+        if registry.find("env", self.env.name).spec is not None:
+            raise ConfigError(
+                f"env {self.env.name!r} is registered in this process only; the ray pool builds envs in Ray actors from installed entry points",
+                ["install the env's distribution where the actors run, give EnvRef(factory='module:Class'), or use the local pool"],
+            )
+        return registry.get_spec("env", self.env.name).resources
+
+    def _connect(self) -> None:
+        if self._connected:
+            return
+        if connect(self.config):
+            _OWNED.started = True
+        self._shares_owned = _OWNED.started
+        if self._shares_owned:
+            _OWNED.users += 1
+        self._connected = True
+
+    def worker_pids(self) -> dict[int, int]:
+        """Actor index -> pid of every running actor."""
+        return {k: a.pid for k, a in self._actors.items()}
+
+    # ------------------------------------------------------------------ actors
+    def _actor_options(self) -> dict[str, Any]:
+        r = self.resources
+        options: dict[str, Any] = {"num_cpus": r.cpus, "num_gpus": r.gpus}
+        if r.memory_gb is not None:
+            options["memory"] = int(r.memory_gb * self.config.envs_per_actor * 2**30)
+        return options
+
+    def _start(self, indices: list[int]) -> None:
+        """Start the actors ``indices`` (at once) and wait until each answers."""
+        import ray
+
+        remote = ray.remote(EnvActor).options(**self._actor_options())
+        env_json = self.env.model_dump_json()
+        new = {k: _Actor(k, remote.remote(env_json)) for k in indices}
+        pids = {k: a.handle.pid.remote() for k, a in new.items()}
+        ready, _ = ray.wait(list(pids.values()), num_returns=len(pids), timeout=self.config.start_timeout_s)
+        errors = []
+        for k, a in new.items():
+            if pids[k] not in ready:
+                errors.append(f"ray pool actor {k} did not start within start_timeout_s={self.config.start_timeout_s:g} "
+                              f"(it asks for {self._actor_options()}; does the cluster have that free?)")
+                continue
+            try:
+                a.pid = int(ray.get(pids[k]))
+            except ray.exceptions.RayError as exc:
+                errors.append(f"ray pool actor {k} could not start: {_first_line(exc)}")
+                continue
+            self._actors[k] = a
+        if errors:
+            for a in new.values():
+                ray.kill(a.handle, no_restart=True)
+            self._actors = {k: a for k, a in self._actors.items() if k not in new}
+            raise EnvError(errors[0], ["is ragen-workers-ray (and the env's distribution) installed where the actors run?"])
+
+    def _replace(self, index: int, why: str) -> None:
+        """Kill actor ``index`` and mark every episode it held as lost (a fresh one starts at the next reset)."""
+        import ray
+
+        actor = self._actors.pop(index)
+        try:
+            ray.kill(actor.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone: nothing left to kill
+            pass
+        lost = sorted(eid for eid, k in self._live.items() if k == index)
+        for eid in lost:
+            del self._live[eid]
+            self._lost[eid] = why
+        log.warning("ray pool: replaced %s: %s; episodes %s failed", actor.describe(), why, lost)
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        import ray
+
+        self._connect()
+        self._live, self._lost = {}, {}
+        count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
+        groups: dict[int, list[ResetRequest]] = {}
+        for r in requests:
+            groups.setdefault(r.episode_id % count, []).append(r)
+        missing = [k for k in groups if k not in self._actors]
+        if missing:
+            self._start(missing)
+        refs = {k: self._actors[k].handle.reset.remote([dataclasses.asdict(r) for r in reqs]) for k, reqs in groups.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.config.reset_timeout_s)
+        starts: dict[int, EpisodeStart] = {}
+        errors: list[str] = []
+        for k, ref in refs.items():
+            actor = self._actors[k]
+            if ref not in ready:
+                errors.append(f"{actor.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}")
+                self._replace(k, "reset timed out")
+                continue
+            try:
+                kind, payload = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                errors.append(f"{actor.describe()} died while resetting: {_first_line(exc)}")
+                self._replace(k, "died while resetting")
+                continue
+            if kind == "error":
+                errors.append(payload)
+                continue
+            for data in payload:
+                starts[data["episode_id"]] = _episode_start(data)
+                self._live[data["episode_id"]] = k
+        if errors:
+            raise EnvError(errors[0])
+        return [starts[r.episode_id] for r in requests]
+
+    # ------------------------------------------------------------------- step
+    def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        import ray
+
+        outcomes: dict[int, StepOutcome] = {}
+        queues: dict[int, list[tuple[int, Any]]] = {}
+        """Actor index -> (episode id, result ref) still to answer, in the order the actor runs them."""
+        for r in requests:
+            if r.episode_id in self._lost:
+                outcomes[r.episode_id] = StepOutcome(r.episode_id, "", end_reason="failed", error=self._lost[r.episode_id])
+            elif r.episode_id not in self._live:
+                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+        for r in requests:
+            if r.episode_id in self._live:
+                k = self._live[r.episode_id]
+                ref = self._actors[k].handle.step.remote(r.episode_id, list(r.actions))
+                queues.setdefault(k, []).append((r.episode_id, ref))
+        heard = dict.fromkeys(queues, time.monotonic())
+        errors: list[str] = []
+        limit = self.config.step_timeout_s
+        while queues:
+            heads = [q[0][1] for q in queues.values()]
+            timeout = None if limit is None else max(0.0, min(heard[k] for k in queues) + limit - time.monotonic())
+            ready, _ = ray.wait(heads, num_returns=1, timeout=timeout)
+            if ready:  # collect every head that is done by now, not only the first
+                ready, _ = ray.wait(heads, num_returns=len(heads), timeout=0)
+            done = set(ready)
+            now = time.monotonic()
+            for k, queue in list(queues.items()):
+                eid, ref = queue[0]
+                if ref in done:
+                    heard[k] = now
+                    try:
+                        kind, payload = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        self._fail(k, queue, outcomes, f"{self._actors[k].describe()} died ({_first_line(exc)})", "failed")
+                    else:
+                        queue.pop(0)
+                        if kind == "error":
+                            errors.append(payload)
+                        else:
+                            outcomes[eid] = _step_outcome(payload)
+                elif limit is not None and now - heard[k] >= limit:
+                    why = f"{self._actors[k].describe()} did not finish episode {eid}'s step within step_timeout_s={limit:g} and was replaced"
+                    self._fail(k, queue, outcomes, why, "timeout")
+                if not queue:
+                    del queues[k]
+        if errors:
+            raise EnvError(errors[0])
+        return [outcomes[r.episode_id] for r in requests]
+
+    def _fail(self, index: int, queue: list[tuple[int, Any]], outcomes: dict[int, StepOutcome], why: str, first_reason: str) -> None:
+        """End ``queue``'s episodes (the actor's unanswered ones, the current one first) and replace the actor."""
+        for n, (eid, _) in enumerate(queue):
+            reason = first_reason if n == 0 else "failed"
+            outcomes[eid] = StepOutcome(eid, "", end_reason=reason, error=f"{why}; episode {eid} lost its env")  # type: ignore[arg-type]
+        self._replace(index, why)
+        queue.clear()
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close every actor's envs (5 s grace), kill the actors; stop a Ray this pool started. Idempotent."""
+        import ray
+
+        actors, self._actors = self._actors, {}
+        self._live, self._lost = {}, {}
+        if actors and ray.is_initialized():
+            refs = [a.handle.close.remote() for a in actors.values()]
+            ray.wait(refs, num_returns=len(refs), timeout=5.0)
+            for a in actors.values():
+                try:
+                    ray.kill(a.handle, no_restart=True)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        if self._shares_owned:
+            _OWNED.users -= 1
+            if _OWNED.users <= 0:
+                _OWNED.started, _OWNED.users = False, 0
+                ray.shutdown()
+        self._connected = self._shares_owned = False
+
+
+def _episode_start(data: dict[str, Any]) -> EpisodeStart:
+    facts = dict(data["facts"])
+    if facts["action_names"] is not None:
+        facts["action_names"] = tuple(facts["action_names"])
+    return EpisodeStart(data["episode_id"], data["observation"], data["instruction"], EnvFacts(**facts))
+
+
+def _step_outcome(data: dict[str, Any]) -> StepOutcome:
+    return StepOutcome(**data)

@@ -1,0 +1,169 @@
+"""The ray pool: the core's pool conformance kit, and its faults (killed actor, hanging env, bad address).
+
+One local Ray (2 CPUs, no dashboard) serves the whole module; every pool here joins it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from ragen_core.testing.installed import require_distribution
+
+require_distribution("ray", module_level=True)
+
+import ray  # noqa: E402 - after the skip: ray is this distribution's dependency, optional for the suite
+from ragen_workers_ray.pool import RayEnvPool  # noqa: E402
+
+from ragen_core import registry  # noqa: E402
+from ragen_core.errors import ConfigError, EnvError  # noqa: E402
+from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest  # noqa: E402
+from ragen_core.rollout.env_pool import LocalEnvPool  # noqa: E402
+from ragen_core.specs import EnvResources  # noqa: E402
+from ragen_core.testing.pool_checks import POOL_CHECKS, SLEEP_S, TOY  # noqa: E402
+from ragen_core.testing.toy_env import register_toy_env  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def ray_pool(env: EnvRef, step_timeout_s: float | None) -> RayEnvPool:
+    # Two actors: the timeout check's two episodes then live in different actors.
+    return RayEnvPool(env, num_workers=2, step_timeout_s=step_timeout_s)
+
+
+@pytest.mark.parametrize("check", list(POOL_CHECKS))
+def test_ray_pool_conformance(check):
+    POOL_CHECKS[check](ray_pool)
+
+
+def test_pool_by_name_joins_the_running_ray_and_sizes_from_its_cpus():
+    pool = registry.make("pool", "ray", {"step_timeout_s": 3}, env=TOY)
+    assert isinstance(pool, RayEnvPool) and pool.config.step_timeout_s == 3
+    assert pool.size == 2  # the module's Ray has 2 CPUs; the toy env (a factory) asks 1 per actor
+    pool.close()
+    assert ray.is_initialized()  # a Ray the pool did not start stays up
+
+
+def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
+    requests = [ResetRequest(i, 30 + i, 0) for i in range(4)]
+    with RayEnvPool(TOY, num_workers=2) as pool:
+        pool.reset(requests)
+        pids = pool.worker_pids()
+        assert sorted(pids) == [0, 1] and pids[0] != pids[1]
+        # Actor 1 holds episodes 1 and 3; it is killed while episode 1's "Wait" blocks.
+        killer = threading.Timer(0.5, os.kill, (pids[1], signal.SIGKILL))
+        killer.start()
+        started = time.monotonic()
+        outcomes = pool.step([StepRequest(0, ("Right",)), StepRequest(1, ("Wait",)), StepRequest(2, ("Right",)), StepRequest(3, ("Right",))])
+        elapsed = time.monotonic() - started
+        killer.join()
+        assert elapsed < SLEEP_S, f"the step waited {elapsed:.1f} s for a dead actor"
+        assert [o.end_reason for o in outcomes] == ["", "failed", "", "failed"]
+        assert outcomes[0].executed == ["Right"] and outcomes[1].executed == [] and outcomes[3].executed == []
+        assert f"ray pool actor 1 (pid {pids[1]}) died" in outcomes[1].error and "episode 1 lost its env" in outcomes[1].error
+        assert "episode 3 lost its env" in outcomes[3].error
+        assert all("\n" not in o.error for o in outcomes)
+        assert any(f"replaced ray pool actor 1 (pid {pids[1]})" in r.getMessage() and "episodes [1, 3] failed" in r.getMessage()
+                   for r in caplog.records if r.name == "ragen_workers_ray")
+        # The rollout goes on: the other actor still steps, a lost episode stays failed ...
+        assert [o.end_reason for o in pool.step([StepRequest(0, ("Right",)), StepRequest(3, ("Left",))])] == ["", "failed"]
+        # ... and the next reset starts a fresh actor in its place.
+        pool.reset(requests)
+        new = pool.worker_pids()
+        assert new[0] == pids[0] and new[1] != pids[1]
+        assert [o.end_reason for o in pool.step([StepRequest(i, ("Right",)) for i in range(4)])] == ["", "", "", ""]
+    assert pool.worker_pids() == {}
+
+
+def test_hanging_env_times_out_and_the_actors_other_episodes_fail(caplog):
+    requests = [ResetRequest(i, 50 + i, 0) for i in range(4)]
+    with RayEnvPool(TOY, num_workers=2, step_timeout_s=0.5) as pool:
+        pool.reset(requests)
+        pids = pool.worker_pids()
+        started = time.monotonic()
+        outcomes = pool.step([StepRequest(i, ("Wait",) if i == 1 else ("Right",)) for i in range(4)])
+        assert time.monotonic() - started < SLEEP_S
+        # Episode 3 was queued behind the hanging step in actor 1: it fails with it.
+        assert [o.end_reason for o in outcomes] == ["", "timeout", "", "failed"]
+        assert outcomes[1].error.startswith(f"ray pool actor 1 (pid {pids[1]}) did not finish episode 1's step within step_timeout_s=0.5")
+        assert any("replaced ray pool actor 1" in r.getMessage() for r in caplog.records if r.name == "ragen_workers_ray")
+        assert pool.worker_pids() == {0: pids[0]}
+
+
+def test_envs_per_actor_sets_how_many_actors_a_reset_uses():
+    with RayEnvPool(TOY, num_workers=2, envs_per_actor=4) as pool:
+        pool.reset([ResetRequest(i, 1, i) for i in range(3)])
+        assert list(pool.worker_pids()) == [0]  # 3 episodes fit in one actor
+        pool.reset([ResetRequest(i, 1, i) for i in range(6)])
+        assert sorted(pool.worker_pids()) == [0, 1]  # 6 need two; never more than num_workers
+
+
+def test_unreachable_address_is_one_line_before_any_actor():
+    with socket.socket() as s:  # a port nothing listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"^ray pool: no Ray cluster answers at address '127.0.0.1:{port}' \(") as info:
+        RayEnvPool(TOY, address=f"127.0.0.1:{port}", connect_timeout_s=2)
+    assert time.monotonic() - started < 2.5  # refused at once, or given up at connect_timeout_s (0.5 s of slack for a busy machine)
+    assert str(info.value).splitlines()[1].startswith("hint: start the cluster's head there")
+
+
+def test_malformed_address_is_refused():
+    with pytest.raises(ConfigError, match=r"address 'my-cluster' is not host:port"):
+        RayEnvPool(TOY, address="my-cluster")
+
+
+def test_actor_that_cannot_be_placed_fails_the_reset_after_start_timeout():
+    pool = RayEnvPool(TOY, num_workers=1, start_timeout_s=1)
+    pool.resources = EnvResources(cpus=64)  # more than the module's Ray has
+    with pool, pytest.raises(EnvError, match=r"ray pool actor 0 did not start within start_timeout_s=1 \(it asks for \{'num_cpus': 64"):
+        pool.reset([ResetRequest(0, 1)])
+    assert pool.worker_pids() == {}
+
+
+def test_actor_options_come_from_the_env_spec_resources():
+    pool = RayEnvPool(TOY, num_workers=1, envs_per_actor=3)
+    assert pool._actor_options() == {"num_cpus": 1.0, "num_gpus": 0.0}  # the GPU-less default
+    pool.resources = EnvResources(cpus=0.5, memory_gb=0.25, gpus=0.5)
+    assert pool._actor_options() == {"num_cpus": 0.5, "num_gpus": 0.5, "memory": 3 * 2**28}  # memory_gb per env * envs_per_actor
+    pool.close()
+
+
+def test_env_the_actor_cannot_build_is_an_env_error():
+    broken = EnvRef(name="broken", factory="ragen_core.testing.toy_env:NoSuchEnv")
+    with RayEnvPool(broken, num_workers=1) as pool, pytest.raises(EnvError, match=r"actor \(pid \d+\) could not build env 'broken': .*NoSuchEnv"):
+        pool.reset([ResetRequest(0, 1)])
+
+
+def test_env_registered_in_this_process_only_is_refused():
+    name = register_toy_env()
+    with pytest.raises(ConfigError, match=f"env '{name}' is registered in this process only"):
+        RayEnvPool(EnvRef(name=name), num_workers=1)
+
+
+def test_installed_env_by_name_matches_the_local_pool():
+    env = next((EnvRef(name=n) for n in ("sokoban", "bandit") if n in registry.names("env")), None)
+    if env is None:
+        pytest.skip("neither ragen-env-sokoban nor ragen-env-bandit is installed")
+    requests = [ResetRequest(0, 5, 0, "train"), ResetRequest(1, 5, 1, "val")]
+    with RayEnvPool(env, num_workers=2) as remote, LocalEnvPool(env) as here:
+        starts = remote.reset(requests)
+        assert starts == here.reset(requests)
+        action = starts[0].facts.action_names[0]
+        steps = [StepRequest(0, (action,)), StepRequest(1, ())]
+        assert remote.step(steps) == here.step(steps)

@@ -1,0 +1,61 @@
+"""``ragen run --workers ray``: one training step on sokoban with the envs in Ray actors, and a
+cluster address that does not answer stopping the run before any training.
+
+The pool starts (and, when the run closes it, stops) its own local Ray here: the one Ray start
+of this module.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ragen_core.testing.installed import require_distribution
+
+require_distribution("ray", module_level=True)
+require_distribution("ragen-env-sokoban", module_level=True)
+
+import ray  # noqa: E402
+from ragen_workers_ray.pool import RayEnvPool  # noqa: E402
+
+from ragen_core import registry  # noqa: E402
+from ragen_core.cli.main import main  # noqa: E402
+from ragen_core.testing.run_helpers import one_line_error  # noqa: E402
+from ragen_core.trainer.loggers import read_metrics  # noqa: E402
+
+pytestmark = pytest.mark.skipif("grpo" not in registry.names("algorithm"),
+                                reason="needs the default algorithm (ragen-algo-grpo)")
+
+RUN = ["run", "--env", "sokoban", "--workers", "ray", "--steps", "1", "warm_start.enabled=false", "rollout.env_groups=2",
+       "rollout.group_size=2", "sampling.train.max_new_tokens=24", "test_freq=0", "save_freq=0", "progress=false"]
+
+
+def test_unreachable_ray_address_stops_the_run_before_training(tmp_path, capsys):
+    with socket.socket() as s:  # a port nothing listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main([*RUN, "--run-dir", str(tmp_path / "run"), f"rollout.pool_config.address=127.0.0.1:{port}"])
+    assert code == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"ConfigError: ray pool: no Ray cluster answers at address '127.0.0.1:{port}'")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert not ray.is_initialized()
+
+
+def test_one_training_step_with_envs_in_ray_actors(tmp_path, monkeypatch, capsys):
+    stepped: list[int] = []
+    original = RayEnvPool.step
+
+    def counting_step(self, requests):
+        stepped.append(len(requests))
+        return original(self, requests)
+
+    monkeypatch.setattr(RayEnvPool, "step", counting_step)
+    assert not ray.is_initialized()
+    code = main([*RUN, "--run-dir", str(tmp_path / "run"), "rollout.pool_config.local_cpus=2", "rollout.pool_config.num_workers=2"])
+    assert code == 0, capsys.readouterr().err
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["step"] == 1 and 0.0 <= row["train/success"] <= 1.0
+    assert stepped and stepped[0] == 4  # the first turn stepped all 4 episodes through the actors
+    assert not ray.is_initialized()  # the run closed its pool, which stopped the Ray it started
