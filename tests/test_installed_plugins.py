@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ragen_core import registry
+from ragen_core.errors import RagenError
 from ragen_core.specs import GROUPS
 from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip, env_checks, plugin_checks, pool_checks
 
@@ -60,12 +61,27 @@ def test_installed_estimator_conformance(name):
 ENVS = sorted({n for k, n, _ in INSTALLED if k == "env"})
 
 
+def _refusal(name: str) -> RagenError | None:
+    """The error of an env whose availability check refuses this machine (e.g. no Lean toolchain)."""
+    try:
+        registry.get_spec("env", name).check_available(registry.make_config("env", name))
+    except RagenError as exc:
+        return exc
+    return None
+
+
 @pytest.mark.parametrize("name", ENVS)
 def test_installed_env_has_a_gymnasium_face(name):
     import gymnasium
 
     import ragen_core.gym  # noqa: F401  (registers ragen/<name> from metadata)
 
+    refused = _refusal(name)
+    if refused is not None:  # an env that cannot run here must refuse to be built, with the same error
+        with pytest.raises(RagenError) as built:
+            gymnasium.make(f"ragen/{name}")
+        assert str(built.value) == str(refused)
+        return
     env = gymnasium.make(f"ragen/{name}")
     obs, info = env.reset(seed=5)
     assert isinstance(obs, str) and obs
@@ -86,6 +102,10 @@ def test_installed_env_plays_in_the_terminal_with_a_random_agent(name):
          "env", "play", name, "--agent", "random", "--seed", "2"],
         capture_output=True, text=True, timeout=300,
     )
+    refused = _refusal(name)
+    if refused is not None:  # refused before any work: the error alone, exit status 2
+        assert (out.returncode, out.stderr, out.stdout) == (2, f"{type(refused).__name__}: {refused}\n", "")
+        return
     assert out.returncode == 0, out.stderr
     assert "episode over: total reward" in out.stdout
 
