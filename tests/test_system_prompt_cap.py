@@ -7,11 +7,16 @@ import re
 import pytest
 
 from ragen_core import registry
+from ragen_core.errors import RagenError
 from ragen_core.rollout.prompts import system_prompt
 
 
 @pytest.mark.parametrize("name", registry.names("env"))
 def test_the_action_cap_appears_once_in_every_installed_envs_system_prompt(name):
+    try:
+        registry.get_spec("env", name).check_available(registry.make_config("env", name))
+    except RagenError as exc:  # e.g. lean without a Lean checker: it cannot be built on this machine
+        pytest.skip(f"env {name!r} is not available here: {str(exc).splitlines()[0][:120]}")
     env = registry.make_env(name)
     try:
         env.reset(7)
