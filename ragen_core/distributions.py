@@ -20,7 +20,7 @@ CORE = "ragen-core"
 DEFAULTS: tuple[str, ...] = ("ragen-algo-grpo", "ragen-filters")
 
 #: kind -> plugin name (aliases included) -> the distribution of this project that provides it.
-#: Engines and env pools live in ragen-core itself and are not listed.
+#: The core's own engines and env pools (``hf``, ``local``, ``process``) are not listed.
 PLUGINS: dict[str, dict[str, str]] = {
     "env": {
         "bandit": "ragen-env-bandit",
@@ -52,6 +52,7 @@ PLUGINS: dict[str, dict[str, str]] = {
                      "top-p", "top-k", "top-k-abs", "min-p")
     },
     "diagnostic": {"collapse": "ragen-diagnostics"},
+    "pool": {"ray": "ragen-workers-ray"},
 }
 
 #: ``ragen`` subcommands that plugin distributions of this project add.
