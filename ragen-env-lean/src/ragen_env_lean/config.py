@@ -93,11 +93,17 @@ class LeanConfig(EnvConfig):
     max_steps: int = Field(default=100, ge=1)
     """Tactics (accepted or not) after which an unfinished proof ends with ``max_steps_penalty``."""
     step_penalty: float = -0.1
+    """Added to every tactic's reward."""
     valid_step_reward: float = 1.0
+    """Added when Lean accepts the tactic (no error but ``unsolved goals``, no ``sorry``)."""
     invalid_step_reward: float = -1.0
+    """Added when the tactic is rejected (by Lean, a transport failure, or the tactic parser)."""
     success_reward: float = 10.0
+    """Added when the proof is finished (no error at all, no ``sorry``)."""
     timeout_penalty: float = -1.0
+    """Added when the check timed out."""
     max_steps_penalty: float = -2.0
+    """Added when ``max_steps`` tactics pass without success (the episode then ends)."""
     message_truncate_limit: int = Field(default=0, ge=0)
     """Characters of each Lean message shown in the observation (0: no truncation)."""
 
