@@ -89,6 +89,18 @@ def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
     assert pool.worker_pids() == {}
 
 
+def test_actor_that_died_between_rollouts_is_replaced_at_the_next_reset(caplog):
+    requests = [ResetRequest(i, 40 + i, 0) for i in range(2)]
+    with RayEnvPool(TOY, num_workers=2) as pool:
+        first = pool.reset(requests)
+        pids = pool.worker_pids()
+        os.kill(pids[0], signal.SIGKILL)  # idle: nothing is waiting on it
+        assert pool.reset(requests) == first  # actor 0's episode reset again on a fresh actor
+        assert pool.worker_pids()[0] != pids[0] and pool.worker_pids()[1] == pids[1]
+        assert [o.end_reason for o in pool.step([StepRequest(0, ("Right",)), StepRequest(1, ("Right",))])] == ["", ""]
+    assert any(f"replaced ray pool actor 0 (pid {pids[0]}): died" in r.getMessage() for r in caplog.records if r.name == "ragen_workers_ray")
+
+
 def test_hanging_env_times_out_and_the_actors_other_episodes_fail(caplog):
     requests = [ResetRequest(i, 50 + i, 0) for i in range(4)]
     with RayEnvPool(TOY, num_workers=2, step_timeout_s=0.5) as pool:

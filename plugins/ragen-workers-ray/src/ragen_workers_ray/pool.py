@@ -297,25 +297,39 @@ class RayEnvPool(EnvPool):
         for eid in lost:
             del self._live[eid]
             self._lost[eid] = why
-        log.warning("ray pool: replaced %s: %s; episodes %s failed", actor.describe(), why, lost)
+        log.warning("ray pool: replaced %s: %s%s", actor.describe(), why, f"; episodes {lost} failed" if lost else "")
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
-        import ray
-
         self._connect()
         self._live, self._lost = {}, {}
         count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
             groups.setdefault(r.episode_id % count, []).append(r)
+        starts: dict[int, EpisodeStart] = {}
+        errors: list[str] = []
+        # An actor that died since the last rollout (killed, its node lost) is found here: it is
+        # replaced and its episodes reset once more on the fresh actor.
+        dead = self._reset_groups(groups, starts, errors, retry_dead=True)
+        if dead:
+            self._reset_groups({k: groups[k] for k in dead}, starts, errors, retry_dead=False)
+        if errors:
+            raise EnvError(errors[0])
+        return [starts[r.episode_id] for r in requests]
+
+    def _reset_groups(
+        self, groups: dict[int, list[ResetRequest]], starts: dict[int, EpisodeStart], errors: list[str], *, retry_dead: bool
+    ) -> list[int]:
+        """Reset each actor's group of episodes (starting missing actors); the actors found dead when ``retry_dead``."""
+        import ray
+
         missing = [k for k in groups if k not in self._actors]
         if missing:
             self._start(missing)
         refs = {k: self._actors[k].handle.reset.remote([dataclasses.asdict(r) for r in reqs]) for k, reqs in groups.items()}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.config.reset_timeout_s)
-        starts: dict[int, EpisodeStart] = {}
-        errors: list[str] = []
+        dead: list[int] = []
         for k, ref in refs.items():
             actor = self._actors[k]
             if ref not in ready:
@@ -325,8 +339,11 @@ class RayEnvPool(EnvPool):
             try:
                 kind, payload = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                errors.append(f"{actor.describe()} died while resetting: {_first_line(exc)}")
-                self._replace(k, "died while resetting")
+                self._replace(k, f"died ({_first_line(exc)})")
+                if retry_dead:
+                    dead.append(k)
+                else:
+                    errors.append(f"{actor.describe()} died while resetting: {_first_line(exc)}")
                 continue
             if kind == "error":
                 errors.append(payload)
@@ -334,9 +351,7 @@ class RayEnvPool(EnvPool):
             for data in payload:
                 starts[data["episode_id"]] = _episode_start(data)
                 self._live[data["episode_id"]] = k
-        if errors:
-            raise EnvError(errors[0])
-        return [starts[r.episode_id] for r in requests]
+        return dead
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
