@@ -14,6 +14,10 @@ Precedence: ``--recipe`` (named settings the env ships, see ``ragen plugins show
 With ``--resume RUN_DIR`` the run's own ``config.yaml`` is the base and training continues from
 its newest intact checkpoint. A new run refuses a ``--run-dir`` that is not empty unless
 ``--overwrite`` is given (which removes that folder's run files first).
+
+Data-parallel on several processes (or GPUs), see :mod:`ragen_core.trainer.distributed`::
+
+    torchrun --nproc_per_node 2 -m ragen_core.cli.main run --env bandit rollout.env_groups=8
 """
 
 from __future__ import annotations
@@ -128,6 +132,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
     trainer = Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False)))
     history = trainer.train()
+    if trainer.world.parallel:  # launched by torchrun (ragen_core.trainer.distributed): rank 0 reports
+        from ragen_core.trainer.distributed import shutdown
+
+        shutdown()
+        if not trainer.world.main:
+            return 0
     last = history[-1] if history else {}
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in ("train/reward", "train/success", "val-env/success") if k in last)
     print(f"run directory: {trainer.run_dir}" + (f" ({summary})" if summary else ""))

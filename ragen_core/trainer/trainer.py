@@ -30,6 +30,11 @@ and a state reached while skipping, or with non-finite weights, is never checkpo
 rollout turn) for ``watchdog_s`` is ended by :mod:`ragen_core.trainer.watchdog` with every
 thread's stack dumped; env steps slower than ``rollout.pool_config.step_timeout_s`` end their
 episode instead, and the step says so.
+
+Launched by ``torchrun`` the same loop is data-parallel (:mod:`ragen_core.trainer.distributed`):
+each rank rolls out its share of the groups, every rank holds the gathered global batch, rank 0's
+selection is every rank's, the update's gradients are summed over ranks, and only rank 0 writes
+the run folder, logs and checkpoints and runs validation.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from ragen_core.trainer.batch import build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
 from ragen_core.trainer.context import TrainContext
+from ragen_core.trainer.distributed import World, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
@@ -61,16 +67,24 @@ class Trainer(CheckpointMixin):
         resume: Continue from the newest intact checkpoint of ``config.run_dir``.
         overwrite: A fresh run into a ``config.run_dir`` that holds a run first removes that run's
             files (without it, a non-empty folder is refused; see :mod:`ragen_core.trainer.run_dir`).
+        world: The ranks of a data-parallel run; default: the ``torchrun`` environment
+            (:func:`ragen_core.trainer.distributed.from_env`), one process without it.
     """
 
-    def __init__(self, config: RunConfig, *, resume: bool = False, overwrite: bool = False) -> None:
+    def __init__(self, config: RunConfig, *, resume: bool = False, overwrite: bool = False, world: World | None = None) -> None:
         from ragen_core.errors import ConfigError
+        from ragen_core.trainer.distributed import from_env
         from ragen_core.trainer.run_dir import default_run_dir
 
         if resume and (overwrite or not config.run_dir):
             raise ConfigError("resume needs the run directory (config.run_dir) and cannot be combined with overwrite")
         self.config = config
-        self.run_dir = Path(config.run_dir) if config.run_dir else default_run_dir(config)  # a new default folder is created here
+        self.world = world if world is not None else from_env(config.device)
+        """This process's rank among the run's ranks (:data:`~ragen_core.trainer.distributed.ONE` without torchrun)."""
+        if config.run_dir:
+            self.run_dir = Path(config.run_dir)
+        else:  # a new default folder is created here, by rank 0 only
+            self.run_dir = Path(self.world.broadcast(str(default_run_dir(config)) if self.world.main else None))
         self.resume = resume
         self.overwrite = overwrite
         self.start_step = 1
@@ -92,20 +106,24 @@ class Trainer(CheckpointMixin):
         from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
+        from ragen_core.trainer.distributed import check_supported
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
         from ragen_core.trainer.run_dir import claim_run_dir, write_run_config
 
         cfg = self.config
+        world = self.world
         check_plugin_configs(cfg)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
-        for warning in run_warnings(cfg):
+        check_supported(cfg, world)
+        for warning in run_warnings(cfg) if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
-        if self.resume:
-            ckpt = resume_checkpoint(self.run_dir)  # the newest intact checkpoint that has its metrics; says what it skipped
+        if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
+            ckpt = resume_checkpoint(self.run_dir, log=print if world.main else _quiet)  # the newest intact one with its metrics
             state = load_state(ckpt[1])  # plain data only, read before anything else is built
         else:
             ckpt = None
-            claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
-        self.device = su.resolve_device(cfg.device)
+            if world.main:
+                claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
+        self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config)
         acfg = self.algorithm.config
@@ -125,7 +143,7 @@ class Trainer(CheckpointMixin):
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
-        if ckpt is None and self._warm_start_enabled():
+        if ckpt is None and self._warm_start_enabled() and world.main:  # the other ranks receive its weights below
             from ragen_core.trainer.warmstart import warm_start
 
             self.model = warm_start(cfg, self.model, self.tokenizer, device=self.device)
@@ -133,6 +151,7 @@ class Trainer(CheckpointMixin):
             if self.warm_start_meta:  # what this run started from, a missed gate included (on_gate_miss=continue)
                 (self.run_dir / "warm_start.json").write_text(json.dumps(self.warm_start_meta, indent=1), encoding="utf-8")
         self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None)
+        world.sync_module(self.model)  # every rank starts from rank 0's weights (as DDP's constructor does)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -142,6 +161,7 @@ class Trainer(CheckpointMixin):
             from ragen_core.trainer.modeling import build_critic
 
             self.critic = build_critic(self.model).to(self.device)
+            world.sync_module(self.critic)
             self.critic.eval()
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr, betas=o.betas, weight_decay=o.weight_decay)
         self.ref_model = None
@@ -156,7 +176,7 @@ class Trainer(CheckpointMixin):
         self.analysis_rollout = None
         if cfg.grad_analysis.every > 0 and gan.uses_separate_rollout(cfg):
             self.analysis_rollout = gan.AnalysisRollout(cfg, self.engine, self.tokenizer, pool=self.runner.pool)
-        self.watchdog = Watchdog(cfg.watchdog_s, self.run_dir)
+        self.watchdog = Watchdog(cfg.watchdog_s, self.run_dir if world.main else self.run_dir / f"rank{world.rank}")
         """Ends a run that makes no progress for ``watchdog_s`` (steps and every rollout turn count)."""
         for runner in (self.runner, self.val_runner, getattr(self.analysis_rollout, "runner", None)):
             if runner is not None:
@@ -173,16 +193,18 @@ class Trainer(CheckpointMixin):
         self.timing_totals: dict[str, float] = {}
         if ckpt is not None:
             self._restore(state)
-            truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+            if world.main:
+                truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
-        write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
-        self._write_plugins_json()
+        if world.main:
+            write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
+            self._write_plugins_json()
         self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine,
                                     device=self.device)
-        self.pm = make_plugin_manager()
-        for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg)):
+        self.pm = make_plugin_manager()  # the other ranks observe nothing: no loggers, no diagnostics
+        for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg) if world.main else []):
             self.pm.register(logger, name=f"logger-{i}")
-        for name in cfg.diagnostics:
+        for name in cfg.diagnostics if world.main else []:
             diag = registry.make("diagnostic", name, cfg.diagnostics_config.get(name))
             self.pm.register(diag, name=f"diagnostic-{name}")
             if ckpt is not None and hasattr(diag, "load_state_dict") and name in self._diag_states:
@@ -239,6 +261,8 @@ class Trainer(CheckpointMixin):
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
                 metrics = self.train_step(step)
+                if self.world.any(self._interrupts > 0):  # a Ctrl-C seen by any rank stops every rank after this step
+                    self._interrupts = max(self._interrupts, 1)
                 self.timing_totals["total"] = time.perf_counter() - t_start
                 metrics["timing_s/total"] = self.timing_totals["total"]
                 self.history.append(metrics)
@@ -251,7 +275,7 @@ class Trainer(CheckpointMixin):
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
                 # after logging: a checkpointed step always has its metrics line
-                if self._should_save(step, last) and not exited and self._good_to_save(step):
+                if self.world.main and self._should_save(step, last) and not exited and self._good_to_save(step):
                     path = self.save(step)
                     self.skips.saved(step)
                     self.watchdog.beat(f"the checkpoint of step {step}")
@@ -268,7 +292,7 @@ class Trainer(CheckpointMixin):
             self.runner.close()  # the env pool the runners share: envs, worker processes, services (rebuilt on a later rollout)
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
-        if self.stop_reason:
+        if self.stop_reason and self.world.main:
             print(f"training stopped early at step {step}: {self.stop_reason}")
         return self.history
 
@@ -310,7 +334,7 @@ class Trainer(CheckpointMixin):
         return signal.signal(signal.SIGINT, handler)
 
     def _progress(self) -> Any:
-        if not self.config.progress:
+        if not self.config.progress or not self.world.main:
             return None
         from tqdm.auto import tqdm
 
@@ -327,9 +351,10 @@ class Trainer(CheckpointMixin):
 
         # rollout
         with timer("gen"):
-            trajs = self.runner.run(mode="train", sampling=self.train_sampling)
-        report_pool_failures(step, trajs)
-        self._save_rollouts(trajs, step)
+            trajs = rollout_share(self.runner, self.train_sampling, self.world)  # the global rollout, on every rank
+        if self.world.main:
+            report_pool_failures(step, trajs)
+            self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
             for result in self.pm.hook.ragen_on_rollout_end(trajectories=trajs, step=step, context=self.context):
                 if result:
@@ -347,8 +372,9 @@ class Trainer(CheckpointMixin):
         with timer("filter"):
             entropies = None
             if self.filter.needs_entropies:
-                entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature)
-            selection = select(batch, self.filter, self.algorithm, entropies=entropies)
+                entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature, self.world)
+            # rank 0 selects for all: a filter drawing random numbers cannot pick differently per rank
+            selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies) if self.world.main else None)
         metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0
         if selection.empty:
@@ -365,7 +391,7 @@ class Trainer(CheckpointMixin):
         # prepared batch: old/ref log-probs, values, advantages of the kept rows
         prepared = prepare(kept, model=self.model, ref_model=self.ref_model, critic=self.critic, algorithm=self.algorithm,
                            estimator=self.estimator, optim=cfg.optim, sampling=self.train_sampling,
-                           group_weights=selection.group_weights, kept_ratio=selection.kept_ratio, timer=timer)
+                           group_weights=selection.group_weights, kept_ratio=selection.kept_ratio, timer=timer, world=self.world)
         metrics.update(prepared.metrics)
 
         # update
@@ -373,14 +399,14 @@ class Trainer(CheckpointMixin):
         with timer("update_critic"):
             if self.critic is not None and not only_analyse:
                 metrics.update(update_critic(prepared, critic=self.critic, optimizer=self.critic_optimizer,
-                                             algorithm_config=self.algorithm.config, optim=cfg.optim))
+                                             algorithm_config=self.algorithm.config, optim=cfg.optim, world=self.world))
         if self._grad_analysis(step, prepared, unfiltered, metrics, timer):
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics  # exit_after: no actor update, checkpoint or validation
         with timer("update_actor"):
             if not only_analyse:
                 metrics.update(update_actor(prepared, model=self.model, optimizer=self.optimizer, algorithm=self.algorithm,
-                                            optim=cfg.optim, temperature=self.train_sampling.temperature))
+                                            optim=cfg.optim, temperature=self.train_sampling.temperature, world=self.world))
                 self.policy_version += 1
         self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
@@ -453,10 +479,16 @@ class Trainer(CheckpointMixin):
                 metrics[stop] = 1.0
 
     def validate(self, step: int) -> dict[str, float]:
-        """One validation rollout (fixed seeds, val sampling); metrics under ``val-env/``."""
+        """One validation rollout (fixed seeds, val sampling); metrics under ``val-env/``.
+
+        With several ranks rank 0 validates and sends its metrics, so early stops agree.
+        """
+        if not self.world.main:
+            out: dict[str, float] = self.world.broadcast(None)
+            return out
         trajs = self.val_runner.run(mode="val", sampling=self.val_sampling)
         report_pool_failures(step, trajs, "val")
-        return episode_metrics(trajs, "val-env")
+        return dict(self.world.broadcast(episode_metrics(trajs, "val-env")))
 
     def _save_rollouts(self, trajs: list[Any], step: int) -> None:
         if not self.config.save_rollouts:
@@ -466,6 +498,10 @@ class Trainer(CheckpointMixin):
         with (out / f"step_{step}.jsonl").open("w", encoding="utf-8") as fh:
             for t in trajs:
                 fh.write(json.dumps(t.to_dict(), default=str) + "\n")
+
+
+def _quiet(*args: Any) -> None:
+    """A ``log`` that prints nothing (ranks other than 0)."""
 
 
 class _Timer:

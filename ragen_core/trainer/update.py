@@ -24,6 +24,12 @@ divided by the number of micro-batches as in the reference.
 
 Prompts shared by rows of a mini-batch run once per mini-batch (:func:`shared_prefix`, exact;
 see :mod:`ragen_core.trainer.prefix_session`); the loops only pass its session to the forward.
+
+Data-parallel (``world``, :mod:`ragen_core.trainer.distributed`): every function takes the
+*global* batch on every rank. :func:`prepare` runs its no-grad forwards on this rank's share of
+the rows and sums the parts; the update loops cut each mini-batch into the one-process
+micro-batches, run this rank's share of them with the global mini-batch's normalisers, and sum
+the gradients over ranks before clipping, so each optimiser step is the one-process step.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ragen_core.trainer.batch import TrainBatch, micro_batches
+from ragen_core.trainer.distributed import ONE, World, rows_summed
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +82,7 @@ def prepare(
     group_weights: Mapping[int, float] | None = None,
     kept_ratio: float = 1.0,
     timer: Timer | None = None,
+    world: World = ONE,
 ) -> PreparedBatch:
     """Old/ref log-probs, values and advantages of ``batch`` (see the module docstring).
 
@@ -92,6 +100,7 @@ def prepare(
         group_weights: The filter's loss weight per group (missing groups weigh 1).
         kept_ratio: Kept groups / all groups, for ``optim.filter_loss_scaling``.
         timer: Times the ``old_log_prob``, ``ref``, ``values`` and ``adv`` phases.
+        world: The ranks of a data-parallel run; each runs the forwards of its share of the rows.
     """
     import torch
 
@@ -102,24 +111,24 @@ def prepare(
     timer = timer or _no_timer
     acfg = algorithm.config
     micro, temp = optim.micro_batch_size, sampling.temperature
-    rows = list(range(len(batch)))
+    rows = list(world.share(len(batch)))  # every row in one process
     m = batch.response_mask
     metrics: dict[str, float] = {}
     old_from_update = optim.ppo_epochs == 1 and len(batch) <= optim.mini_batch_size and not acfg.use_kl_in_reward
     old = ref = values = None
     if not old_from_update:
         with timer("old_log_prob"):
-            old, entropy = batched_logprobs(model, batch, rows, micro, temp, with_entropy=True)
+            old, entropy = rows_summed(world, batch, rows, lambda: batched_logprobs(model, batch, rows, micro, temp, with_entropy=True), pair=True)
         metrics["actor/entropy"] = float(agg_loss(entropy, m, acfg.loss_agg_mode))
         if batch.engine_logprobs is not None:
             metrics["rollout/engine_logprob_abs_diff"] = _masked_mean((old - batch.engine_logprobs).abs(), m)
     if ref_model is not None or acfg.use_kl_loss or acfg.use_kl_in_reward:
         with timer("ref"):
-            ref = reference_logprobs(model, ref_model, batch, rows, micro, temp)
+            ref = rows_summed(world, batch, rows, lambda: (reference_logprobs(model, ref_model, batch, rows, micro, temp), None))[0]
         metrics["rollout/ref_log_prob"] = _masked_mean(ref, m)
     if critic is not None:
         with timer("values"):
-            values = batched_values(critic, batch, rows, micro)
+            values = rows_summed(world, batch, rows, lambda: (batched_values(critic, batch, rows, micro), None))[0]
     rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
     if acfg.use_kl_in_reward:
         assert old is not None and ref is not None  # both computed above when the KL is in the reward
@@ -155,8 +164,10 @@ def reference_logprobs(model: Any, ref_model: Any, batch: TrainBatch, rows: list
 
 
 # ---------------------------------------------------------------------- critic
-def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algorithm_config: Any, optim: Any) -> dict[str, float]:
-    """Clipped value regression on the returns, with the actor's epochs and mini/micro-batches."""
+def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algorithm_config: Any, optim: Any,
+                  world: World = ONE) -> dict[str, float]:
+    """Clipped value regression on the returns, with the actor's epochs and mini/micro-batches
+    (``world``: this rank runs its share of each mini-batch's micro-batches; see the module docstring)."""
     from ragen_core.trainer.losses import value_loss
 
     batch, acfg = prepared.batch, algorithm_config
@@ -167,10 +178,11 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
             tokens = max(float(batch.response_mask[mini].sum()), 1.0)
             micros = micro_batches(mini, optim.micro_batch_size)
             loss_w = 1.0 if acfg.global_token_norm else 1.0 / len(micros)
+            mine = _my_micros(world, micros)
             vf_loss = clipfrac = 0.0
             optimizer.zero_grad(set_to_none=True)
-            with shared_prefix(critic.lm, batch, mini) as session:
-                for idx in micros:
+            with shared_prefix(critic.lm, batch, [i for idx in mine for i in idx]) as session:
+                for idx in mine:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     values = critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask, session=session)
@@ -179,6 +191,8 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
                     (loss * loss_w).backward()
                     vf_loss += vm["vf_loss"] * loss_w
                     clipfrac += vm["vf_clipfrac"] * float(mask.sum()) / tokens
+            vf_loss, clipfrac = world.sum_floats([vf_loss, clipfrac])
+            world.sum_grads(p for p in critic.parameters() if p.requires_grad)
             stats["critic/vf_loss"].append(vf_loss)
             stats["critic/vf_clipfrac"].append(clipfrac)
             stats["critic/grad_norm"].append(clip_and_step(critic.parameters(), optimizer, optim.grad_clip))
@@ -190,7 +204,8 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
 
 
 # ---------------------------------------------------------------------- actor
-def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorithm: Any, optim: Any, temperature: float) -> dict[str, float]:
+def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorithm: Any, optim: Any, temperature: float,
+                 world: World = ONE) -> dict[str, float]:
     """The PPO actor update: clipped surrogate, minus ``entropy_coeff`` x entropy, plus
     ``kl_loss_coef`` x KL to the reference; returns the ``actor/...`` metrics (means over mini-batches).
 
@@ -201,6 +216,8 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
         algorithm: Loss settings (``algorithm.config``) and ``algorithm.agg_kwargs``.
         optim: The run's ``optim`` section (epochs, batch sizes, ``grad_clip``, ``seq_mean_unit``).
         temperature: Sampling temperature the log-probs are computed at (spec 7.4).
+        world: The ranks of a data-parallel run: this rank runs its share of each mini-batch's
+            micro-batches, normalised by the global mini-batch, and gradients are summed over ranks.
     """
     from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers, policy_loss
     from ragen_core.trainer.modeling import token_logprobs
@@ -226,9 +243,10 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
             loss_w = 1.0 if agg_kw else 1.0 / len(micros)
             mini_tokens = max(float(m_mini.sum()), 1.0)
             acc = dict.fromkeys(ACTOR_KEYS, 0.0)
+            mine = _my_micros(world, micros)
             optimizer.zero_grad(set_to_none=True)
-            with shared_prefix(model, batch, mini) as session:
-                for idx in micros:
+            with shared_prefix(model, batch, [i for idx in mine for i in idx]) as session:
+                for idx in mine:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     kw = agg_kw if row_w is None else {**agg_kw, "row_weights": row_w[idx].to(device)}
@@ -253,6 +271,8 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                         loss = loss + acfg.kl_loss_coef * kl
                         acc["actor/kl_loss"] += float(kl.detach()) * loss_w
                     (loss * loss_w).backward()
+            acc.update(zip(ACTOR_KEYS[:-1], world.sum_floats([acc[k] for k in ACTOR_KEYS[:-1]])))  # every key but grad_norm
+            world.sum_grads(params)
             acc["actor/grad_norm"] = clip_and_step(params, optimizer, optim.grad_clip)
             skipped += int(not math.isfinite(acc["actor/grad_norm"]))
             for k in ACTOR_KEYS:
@@ -262,7 +282,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
     out["actor/skipped_steps"] = float(skipped)
     out["actor/lr"] = float(optimizer.param_groups[0]["lr"])
     if old_policy is not None:
-        out.update(old_policy.metrics(mode))
+        out.update(old_policy.metrics(mode, world))
     return out
 
 
@@ -280,13 +300,15 @@ class _OldPolicyRecord:
         if sub.engine_logprobs is not None:
             self.diff_sum += float(((logp.detach().cpu() - sub.engine_logprobs).abs() * sub.response_mask).sum())
 
-    def metrics(self, agg_mode: str) -> dict[str, float]:
+    def metrics(self, agg_mode: str, world: World = ONE) -> dict[str, float]:
+        """The metrics over the whole batch (``world``: each rank recorded its own rows; the rest are 0)."""
         from ragen_core.trainer.losses import agg_loss
 
         m = self.batch.response_mask
-        out = {"actor/entropy": float(agg_loss(self.entropy, m, agg_mode))}
+        entropy = world.all_sum(self.entropy)
+        out = {"actor/entropy": float(agg_loss(entropy, m, agg_mode))}
         if self.batch.engine_logprobs is not None:
-            out["rollout/engine_logprob_abs_diff"] = self.diff_sum / max(float(m.sum()), 1.0)
+            out["rollout/engine_logprob_abs_diff"] = world.sum_floats([self.diff_sum])[0] / max(float(m.sum()), 1.0)
         return out
 
 
@@ -316,6 +338,11 @@ def clip_and_step(params: Any, optimizer: Any, max_norm: float) -> float:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
+
+
+def _my_micros(world: World, micros: list[list[int]]) -> list[list[int]]:
+    """This rank's contiguous share of a mini-batch's micro-batches (all of them in one process)."""
+    return [micros[i] for i in world.share(len(micros))]
 
 
 def episode_row_weights(episode_ids: Any) -> Any:

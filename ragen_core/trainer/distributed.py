@@ -1,0 +1,262 @@
+"""Data-parallel training over ``torch.distributed`` ranks (launched with ``torchrun``).
+
+Launch::
+
+    torchrun --nproc_per_node 2 -m ragen_core.cli.main run --env bandit rollout.env_groups=8
+
+``torchrun`` starts one process per rank and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT``; :func:`from_env` reads them and joins the process group
+(``gloo`` on CPU, ``nccl`` on CUDA, one GPU per rank: ``cuda:LOCAL_RANK``). Without them the run
+is one process and every helper below is a no-op.
+
+The design, chosen to be the simplest that is exactly the one-process step on the same global
+batch (issue 19, part 3):
+
+* **Every rank holds a full replica.** Rank 0's weights are broadcast after setup (its warm
+  start or checkpoint is what everyone trains), and every optimiser step applies the same summed
+  gradient on every rank, so the replicas stay identical without ever sending weights again.
+* **Rollout: each rank plays its share of the groups** (contiguous, :meth:`World.share`) with the
+  seeds the one-process run gives those groups (:func:`rollout_share`), so a reply depends on its
+  episode's seed only. The trajectories are gathered to every rank in group order: every rank then
+  holds the *global* batch.
+* **The filter sees the global batch.** Rank 0 runs the selection and sends it to the others
+  (a filter that draws random numbers cannot then pick differently per rank).
+* **No-grad forwards are split by rows**: each rank computes the old / reference log-probs and
+  values of its share of the rows, the others' rows left 0, and one sum makes the full tensor
+  (adding exact zeros: bit-identical to computing every row locally). Advantages are then the
+  same pure function of the same tensors on every rank.
+* **The update deals micro-batches to ranks.** A mini-batch is cut into the same micro-batches
+  as in one process; each rank runs its share of them; losses are normalised by the *global*
+  mini-batch's token (or sequence) count, so the per-rank gradients are parts of one sum, and one
+  ``all_reduce(SUM)`` of the flattened gradients (the collective DDP runs, without its wrapper,
+  so the HF engine, LoRA's adapter switch and the shared-prompt session keep using the plain
+  module) gives every rank the one-process gradient. The loss is a token mean over the global
+  mini-batch, never a mean of per-rank means. Only the order in which float gradients are added
+  changes.
+* **Only rank 0 writes**: the run folder, config, logs, metrics, rollouts, checkpoints, plots.
+  Validation runs on rank 0 and its metrics are sent to the others, so early stops agree; a
+  Ctrl-C seen by any rank stops all of them after the same step.
+
+A rank that fails makes ``torchrun`` end the others. Not supported with several ranks (refused
+with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``. FSDP (sharded weights
+for models that do not fit one GPU) is not implemented: every rank holds the whole model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ragen_core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class World:
+    """Who this process is among the ranks of a run; ``World()`` is one process."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    device: str = "cpu"
+    """Where collectives run: ``cpu`` (gloo) or ``cuda:LOCAL_RANK`` (nccl)."""
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the rank that writes the run folder and runs validation."""
+        return self.rank == 0
+
+    @property
+    def parallel(self) -> bool:
+        return self.size > 1
+
+    def share(self, n: int) -> range:
+        """This rank's contiguous share of ``n`` items; the first ``n % size`` ranks take one more."""
+        base, extra = divmod(n, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (1 if self.rank < extra else 0))
+
+    # ------------------------------------------------------------------ collectives
+    def all_sum(self, tensor: Any) -> Any:
+        """The element-wise sum of ``tensor`` over all ranks (a new tensor on ``tensor``'s device)."""
+        if not self.parallel:
+            return tensor
+        import torch.distributed as dist
+
+        out = tensor.detach().to(self.device, copy=True)
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out.to(tensor.device)
+
+    def sum_floats(self, values: list[float]) -> list[float]:
+        """Sum a list of floats over ranks (in float64)."""
+        if not self.parallel:
+            return list(values)
+        import torch
+
+        out: list[float] = self.all_sum(torch.tensor(values, dtype=torch.float64)).tolist()
+        return out
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any rank."""
+        return bool(self.sum_floats([float(flag)])[0] > 0) if self.parallel else flag
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (pickled; the other ranks' argument is ignored)."""
+        if not self.parallel:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj if self.main else None]
+        dist.broadcast_object_list(box, src=0, device=self._object_device())
+        return box[0]
+
+    def gather(self, items: list[Any]) -> list[Any]:
+        """Every rank's ``items`` concatenated in rank order, on every rank (pickled)."""
+        if not self.parallel:
+            return list(items)
+        import torch.distributed as dist
+
+        boxes: list[Any] = [None] * self.size
+        dist.all_gather_object(boxes, items)
+        return [x for box in boxes for x in box]
+
+    def sync_module(self, module: Any) -> None:
+        """Copy rank 0's parameters and buffers into ``module`` on every rank (in place)."""
+        if not self.parallel or module is None:
+            return
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in list(module.parameters()) + list(module.buffers()):
+                buf = tensor.detach().to(self.device, copy=True)
+                dist.broadcast(buf, src=0)
+                tensor.copy_(buf.to(tensor.device))
+
+    def sum_grads(self, params: Iterable[Any]) -> None:
+        """Replace each parameter's gradient by its sum over ranks (one flat ``all_reduce``).
+
+        A parameter that got no gradient on some rank (it ran no micro-batch) takes zeros there;
+        one that got none on any rank keeps ``grad=None``, as in one process (AdamW then skips
+        it: no decay, no moment update).
+        """
+        if not self.parallel:
+            return
+        import torch
+
+        params = list(params)
+        present = self.all_sum(torch.tensor([float(p.grad is not None) for p in params]))
+        live = [p for p, n in zip(params, present.tolist()) if n > 0]
+        for p in live:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        by_dtype: dict[Any, list[Any]] = {}
+        for p in live:
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+        for group in by_dtype.values():
+            flat = self.all_sum(torch.cat([p.grad.reshape(-1) for p in group]))
+            offset = 0
+            for p in group:
+                n = p.grad.numel()
+                p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+                offset += n
+
+    def _object_device(self) -> Any:
+        import torch
+
+        return torch.device(self.device)
+
+
+ONE = World()
+"""The one-process world."""
+
+
+def from_env(device: str = "auto") -> World:
+    """The world ``torchrun`` describes in the environment (joining its process group), else :data:`ONE`.
+
+    Args:
+        device: The run's ``device`` setting; CUDA (or ``auto`` with a GPU) uses ``nccl`` and
+            ``cuda:LOCAL_RANK``, anything else ``gloo`` on the CPU.
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` > 1 without ``RANK`` / ``MASTER_ADDR`` (not a torchrun launch).
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if size <= 1:
+        return ONE
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={size} but {', '.join(missing)} is not set: a data-parallel run is started by torchrun",
+                          ["torchrun --nproc_per_node 2 -m ragen_core.cli.main run ...  (or unset WORLD_SIZE for one process)"])
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if cuda:
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=local, device=f"cuda:{local}" if cuda else "cpu")
+
+
+def shutdown() -> None:
+    """Leave the process group, if this process joined one (the end of ``ragen run``)."""
+    import sys
+
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_supported(config: Any, world: World) -> None:
+    """Refuse settings that several ranks do not support (one line naming the setting)."""
+    if not world.parallel:
+        return
+    if config.grad_analysis.every > 0:
+        raise ConfigError(f"grad_analysis.every={config.grad_analysis.every} is not supported with {world.size} ranks",
+                          ["run the gradient analysis in one process (without torchrun)"])
+    if getattr(config.rollout, "async_rollout", False):
+        raise ConfigError(f"rollout.async_rollout is not supported with {world.size} ranks", ["set rollout.async_rollout=false"])
+
+
+def rollout_share(runner: Any, sampling: Any, world: World) -> list[Any]:
+    """A training rollout of ``runner.config.env_groups`` groups split over the ranks, gathered.
+
+    Each rank plays its share of the groups with the seeds one process gives them (group ``g``
+    is reset with ``base + g`` and numbered ``g``), and the seed schedule moves on by the whole
+    rollout, as in one process. Returns every rank's trajectories in group order, on every rank.
+    """
+    if not world.parallel:
+        return list(runner.run(mode="train", sampling=sampling))
+    n = runner.config.env_groups
+    base = runner.seeds.next_base("train", n)
+    mine = world.share(n)
+    trajs: list[Any] = []
+    if len(mine) > 0:
+        trajs = runner.run(mode="train", sampling=sampling, env_groups=len(mine), seed=base + mine.start)
+        offset = mine.start * runner.config.group_size
+        for t in trajs:
+            t.group_id += mine.start
+            t.env_id += offset
+    runner.seeds.counter = base - runner.seeds.train_base + n  # run(seed=...) set it from this rank's share
+    return world.gather(trajs)
+
+
+def rows_summed(world: World, batch: Any, rows: list[int], forward: Callable[[], tuple[Any, Any]], pair: bool = False) -> tuple[Any, Any]:
+    """``forward()`` (``[B, L-1]`` tensors filled on ``rows`` only; the second is None unless
+    ``pair``) summed over ranks: each rank fills its own rows and the others add exact zeros, so
+    the sum is every row computed once. A rank without rows (fewer rows than ranks) adds zeros."""
+    import torch
+
+    if not world.parallel:
+        return forward()
+    if rows:
+        first, second = forward()
+    else:
+        first = second = torch.zeros((len(batch), batch.input_ids.shape[1] - 1), dtype=torch.float32)
+    return world.all_sum(first), (world.all_sum(second) if pair else None)
