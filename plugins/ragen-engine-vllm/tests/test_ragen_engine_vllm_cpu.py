@@ -222,12 +222,28 @@ def test_empty_inputs(engine):
         engine.generate([[]], GREEDY)
 
 
-def test_attach_is_policy_version_zero_and_the_tied_head_is_left_to_vllm(engine, mt):
+def test_attach_is_policy_version_zero(engine, mt):
     assert engine.policy_version == 0
     assert {g.policy_version for g in engine.generate(_prompts(mt[1]), GREEDY)} == {0}
-    # the tiny model ties lm_head to the embedding: synced once, under the embedding's name (the
-    # sync test above moves both and matches the HF engine, so vLLM's head followed)
-    assert engine._skip_names == {"lm_head.weight"}
+
+
+def test_tied_embedding_sync_moves_vllms_head_too(engine, hf, mt):
+    """Only the embedding moves; the tiny model ties lm_head to it, so the head moves with it in
+    the HF reference and must in vLLM as well."""
+    model, tok = mt
+    prompts = _prompts(tok)
+    moved = copy.deepcopy(model)
+    assert moved.lm_head.weight is moved.model.embed_tokens.weight
+    with torch.no_grad():
+        moved.model.embed_tokens.weight.add_(0.5 * torch.randn(moved.model.embed_tokens.weight.shape, generator=torch.Generator().manual_seed(1)))
+    ref = HFEngine(HFEngineConfig(reuse_kv_cache=False), model=moved, tokenizer=tok).generate(prompts, GREEDY)
+    try:
+        engine.sync_weights(moved.state_dict(), version=3)
+        after = engine.generate(prompts, GREEDY)
+        assert [g.token_ids for g in after] == [r.token_ids for r in ref]
+        assert [g.token_ids for g in after] != [g.token_ids for g in hf.generate(prompts, GREEDY)]
+    finally:
+        engine.sync_weights(model.state_dict(), version=0)
 
 
 def test_next_turn_reuses_the_cached_prefix_until_a_weight_sync(engine, mt):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from ragen_engine_vllm.config import VLLMEngineConfig
-from ragen_engine_vllm.engine import VLLMEngine, tied_output_names, weights_to_send
+from ragen_engine_vllm.engine import VLLMEngine, weights_to_send
 from ragen_engine_vllm.plugin import SPEC
 
 import ragen_core
@@ -72,21 +72,21 @@ def _tiny_qwen(tied: bool):
     return Qwen2ForCausalLM(cfg)
 
 
-def test_tied_output_embedding_is_sent_once_under_the_input_name():
+def test_tied_embedding_is_copied_once_and_sent_under_both_names():
     tied = _tiny_qwen(tied=True)
-    assert tied_output_names(tied) == {"lm_head.weight"}
     state = tied.state_dict()
-    assert "lm_head.weight" in state  # the state dict holds the shared tensor twice
-    sent = dict(weights_to_send(state, tied_output_names(tied)))
-    assert set(sent) == set(state) - {"lm_head.weight"}
-    assert torch.equal(sent["model.embed_tokens.weight"], tied.get_output_embeddings().weight)
+    sent = weights_to_send(state)
+    assert [n for n, _ in sent] == list(state)  # every name: vLLM's reload needs the head's too
+    by_name = dict(sent)
+    assert by_name["lm_head.weight"] is by_name["model.embed_tokens.weight"]  # one host copy
+    assert torch.equal(by_name["lm_head.weight"], tied.get_output_embeddings().weight)
 
 
-def test_untied_model_sends_every_tensor():
+def test_untied_tensors_stay_separate_copies():
     untied = _tiny_qwen(tied=False)
-    assert tied_output_names(untied) == set()
-    assert [n for n, _ in weights_to_send(untied.state_dict(), tied_output_names(untied))] == list(untied.state_dict())
-    assert tied_output_names(object()) == set()
+    by_name = dict(weights_to_send(untied.state_dict()))
+    assert by_name["lm_head.weight"] is not by_name["model.embed_tokens.weight"]
+    assert all(not t.requires_grad and t.device.type == "cpu" for t in by_name.values())
 
 
 def test_lora_names_are_refused():

@@ -38,9 +38,11 @@ The prefix cache is reset after every sync (its blocks hold keys and values of t
 Weights must carry the plain Hugging Face names (merge LoRA adapters first).
 
 Tied embeddings. When the policy's output embedding is its input embedding's tensor (Qwen2 small
-models, the tiny test model), the state dict holds that tensor twice; the output name is left out
-of every sync, since vLLM ties the two itself and some of its model classes have no parameter of
-that name to load into. The tensor is sent once, under the input embedding's name.
+models, the tiny test model), the state dict holds that tensor under both names. It is copied to
+host memory once and sent under both: vLLM's model ties its head to the embedding itself, but
+its layer-wise reload (0.32) puts a module's previous weights back when it receives none for it,
+so leaving the head's name out would restore the old values into the shared tensor (caught by
+the CPU tests: outputs stopped following the sync).
 
 One GPU for training and generation: ``gpu_memory_utilization`` caps vLLM's share (weights + KV
 cache), or ``sleep_mode`` frees the KV cache and moves vLLM's weights to host memory after each
@@ -78,33 +80,25 @@ def _dtype_name(model: Any) -> str | None:
     return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
-def tied_output_names(model: Any) -> set[str]:
-    """State-dict names of ``model``'s output embedding when it is its input embedding's tensor.
-
-    Empty for untied models and for objects without the Hugging Face embedding accessors.
-    """
-    get_out, get_in = getattr(model, "get_output_embeddings", None), getattr(model, "get_input_embeddings", None)
-    if not callable(get_out) or not callable(get_in):
-        return set()
-    out, inp = get_out(), get_in()
-    if out is None or inp is None or getattr(out, "weight", None) is not getattr(inp, "weight", None):
-        return set()
-    return {f"{name}.weight" if name else "weight" for name, module in model.named_modules(remove_duplicate=False) if module is out}
-
-
-def weights_to_send(weights: Mapping[str, Any], skip: set[str] | frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
-    """``(name, CPU tensor)`` pairs of a sync: detached, the names in ``skip`` (a tied output
-    embedding, see :func:`tied_output_names`) left out.
+def weights_to_send(weights: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(name, host tensor)`` pairs of a sync, every name kept; a tensor that appears under several
+    names (a tied embedding and head) is copied to host memory once and sent under each.
 
     Raises:
         RagenError: ``weights`` carry PEFT/LoRA names (vLLM's model has no such parameters).
     """
-    named = [(name, tensor.detach().cpu()) for name, tensor in weights.items() if name not in skip]
-    if any("lora_" in name or name.startswith("base_model.") for name, _ in named):
+    if any("lora_" in name or name.startswith("base_model.") for name in weights):
         raise RagenError(
             "engine 'vllm' cannot sync a PEFT/LoRA-wrapped policy",
             hints=["merge the adapters (model.merge_and_unload()) before syncing, or use --engine hf"],
         )
+    copies: dict[tuple[Any, ...], Any] = {}
+    named = []
+    for name, tensor in weights.items():
+        view = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())  # same memory, same view
+        if view not in copies:
+            copies[view] = tensor.detach().cpu()
+        named.append((name, copies[view]))
     return named
 
 
@@ -151,7 +145,6 @@ class VLLMEngine(Engine):
         self.llm: Any = None
         self.tokenizer: Any = tokenizer
         self._model_dtype: str | None = None
-        self._skip_names: set[str] = set()
         self._asleep = False
         self.last_cached_tokens: list[int] = []
         """Per prompt of the last ``generate`` call: prompt tokens served from the prefix cache."""
@@ -164,7 +157,6 @@ class VLLMEngine(Engine):
         if tokenizer is not None:
             self.tokenizer = tokenizer
         self._model_dtype = _dtype_name(model)
-        self._skip_names = tied_output_names(model)
         self._start(getattr(getattr(model, "config", None), "_name_or_path", ""))
         self.sync_weights(model.state_dict(), version=0)
 
@@ -307,7 +299,7 @@ class VLLMEngine(Engine):
             RagenError: vLLM is not started and ``config.model`` names no model (attach a
                 policy first), or ``weights`` carry PEFT/LoRA names.
         """
-        named = weights_to_send(weights, self._skip_names)
+        named = weights_to_send(weights)
         self._start()  # a no-op once attached; without a model name it says to attach one
         self._wake()
         if self.config.multiprocessing:
