@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--multiprocessing", action="store_true", help="vLLM engine core in its own process")
+    ap.add_argument("--out", help="also write the report to this file (with a header: command, date, load, versions)")
     args = ap.parse_args()
 
     import torch
@@ -82,14 +83,32 @@ def main() -> None:
     synced = [g.token_ids for g in vllm_engine.generate(prompts, greedy)] == [g.token_ids for g in hf_moved.generate(prompts, greedy)]
     vllm_engine.close()
 
-    print(f"vllm engine core in {'its own process' if args.multiprocessing else 'this process'}")
-    print(f"batch {args.prompts} prompts x {args.new_tokens} new tokens (temperature 1), {args.repeats} timed calls each")
-    print(f"{'engine':<8}{'tokens':>10}{'seconds':>10}{'tokens/s':>12}")
-    print(f"{'vllm':<8}{v_tok:>10}{v_s:>10.2f}{v_tok / v_s:>12.0f}")
-    print(f"{'hf':<8}{h_tok:>10}{h_s:>10.2f}{h_tok / h_s:>12.0f}")
-    print(f"vllm/hf tokens/s ratio: {(v_tok / v_s) / (h_tok / h_s):.2f}")
-    print(f"greedy replies identical: {same}; after syncing perturbed weights: {synced}")
-    print(f"vllm start-up (LLM build + first weight sync): {startup:.1f} s; weight sync: {sync * 1000:.0f} ms")
+    report = [
+        f"vllm engine core in {'its own process' if args.multiprocessing else 'this process'}",
+        f"batch {args.prompts} prompts x {args.new_tokens} new tokens (temperature 1), {args.repeats} timed calls each",
+        f"{'engine':<8}{'tokens':>10}{'seconds':>10}{'tokens/s':>12}",
+        f"{'vllm':<8}{v_tok:>10}{v_s:>10.2f}{v_tok / v_s:>12.0f}",
+        f"{'hf':<8}{h_tok:>10}{h_s:>10.2f}{h_tok / h_s:>12.0f}",
+        f"vllm/hf tokens/s ratio: {(v_tok / v_s) / (h_tok / h_s):.2f}",
+        f"greedy replies identical: {same}; after syncing perturbed weights: {synced}",
+        f"vllm start-up (LLM build + first weight sync): {startup:.1f} s; weight sync: {sync * 1000:.0f} ms",
+    ]
+    print("\n".join(report))
+    if args.out:
+        import datetime
+        import os
+        import sys
+
+        import transformers
+        import vllm
+
+        header = [
+            f"$ python bench/vllm_cpu_check.py {' '.join(sys.argv[1:])}".rstrip(),
+            f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%MZ}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
+            f"vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}",
+        ]
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write("\n".join(header + report) + "\n")
 
 
 if __name__ == "__main__":

