@@ -104,7 +104,8 @@ def test_liveness_is_not_readiness():
 
     with TestClient(create_app(load)) as client:
         assert client.get("/health").json() == {"status": "loading", "index_loaded": False, "corpus_size": 0,
-                                                "index_type": "bm25", "error": None}
+                                                "index_type": "bm25", "error": None,
+                                                "batches": 0, "batched_queries": 0, "search_s": 0.0}
         assert client.get("/ready").status_code == 503
         assert client.post("/retrieve", json={"query": "x"}).status_code == 503
         gate.set()

@@ -63,10 +63,12 @@ class BadRequest(Exception):
 class Batcher:
     """Collects the queries of concurrent requests and searches them in one call (see module doc)."""
 
-    def __init__(self, search: Any, max_batch: int) -> None:
-        self.search, self.max_batch = search, max_batch
+    def __init__(self, search: Any, max_batch: int, wait_s: float = 0.0) -> None:
+        self.search, self.max_batch, self.wait_s = search, max_batch, wait_s
         self.queue: asyncio.Queue[tuple[list[str], int, asyncio.Future[Any]]] = asyncio.Queue()
         self.batches = 0
+        self.queries = 0
+        self.search_s = 0.0  # time spent inside the index's search (the rest is HTTP and queueing)
         self.task: asyncio.Task[None] | None = None
 
     async def submit(self, queries: list[str], k: int) -> Any:
@@ -80,12 +82,24 @@ class Batcher:
         while True:
             items = [await self.queue.get()]
             size = len(items[0][0])
-            while size < self.max_batch and not self.queue.empty():
-                items.append(self.queue.get_nowait())
+            deadline = time.monotonic() + self.wait_s
+            while size < self.max_batch:
+                if self.queue.empty():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:  # a short wait lets requests still being parsed join this batch
+                        items.append(await asyncio.wait_for(self.queue.get(), left))
+                    except asyncio.TimeoutError:
+                        break
+                else:
+                    items.append(self.queue.get_nowait())
                 size += len(items[-1][0])
             queries = [q for qs, _, _ in items for q in qs]
             k = max(k for _, k, _ in items)
             self.batches += 1
+            self.queries += len(queries)
+            started = time.perf_counter()
             try:
                 rows = await asyncio.to_thread(self.search, queries, k)
             except Exception as e:  # noqa: BLE001 - every waiting request gets the error
@@ -93,6 +107,7 @@ class Batcher:
                     if not future.done():
                         future.set_exception(e)
                 continue
+            self.search_s += time.perf_counter() - started
             start = 0
             for qs, k_i, future in items:
                 if not future.done():
@@ -139,7 +154,7 @@ def _parse(body: bytes, max_top_k: int, max_query_chars: int) -> tuple[list[str]
     return queries, k, batched, scores
 
 
-def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_batch: int = 256,
+def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_batch: int = 256, batch_wait_s: float = 0.0,
                max_top_k: int = MAX_TOP_K, max_query_chars: int = MAX_QUERY_CHARS) -> Any:
     """The ASGI app; ``load()`` returns the :class:`~ragen_env_searchqa.index.Index` (run in a thread at start-up)."""
     state: dict[str, Any] = {"index": None, "error": None, "batcher": None}
@@ -168,8 +183,10 @@ def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_b
     async def health() -> dict[str, Any]:
         index = state["index"]
         status = "healthy" if index is not None else "error" if state["error"] else "loading"
+        batcher = state["batcher"]
         return {"status": status, "index_loaded": index is not None, "corpus_size": len(index) if index else 0,
-                "index_type": backend, "error": state["error"]}
+                "index_type": backend, "error": state["error"], "batches": batcher.batches if batcher else 0,
+                "batched_queries": batcher.queries if batcher else 0, "search_s": round(batcher.search_s, 3) if batcher else 0.0}
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
@@ -190,7 +207,7 @@ def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_b
         try:
             if batching:
                 if state["batcher"] is None:
-                    state["batcher"] = Batcher(search, max_batch)
+                    state["batcher"] = Batcher(search, max_batch, batch_wait_s)
                 rows = await state["batcher"].submit(queries, k)
             else:
                 rows = await asyncio.to_thread(search, queries, k)
@@ -258,7 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         return index
 
-    app = create_app(load, backend=args.backend, batching=not args.no_batching, max_batch=args.max_batch,
+    app = create_app(load, backend=args.backend, batching=not args.no_batching, max_batch=args.max_batch, batch_wait_s=args.batch_wait_ms / 1000,
                      max_top_k=args.max_top_k, max_query_chars=args.max_query_chars)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False, backlog=4096)
     return 0
@@ -307,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--no-batching", action="store_true", help="search each request on its own (the reference's behaviour)")
     serve.add_argument("--max-batch", type=int, default=256, help="queries searched together at most")
+    serve.add_argument("--batch-wait-ms", type=float, default=0.0,
+                       help="after the first waiting query, wait this long for more before searching (0: take what is queued)")
     serve.add_argument("--max-top-k", type=int, default=MAX_TOP_K)
     serve.add_argument("--max-query-chars", type=int, default=MAX_QUERY_CHARS)
     serve.add_argument("--log-level", default="warning")
