@@ -138,3 +138,21 @@ def test_pickled_env_continues_the_episode(env):
     assert clone.render() == env.render()
     action = env.available_actions()[-1]
     assert clone.step(action) == env.step(action)
+
+
+def test_a_person_can_shop_in_the_terminal():
+    """``ragen env play webshop``: typed replies (bare or in <answer> tags) reach the shop."""
+    import io
+
+    from ragen_core.cli.env import play
+    from ragen_core.seeding import make_rng
+
+    env = WebShopEnv()
+    env.reset(21)
+    typed = [f"<answer>{a}</answer>" if i % 2 else a for i, a in enumerate(env.oracle_actions())]
+    out = io.StringIO()
+    result = play(env, seed=21, agent="human", out=out, inp=io.StringIO("\n".join(typed) + "\n"), rng=make_rng(0))
+    assert result == {"reward": 1.0, "success": True, "actions": len(typed)}
+    assert "Thank you for shopping with us!" in out.getvalue()
+    random_run = play(env, seed=21, agent="random", out=io.StringIO(), inp=io.StringIO(), rng=make_rng(1))
+    assert 1 <= random_run["actions"] <= env.config.max_actions_per_episode

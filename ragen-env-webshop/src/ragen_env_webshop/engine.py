@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragen_env_webshop.catalog import Product, catalog_fingerprint, generate_catalog, load_products
@@ -51,7 +51,8 @@ class Location:
     """Options picked on the item page, ``(name, value)`` sorted by name."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"kind": self.kind, "query": self.query, "page": self.page, "asin": self.asin, "sub": self.sub,
+                "options": [list(pair) for pair in self.options]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Location:

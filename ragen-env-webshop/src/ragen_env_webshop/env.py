@@ -107,6 +107,7 @@ class WebShopEnv(Env):
     def __init__(self, config: WebShopConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         self._http: _HttpShop | None = None
+        self._engine: Any = None
         self._goal: int | None = None
         self._loc = Location()
         self._view: dict[str, Any] = {}
@@ -117,8 +118,12 @@ class WebShopEnv(Env):
     # ------------------------------------------------------------------ backends
     @property
     def engine(self) -> Any:
-        cfg = self.config
-        return engine_for(cfg.catalog, limit_goals=cfg.limit_goals, top_k=cfg.results_top_k, per_page=cfg.results_per_page)
+        """The process-wide in-process shop of this config (looked up once per env)."""
+        if self._engine is None:
+            cfg = self.config
+            self._engine = engine_for(cfg.catalog, limit_goals=cfg.limit_goals, top_k=cfg.results_top_k,
+                                      per_page=cfg.results_per_page)
+        return self._engine
 
     def _shop(self) -> _HttpShop:
         if self._http is None:
@@ -226,6 +231,7 @@ class WebShopEnv(Env):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_http"] = None  # a pickled env acquires its own share of the server when it needs one
+        state["_engine"] = None  # and finds (or builds) the shop of its config in its own process
         return state
 
     def _require_reset(self) -> int:

@@ -146,54 +146,54 @@ def create_app(engine: ShopEngine) -> FastAPI:
         return tuple(sorted(pairs.items()))
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {"ok": True, **engine.info()}
 
     @app.get("/api/info")
-    def info() -> dict[str, Any]:
+    async def info() -> dict[str, Any]:
         return engine.info()
 
     @app.post("/api/reset")
-    def api_reset(req: ResetRequest) -> dict[str, Any]:
+    async def api_reset(req: ResetRequest) -> dict[str, Any]:
         goal = engine.goal_index(req.seed, req.mode)
         return {"goal": goal, "view": _view(engine.start(goal))}
 
     @app.post("/api/step")
-    def api_step(req: StepRequest) -> dict[str, Any]:
+    async def api_step(req: StepRequest) -> dict[str, Any]:
         check_goal(req.goal)
         return _view(engine.step(req.goal, location(req.location), req.action, req.max_query_chars))
 
     @app.post("/api/oracle")
-    def api_oracle(req: OracleRequest) -> dict[str, Any]:
+    async def api_oracle(req: OracleRequest) -> dict[str, Any]:
         check_goal(req.goal)
         return {"actions": engine.oracle_actions(req.goal, location(req.location))}
 
     @app.get("/")
-    def root(seed: int = Query(0, ge=0, le=2**63 - 1)) -> RedirectResponse:
+    async def root(seed: int = Query(0, ge=0, le=2**63 - 1)) -> RedirectResponse:
         return RedirectResponse(f"/g/{engine.goal_index(seed, 'test')}")
 
     @app.get("/g/{goal}")
-    def search_page(goal: int, format: str | None = None) -> Response:
+    async def search_page(goal: int, format: str | None = None) -> Response:
         return show(goal, Location(), format)
 
     @app.get("/g/{goal}/search")
-    def results(goal: int, q: str = Query("", max_length=10_000), page: int = Query(1, ge=1, le=1000),
+    async def results(goal: int, q: str = Query("", max_length=10_000), page: int = Query(1, ge=1, le=1000),
                 format: str | None = None) -> Response:
         q = q.strip().lower()
         return show(goal, Location("results", query=q, page=page) if q else Location(), format)
 
     @app.get("/g/{goal}/item/{asin}")
-    def item(goal: int, asin: str, q: str = "", page: int = Query(1, ge=1, le=1000), opt: list[str] = Query([]),  # noqa: B008
+    async def item(goal: int, asin: str, q: str = "", page: int = Query(1, ge=1, le=1000), opt: list[str] = Query([]),  # noqa: B008
              format: str | None = None) -> Response:
         return show(goal, Location("item", query=q, page=page, asin=asin.upper(), options=opts(opt)), format)
 
     @app.get("/g/{goal}/item/{asin}/{sub}")
-    def sub_page(goal: int, asin: str, sub: str, q: str = "", page: int = Query(1, ge=1, le=1000),
+    async def sub_page(goal: int, asin: str, sub: str, q: str = "", page: int = Query(1, ge=1, le=1000),
                  opt: list[str] = Query([]), format: str | None = None) -> Response:  # noqa: B008
         return show(goal, Location("sub", query=q, page=page, asin=asin.upper(), sub=sub, options=opts(opt)), format)
 
     @app.get("/g/{goal}/buy/{asin}")
-    def buy(goal: int, asin: str, q: str = "", page: int = Query(1, ge=1, le=1000), opt: list[str] = Query([]),  # noqa: B008
+    async def buy(goal: int, asin: str, q: str = "", page: int = Query(1, ge=1, le=1000), opt: list[str] = Query([]),  # noqa: B008
             format: str | None = None) -> Response:
         return show(goal, Location("done", query=q, page=page, asin=asin.upper(), options=opts(opt)), format)
 
