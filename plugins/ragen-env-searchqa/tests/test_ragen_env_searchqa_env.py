@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+import uvicorn
+from fastapi import FastAPI, Request  # module level: FastAPI resolves the handler's annotations here
+from fastapi.responses import JSONResponse
 from ragen_env_searchqa import client as client_mod
 from ragen_env_searchqa.client import Document, format_results
 from ragen_env_searchqa.config import SearchQAConfig
@@ -12,7 +16,7 @@ from ragen_env_searchqa.data import load_splits, question_key
 from ragen_env_searchqa.env import AVAILABLE, SearchQAEnv
 
 from ragen_core.errors import ConfigError, EnvError
-from ragen_core.services import ServiceConfig, ServiceError
+from ragen_core.services import ServiceConfig, ServiceError, free_port
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +157,39 @@ def test_bad_use_is_a_clear_error(tmp_path):
         SearchQAEnv(mock_mode=True).step("search[x]")
     with pytest.raises(ConfigError, match="does not exist"):
         SearchQAEnv(mock_mode=True, dataset=str(tmp_path / "missing.jsonl")).reset(0)
+
+
+@pytest.fixture
+def reference_like_server():
+    """A server that knows only the reference's single-query shape (400 on Search-R1's batched one)."""
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request):
+        data = await request.json()
+        if "query" not in data:
+            return JSONResponse({"error": "query is required"}, status_code=400)
+        results = [{"id": f"doc_{i}", "content": f"passage {i} about {data['query']}", "score": 1.0 / (i + 1)}
+                   for i in range(data.get("top_k", 10))]
+        return {"query": data["query"], "method": "dense", "results": results, "num_results": len(results)}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_a_server_with_only_the_single_query_shape(cfg, reference_like_server):
+    with SearchQAEnv(cfg, server=ServiceConfig(url=reference_like_server)) as e:
+        e.reset(0)
+        obs = e.step("search[tall oaks]").observation
+        assert "[Document 1] (ID: doc_0, Score: 1.000)\npassage 0 about tall oaks" in obs
+        assert obs.count("[Document ") == 5
+        client = client_mod.client_for(reference_like_server, cfg.retrieval_timeout)
+        assert client.single is True and client.batched_ok is False
+        assert "passage 0 about again" in e.step("search[again]").observation

@@ -8,6 +8,9 @@ milliseconds) for the others, then sends *one* request in Search-R1's batched sh
 row. So a turn of 32 episodes costs a handful of HTTP requests, and the server can encode them
 in one forward pass.
 
+Servers that only know the reference's single-query shape (``{"query", "top_k"}``) are detected
+from the 4xx answer to the first batched request; the client then sends one request per search.
+
 Errors are not raised to the env as exceptions of unknown type: :class:`RetrievalError` says
 what kind (``timeout``, ``connection``, ``http``) and why, and the env turns it into text (or,
 when its server child died, into a failed episode).
@@ -56,9 +59,13 @@ class BatchingClient:
         self._pending: list[_Pending] = []
         self._leader = False
         self.requests = 0  # HTTP requests sent (tests read it)
+        self.batched_ok = False  # the server answered the batched shape at least once
+        self.single = False  # the server only knows the single-query shape: no batching
 
     def search(self, query: str, k: int) -> list[Document]:
         """The ``k`` best documents for ``query``; raises RetrievalError."""
+        if self.single:
+            return self._single(query, k)
         item = _Pending(query, k)
         with self._lock:
             self._pending.append(item)
@@ -102,13 +109,13 @@ class BatchingClient:
             except httpx.TransportError:  # a pooled connection to a server that has since restarted:
                 response = self._http.post(f"{self.url}/retrieve", json=body)  # a search is safe to repeat once
             if response.status_code >= 400:
-                try:
-                    detail = response.json().get("detail", response.text)
-                except ValueError:
-                    detail = response.text
-                error = RetrievalError("http", f"HTTP {response.status_code}: {str(detail)[:300]}")
+                error = _http_error(response)
+                if not self.batched_ok and response.status_code in (400, 404, 405, 422):
+                    self._fall_back(batch)  # a server that only knows the single-query shape
+                    return
             else:
                 rows = response.json()["result"]
+                self.batched_ok = True
         except httpx.TimeoutException:
             error = RetrievalError("timeout", f"no answer within {self.timeout_s:g} s")
         except (httpx.TransportError, OSError) as e:
@@ -121,8 +128,43 @@ class BatchingClient:
             p.error = error
             p.done.set()
 
+    def _fall_back(self, batch: list[_Pending]) -> None:
+        """Answer ``batch`` with single-query requests; if that works, stop batching for good."""
+        for p in batch:
+            try:
+                p.result = self._single(p.query, p.k)
+                self.single = True
+            except RetrievalError as e:
+                p.error = e
+            p.done.set()
+
+    def _single(self, query: str, k: int) -> list[Document]:
+        """The reference's shape: ``{"query", "top_k"}`` -> ``{"results": [{"id", "content", "score"}]}``."""
+        import httpx
+
+        try:
+            self.requests += 1
+            response = self._http.post(f"{self.url}/retrieve", json={"query": query, "top_k": k})
+            if response.status_code >= 400:
+                raise _http_error(response)
+            return [Document(str(r["id"]), str(r["content"]), float(r["score"])) for r in response.json()["results"][:k]]
+        except httpx.TimeoutException:
+            raise RetrievalError("timeout", f"no answer within {self.timeout_s:g} s") from None
+        except (httpx.TransportError, OSError) as e:
+            raise RetrievalError("connection", f"cannot reach {self.url} ({type(e).__name__}: {e})") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})") from None
+
     def close(self) -> None:
         self._http.close()
+
+
+def _http_error(response: Any) -> RetrievalError:
+    try:
+        detail = response.json().get("detail", response.text)
+    except (ValueError, AttributeError):
+        detail = response.text
+    return RetrievalError("http", f"HTTP {response.status_code}: {str(detail)[:300]}")
 
 
 _clients: dict[tuple[str, float], BatchingClient] = {}

@@ -144,7 +144,10 @@ class SearchQAEnv(Env):
     # ------------------------------------------------------------------ server
     def _server(self) -> ServiceHandle:
         if self._service is None:
-            self._service = acquire(server_spec(self.config), self.config.server)
+            spec = server_spec(self.config)
+            if self.config.server.url is not None:  # any server with this API: ready when it accepts connections
+                spec = spec.model_copy(update={"health_path": None})
+            self._service = acquire(spec, self.config.server)
         return self._service
 
     def _search(self, query: str) -> tuple[list[Document] | str | None, str | None]:
