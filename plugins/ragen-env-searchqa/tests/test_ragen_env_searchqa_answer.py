@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from ragen_env_searchqa.answer import exact_match, extract_answer, f1, normalize, parse_action, score_answer
+from ragen_env_searchqa.env import SearchQAEnv
 
 
 @pytest.mark.parametrize(("action", "kind", "text"), [
@@ -83,3 +84,17 @@ def test_parse_action_never_raises_and_classifies_consistently(text):
 def test_search_roundtrip(query):
     kind, inner = parse_action(f"search[{query}]")
     assert (kind, inner) == ("search", query.strip())
+
+
+@given(st.lists(st.text(max_size=120), min_size=1, max_size=6))
+@settings(max_examples=60, deadline=None)
+def test_env_takes_any_action_string(actions):
+    """Through the env (mock retrieval): any string steps without raising, with a finite reward in [0, 1]."""
+    with SearchQAEnv(mock_mode=True) as env:
+        env.reset(4)
+        for action in actions:
+            obs, reward, done, info = env.step(action)
+            assert isinstance(obs, str) and 0.0 <= reward <= 1.0
+            assert isinstance(info["success"], bool)
+            if done:
+                break

@@ -138,3 +138,18 @@ def test_concurrent_requests_share_batches():
     assert sum(index.calls) == 20 and len(index.calls) == batcher.batches
     assert batcher.batches <= 3  # the first request runs alone; the other 19 queue behind it, at most 2 batches
     assert [len(r[0]) for r in rows] == [1 + i % 3 for i in range(20)]  # each request gets its own top_k
+
+
+def test_one_bad_query_fails_only_its_own_request():
+    def search(queries, k):
+        if "boom" in queries:
+            raise RuntimeError("cannot search boom")
+        return [[Hit(0, 1.0)] * k for _ in queries]
+
+    async def main():
+        batcher = Batcher(search, max_batch=256)
+        return await asyncio.gather(*(batcher.submit([q], 1) for q in ["a", "boom", "b"]), return_exceptions=True)
+
+    a, boom, b = asyncio.run(main())
+    assert a == [[Hit(0, 1.0)]] and b == [[Hit(0, 1.0)]]
+    assert isinstance(boom, RuntimeError) and str(boom) == "cannot search boom"

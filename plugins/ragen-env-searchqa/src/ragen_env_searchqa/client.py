@@ -122,9 +122,15 @@ class BatchingClient:
             error = RetrievalError("connection", f"cannot reach {self.url} ({type(e).__name__}: {e})")
         except (ValueError, KeyError, TypeError) as e:
             error = RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})")
-        for i, p in enumerate(batch):
-            if error is None:
-                p.result = [Document(str(r["document"]["id"]), str(r["document"]["contents"]), float(r["score"])) for r in rows[i][: p.k]]
+        results: list[list[Document]] = []
+        if error is None:
+            try:
+                results = [[Document(str(r["document"]["id"]), str(r["document"]["contents"]), float(r["score"])) for r in row[: p.k]]
+                           for p, row in zip(batch, rows, strict=True)]
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                error = RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})")
+        for i, p in enumerate(batch):  # every waiting thread is woken, whatever happened
+            p.result = results[i] if error is None else None
             p.error = error
             p.done.set()
 

@@ -136,7 +136,7 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
     Raises:
         ConfigError: a local file that is missing or holds no usable question.
     """
-    if (path.endswith((".json", ".jsonl", ".parquet")) or os.sep in path) and not os.path.exists(path):
+    if path.endswith((".json", ".jsonl", ".parquet")) and not os.path.exists(path):
         raise ConfigError(f"question file {path!r} does not exist", ["set dataset to a .json, .jsonl or .parquet file"])
     source = os.path.splitext(os.path.basename(path))[0]
     out: list[Question] = []

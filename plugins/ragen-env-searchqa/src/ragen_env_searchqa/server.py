@@ -26,8 +26,9 @@ Micro-batching: requests do not call the index themselves. They queue their quer
 worker takes *everything queued at that moment* (up to ``max_batch`` queries), runs a single
 ``Index.search`` on it (one encoder forward pass for the dense backends) in a thread, and hands
 each request its rows. While one batch is being encoded the next one fills up, so under load
-batches grow by themselves and an idle server adds no waiting. ``--no-batching`` searches each
-request on its own behind the encoder's lock, as the reference did (the bench compares both).
+batches grow by themselves and an idle server adds no waiting. If a batch's search raises, its
+requests are searched one by one, so one bad query fails only its own request. ``--no-batching``
+searches each request on its own behind the encoder's lock, as the reference did (the bench compares both).
 """
 
 from __future__ import annotations
@@ -102,16 +103,19 @@ class Batcher:
             started = time.perf_counter()
             try:
                 rows = await asyncio.to_thread(self.search, queries, k)
-            except Exception as e:  # noqa: BLE001 - every waiting request gets the error
-                for _, _, future in items:
-                    if not future.done():
-                        future.set_exception(e)
-                continue
+            except Exception:  # noqa: BLE001 - search the requests one by one: only the bad one fails
+                rows = None
             self.search_s += time.perf_counter() - started
             start = 0
             for qs, k_i, future in items:
-                if not future.done():
-                    future.set_result([row[:k_i] for row in rows[start : start + len(qs)]])
+                try:
+                    mine = rows[start : start + len(qs)] if rows is not None else await asyncio.to_thread(self.search, qs, k_i)
+                except Exception as e:  # noqa: BLE001 - this request's 500, not the server's end
+                    if not future.done():
+                        future.set_exception(e)
+                else:
+                    if not future.done():
+                        future.set_result([row[:k_i] for row in mine])
                 start += len(qs)
 
 
