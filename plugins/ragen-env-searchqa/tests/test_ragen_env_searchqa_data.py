@@ -120,3 +120,28 @@ def test_dense_and_hybrid_with_the_bundled_encoder(tmp_path):
     (fused,) = hybrid.search(["lobbyist Genentech"], 3)
     assert hybrid.docs.get(fused[0].doc).title == "Evan Morris"
     assert fused[0].score == pytest.approx(2 / 61, rel=1e-12)  # first in both rankings: 1/61 + 1/61
+
+
+@needs_samples
+def test_serving_a_corpus_builds_its_index_once(tmp_path):
+    import argparse
+
+    from ragen_env_searchqa.server import _index_folder
+
+    args = argparse.Namespace(index=None, corpus=str(SAMPLES / "wiki18-sample" / "wiki18_corpus_10.jsonl"), backend="bm25",
+                              model="builtin:all-MiniLM-L6-v2", device=None, cache_dir=str(tmp_path), world_seed=0, world_size=400)
+    folder = _index_folder(args)
+    stamp = (Path(folder) / "manifest.json").stat().st_mtime_ns
+    assert _index_folder(args) == folder and (Path(folder) / "manifest.json").stat().st_mtime_ns == stamp
+    assert len(Index(folder)) == 10
+
+
+def test_server_command_follows_the_config():
+    from ragen_env_searchqa.config import SearchQAConfig
+    from ragen_env_searchqa.env import server_spec
+
+    default = server_spec(SearchQAConfig()).command
+    assert default[-4:] == ("--world-seed", "0", "--world-size", "400") and "--no-batching" not in default
+    custom = server_spec(SearchQAConfig(retriever={"index": "/data/idx", "backend": "dense", "device": "cuda:1", "batching": False})).command
+    assert custom[custom.index("--index") + 1] == "/data/idx" and custom[custom.index("--backend") + 1] == "dense"
+    assert custom[custom.index("--device") + 1] == "cuda:1" and custom[-1] == "--no-batching" and "--world-seed" not in custom

@@ -129,7 +129,7 @@ class SearchQAEnv(Env):
             return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
                                                                  "action_is_effective": False, "action_type": "invalid"})
         docs, failure = self._search(parsed.text)
-        info: dict[str, Any] = {"success": False, "action_is_valid": True, "action_is_effective": docs is not None,
+        info: dict[str, Any] = {"success": False, "action_is_valid": True, "action_is_effective": isinstance(docs, list),
                                 "action_type": "search"}
         if failure is not None:  # the server died under this search: the episode fails, the run goes on
             self._done = True
