@@ -1,24 +1,61 @@
 """The HTTP shop: same episodes as in process, HTML showing the text pages' strings, no 5xx on junk.
 
-The child-process and URL modes start one real server (uvicorn, loopback) through
-``ragen_core.services``; HTML and fuzz tests use FastAPI's in-memory test client.
+One real server (uvicorn on loopback, started as a child through ``ragen_core.services``)
+serves every test here; requests go through ``urllib`` (no HTTP library beyond the package's).
 """
 
 from __future__ import annotations
 
 import html.parser
+import json
 import string
+import urllib.error
+import urllib.request
+from urllib.parse import urlencode
 
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ragen_env_webshop.config import CatalogConfig
+from ragen_env_webshop.config import CatalogConfig, WebShopConfig
 from ragen_env_webshop.engine import SEP, Location, engine_for, parse_action
-from ragen_env_webshop.env import WebShopEnv
-from ragen_env_webshop.server import create_app
+from ragen_env_webshop.env import WebShopEnv, shop_service
 
 from ragen_core.seeding import make_rng
+from ragen_core.services import acquire
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Answer:
+    def __init__(self, status: int, content_type: str, text: str) -> None:
+        self.status_code, self.text = status, text
+        self.headers = {"content-type": content_type}
+
+    def json(self):
+        return json.loads(self.text)
+
+
+class Client:
+    """GET / POST against the running shop; HTTP errors come back as answers, not exceptions."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _send(self, req: urllib.request.Request) -> Answer:
+        try:
+            with _OPENER.open(req, timeout=30) as resp:
+                return Answer(resp.status, resp.headers.get("content-type", ""), resp.read().decode())
+        except urllib.error.HTTPError as e:
+            return Answer(e.code, e.headers.get("content-type", ""), e.read().decode())
+
+    def get(self, path: str, params=None) -> Answer:
+        if params:
+            path += ("&" if "?" in path else "?") + urlencode(params if isinstance(params, list) else list(params.items()))
+        return self._send(urllib.request.Request(self.url + path))
+
+    def post(self, path: str, body: object) -> Answer:
+        data = json.dumps(body).encode()
+        return self._send(urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"}))
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +65,8 @@ def engine():
 
 @pytest.fixture(scope="module")
 def client(engine):
-    return TestClient(create_app(engine))
+    with acquire(shop_service(WebShopConfig())) as shop:
+        yield Client(shop.ensure_ready())
 
 
 def play(env: WebShopEnv, seed: int, steps: int = 9) -> list:
@@ -91,8 +129,8 @@ def visible(text: str) -> list[str]:
 def test_html_pages_show_exactly_the_strings_of_the_text_pages(client, engine):
     goal = engine.goal_index(0, "test")
     target = engine.goals[goal]
-    q = "blackout curtains"
-    asin = engine.products[engine.hits(q)[0]].asin
+    q = "blackout+curtains"
+    asin = engine.products[engine.hits("blackout curtains")[0]].asin
     opts = [("opt", f"{k}:{v}") for k, v in target.options.items()]
     urls = [f"/g/{goal}", f"/g/{goal}/search?q={q}", f"/g/{goal}/search?q={q}&page=2", f"/g/{goal}/search?q={q}&page=9",
             f"/g/{goal}/item/{asin}?q={q}", f"/g/{goal}/item/{asin}/description?q={q}",
@@ -123,14 +161,14 @@ def test_errors_are_4xx(client, engine):
     assert client.get("/g/0/item/NOPE").status_code == 404
     assert client.get(f"/g/0/item/{engine.products[0].asin}/nonsense").status_code == 404
     assert client.get("/g/0/search", params={"page": "-3", "q": "x"}).status_code == 422
-    assert client.post("/api/step", json={"goal": 0, "location": {"options": [1]}}).status_code == 422
-    assert client.post("/api/step", json={"goal": -1}).status_code == 404
-    assert client.post("/api/reset", json={"seed": -1}).status_code == 422
+    assert client.post("/api/step", body={"goal": 0, "location": {"options": [1]}}).status_code == 422
+    assert client.post("/api/step", body={"goal": -1}).status_code == 404
+    assert client.post("/api/reset", body={"seed": -1}).status_code == 422
     assert client.get("/health").json()["ok"] is True
 
 
 def test_a_megabyte_search_is_an_invalid_action_over_http(client, engine):
-    answer = client.post("/api/step", json={"goal": 0, "location": {}, "action": "search[" + "ab " * 350_000 + "]"})
+    answer = client.post("/api/step", body={"goal": 0, "location": {}, "action": "search[" + "ab " * 350_000 + "]"})
     assert answer.status_code == 200 and answer.json()["valid"] is False
     big = client.get("/g/0/search", params={"q": "x" * 9000})
     assert big.status_code == 200
@@ -173,7 +211,7 @@ def test_fuzzed_actions_never_raise_and_junk_is_invalid(engine, actions, seed):
                                           st.none())),
        action=ACTIONS, goal=st.integers(-3, 10**7))
 def test_fuzzed_api_requests_never_get_a_5xx(client, location, action, goal):
-    answer = client.post("/api/step", json={"goal": goal, "location": location, "action": action})
+    answer = client.post("/api/step", body={"goal": goal, "location": location, "action": action})
     assert answer.status_code < 500, answer.text
     if answer.status_code == 200:
         assert set(answer.json()) >= {"valid", "text", "clicks", "location"}
@@ -194,3 +232,54 @@ def test_fuzzed_page_urls_never_get_a_5xx(client, engine, asin, sub, q, opts, pa
 def test_location_round_trips_through_json():
     loc = Location("item", query="q", page=2, asin="B0X", options=(("color", "red"), ("size", "m")))
     assert Location.from_json(loc.to_json()) == loc
+
+
+def _catalog_words():
+    """Real names from elsewhere in the shop: every product code, option value and title."""
+    engine = engine_for(CatalogConfig())
+    codes = [p.asin.lower() for p in engine.products[:300]]
+    values = sorted({v for p in engine.products for vs in p.options.values() for v in vs})
+    titles = [p.title for p in engine.products[:100]]
+    return codes, values, titles
+
+
+CODES, VALUES, TITLES = _catalog_words()
+NOT_HERE = st.one_of(st.sampled_from(CODES), st.sampled_from(VALUES), st.sampled_from(TITLES),
+                     st.sampled_from(["price", "rating: 4.5", "instruction:", "webshop", "page 1", "selected", "search"]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), depth=st.integers(0, 3), word=NOT_HERE)
+def test_real_items_and_options_not_on_the_page_are_invalid(seed, depth, word):
+    """Product codes not listed here, option values of other products, page text that is not a
+    button: clicking any of them is invalid, at any depth of the oracle's path."""
+    env = WebShopEnv()
+    env.reset(seed)
+    for action in (env.oracle_actions() or [])[:depth]:
+        env.step(action)
+    before = env.render()
+    offered = f"click[{word.lower()}]" in env.available_actions()
+    obs, reward, done, info = env.step(f"click[{word}]")
+    assert info["action_is_valid"] == offered
+    if not offered:
+        assert (obs, reward, done) == (before, 0.0, False)
+
+
+def test_a_dead_url_is_a_one_line_error_naming_the_server():
+    from ragen_core.errors import RagenError
+    from ragen_core.services import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RagenError, match=f"{url}.*was not ready"):
+        WebShopEnv(shop="server", server={"url": url, "ready_timeout_s": 0.3}).reset(0)
+
+
+def test_a_server_of_another_shop_is_reported(client):
+    from ragen_core.errors import EnvError
+
+    env = WebShopEnv(shop="server", server={"url": client.url})
+    env.reset(0)
+    env._goal = 10**9  # a goal this server does not have
+    with pytest.raises(EnvError, match="answered HTTP 404"):
+        env.step("search[x]")
+    env.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -72,9 +73,17 @@ class _HttpShop:
         url = self.handle.ensure_ready() + path
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-        with _OPENER.open(req, timeout=self.timeout) as resp:
-            result: dict[str, Any] = json.loads(resp.read())
-            return result
+        try:
+            with _OPENER.open(req, timeout=self.timeout) as resp:
+                result: dict[str, Any] = json.loads(resp.read())
+                return result
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:200]
+            raise EnvError(f"the WebShop server at {url} answered HTTP {e.code}: {detail}",
+                           ["is server.url a WebShop server of the same catalog? (GET /api/info)"]) from None
+        except (OSError, ValueError) as e:
+            raise EnvError(f"no answer from the WebShop server at {url} ({e})",
+                           ["see the server's log; raise request_timeout_s if it is only slow"]) from None
 
     def reset(self, seed: int, mode: str) -> dict[str, Any]:
         return self._call("/api/reset", {"seed": seed, "mode": mode})
