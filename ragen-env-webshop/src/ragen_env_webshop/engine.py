@@ -94,7 +94,7 @@ class Page:
         if self.kind == "item":
             assert self.product is not None
             values = [v for vs in self.product.options.values() for v in vs]
-            return [BACK, PREV, *values, *SUBPAGES, BUY]
+            return list(dict.fromkeys([BACK, PREV, *values, *SUBPAGES, BUY]))  # a value two options share: once
         if self.kind == "sub":
             return [BACK, PREV]
         return []
@@ -157,6 +157,13 @@ class Outcome:
     @property
     def reward(self) -> float:
         return binary_reward(self.raw_reward) if self.done else 0.0
+
+    def view(self) -> dict[str, Any]:
+        """What an env needs of the outcome, JSON-able (the server's ``/api/step`` answer)."""
+        page = self.page
+        return {"location": self.location.to_json(), "text": page.text(), "search_bar": page.has_search_bar,
+                "clicks": page.available_clicks(), "end_of_page": page.end_of_page, "valid": self.valid,
+                "done": self.done, "raw_reward": self.raw_reward, "reward": self.reward}
 
 
 def parse_action(action: Any) -> tuple[str, str] | None:

@@ -25,7 +25,7 @@ from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_webshop.config import WebShopConfig
-from ragen_env_webshop.engine import Location, Outcome, engine_for
+from ragen_env_webshop.engine import Location, engine_for
 
 GUIDANCE = (
     "Buy a product within 10 actions.",
@@ -99,14 +99,6 @@ class _HttpShop:
         self.handle.release()
 
 
-def _view(out: Outcome) -> dict[str, Any]:
-    """The fields of an outcome the env needs (the server's JSON answer has the same)."""
-    page = out.page
-    return {"location": out.location.to_json(), "text": page.text(), "search_bar": page.has_search_bar,
-            "clicks": page.available_clicks(), "end_of_page": page.end_of_page, "valid": out.valid, "done": out.done,
-            "raw_reward": out.raw_reward, "reward": out.reward}
-
-
 class WebShopEnv(Env):
     """The WebShop env (see module docstring)."""
 
@@ -147,7 +139,7 @@ class WebShopEnv(Env):
             self._goal, view = int(answer["goal"]), answer["view"]
         else:
             self._goal = self.engine.goal_index(seed, mode)
-            view = _view(self.engine.start(self._goal))
+            view = self.engine.start(self._goal).view()
         self.seed = seed
         self._loc = Location.from_json(view["location"])
         self._view = view
@@ -169,7 +161,7 @@ class WebShopEnv(Env):
         if self.config.shop == "server":
             view = self._shop().step(goal, self._loc, action if isinstance(action, str) else "", self.config.max_query_chars)
         else:
-            view = _view(self.engine.step(goal, self._loc, action, self.config.max_query_chars))
+            view = self.engine.step(goal, self._loc, action, self.config.max_query_chars).view()
         effective = view["text"] != self._view["text"] if view["valid"] else False
         self._loc = Location.from_json(view["location"])
         self._view = view

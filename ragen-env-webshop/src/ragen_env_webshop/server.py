@@ -109,12 +109,6 @@ def render_html(page: Page, goal: int, loc: Location) -> str:
     return TEMPLATES.get_template(f"{page.kind}.html").render(**ctx)
 
 
-def _view(out: Any) -> dict[str, Any]:
-    from ragen_env_webshop.env import _view as view  # one definition of the env's fields
-
-    return view(out)
-
-
 def create_app(engine: ShopEngine) -> FastAPI:
     """The FastAPI app serving ``engine``'s shop."""
     app = FastAPI(title="WebShop", docs_url=None, redoc_url=None, openapi_url=None)
@@ -156,12 +150,12 @@ def create_app(engine: ShopEngine) -> FastAPI:
     @app.post("/api/reset")
     async def api_reset(req: ResetRequest) -> dict[str, Any]:
         goal = engine.goal_index(req.seed, req.mode)
-        return {"goal": goal, "view": _view(engine.start(goal))}
+        return {"goal": goal, "view": engine.start(goal).view()}
 
     @app.post("/api/step")
     async def api_step(req: StepRequest) -> dict[str, Any]:
         check_goal(req.goal)
-        return _view(engine.step(req.goal, location(req.location), req.action, req.max_query_chars))
+        return engine.step(req.goal, location(req.location), req.action, req.max_query_chars).view()
 
     @app.post("/api/oracle")
     async def api_oracle(req: OracleRequest) -> dict[str, Any]:
