@@ -29,16 +29,15 @@ from ragen_env_webshop.engine import Location, engine_for
 
 GUIDANCE = (
     "Buy a product within 10 actions.",
-    "The product does not have to match the description perfectly; close is good enough.",
+    "The product need not match the description perfectly, so do not be too strict when choosing.",
     "Do not put size or colour in your search words; pick them on the product page.",
     "Search at most 2 times.",
-    "Do not be too strict when choosing among the results.",
     "Prefer clicking a product on the current page over going to the next page.",
-    "Go to the next page of results at most twice; go back a page only rarely.",
+    "Go to the next page of results at most twice, and go back a page only rarely.",
     "With fewer than 3 actions left, buy the first product you have seen.",
     "On a product page click the size, then the colour, one at a time, then buy now; with 1 action left just buy now.",
     "Never click description.",
-)[:9]
+)
 INSTRUCTION = (
     "You are browsing an online shop. Follow the instruction and buy a product that is close to the "
     "description. You search, read the results, open a product, choose its options such as size and "
