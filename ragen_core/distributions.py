@@ -30,6 +30,7 @@ PLUGINS: dict[str, dict[str, str]] = {
         "metamathqa": "ragen-env-metamathqa",
         "sokoban": "ragen-env-sokoban",
         "sudoku": "ragen-env-sudoku",
+        "webshop": "ragen-env-webshop",
     },
     "algorithm": {
         "grpo": "ragen-algo-grpo",
