@@ -88,6 +88,11 @@ class RolloutSection(_Section):
     hang)."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further ``RolloutConfig`` fields passed through verbatim to the rollout runner."""
+    async_rollout: bool = False
+    """Overlap the rollout of step t+1 with the update of step t (:mod:`ragen_core.trainer.async_rollout`):
+    one step off-policy, the PPO ratio taken against the log-probs of the weights that sampled each
+    episode (a frozen copy of the policy: twice the weight memory). ``rollout/policy_lag`` logs the
+    gap (1 from step 2 on). Not with several ranks or ``grad_analysis``."""
 
     @field_validator("pool_config")
     @classmethod
@@ -327,6 +332,8 @@ class RunConfig(_Section):
         ga = self.grad_analysis
         if (ga.only or ga.exit_after) and ga.every == 0:
             raise ValueError("grad_analysis.only / exit_after need grad_analysis.every > 0")
+        if self.rollout.async_rollout and ga.every > 0:
+            raise ValueError("rollout.async_rollout cannot be combined with grad_analysis.every > 0 (analyse without async rollout)")
         return self
 
     @property

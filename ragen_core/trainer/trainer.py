@@ -35,6 +35,11 @@ Launched by ``torchrun`` the same loop is data-parallel (:mod:`ragen_core.traine
 each rank rolls out its share of the groups, every rank holds the gathered global batch, rank 0's
 selection is every rank's, the update's gradients are summed over ranks, and only rank 0 writes
 the run folder, logs and checkpoints and runs validation.
+
+With ``rollout.async_rollout`` the rollout of step t+1 runs in a background thread on a behaviour
+copy of the policy while step t updates (:mod:`ragen_core.trainer.async_rollout`): each step
+*takes* the rollout the previous one started, starts the next, then trains one version
+off-policy against the behaviour log-probs that came with the episodes.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.trainer.batch import build_batch, per_turn_rows
+from ragen_core.trainer.async_rollout import AsyncRollout, policy_lag
+from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
 from ragen_core.trainer.context import TrainContext
@@ -169,7 +175,11 @@ class Trainer(CheckpointMixin):
             import copy
 
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.engine = su.make_engine(cfg, self.model, self.tokenizer)
+        self.overlap: AsyncRollout | None = None
+        """The behaviour copy and the rollout in flight (``rollout.async_rollout``), else None."""
+        if cfg.rollout.async_rollout:
+            self.overlap = AsyncRollout(self.model, self._collect)
+        self.engine = su.make_engine(cfg, self.overlap.behaviour if self.overlap is not None else self.model, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
         validates = cfg.test_freq > 0 or cfg.val_before_train
         self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val", pool=self.runner.pool) if validates else None
@@ -195,7 +205,10 @@ class Trainer(CheckpointMixin):
             self._restore(state)
             if world.main:
                 truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
-            self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+            if self.overlap is not None:
+                self.overlap.sync(self.model, self.policy_version, self.engine)
+            else:
+                self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         if world.main:
             write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
             self._write_plugins_json()
@@ -261,8 +274,7 @@ class Trainer(CheckpointMixin):
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
                 metrics = self.train_step(step)
-                if self.world.any(self._interrupts > 0):  # a Ctrl-C seen by any rank stops every rank after this step
-                    self._interrupts = max(self._interrupts, 1)
+                self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
                 metrics["timing_s/total"] = self.timing_totals["total"]
                 self.history.append(metrics)
@@ -289,12 +301,19 @@ class Trainer(CheckpointMixin):
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
             self.pm.hook.ragen_on_train_end(run_dir=self.run_dir, context=self.context)
-            self.runner.close()  # the env pool the runners share: envs, worker processes, services (rebuilt on a later rollout)
+            self.close()
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
         if self.stop_reason and self.world.main:
             print(f"training stopped early at step {step}: {self.stop_reason}")
         return self.history
+
+    def close(self) -> None:
+        """Wait for a rollout in flight and close the env pool the runners share (envs, worker
+        processes, services; rebuilt on a later rollout). :meth:`train` calls it when it ends."""
+        if self.overlap is not None:
+            self.overlap.close()
+        self.runner.close()
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
@@ -350,8 +369,8 @@ class Trainer(CheckpointMixin):
         self._set_lr(step, metrics)
 
         # rollout
-        with timer("gen"):
-            trajs = rollout_share(self.runner, self.train_sampling, self.world)  # the global rollout, on every rank
+        with timer("gen"):  # async: waiting for the rollout the last step started (made now on the first step)
+            trajs, built = self.overlap.take() if self.overlap is not None else (rollout_share(self.runner, self.train_sampling, self.world), None)
         if self.world.main:
             report_pool_failures(step, trajs)
             self._save_rollouts(trajs, step)
@@ -360,13 +379,13 @@ class Trainer(CheckpointMixin):
                 if result:
                     metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
+        metrics["rollout/policy_lag"] = policy_lag(trajs, self.policy_version)
+        if self.overlap is not None and step < cfg.steps:  # step t+1's rollout runs from here on, on the current weights
+            self.overlap.start(self.model, self.policy_version, self.engine)
         if step == 1 and "valid_rate" in self.warm_start_meta:  # the format-valid rate the warm start reached
             metrics["warm_start/valid_rate"] = float(self.warm_start_meta["valid_rate"])
             metrics["warm_start/reached_target"] = float(self.warm_start_meta.get("reached_target") is True)
-        # episodes whose first prompt did not fit the context have no tokens to train on
-        batch = build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
-                            normalization=cfg.reward.normalization, grouping=cfg.reward.grouping,
-                            per_turn=per_turn_rows(self.runner.config))
+        batch = built if built is not None else self._build_batch(trajs)
 
         # selection: which groups and rows train, with which weights
         with timer("filter"):
@@ -408,7 +427,8 @@ class Trainer(CheckpointMixin):
                 metrics.update(update_actor(prepared, model=self.model, optimizer=self.optimizer, algorithm=self.algorithm,
                                             optim=cfg.optim, temperature=self.train_sampling.temperature, world=self.world))
                 self.policy_version += 1
-        self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+        if self.overlap is None:  # async: the behaviour copy is synced when the next rollout starts
+            self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         self.pm.hook.ragen_on_update_end(stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
@@ -423,6 +443,24 @@ class Trainer(CheckpointMixin):
         for key in ("gen", "update_actor", "update_critic", "testing"):
             self.timing_totals[key] = self.timing_totals.get(key, 0.0) + metrics.get(f"timing_s/{key}", 0.0)
         return metrics
+
+    def _build_batch(self, trajs: list[Any]) -> TrainBatch:
+        """The training tensors of a rollout (episodes whose first prompt did not fit the context have no tokens to train on)."""
+        cfg = self.config
+        return build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
+                           normalization=cfg.reward.normalization, grouping=cfg.reward.grouping, per_turn=per_turn_rows(self.runner.config))
+
+    def _collect(self, behaviour: Any) -> tuple[list[Any], TrainBatch]:
+        """Async rollout's job (a background thread): a training rollout, its batch, and the old
+        log-probs of every row under ``behaviour``, the weights that sampled it."""
+        from ragen_core.trainer.modeling import batched_logprobs
+
+        trajs = self.runner.run(mode="train", sampling=self.train_sampling)
+        batch = self._build_batch(trajs)
+        if len(batch):
+            batch.old_log_probs = batched_logprobs(behaviour, batch, list(range(len(batch))), self.config.optim.micro_batch_size,
+                                                   self.train_sampling.temperature)[0]
+        return trajs, batch
 
     def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float) -> dict[str, float]:
         """Nothing survived the filter: no update; count the streak (spec 12 rule 1) and validate."""
@@ -464,12 +502,20 @@ class Trainer(CheckpointMixin):
             return True
         return False
 
+    def _agree_on_interrupts(self) -> None:
+        """With several ranks: a Ctrl-C seen by any rank counts on every rank (same validation, same last step)."""
+        if self.world.parallel and self.world.any(self._interrupts > 0):
+            self._interrupts = max(self._interrupts, 1)
+
     def _maybe_validate(self, step: int, metrics: dict[str, float]) -> None:
         cfg = self.config
+        self._agree_on_interrupts()  # every rank must take the same branch below (rank 0 sends validation metrics)
         if self.val_runner is None or cfg.test_freq <= 0:
             return
         if step % cfg.test_freq == 0 or step == cfg.steps or self.stop_reason is not None or self._interrupts > 0:
             t0 = time.perf_counter()
+            if self.overlap is not None:  # the engine and pool are free again, and sample the newest weights
+                self.overlap.sync(self.model, self.policy_version, self.engine)
             val = self.validate(step)
             metrics.update(val)
             metrics["timing_s/testing"] = time.perf_counter() - t0

@@ -11,7 +11,9 @@ advantages from the algorithm's estimator on the algorithm's shaped rewards, mul
 filter's group weights and ``optim.filter_loss_scaling``. With one optimiser step per rollout
 (one epoch, one mini-batch, no KL in the reward) the old policy *is* the current one: the old
 log-probs are then taken from the actor update's own forward (``old_from_update``), saving a
-whole forward pass without changing loss or gradient.
+whole forward pass without changing loss or gradient. A batch that already carries
+``old_log_probs`` keeps them: with async rollout they are the behaviour policy's, computed on the
+weights that sampled the episodes (:mod:`ragen_core.trainer.async_rollout`).
 
 :func:`update_actor` and :func:`update_critic` are the PPO loops: for each epoch, for each
 mini-batch (contiguous slices of ``optim.mini_batch_size`` rows; the last may be smaller and
@@ -114,9 +116,14 @@ def prepare(
     rows = list(world.share(len(batch)))  # every row in one process
     m = batch.response_mask
     metrics: dict[str, float] = {}
-    old_from_update = optim.ppo_epochs == 1 and len(batch) <= optim.mini_batch_size and not acfg.use_kl_in_reward
-    old = ref = values = None
-    if not old_from_update:
+    supplied = batch.old_log_probs is not None  # the behaviour policy's (async rollout)
+    old_from_update = not supplied and optim.ppo_epochs == 1 and len(batch) <= optim.mini_batch_size and not acfg.use_kl_in_reward
+    old, ref, values = batch.old_log_probs, None, None
+    if supplied:
+        assert old is not None
+        if batch.engine_logprobs is not None:
+            metrics["rollout/engine_logprob_abs_diff"] = _masked_mean((old - batch.engine_logprobs).abs(), m)
+    elif not old_from_update:
         with timer("old_log_prob"):
             old, entropy = rows_summed(world, batch, rows, lambda: batched_logprobs(model, batch, rows, micro, temp, with_entropy=True), pair=True)
         metrics["actor/entropy"] = float(agg_loss(entropy, m, acfg.loss_agg_mode))

@@ -1,0 +1,98 @@
+"""Async rollout (``rollout.async_rollout: true``): step t+1's rollout runs while step t updates.
+
+One step off-policy, corrected by the PPO importance ratio against the *behaviour* policy::
+
+    step t:  take()  -> episodes of step t + their behaviour log-probs   (made during step t-1)
+             start() -> behaviour copy <- current weights (version v); step t+1's rollout
+                        starts in a background thread on that copy
+             select, prepare, update  -> the trainer's weights become version v+1
+    step t+1: take() -> episodes sampled by version v, trained by version v+1
+
+The engine samples from a **behaviour copy** of the policy (a frozen deep copy; twice the weight
+memory), so the update can change the trainer's weights while the rollout runs. The background
+job does the rollout, builds the batch and computes the old log-probs on that same copy before
+anything syncs it again: the old log-probs are exactly those of the weights that sampled the
+episode, and the PPO ratio ``pi_theta / pi_old`` corrects for the one-version lag (it is 1 up to
+float rounding when the versions agree, on the first step). Every reply records the version that
+sampled it (``Turn.policy_version``); the step logs ``rollout/policy_lag`` (trainer version minus
+the episodes' version: 0 on the first step, then 1).
+
+The first step has nothing in flight and rolls out in the foreground. Before validation (same env
+pool, same engine) the job is joined and the copy synced to the newest weights, so validation
+measures the current policy; the joined episodes and their log-probs stay valid, being computed
+before that sync. A checkpoint written while a rollout is in flight does not contain it: a
+resumed run rolls out again from the seeds after the lost rollout's.
+
+Hooks other than ``ragen_on_rollout_end`` run while the next rollout is in flight: an observer
+that generates with ``context.engine`` would share the engine with it (none of ours does).
+Not combined with several ranks or the gradient analysis (refused when the run starts).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ragen_core.trainer.batch import TrainBatch
+
+
+class AsyncRollout:
+    """The behaviour copy, and the rollout in flight (at most one).
+
+    Args:
+        model: The trainer's policy; copied once as the behaviour policy the engine samples.
+        collect: ``collect(behaviour_model) -> (trajectories, batch)``: one training rollout and
+            its batch with ``old_log_probs`` set from ``behaviour_model`` (runs in the background).
+    """
+
+    def __init__(self, model: Any, collect: Callable[[Any], tuple[list[Any], TrainBatch]]) -> None:
+        self.behaviour = copy.deepcopy(model).requires_grad_(False).eval()
+        """The weights the engine samples from: the trainer's weights as of the last :meth:`start`."""
+        self.collect = collect
+        self.version = 0
+        """Policy version of :attr:`behaviour`."""
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: Future[tuple[list[Any], TrainBatch]] | None = None
+
+    def take(self) -> tuple[list[Any], TrainBatch]:
+        """This step's episodes and batch: the rollout in flight, or one made now (nothing in flight)."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else self.collect(self.behaviour)
+
+    def start(self, model: Any, version: int, engine: Any) -> None:
+        """Copy ``model``'s weights (policy ``version``) into the behaviour copy and start the next rollout."""
+        self.sync(model, version, engine)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragen-rollout")
+        self._pending = self._pool.submit(self.collect, self.behaviour)
+
+    def sync(self, model: Any, version: int, engine: Any) -> None:
+        """Behaviour copy <- ``model``'s weights as policy ``version`` (waits for a rollout in flight first)."""
+        import torch
+
+        self.wait()
+        with torch.no_grad():
+            self.behaviour.load_state_dict(model.state_dict())
+        self.version = int(version)
+        engine.sync_weights(self.behaviour.state_dict(), version=self.version)  # an in-process engine shares the copy: no copy
+
+    def wait(self) -> None:
+        """Let a rollout in flight finish (its result is kept for the next :meth:`take`)."""
+        if self._pending is not None:
+            self._pending.exception()  # waits; an error is raised by take()
+
+    def close(self) -> None:
+        """Drop a rollout in flight (after waiting for it) and stop the thread. Idempotent."""
+        self.wait()
+        self._pending = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def policy_lag(trajectories: list[Any], version: int) -> float:
+    """Mean over replies of ``version`` minus the policy version that sampled the reply (0 without replies)."""
+    lags = [version - turn.policy_version for t in trajectories for turn in t.turns]
+    return sum(lags) / len(lags) if lags else 0.0

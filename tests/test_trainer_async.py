@@ -1,0 +1,75 @@
+"""Async rollout (``rollout.async_rollout``): one step off-policy, corrected against the behaviour policy.
+
+Two PPO steps on the tiny model and the Bandit env, async and sync, one optimiser step per
+rollout. In sync mode the old log-probs are the update's own (ratio exactly 1, ``ppo_kl`` exactly
+0). In async mode step 2's episodes were sampled by policy version 0 while the trainer holds
+version 1: the old log-probs must be version 0's (they match what the engine reported while
+sampling) and the ratio against the trainer's policy is not 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragen_core.config import load_config
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# The old log-probs are recomputed by a training forward of the behaviour weights; the engine
+# reported the sampled tokens' log-probs from its own (cached, batched) forward of the same
+# weights: the same float32 maths in another order, <= 1.4 eps * (1 + |logp|) apart per token
+# (test_trainer_shared_prefix.py). Byte-token log-probs of the tiny model are >= -8, so a mean
+# abs difference within 64 eps * 9 ~ 7e-5 is rounding (measured 1.8e-7 to 2.4e-7); old log-probs of
+# the *trainer's* policy (one Adam step of lr 1e-3 later) differ from the behaviour's by >= 0.07
+# per token on average (measured ppo_kl of step 2), 1000x more.
+EPS32 = 2.0**-23
+LOGP_ROUNDING = 64 * EPS32 * 9
+# ppo_kl is the token mean of (old - new) log-prob; on the first async step (versions equal) it
+# is rounding of that same size (measured exactly 0); one version later it is a real policy change
+# (measured 0.069), far above 1e-4.
+REAL_CHANGE = 1e-4
+
+
+def make_config(tmp_path: Path, name: str, *overrides: str) -> RunConfig:
+    return load_config(RunConfig, [], [
+        "env=bandit", "algo=ppo", "steps=2", "rollout.env_groups=2", "rollout.group_size=4",
+        "sampling.train.max_new_tokens=10", "optim.mini_batch_size=8", "optim.micro_batch_size=4",
+        "optim.lr=1e-3", "optim.critic_lr=1e-3", "warm_start.enabled=false", "test_freq=0", "save_freq=0",
+        "save_rollouts=true", "progress=false", f"run_dir={tmp_path / name}", *overrides,
+    ])
+
+
+def _versions(run_dir: Path, step: int) -> set[int]:
+    rows = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+    return {turn["policy_version"] for row in rows for turn in row["turns"]}
+
+
+def test_async_rollout_is_one_version_behind_and_corrected_against_the_behaviour_policy(tmp_path):
+    run = Trainer(make_config(tmp_path, "async", "rollout.async_rollout=true"))
+    m1, m2 = run.train()
+    assert _versions(run.run_dir, 1) == {0} and _versions(run.run_dir, 2) == {0}  # step 2 was sampled during step 1's update
+    assert run.policy_version == 2
+    assert (m1["rollout/policy_lag"], m2["rollout/policy_lag"]) == (0.0, 1.0)
+    for m in (m1, m2):  # old log-probs are the sampling weights' own (version 0 both times)
+        assert m["rollout/engine_logprob_abs_diff"] <= LOGP_ROUNDING
+    assert abs(m1["actor/ppo_kl"]) <= LOGP_ROUNDING  # in step: ratio 1 up to rounding
+    assert abs(m2["actor/ppo_kl"]) > REAL_CHANGE  # one version behind: the ratio corrects a real gap
+    assert m2["actor/grad_norm"] > 0
+
+
+def test_sync_rollout_samples_the_current_policy_with_ratio_one(tmp_path):
+    run = Trainer(make_config(tmp_path, "sync"))
+    m1, m2 = run.train()
+    assert _versions(run.run_dir, 1) == {0} and _versions(run.run_dir, 2) == {1}
+    assert m1["rollout/policy_lag"] == m2["rollout/policy_lag"] == 0.0
+    assert m1["actor/ppo_kl"] == m2["actor/ppo_kl"] == 0.0  # old log-probs from the update's own forward: exactly 1
+
+
+def test_async_rollout_refuses_the_gradient_analysis(tmp_path):
+    with pytest.raises(ValueError, match="rollout.async_rollout"):
+        make_config(tmp_path, "bad", "rollout.async_rollout=true", "grad_analysis.every=1")
