@@ -52,26 +52,25 @@ def test_ray_pool_conformance(check):
     POOL_CHECKS[check](ray_pool)
 
 
-@pytest.fixture(scope="module")
-def ray_and_local():
-    with RayEnvPool(TOY, num_workers=2) as remote, LocalEnvPool(TOY) as here:
-        yield remote, here
-
-
 # Any action text (the runner sends what it mapped; unknown words are no-ops), never the blocking "Wait".
 ACTIONS = st.sampled_from(["Left", "Right", "left", " RIGHT ", "Jump", ""])
 PLANS = st.lists(st.dictionaries(st.integers(0, 5), st.lists(ACTIONS, max_size=3), min_size=1), min_size=1, max_size=4)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31), members=st.integers(1, 3), plan=PLANS)
-def test_random_rollouts_match_the_local_pool(ray_and_local, seed, members, plan):
-    remote, here = ray_and_local
-    requests = [ResetRequest(i, seed + i // members, i % members) for i in range(6)]
-    assert remote.reset(requests) == here.reset(requests)
-    for turn in plan:  # each turn steps a random subset of the episodes, in a random order
-        steps = [StepRequest(eid, tuple(actions)) for eid, actions in turn.items()]
-        assert remote.step(steps) == here.step(steps)
+def test_random_rollouts_match_the_local_pool():
+    # One pair of pools for every example; closed before the next test (the module's Ray has 2 CPUs, one per actor).
+    with RayEnvPool(TOY, num_workers=2) as remote, LocalEnvPool(TOY) as here:
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(seed=st.integers(0, 2**31), members=st.integers(1, 3), plan=PLANS)
+        def check(seed, members, plan):
+            requests = [ResetRequest(i, seed + i // members, i % members) for i in range(6)]
+            assert remote.reset(requests) == here.reset(requests)
+            for turn in plan:  # each turn steps a random subset of the episodes, in a random order
+                steps = [StepRequest(eid, tuple(actions)) for eid, actions in turn.items()]
+                assert remote.step(steps) == here.step(steps)
+
+        check()
 
 
 def test_pool_by_name_joins_the_running_ray_and_sizes_from_its_cpus():
