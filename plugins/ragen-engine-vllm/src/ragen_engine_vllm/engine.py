@@ -44,6 +44,15 @@ its layer-wise reload (0.32) puts a module's previous weights back when it recei
 so leaving the head's name out would restore the old values into the shared tensor (caught by
 the CPU tests: outputs stopped following the sync).
 
+One vLLM per process. Engines of one process built with the same settings for the same model
+share one running ``vllm.LLM`` (the warm start's format check builds an engine of its own
+before the trainer builds its engine: two vLLM instances would claim the GPU's memory twice
+and pay the start-up twice). Each engine syncs its policy's weights on attach; an engine whose
+weights another engine has since replaced refuses to generate until it syncs again, so no reply
+is ever labelled with a policy version that did not sample it. The last ``close`` shuts vLLM down,
+and with the engine core in this process (the default) that takes vLLM's process-wide state (its
+parallel groups) along: a second LLM, built with other settings, stops working then too.
+
 One GPU for training and generation: ``gpu_memory_utilization`` caps vLLM's share (weights + KV
 cache), or ``sleep_mode`` frees the KV cache and moves vLLM's weights to host memory after each
 ``generate`` call and brings them back before the next call or sync (CUDA only).
@@ -54,6 +63,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ragen_core.errors import ConfigError, RagenError
@@ -116,6 +126,21 @@ def check_model_name(name: str) -> None:
         raise RagenError(f"engine 'vllm': {exc.message}", hints=exc.hints) from exc
 
 
+@dataclass
+class _SharedLLM:
+    """One running ``vllm.LLM`` and the engines of this process that use it."""
+
+    llm: Any
+    users: int = 0
+    owner: object | None = None
+    """Token of the engine whose weights the LLM holds (the last to sync)."""
+    asleep: bool = False
+
+
+_SHARED: dict[tuple[Any, ...], _SharedLLM] = {}
+"""Running LLMs by their construction arguments (see the module docstring, "One vLLM per process")."""
+
+
 def _reload_on_worker(weights: list[tuple[str, Any]], worker: Any) -> None:
     """Run inside a vLLM worker: reload ``weights`` (checkpoint names) into its model."""
     worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
@@ -143,9 +168,11 @@ class VLLMEngine(Engine):
             check_model_name(self.config.model)  # before importing vllm: a typo costs no start-up
         self._vllm = _import_vllm()
         self.llm: Any = None
+        self._shared: _SharedLLM | None = None
+        self._key: tuple[Any, ...] = ()
+        self._token = object()
         self.tokenizer: Any = tokenizer
         self._model_dtype: str | None = None
-        self._asleep = False
         self.last_cached_tokens: list[int] = []
         """Per prompt of the last ``generate`` call: prompt tokens served from the prefix cache."""
         if model is not None:
@@ -200,8 +227,18 @@ class VLLMEngine(Engine):
             chunked = False
         if chunked is not None:
             kwargs["enable_chunked_prefill"] = chunked
+        self._key = (cfg.multiprocessing, *sorted(kwargs.items()))
+        shared = _SHARED.get(self._key)
+        if shared is None:  # a new LLM holds the checkpoint's weights from disk: this engine's version 0
+            shared = _SHARED[self._key] = _SharedLLM(self._build_llm(name, kwargs), owner=self._token)
+        shared.users += 1
+        self._shared, self.llm = shared, shared.llm
+        if self.tokenizer is None:
+            self.tokenizer = self.llm.get_tokenizer()
+
+    def _build_llm(self, name: str, kwargs: dict[str, Any]) -> Any:
         try:
-            self.llm = self._vllm.LLM(**kwargs)
+            return self._vllm.LLM(**kwargs)
         except Exception as exc:  # vLLM raises many types for one cause (no such model, bad config, no memory): one line for all
             first = (str(exc).strip().splitlines() or [""])[0]
             raise RagenError(
@@ -209,13 +246,12 @@ class VLLMEngine(Engine):
                 hints=["set engine_config.model (or the run's model) to a model folder with config.json or a Hub id vLLM supports",
                        "run with RAGEN_DEBUG=1 for vLLM's traceback"],
             ) from exc
-        if self.tokenizer is None:
-            self.tokenizer = self.llm.get_tokenizer()
 
     def _wake(self) -> None:
-        if self._asleep:
+        assert self._shared is not None
+        if self._shared.asleep:
             self.llm.wake_up()
-            self._asleep = False
+            self._shared.asleep = False
 
     # ------------------------------------------------------------- generation
     @property
@@ -261,6 +297,13 @@ class VLLMEngine(Engine):
         if any(len(p) == 0 for p in prompts):
             raise RagenError("VLLMEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
         self._start()
+        assert self._shared is not None
+        if self._shared.owner is not self._token:
+            raise RagenError(
+                "engine 'vllm': another engine of this process loaded its weights into the vLLM instance they share "
+                "since this engine last synced",
+                hints=["call sync_weights on this engine before generating, or give the engines different settings"],
+            )
         self._wake()
         from vllm.inputs import TokensPrompt
 
@@ -278,7 +321,7 @@ class VLLMEngine(Engine):
             outputs = self.llm.generate(inputs, requests, use_tqdm=False)
         if self.config.sleep_mode:
             self.llm.sleep(level=1)  # KV cache freed, weights to host memory until the next call
-            self._asleep = True
+            self._shared.asleep = True
         self.last_cached_tokens = [int(getattr(out, "num_cached_tokens", 0) or 0) for out in outputs]
         return [self._to_generation(out.outputs[0], self.policy_version) for out in outputs]
 
@@ -310,11 +353,19 @@ class VLLMEngine(Engine):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
         if self.config.enable_prefix_caching:
             self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        assert self._shared is not None
+        self._shared.owner = self._token
         self.policy_version = int(version)
 
     def close(self) -> None:
-        """Shut vLLM's engine core down and drop the ``vllm.LLM``. Idempotent."""
-        llm, self.llm = self.llm, None
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        """Let go of the shared ``vllm.LLM``; the last engine using it shuts its engine core down. Idempotent."""
+        shared, self._shared, self.llm = self._shared, None, None
+        if shared is None:
+            return
+        shared.users -= 1
+        if shared.users > 0:
+            return
+        _SHARED.pop(self._key, None)
+        core = getattr(getattr(shared.llm, "llm_engine", None), "engine_core", None)
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
