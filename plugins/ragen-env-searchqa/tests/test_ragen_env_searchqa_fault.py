@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+
+from ragen_env_searchqa import client as client_mod
 
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
 from ragen_core.rollout.env_pool import LocalEnvPool
@@ -12,7 +15,22 @@ from ragen_core.rollout.env_pool import LocalEnvPool
 N = 6
 
 
-def test_server_killed_mid_rollout(tmp_path):
+def _kill_and_wait(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is dead (a zombie its parent has not reaped yet, or gone)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not die")
+
+
+def test_server_killed_mid_rollout(tmp_path, monkeypatch):
     env = EnvRef(name="searchqa", config={"retriever": {"cache_dir": str(tmp_path)}, "server": {"backoff_s": 0.05}})
     pool = LocalEnvPool(env)
     assert pool.threads > 1  # async_step: a turn's episodes step together
@@ -23,17 +41,25 @@ def test_server_killed_mid_rollout(tmp_path):
         outcomes = pool.step([StepRequest(i, ("search[city river founded]",)) for i in range(N)])
         assert all(o.observation.startswith("Search results for") and not o.done for o in outcomes)
 
-        os.kill(first_pid, signal.SIGKILL)
+        # the server dies while the turn's searches are in flight: after the env checked it, before the request
+        real_send = client_mod.BatchingClient._send
+        armed = [True]
+
+        def dying_send(self, batch):
+            if armed[0]:
+                armed[0] = False
+                _kill_and_wait(first_pid)
+            real_send(self, batch)
+
+        monkeypatch.setattr(client_mod.BatchingClient, "_send", dying_send)
         outcomes = pool.step([StepRequest(i, ("search[company founder]",)) for i in range(N)])
         failed = [o for o in outcomes if o.done]
-        # the searches that hit the dead server fail with the reason; a thread that reached the
-        # service only after the restart searches the new server normally
-        assert failed
+        assert failed  # at least the batch that met the dead server
         for o in failed:
             assert o.reward == 0.0 and o.info["success"] is False
             assert "retrieval server died during the search and was restarted" in o.info["error"]
             assert o.observation.startswith("Search failed:")
-        for o in outcomes:
+        for o in outcomes:  # a search sent after the restart reaches the new server normally
             assert o in failed or "[Document 1]" in o.observation
         assert service.alive and service.pid != first_pid
 
