@@ -37,6 +37,8 @@ import socket
 import time
 from typing import Any
 
+import ray
+
 from ragen_core.errors import ConfigError, EnvError
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
@@ -160,8 +162,6 @@ def connect(config: RayPoolConfig) -> bool:
     Raises:
         ConfigError: the address does not answer, or Ray refused to connect to it.
     """
-    import ray
-
     address = resolve_address(config.address)
     if address is not None:
         check_reachable(address, config.connect_timeout_s)
@@ -212,8 +212,6 @@ class RayEnvPool(EnvPool):
         self._shares_owned = False
         """This pool counts as a user of a Ray this module started."""
         self._connect()
-        import ray
-
         cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
         self.size = self.config.num_workers or max(1, int(cluster_cpus // self.resources.cpus))
         self._actors: dict[int, _Actor] = {}
@@ -259,40 +257,36 @@ class RayEnvPool(EnvPool):
 
     def _start(self, indices: list[int]) -> None:
         """Start the actors ``indices`` (at once) and wait until each answers."""
-        import ray
-
         remote = ray.remote(EnvActor).options(**self._actor_options())
         env_json = self.env.model_dump_json()
         new = {k: _Actor(k, remote.remote(env_json)) for k in indices}
         pids = {k: a.handle.pid.remote() for k, a in new.items()}
         ready, _ = ray.wait(list(pids.values()), num_returns=len(pids), timeout=self.config.start_timeout_s)
-        errors = []
+        errors: list[tuple[str, str]] = []
+        """(message, hint) per actor that did not come up."""
         for k, a in new.items():
             if pids[k] not in ready:
-                errors.append(f"ray pool actor {k} did not start within start_timeout_s={self.config.start_timeout_s:g} "
-                              f"(it asks for {self._actor_options()}; does the cluster have that free?)")
+                errors.append((f"ray pool actor {k} did not start within start_timeout_s={self.config.start_timeout_s:g} "
+                               f"(it asks for {self._actor_options()})",
+                               "see 'ray status': the cluster needs that much free per actor (set by the env's resources; lower num_workers)"))
                 continue
             try:
                 a.pid = int(ray.get(pids[k]))
             except ray.exceptions.RayError as exc:
-                errors.append(f"ray pool actor {k} could not start: {_first_line(exc)}")
+                errors.append((f"ray pool actor {k} could not start: {_first_line(exc)}",
+                               "is ragen-workers-ray (with ragen-core and the env's distribution) installed where the actors run?"))
                 continue
             self._actors[k] = a
         if errors:
-            for a in new.values():
-                ray.kill(a.handle, no_restart=True)
-            self._actors = {k: a for k, a in self._actors.items() if k not in new}
-            raise EnvError(errors[0], ["is ragen-workers-ray (and the env's distribution) installed where the actors run?"])
+            for k, a in new.items():
+                self._actors.pop(k, None)
+                _kill(a.handle)
+            raise EnvError(errors[0][0], [errors[0][1]])
 
     def _replace(self, index: int, why: str) -> None:
         """Kill actor ``index`` and mark every episode it held as lost (a fresh one starts at the next reset)."""
-        import ray
-
         actor = self._actors.pop(index)
-        try:
-            ray.kill(actor.handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone: nothing left to kill
-            pass
+        _kill(actor.handle)
         lost = sorted(eid for eid, k in self._live.items() if k == index)
         for eid in lost:
             del self._live[eid]
@@ -322,8 +316,6 @@ class RayEnvPool(EnvPool):
         self, groups: dict[int, list[ResetRequest]], starts: dict[int, EpisodeStart], errors: list[str], *, retry_dead: bool
     ) -> list[int]:
         """Reset each actor's group of episodes (starting missing actors); the actors found dead when ``retry_dead``."""
-        import ray
-
         missing = [k for k in groups if k not in self._actors]
         if missing:
             self._start(missing)
@@ -355,8 +347,6 @@ class RayEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        import ray
-
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[tuple[int, Any]]] = {}
         """Actor index -> (episode id, result ref) still to answer, in the order the actor runs them."""
@@ -415,24 +405,27 @@ class RayEnvPool(EnvPool):
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Close every actor's envs (5 s grace), kill the actors; stop a Ray this pool started. Idempotent."""
-        import ray
-
         actors, self._actors = self._actors, {}
         self._live, self._lost = {}, {}
         if actors and ray.is_initialized():
             refs = [a.handle.close.remote() for a in actors.values()]
             ray.wait(refs, num_returns=len(refs), timeout=5.0)
             for a in actors.values():
-                try:
-                    ray.kill(a.handle, no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone
-                    pass
+                _kill(a.handle)
         if self._shares_owned:
             _OWNED.users -= 1
             if _OWNED.users <= 0:
                 _OWNED.started, _OWNED.users = False, 0
                 ray.shutdown()
         self._connected = self._shares_owned = False
+
+
+def _kill(handle: Any) -> None:
+    """Kill an actor for good (no restart); one that is already gone is fine."""
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone: nothing left to kill
+        pass
 
 
 def _episode_start(data: dict[str, Any]) -> EpisodeStart:
