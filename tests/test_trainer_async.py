@@ -50,8 +50,16 @@ def _versions(run_dir: Path, step: int) -> set[int]:
 
 
 def test_async_rollout_is_one_version_behind_and_corrected_against_the_behaviour_policy(tmp_path):
-    run = Trainer(make_config(tmp_path, "async", "rollout.async_rollout=true"))
+    import torch
+
+    run = Trainer(make_config(tmp_path, "async", "rollout.async_rollout=true", "save_freq=1"))
     m1, m2 = run.train()
+    # step 1's checkpoint was written while step 2's rollout (seeds 10002-10003) was in flight: it keeps
+    # the seed counter from before that rollout (2 groups played), so a resume plays those seeds again
+    state = torch.load(run.run_dir / "checkpoints" / "step_1" / "trainer_state.pt", weights_only=False)
+    assert state["runner"]["counter"] == 2 and state["policy_version"] == 1
+    last = torch.load(run.run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    assert last["runner"]["counter"] == 4  # the last step starts no rollout: nothing in flight
     assert _versions(run.run_dir, 1) == {0} and _versions(run.run_dir, 2) == {0}  # step 2 was sampled during step 1's update
     assert run.policy_version == 2
     assert (m1["rollout/policy_lag"], m2["rollout/policy_lag"]) == (0.0, 1.0)

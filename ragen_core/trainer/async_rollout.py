@@ -20,8 +20,10 @@ the episodes' version: 0 on the first step, then 1).
 The first step has nothing in flight and rolls out in the foreground. Before validation (same env
 pool, same engine) the job is joined and the copy synced to the newest weights, so validation
 measures the current policy; the joined episodes and their log-probs stay valid, being computed
-before that sync. A checkpoint written while a rollout is in flight does not contain it: a
-resumed run rolls out again from the seeds after the lost rollout's.
+before that sync. A checkpoint written while a rollout is in flight (or done but not yet trained
+on) does not contain it: it saves the runner's seed counter from before that rollout
+(:attr:`AsyncRollout.unplayed_state`), so a resumed run plays the same seeds again, with the
+checkpoint's weights.
 
 Hooks other than ``ragen_on_rollout_end`` run while the next rollout is in flight: an observer
 that generates with ``context.engine`` would share the engine with it (none of ours does).
@@ -45,25 +47,32 @@ class AsyncRollout:
         model: The trainer's policy; copied once as the behaviour policy the engine samples.
         collect: ``collect(behaviour_model) -> (trajectories, batch)``: one training rollout and
             its batch with ``old_log_probs`` set from ``behaviour_model`` (runs in the background).
+        runner_state: Returns the training runner's checkpoint state (its seed counter).
     """
 
-    def __init__(self, model: Any, collect: Callable[[Any], tuple[list[Any], TrainBatch]]) -> None:
+    def __init__(self, model: Any, collect: Callable[[Any], tuple[list[Any], TrainBatch]], runner_state: Callable[[], Any]) -> None:
         self.behaviour = copy.deepcopy(model).requires_grad_(False).eval()
         """The weights the engine samples from: the trainer's weights as of the last :meth:`start`."""
         self.collect = collect
         self.version = 0
         """Policy version of :attr:`behaviour`."""
+        self.runner_state = runner_state
+        self.unplayed_state: Any = None
+        """The runner's state from before the rollout started and not yet taken (None: none such):
+        what a checkpoint saves, so a resume plays that rollout's seeds again."""
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[tuple[list[Any], TrainBatch]] | None = None
 
     def take(self) -> tuple[list[Any], TrainBatch]:
         """This step's episodes and batch: the rollout in flight, or one made now (nothing in flight)."""
         pending, self._pending = self._pending, None
+        self.unplayed_state = None
         return pending.result() if pending is not None else self.collect(self.behaviour)
 
     def start(self, model: Any, version: int, engine: Any) -> None:
         """Copy ``model``'s weights (policy ``version``) into the behaviour copy and start the next rollout."""
         self.sync(model, version, engine)
+        self.unplayed_state = self.runner_state()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragen-rollout")
         self._pending = self._pool.submit(self.collect, self.behaviour)

@@ -464,7 +464,7 @@ class CheckpointMixin:
         """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state."""
         state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
-            "runner": self.runner.state_dict() if hasattr(self.runner, "state_dict") else None,
+            "runner": self._runner_state(),
             "val_runner": self.val_runner.state_dict() if self.val_runner is not None and hasattr(self.val_runner, "state_dict") else None,
             "empty_streak": self.empty_streak,
             "policy_version": self.policy_version,
@@ -480,6 +480,10 @@ class CheckpointMixin:
         if getattr(self, "_lora_base", None):
             state["lora_base"] = self._lora_base
         return save_checkpoint(self.run_dir, step, self.model, self.tokenizer, state)
+
+    def _runner_state(self) -> Any:
+        """The training runner's checkpointed state (its seed counter)."""
+        return self.runner.state_dict() if hasattr(self.runner, "state_dict") else None
 
     def _diagnostic_plugins(self) -> dict[str, Any]:
         pm = getattr(self, "pm", None)

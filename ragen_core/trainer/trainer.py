@@ -178,7 +178,7 @@ class Trainer(CheckpointMixin):
         self.overlap: AsyncRollout | None = None
         """The behaviour copy and the rollout in flight (``rollout.async_rollout``), else None."""
         if cfg.rollout.async_rollout:
-            self.overlap = AsyncRollout(self.model, self._collect)
+            self.overlap = AsyncRollout(self.model, self._collect, lambda: self.runner.state_dict())
         self.engine = su.make_engine(cfg, self.overlap.behaviour if self.overlap is not None else self.model, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
         validates = cfg.test_freq > 0 or cfg.val_before_train
@@ -314,6 +314,12 @@ class Trainer(CheckpointMixin):
         if self.overlap is not None:
             self.overlap.close()
         self.runner.close()
+
+    def _runner_state(self) -> Any:
+        """The runner's checkpoint state; async: from before the rollout in flight (it is not in the checkpoint)."""
+        if self.overlap is not None and self.overlap.unplayed_state is not None:
+            return self.overlap.unplayed_state
+        return super()._runner_state()
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
