@@ -37,8 +37,8 @@ BASE = [
 
 
 def test_two_training_steps_with_the_defaults(tmp_path, one_torch_thread):
-    overrides = BASE + ["env_config.max_turns=2", "rollout.max_model_len=2048", "sampling.train.max_new_tokens=16",
-                        "sampling.val.max_new_tokens=16", "val_groups=2", "test_freq=2", "steps=2", f"run_dir={tmp_path / 'run'}"]
+    overrides = BASE + ["rollout.env_groups=1", "env_config.max_turns=2", "rollout.max_model_len=2048", "sampling.train.max_new_tokens=16",
+                        "sampling.val.max_new_tokens=16", "val_groups=1", "test_freq=2", "steps=2", f"run_dir={tmp_path / 'run'}"]
     trainer = Trainer(load_config(RunConfig, [], overrides))
     history = trainer.train()
     rows = read_metrics(trainer.run_dir / "metrics.jsonl")
