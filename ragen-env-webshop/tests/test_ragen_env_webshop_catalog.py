@@ -142,3 +142,22 @@ def test_loader_errors_name_the_files(tmp_path):
     (tmp_path / "one.json").write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}]))
     with pytest.raises(ConfigError, match="attribute_path"):
         make_goals(load_products(str(tmp_path / "one.json"), None))
+
+
+def test_search_index_is_saved_once_and_loaded_by_later_builds(tmp_path, monkeypatch):
+    import bm25s
+    from ragen_env_webshop.search import SearchIndex
+
+    products = generate_catalog(120, seed=5)
+    first = SearchIndex(products, str(tmp_path))
+    assert first.loaded_from is None and len(list(tmp_path.iterdir())) == 1
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the index was rebuilt instead of loaded")
+
+    monkeypatch.setattr(bm25s.BM25, "index", no_build)
+    second = SearchIndex(products, str(tmp_path))
+    assert second.loaded_from == next(tmp_path.iterdir())
+    for query in ("green tea", "running shoes black", "gluten free granola", "zzz"):
+        assert second.search(query) == first.search(query)
+    assert first.search("green tea")  # the comparison above is not between empty results

@@ -28,6 +28,9 @@ class CatalogConfig(PluginConfig):
     """Cut a real catalog to ``num_products`` (the reference's ``num_products``)."""
     seed: int = Field(default=0, ge=0)
     """Seed of the generated catalog, of prices drawn from a price range and of goal price bounds."""
+    index_cache_dir: str | None = None
+    """Folder where the search index is saved under the catalog's fingerprint and loaded from
+    by later processes (worth it for the full catalog); ``None``: built in memory each process."""
 
 
 class WebShopConfig(EnvConfig):

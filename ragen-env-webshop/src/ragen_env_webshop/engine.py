@@ -189,7 +189,7 @@ class ShopEngine:
         goals = make_goals(self.products, catalog.seed)
         self.goals: list[Goal] = goals[:limit_goals] if limit_goals > 0 else goals
         self.split = GoalSplit(len(self.goals))
-        self.index = index_for(self.products)
+        self.index = index_for(self.products, catalog.index_cache_dir)
         self.top_k, self.per_page = top_k, per_page
         self.fingerprint = catalog_fingerprint(self.products)
 

@@ -3,15 +3,21 @@
 The index reads each product's title, description, bullet points and option values, tokenised
 by one rule for documents and queries (lower-cased alphanumeric words, English stop words
 dropped). Indexes are kept per catalog fingerprint for the life of the process, so every env
-and the server share one; the answers to recent queries are cached too. Ties in score are
-broken by catalog order, so results never depend on the process.
+and the server share one; the answers to recent queries are cached too. With a cache folder
+(``catalog.index_cache_dir``) the index is also saved to disk, under the catalog's fingerprint,
+and loaded by later processes instead of being rebuilt (the full catalog takes minutes to
+index). Ties in score are broken by catalog order, so results never depend on the process.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
+from pathlib import Path
 
 import bm25s
 import numpy as np
@@ -27,6 +33,8 @@ _STOP = frozenset(
 #: Query words beyond this many are ignored (a 1 MB query costs no more than a long one).
 MAX_QUERY_TOKENS = 64
 _CACHE_SIZE = 4096
+#: Part of the on-disk cache name: change it when the tokeniser or the indexed text changes.
+INDEX_VERSION = 1
 
 
 def tokenize(text: str) -> list[str]:
@@ -37,13 +45,31 @@ def tokenize(text: str) -> list[str]:
 class SearchIndex:
     """BM25 over a product list; :meth:`search` returns catalog indices, best first."""
 
-    def __init__(self, products: list[Product]) -> None:
+    def __init__(self, products: list[Product], cache_dir: str | None = None) -> None:
         self.size = len(products)
-        self._bm25 = bm25s.BM25()
-        self._bm25.index([tokenize(p.search_text()) or ["-"] for p in products], show_progress=False)
+        self.loaded_from: Path | None = None
+        saved = Path(cache_dir).expanduser() / f"webshop-bm25-v{INDEX_VERSION}-{catalog_fingerprint(products)}" if cache_dir else None
+        if saved is not None and (saved / "params.index.json").is_file():
+            self._bm25 = bm25s.BM25.load(str(saved), show_progress=False)
+            self.loaded_from = saved
+        else:
+            self._bm25 = bm25s.BM25()
+            self._bm25.index([tokenize(p.search_text()) or ["-"] for p in products], show_progress=False)
+            if saved is not None:
+                self._save(saved)
         self._vocab = self._bm25.vocab_dict
         self._cache: OrderedDict[tuple[str, ...], tuple[int, ...]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _save(self, target: Path) -> None:
+        """Write the index next to ``target`` and rename it into place (readers never see half)."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent)
+        try:
+            self._bm25.save(tmp, show_progress=False)
+            os.replace(tmp, target)
+        except OSError:  # another process saved it first, or the folder is read-only: keep the one in memory
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def search(self, query: str, top_k: int = 50) -> tuple[int, ...]:
         """Indices of the ``top_k`` best products for ``query`` (products scoring 0 are left out)."""
@@ -73,10 +99,10 @@ _INDEXES: dict[str, SearchIndex] = {}
 _INDEX_LOCK = threading.Lock()
 
 
-def index_for(products: list[Product]) -> SearchIndex:
-    """The process-wide index of this catalog (built on first use)."""
+def index_for(products: list[Product], cache_dir: str | None = None) -> SearchIndex:
+    """The process-wide index of this catalog (loaded from ``cache_dir`` or built on first use)."""
     key = catalog_fingerprint(products)
     with _INDEX_LOCK:
         if key not in _INDEXES:
-            _INDEXES[key] = SearchIndex(products)
+            _INDEXES[key] = SearchIndex(products, cache_dir)
         return _INDEXES[key]
