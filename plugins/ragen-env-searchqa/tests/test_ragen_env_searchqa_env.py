@@ -106,6 +106,9 @@ def test_envs_share_one_server_and_close_stops_it(cfg):
     a, b = SearchQAEnv(cfg), SearchQAEnv(cfg)
     a.reset(0)
     b.reset(1)
+    assert a._service is None  # reset alone starts nothing (the trainer's prompt probe resets and closes an env)
+    a.step("search[river]")
+    b.step("search[city]")
     assert a._service.pid == b._service.pid
     handle = a._service
     refs = handle.refcount
@@ -119,7 +122,7 @@ def test_a_turn_of_searches_is_one_http_request(cfg, env):
     envs = [SearchQAEnv(cfg) for _ in range(8)]
     for i, e in enumerate(envs):
         e.reset(i)
-    client = client_mod.client_for(envs[0]._service.ensure_ready(), cfg.retrieval_timeout)
+    client = client_mod.client_for(envs[0]._server().ensure_ready(), cfg.retrieval_timeout)
     client.window_s = 0.2  # generous, so that all 8 threads surely join the first batch on a loaded machine
     before = client.requests
     barrier = threading.Barrier(len(envs))
@@ -142,14 +145,15 @@ def test_a_turn_of_searches_is_one_http_request(cfg, env):
 
 
 def test_url_mode_only_connects(cfg, env):
-    env.reset(0)
-    url = env._service.ensure_ready()
+    url = env._server().ensure_ready()
     with SearchQAEnv(cfg, server=ServiceConfig(url=url)) as e:
         e.reset(2)
-        assert e._service.pid is None
         assert e.step(f"search[{e.question.question}]").observation.count("[Document ") == 5
+        assert e._service.pid is None
+    unreachable = SearchQAEnv(cfg, server=ServiceConfig(url="http://127.0.0.1:9", ready_timeout_s=0.5))
+    unreachable.reset(0)
     with pytest.raises(ServiceError, match="was not ready"):
-        SearchQAEnv(cfg, server=ServiceConfig(url="http://127.0.0.1:9", ready_timeout_s=0.5)).reset(0)
+        unreachable.step("search[x]")
 
 
 def test_bad_use_is_a_clear_error(tmp_path):

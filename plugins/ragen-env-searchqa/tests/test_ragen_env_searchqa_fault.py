@@ -36,10 +36,10 @@ def test_server_killed_mid_rollout(tmp_path, monkeypatch):
     assert pool.threads > 1  # async_step: a turn's episodes step together
     try:
         pool.reset([ResetRequest(i, seed=i) for i in range(N)])
-        service = pool.instance(0)._service
-        first_pid = service.pid
         outcomes = pool.step([StepRequest(i, ("search[city river founded]",)) for i in range(N)])
         assert all(o.observation.startswith("Search results for") and not o.done for o in outcomes)
+        service = pool.instance(0)._service
+        first_pid = service.pid
 
         # the server dies while the turn's searches are in flight: after the env checked it, before the request
         real_send = client_mod.BatchingClient._send

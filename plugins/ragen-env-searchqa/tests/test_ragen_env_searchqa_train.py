@@ -1,8 +1,8 @@
-"""Training steps on SearchQA with the tiny model, offline with the defaults: the env starts its
-retrieval server, the rollouts search it, and the run's end stops it.
+"""Training steps on SearchQA with the tiny model, offline with the defaults.
 
-The tiny model writes noise, so a second run feeds scripted replies (a search, then the gold
-answer in every other episode) to prove that searches reach the server and rewards reach the update.
+The tiny model writes noise (it rarely forms a search), so a second run feeds scripted replies (a
+search, then the gold answer in every other episode) to prove that the env starts its retrieval
+server, the searches reach it, rewards reach the update, and the run's end stops the server.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _base(tmp_path):
             "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0"]
 
 
-def test_two_training_steps_start_and_stop_the_server(tmp_path, one_torch_thread, handles):
+def test_two_training_steps(tmp_path, one_torch_thread, handles):
     overrides = _base(tmp_path) + ["rollout.max_model_len=1024", "sampling.train.max_new_tokens=16",
                                    "sampling.val.max_new_tokens=16", "val_groups=2", "test_freq=2", "steps=2",
                                    f"run_dir={tmp_path / 'run'}"]
@@ -64,12 +64,8 @@ def test_two_training_steps_start_and_stop_the_server(tmp_path, one_torch_thread
     for key in ("train/success", "train/reward", "actor/pg_loss", "timing_s/gen"):
         assert math.isfinite(rows[0][key]), key
     assert "val-env/success" in rows[1]
-    assert handles and handles[0].pid is not None
-    pids = [h.pid for h in handles]
-    # envs share one server (the trainer may close its env pool between rollouts, and a later
-    # rollout then starts a fresh one): every server has several envs on it, none is per episode
-    assert all(pids.count(p) >= 2 for p in set(pids)) and len(set(pids)) < len(pids)
-    assert not any(h.alive for h in handles)  # stopped when the run ended
+    # the tiny model's noise rarely forms a search: the server starts only if one did, and is stopped at the end
+    assert not any(h.alive for h in handles)
 
 
 def test_scripted_search_then_answer_is_rewarded(tmp_path, one_torch_thread, monkeypatch, handles):
@@ -97,4 +93,7 @@ def test_scripted_search_then_answer_is_rewarded(tmp_path, one_torch_thread, mon
     assert row["train/success"] == 0.5  # exactly the even rows: 2 of 4 episodes
     assert row["train/searchqa/num_actions"] == 2.0  # one search, one answer each
     assert row["actor/pg_loss"] != 0.0 or row["actor/grad_norm"] > 0.0
+    # the env started one server for the run (all four episodes searched it) and the run's end stopped it
+    pids = [h.pid for h in handles]
+    assert len(pids) == 4 and len(set(pids)) == 1 and pids[0] is not None
     assert not any(h.alive for h in handles)

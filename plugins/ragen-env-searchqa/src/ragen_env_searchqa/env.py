@@ -13,8 +13,10 @@ Each ``step`` counts one step, then:
   ``action_is_valid`` False;
 * an empty action (or ``search[]``): invalid, reward 0, not done unless the budget is used up.
 
-The server: with ``server.url`` the env only connects. Otherwise the first ``reset`` acquires the
-process's shared ``ragen-searchqa serve`` child through :mod:`ragen_core.services` (started on a
+The server: with ``server.url`` the env only connects. Otherwise the first *search* (not
+``reset``: the trainer resets and closes one env just to measure the prompt, and that must not
+start and stop a server that may take minutes to load its index) acquires the process's shared
+``ragen-searchqa serve`` child through :mod:`ragen_core.services` (started on a
 free loopback port, ready when ``/ready`` answers), and ``close`` releases it (the last release
 stops it). When the child dies under a search, the service helper restarts it and the episode
 in flight ends at once with reward 0 and ``info["error"]`` saying why; the other episodes and
@@ -95,8 +97,6 @@ class SearchQAEnv(Env):
         if not questions:
             raise ConfigError(f"no {'validation' if mode == 'val' else 'training'} questions in {c.dataset or 'the built-in world'}",
                               ["raise val_fraction, or set val_dataset"])
-        if not c.mock_mode:
-            self._server()  # start (or reach) the server now: failures surface at reset, not mid-episode
         self.seed = seed
         self._question = questions[seed % len(questions)]
         self._steps = 0
