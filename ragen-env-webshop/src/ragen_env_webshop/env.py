@@ -25,7 +25,8 @@ from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_webshop.config import WebShopConfig
-from ragen_env_webshop.engine import Location, engine_for
+from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for
+from ragen_env_webshop.goals import Goal
 
 GUIDANCE = (
     "Buy a product within 10 actions.",
@@ -107,7 +108,7 @@ class WebShopEnv(Env):
     def __init__(self, config: WebShopConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
         self._http: _HttpShop | None = None
-        self._engine: Any = None
+        self._engine: ShopEngine | None = None
         self._goal: int | None = None
         self._loc = Location()
         self._view: dict[str, Any] = {}
@@ -117,7 +118,7 @@ class WebShopEnv(Env):
 
     # ------------------------------------------------------------------ backends
     @property
-    def engine(self) -> Any:
+    def engine(self) -> ShopEngine:
         """The process-wide in-process shop of this config (looked up once per env)."""
         if self._engine is None:
             cfg = self.config
@@ -150,8 +151,9 @@ class WebShopEnv(Env):
     @staticmethod
     def goal_text(view: dict[str, Any]) -> str:
         """The goal instruction, read from the search page (``WebShop [SEP] Instruction: [SEP] <goal> [SEP] Search``)."""
-        parts = view["text"].split(" [SEP] ")
-        return parts[2] if len(parts) > 2 else view["text"]
+        text = str(view["text"])
+        parts = text.split(SEP)
+        return parts[2] if len(parts) > 2 else text
 
     def step(self, action: str) -> StepResult:
         goal = self._require_reset()
@@ -195,7 +197,7 @@ class WebShopEnv(Env):
         return EXPERT_INSTRUCTION if self.config.expert_instruction else INSTRUCTION
 
     @property
-    def goal(self) -> Any:
+    def goal(self) -> Goal:
         """The current :class:`~ragen_env_webshop.goals.Goal` (in-process shop only)."""
         return self.engine.goals[self._require_reset()]
 
