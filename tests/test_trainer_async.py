@@ -52,8 +52,11 @@ def _versions(run_dir: Path, step: int) -> set[int]:
 def test_async_rollout_is_one_version_behind_and_corrected_against_the_behaviour_policy(tmp_path):
     import torch
 
-    run = Trainer(make_config(tmp_path, "async", "rollout.async_rollout=true", "save_freq=1"))
+    # validation after step 1 joins step 2's rollout in flight and syncs the engine to version 1 first;
+    # step 2's episodes and their old log-probs (version 0) must come through unchanged
+    run = Trainer(make_config(tmp_path, "async", "rollout.async_rollout=true", "save_freq=1", "test_freq=1", "val_groups=2"))
     m1, m2 = run.train()
+    assert "val-env/success" in m1 and "val-env/success" in m2
     # step 1's checkpoint was written while step 2's rollout (seeds 10002-10003) was in flight: it keeps
     # the seed counter from before that rollout (2 groups played), so a resume plays those seeds again
     state = torch.load(run.run_dir / "checkpoints" / "step_1" / "trainer_state.pt", weights_only=False)
