@@ -199,14 +199,15 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
 
 
 def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path, resume_from: tuple[str, Path] | None = None,
-              *, fresh_base: bool = True) -> tuple[Any, str | None]:
+              *, fresh_base: bool = True, write: bool = True) -> tuple[Any, str | None]:
     """Add LoRA adapters to ``model`` when ``optim.peft.rank > 0``; returns ``(model, base reference)``.
 
     ``resume_from`` = ``(base reference, adapter folder)`` of a checkpoint (``model`` is then that
     base): the saved adapter is loaded, trainable, instead of fresh ones. Otherwise fresh adapters
     are added; the base reference is the run's ``model`` name, or -- for a warm-started base or an
     old checkpoint without ``adapter/`` (``fresh_base=False``) -- ``checkpoints/lora_base``, written
-    here once. Without LoRA: ``(model, None)``.
+    here once (``write=False``: only named, for the ranks of a data-parallel run other than 0).
+    Without LoRA: ``(model, None)``.
 
     Raises:
         ConfigError: ``peft`` is not installed.
@@ -220,7 +221,7 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
         import peft
     except ImportError:
         raise ConfigError("optim.peft.rank > 0 needs the 'peft' package", ["pip install 'ragen-core[lora]'"]) from None
-    from ragen_core.trainer.checkpoint import ADAPTER_WEIGHTS, save_lora_base
+    from ragen_core.trainer.checkpoint import ADAPTER_WEIGHTS, LORA_BASE_DIR, save_lora_base
 
     if resume_from is not None:
         if not (resume_from[1] / ADAPTER_WEIGHTS).is_file():
@@ -232,8 +233,8 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
     if fresh_base and not hasattr(model, "ragen_warm_start"):
         base = config.model
     else:  # a warm-started base (or merged weights of an old checkpoint): keep it in the run folder
-        if not fresh_base:
+        if not fresh_base and write:
             print("resume: checkpoint has no adapter/ folder; new LoRA adapters start from its merged weights")
-        base = save_lora_base(run_dir, model, tokenizer)
+        base = save_lora_base(run_dir, model, tokenizer) if write else f"checkpoints/{LORA_BASE_DIR}"
     lora = peft.LoraConfig(r=peft_cfg.rank, lora_alpha=peft_cfg.alpha, target_modules=peft_cfg.target_modules, task_type="CAUSAL_LM")
     return peft.get_peft_model(model, lora), base

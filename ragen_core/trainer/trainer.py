@@ -156,7 +156,8 @@ class Trainer(CheckpointMixin):
             self.warm_start_meta = dict(getattr(self.model, "ragen_warm_start", None) or {})
             if self.warm_start_meta:  # what this run started from, a missed gate included (on_gate_miss=continue)
                 (self.run_dir / "warm_start.json").write_text(json.dumps(self.warm_start_meta, indent=1), encoding="utf-8")
-        self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None)
+        self.model, self._lora_base = su.wrap_lora(cfg, self.model, self.tokenizer, self.run_dir, lora_src, fresh_base=ckpt is None,
+                                                   write=world.main)
         world.sync_module(self.model)  # every rank starts from rank 0's weights (as DDP's constructor does)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
         params = [p for p in self.model.parameters() if p.requires_grad]
