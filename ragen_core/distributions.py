@@ -27,7 +27,9 @@ PLUGINS: dict[str, dict[str, str]] = {
         "countdown": "ragen-env-countdown",
         "deepcoder": "ragen-env-deepcoder",
         "frozenlake": "ragen-env-frozenlake",
+        "lean": "ragen-env-lean",
         "metamathqa": "ragen-env-metamathqa",
+        "searchqa": "ragen-env-searchqa",
         "sokoban": "ragen-env-sokoban",
         "sudoku": "ragen-env-sudoku",
         "webshop": "ragen-env-webshop",
@@ -54,6 +56,7 @@ PLUGINS: dict[str, dict[str, str]] = {
     },
     "diagnostic": {"collapse": "ragen-diagnostics"},
     "pool": {"ray": "ragen-workers-ray"},
+    "engine": {"vllm": "ragen-engine-vllm"},
 }
 
 #: ``ragen`` subcommands that plugin distributions of this project add.

@@ -15,7 +15,7 @@ trap 'rm -rf "$WORK"' EXIT
 VENV="${1:-$WORK/venv}"
 shift $(( $# > 0 ? 1 : 0 ))
 ENVS=("$@")
-[ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku
+[ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban ragen-env-lean ragen-env-webshop plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku
                                 plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder)
 python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
@@ -33,8 +33,16 @@ for dir in "${ENVS[@]}"; do
   listed=$("$VENV/bin/ragen" plugins --kind env | awk 'NR>1 {print $2}' | tr '\n' ' ')
   if [ "$listed" != "$name " ]; then echo "expected only '$name' to be listed, got: $listed"; status=1; fi
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$dir/tests" | tail -n 1 || status=1
+  extra=()
+  if [ "$name" = lean ]; then  # no toolchain on CI: the refusal (exit 2), then one step checked by the tests' REPL stand-in
+    if (cd "$WORK" && "$VENV/bin/ragen" run --env lean --steps 1 --run-dir "$WORK/refused" >"$WORK/run.log" 2>&1); then
+      echo "ragen run --env lean ran without a checker"; status=1
+    fi
+    echo "ragen run --env lean without a checker: $(head -n 1 "$WORK/run.log")"
+    extra=("env_config.repl_command=[$VENV/bin/python, $PWD/ragen-env-lean/tests/lean_repl_double.py]")
+  fi
   # one training step with the defaults the core brings (grpo, filter none); small batch, no warm start
-  if ! (cd "$WORK" && RAGEN_CACHE="$WORK/cache" "$VENV/bin/ragen" run --env "$name" --steps 1 --run-dir "$WORK/run-$name" \
+  if ! (cd "$WORK" && RAGEN_CACHE="$WORK/cache" "$VENV/bin/ragen" run --env "$name" --steps 1 --run-dir "$WORK/run-$name" ${extra[@]+"${extra[@]}"} \
         warm_start.enabled=false rollout.env_groups=2 rollout.group_size=2 test_freq=0 save_freq=0 progress=false >"$WORK/run.log" 2>&1); then
     echo "ragen run --env $name failed:"; tail -n 5 "$WORK/run.log"; status=1
   else
