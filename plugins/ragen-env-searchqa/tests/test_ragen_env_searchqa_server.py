@@ -12,8 +12,10 @@ import time
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from ragen_env_searchqa.index import Hit
-from ragen_env_searchqa.server import Batcher, create_app
+from ragen_env_searchqa.server import MAX_QUERY_CHARS, MAX_TOP_K, BadRequest, Batcher, _parse, create_app
 
 from ragen_core.services import ServiceSpec, acquire
 
@@ -153,3 +155,22 @@ def test_one_bad_query_fails_only_its_own_request():
     a, boom, b = asyncio.run(main())
     assert a == [[Hit(0, 1.0)]] and b == [[Hit(0, 1.0)]]
     assert isinstance(boom, RuntimeError) and str(boom) == "cannot search boom"
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+_FIELDS = st.fixed_dictionaries({}, optional={"query": _JSON, "queries": _JSON, "top_k": _JSON, "k": _JSON, "topk": _JSON,
+                                              "return_scores": _JSON})
+
+
+@given(st.one_of(_JSON, _FIELDS))
+@settings(max_examples=300, deadline=None)
+def test_any_json_body_is_parsed_or_refused_with_a_message(body):
+    """No request body reaches the index unchecked: it parses to valid queries and k, or is a 4xx."""
+    try:
+        queries, k, batched, scores = _parse(json.dumps(body).encode(), MAX_TOP_K, MAX_QUERY_CHARS)
+    except BadRequest as e:
+        assert e.status in (400, 413) and e.detail
+        return
+    assert queries and all(isinstance(q, str) and q.strip() for q in queries)
+    assert isinstance(k, int) and 1 <= k <= MAX_TOP_K and isinstance(scores, bool) and isinstance(batched, bool)
