@@ -16,7 +16,7 @@ VENV="${1:-$WORK/venv}"
 shift $(( $# > 0 ? 1 : 0 ))
 ENVS=("$@")
 [ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban ragen-env-lean ragen-env-webshop plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku
-                                plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder)
+                                plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder plugins/ragen-env-searchqa)
 python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" torch==2.13.0 hatchling editables pytest hypothesis
