@@ -1,4 +1,5 @@
-"""Shared fixtures for the core tests."""
+"""Shared fixtures for the core tests (``one_torch_thread`` comes from RAGEN's pytest plugin,
+:mod:`ragen_core.testing.pytest_plugin`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,6 @@ import pytest
 # A run draws its plots when it ends (a few seconds each); the suite runs a hundred short runs.
 # Tests of the plots set RAGEN_PLOTS=1 themselves.
 os.environ.setdefault("RAGEN_PLOTS", "0")
-
-
-@pytest.fixture(scope="module")
-def one_torch_thread():
-    """One torch thread for the module: the tiny model's ops are too small to gain from threads,
-    and on a busy 2-core machine thread oversubscription makes them up to 10x slower."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _assert_same_metrics(a: list[dict], b: list[dict]) -> None:

@@ -10,46 +10,27 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
-from ragen_core import registry
-from ragen_core.config import load_config
-from ragen_core.trainer.config import RunConfig
-from ragen_core.trainer.loggers import read_metrics
-from ragen_core.trainer.trainer import Trainer
+from ragen_core.testing.train_checks import TINY_RUN, requires_algorithm, train
 
-pytestmark = pytest.mark.skipif("grpo" not in registry.names("algorithm"),
-                                reason="needs the grpo algorithm (ragen-algo-grpo), absent when this env is installed alone")
+pytestmark = [requires_algorithm("grpo"), pytest.mark.usefixtures("one_torch_thread")]
 
 
-@pytest.fixture
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+BASE = [*TINY_RUN, "env=webshop"]
 
 
-BASE = [
-    "env=webshop", "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4", "optim.micro_batch_size=2",
-    "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0",
-]
-
-
-def test_two_training_steps_with_the_defaults(tmp_path, one_torch_thread):
+def test_two_training_steps_with_the_defaults(tmp_path):
     overrides = BASE + ["rollout.env_groups=1", "env_config.max_turns=2", "rollout.max_model_len=2048", "sampling.train.max_new_tokens=16",
                         "sampling.val.max_new_tokens=16", "val_groups=1", "test_freq=2", "steps=2", f"run_dir={tmp_path / 'run'}"]
-    trainer = Trainer(load_config(RunConfig, [], overrides))
-    history = trainer.train()
-    rows = read_metrics(trainer.run_dir / "metrics.jsonl")
-    assert len(history) == 2 and [r["step"] for r in rows] == [1, 2]
+    _, rows = train(overrides)
+    assert [r["step"] for r in rows] == [1, 2]
     for key in ("train/success", "train/reward", "actor/pg_loss", "timing_s/gen"):
         assert math.isfinite(rows[0][key]), key
     assert 0.0 <= rows[0]["train/success"] <= 1.0
     assert "val-env/success" in rows[1]
 
 
-def test_scripted_shopping_is_rewarded(tmp_path, one_torch_thread, monkeypatch):
+def test_scripted_shopping_is_rewarded(tmp_path, monkeypatch):
     from ragen_env_webshop.config import WebShopConfig
     from ragen_env_webshop.engine import Location, engine_for
 
@@ -75,7 +56,7 @@ def test_scripted_shopping_is_rewarded(tmp_path, one_torch_thread, monkeypatch):
                         "rollout.extra.context_window=single-turn",
                         "rollout.max_model_len=4096", "sampling.train.max_new_tokens=160", "steps=1", "test_freq=0",
                         "filter=none", f"run_dir={tmp_path / 'run'}"]
-    (row,) = Trainer(load_config(RunConfig, [], overrides)).train()
+    _, (row,) = train(overrides)
     assert row["train/success"] == 0.5  # exactly the even row: 1 of 2 episodes
     assert row["actor/pg_loss"] != 0.0 or row["actor/grad_norm"] > 0.0
 

@@ -26,14 +26,6 @@ from ragen_core.testing.toy_env import TOY_ENV_NAME
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-@pytest.fixture
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_entry_point_is_this_distribution():
     (ep,) = [ep for ep in entry_points(group="ragen_core.engines") if ep.name == "vllm"]
     assert ep.value == "ragen_engine_vllm.plugin:SPEC"

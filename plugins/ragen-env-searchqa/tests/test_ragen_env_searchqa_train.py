@@ -10,24 +10,11 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
-from ragen_core import registry, services
-from ragen_core.config import load_config
-from ragen_core.trainer.config import RunConfig
-from ragen_core.trainer.loggers import read_metrics
-from ragen_core.trainer.trainer import Trainer
+from ragen_core import services
+from ragen_core.testing.train_checks import TINY_RUN, requires_algorithm, train
 
-pytestmark = pytest.mark.skipif("grpo" not in registry.names("algorithm"),
-                                reason="needs the grpo algorithm (ragen-algo-grpo), absent when this env is installed alone")
-
-
-@pytest.fixture
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [requires_algorithm("grpo"), pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture
@@ -48,19 +35,15 @@ def handles(monkeypatch):
 
 
 def _base(tmp_path):
-    return ["env=searchqa", f"env_config.retriever.cache_dir={tmp_path / 'cache'}", "env_config.max_turns=2",
-            "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4", "optim.micro_batch_size=2",
-            "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0"]
+    return [*TINY_RUN, "env=searchqa", f"env_config.retriever.cache_dir={tmp_path / 'cache'}", "env_config.max_turns=2"]
 
 
-def test_two_training_steps(tmp_path, one_torch_thread, handles):
+def test_two_training_steps(tmp_path, handles):
     overrides = _base(tmp_path) + ["rollout.max_model_len=1024", "sampling.train.max_new_tokens=16",
                                    "sampling.val.max_new_tokens=16", "val_groups=2", "test_freq=2", "steps=2",
                                    f"run_dir={tmp_path / 'run'}"]
-    trainer = Trainer(load_config(RunConfig, [], overrides))
-    history = trainer.train()
-    rows = read_metrics(trainer.run_dir / "metrics.jsonl")
-    assert len(history) == 2 and [r["step"] for r in rows] == [1, 2]
+    _, rows = train(overrides)
+    assert [r["step"] for r in rows] == [1, 2]
     for key in ("train/success", "train/reward", "actor/pg_loss", "timing_s/gen"):
         assert math.isfinite(rows[0][key]), key
     assert "val-env/success" in rows[1]
@@ -68,7 +51,7 @@ def test_two_training_steps(tmp_path, one_torch_thread, handles):
     assert not any(h.alive for h in handles)
 
 
-def test_scripted_search_then_answer_is_rewarded(tmp_path, one_torch_thread, monkeypatch, handles):
+def test_scripted_search_then_answer_is_rewarded(tmp_path, monkeypatch, handles):
     from ragen_env_searchqa.data import load_splits
 
     from ragen_core.engines.scripted import ScriptedEngine
@@ -89,7 +72,7 @@ def test_scripted_search_then_answer_is_rewarded(tmp_path, one_torch_thread, mon
     monkeypatch.setattr(setup, "make_engine", lambda c, m, t: script_for(t))
     overrides = _base(tmp_path) + ["rollout.max_model_len=2048", "sampling.train.max_new_tokens=64", "steps=1",
                                    "test_freq=0", "filter=none", f"run_dir={tmp_path / 'run'}"]
-    (row,) = Trainer(load_config(RunConfig, [], overrides)).train()
+    _, (row,) = train(overrides)
     assert row["train/success"] == 0.5  # exactly the even rows: 2 of 4 episodes
     assert row["train/searchqa/num_actions"] == 2.0  # one search, one answer each
     assert row["actor/pg_loss"] != 0.0 or row["actor/grad_norm"] > 0.0
