@@ -40,6 +40,29 @@ from typing import Any
 from ragen_core.trainer.batch import TrainBatch
 
 
+class PolicyCopy:
+    """A frozen deep copy of the policy that the engine samples from, re-loaded after updates.
+
+    Used by async rollout (the trainer's weights change while the copy samples) and by FSDP
+    (:mod:`ragen_core.trainer.distributed`: the trainer's weights are sharded, the engine needs
+    them whole). :meth:`sync` loads a full state dict and hands the copy's weights to the engine.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = copy.deepcopy(model).requires_grad_(False).eval()
+        self.version = 0
+        """Policy version of :attr:`model`."""
+
+    def sync(self, state_dict: Any, version: int, engine: Any) -> None:
+        """Load ``state_dict`` (full, unsharded weights of policy ``version``) and sync the engine to it."""
+        import torch
+
+        with torch.no_grad():
+            self.model.load_state_dict(state_dict)
+        self.version = int(version)
+        engine.sync_weights(self.model.state_dict(), version=self.version)  # an in-process engine shares the copy: no copy
+
+
 class AsyncRollout:
     """The behaviour copy, and the rollout in flight (at most one).
 
@@ -51,17 +74,25 @@ class AsyncRollout:
     """
 
     def __init__(self, model: Any, collect: Callable[[Any], tuple[list[Any], TrainBatch]], runner_state: Callable[[], Any]) -> None:
-        self.behaviour = copy.deepcopy(model).requires_grad_(False).eval()
+        self.copy = PolicyCopy(model)
         """The weights the engine samples from: the trainer's weights as of the last :meth:`start`."""
         self.collect = collect
-        self.version = 0
-        """Policy version of :attr:`behaviour`."""
         self.runner_state = runner_state
         self.unplayed_state: Any = None
         """The runner's state from before the rollout started and not yet taken (None: none such):
         what a checkpoint saves, so a resume plays that rollout's seeds again."""
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[tuple[list[Any], TrainBatch]] | None = None
+
+    @property
+    def behaviour(self) -> Any:
+        """The behaviour policy (:attr:`copy`'s model)."""
+        return self.copy.model
+
+    @property
+    def version(self) -> int:
+        """Policy version of :attr:`behaviour`."""
+        return self.copy.version
 
     def take(self) -> tuple[list[Any], TrainBatch]:
         """This step's episodes and batch: the rollout in flight, or one made now (nothing in flight)."""
@@ -79,13 +110,8 @@ class AsyncRollout:
 
     def sync(self, model: Any, version: int, engine: Any) -> None:
         """Behaviour copy <- ``model``'s weights as policy ``version`` (waits for a rollout in flight first)."""
-        import torch
-
         self.wait()
-        with torch.no_grad():
-            self.behaviour.load_state_dict(model.state_dict())
-        self.version = int(version)
-        engine.sync_weights(self.behaviour.state_dict(), version=self.version)  # an in-process engine shares the copy: no copy
+        self.copy.sync(model.state_dict(), version, engine)
 
     def wait(self) -> None:
         """Let a rollout in flight finish (its result is kept for the next :meth:`take`)."""

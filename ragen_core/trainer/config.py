@@ -266,6 +266,15 @@ class GradAnalysisSection(_Section):
     """Stop the run right after the first analysis (no actor update, checkpoint or validation)."""
 
 
+class DistributedSection(_Section):
+    """How the ranks of a ``torchrun`` launch share the update (:mod:`ragen_core.trainer.distributed`)."""
+
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """``ddp``: every rank holds the whole model and gradients are summed; ``fsdp``: the policy's
+    weights, gradients and optimiser state are sharded over the ranks (FSDP2), and each rank
+    generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA, critic or async rollout."""
+
+
 class RunConfig(_Section):
     """Everything a training run needs; written to ``RUN_DIR/config.yaml``."""
 
@@ -291,6 +300,7 @@ class RunConfig(_Section):
     warm_start: WarmStartSection = Field(default_factory=WarmStartSection)
     early_stop: EarlyStopSection = Field(default_factory=EarlyStopSection)
     grad_analysis: GradAnalysisSection = Field(default_factory=GradAnalysisSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
     steps: int = Field(default=20, ge=1)
     """Training steps."""
     save_freq: int = Field(default=10, ge=-1)

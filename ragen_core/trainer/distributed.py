@@ -37,9 +37,31 @@ batch (issue 19, part 3):
   Validation runs on rank 0 and its metrics are sent to the others, so early stops agree; a
   Ctrl-C seen by any rank stops all of them after the same step.
 
+**FSDP** (``distributed.strategy=fsdp``, for a policy whose weights, gradients and AdamW state do
+not fit one GPU several times over): the same design, with the policy sharded by FSDP2
+(:func:`shard`: each transformer block, then the rest; :attr:`World.sharded`):
+
+* **Generation uses a whole copy.** Before sharding, every rank takes an unsharded frozen copy
+  of the policy (:class:`~ragen_core.trainer.async_rollout.PolicyCopy`, the copy async rollout
+  samples from); the engine samples it. After each update every rank gathers the full weights
+  (:func:`full_state_dict`, a collective) and syncs them into its copy and the engine
+  (``sync_weights(state_dict, version)``). Rollouts make different numbers of forward calls per
+  rank, so they must never touch the sharded model. The copy costs one whole model per rank
+  (weights only: no gradients, no optimiser state).
+* **Every rank makes the same forward/backward calls**, since each sharded forward all-gathers
+  weights with the other ranks: the no-grad passes pad a shorter share of rows with other ranks'
+  rows (zeroed after, :func:`rows_summed`), the update pads a shorter share of micro-batches
+  with a zero-weight copy of the first, and shared-prompt forwards (whose call count depends on
+  the data) are off.
+* **Gradients**: FSDP reduce-scatters them in each ``backward``, set to *sum* (divide factor 1),
+  so the normalisers stay global as above and :meth:`World.sum_grads` does nothing.
+* **Checkpoints** are whole: rank 0 writes the copy's weights and the optimiser state gathered
+  by all ranks (:func:`full_optimizer_state`, keyed as in one process), so a one-process run loads
+  them.
+
 A rank that fails makes ``torchrun`` end the others. Not supported with several ranks (refused
-with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``. FSDP (sharded weights
-for models that do not fit one GPU) is not implemented: every rank holds the whole model.
+with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``; with FSDP also LoRA, a
+critic (PPO / GAE), and ``--resume``. FSDP needs several ranks (refused in one process).
 """
 
 from __future__ import annotations
@@ -61,6 +83,9 @@ class World:
     local_rank: int = 0
     device: str = "cpu"
     """Where collectives run: ``cpu`` (gloo) or ``cuda:LOCAL_RANK`` (nccl)."""
+    sharded: bool = False
+    """``distributed.strategy=fsdp``: the policy is sharded (:func:`shard`); every rank must then
+    make the same forward and backward calls, and FSDP sums the gradients itself."""
 
     @property
     def main(self) -> bool:
@@ -135,13 +160,14 @@ class World:
                 tensor.copy_(buf.to(tensor.device))
 
     def sum_grads(self, params: Iterable[Any]) -> None:
-        """Replace each parameter's gradient by its sum over ranks (one flat ``all_reduce``).
+        """Replace each parameter's gradient by its sum over ranks (one flat ``all_reduce``);
+        nothing when :attr:`sharded` (FSDP has already reduce-scattered the sums in ``backward``).
 
         A parameter that got no gradient on some rank (it ran no micro-batch) takes zeros there;
         one that got none on any rank keeps ``grad=None``, as in one process (AdamW then skips
         it: no decay, no moment update).
         """
-        if not self.parallel:
+        if not self.parallel or self.sharded:
             return
         import torch
 
@@ -214,9 +240,17 @@ def shutdown() -> None:
 
 
 def check_supported(config: Any, world: World) -> None:
-    """Refuse settings that several ranks do not support (one line naming the setting)."""
+    """Refuse settings that several ranks (or FSDP) do not support (one line naming the setting)."""
+    fsdp = config.distributed.strategy == "fsdp"
+    if fsdp and not world.parallel:
+        raise ConfigError("distributed.strategy=fsdp needs several ranks: it shards the policy over the processes torchrun starts",
+                          ["torchrun --nproc_per_node 2 -m ragen_core.cli.main run ...  (or distributed.strategy=ddp)"])
     if not world.parallel:
         return
+    peft = config.optim.peft
+    if fsdp and peft is not None and peft.rank > 0:
+        raise ConfigError(f"optim.peft.rank={peft.rank} (LoRA) is not supported with distributed.strategy=fsdp",
+                          ["set distributed.strategy=ddp (LoRA's adapters are small enough to replicate)"])
     if config.grad_analysis.every > 0:
         raise ConfigError(f"grad_analysis.every={config.grad_analysis.every} is not supported with {world.size} ranks",
                           ["run the gradient analysis in one process (without torchrun)"])
@@ -247,16 +281,66 @@ def rollout_share(runner: Any, sampling: Any, world: World) -> list[Any]:
     return world.gather(trajs)
 
 
-def rows_summed(world: World, batch: Any, rows: list[int], forward: Callable[[], tuple[Any, Any]], pair: bool = False) -> tuple[Any, Any]:
-    """``forward()`` (``[B, L-1]`` tensors filled on ``rows`` only; the second is None unless
-    ``pair``) summed over ranks: each rank fills its own rows and the others add exact zeros, so
-    the sum is every row computed once. A rank without rows (fewer rows than ranks) adds zeros."""
+def rows_summed(world: World, batch: Any, forward: Callable[[list[int]], tuple[Any, Any]], pair: bool = False) -> tuple[Any, Any]:
+    """``forward(rows)`` (``[B, L-1]`` tensors filled on ``rows`` only; the second is None unless
+    ``pair``) over this rank's share of the rows, summed over ranks: each rank fills its own rows
+    and the others add exact zeros, so the sum is every row computed once. A rank without rows
+    (fewer rows than ranks) adds zeros. Sharded (FSDP), every rank runs the same number of rows
+    (so the same forward calls): a shorter share is padded with other ranks' rows, zeroed after."""
     import torch
 
     if not world.parallel:
-        return forward()
-    if rows:
-        first, second = forward()
+        return forward(list(range(len(batch))))
+    rows = list(world.share(len(batch)))
+    if world.sharded:
+        need = -(-len(batch) // world.size)
+        pad = [i for i in range(len(batch)) if i not in rows][: need - len(rows)]
+        first, second = forward(rows + pad)
+        for part in (first, second) if pad else ():
+            if part is not None:
+                part[pad] = 0.0
+    elif rows:
+        first, second = forward(rows)
     else:
         first = second = torch.zeros((len(batch), batch.input_ids.shape[1] - 1), dtype=torch.float32)
     return world.all_sum(first), (world.all_sum(second) if pair else None)
+
+
+def shard(model: Any) -> None:
+    """FSDP2 (``fully_shard``): shard each transformer block, then the rest, over all ranks.
+
+    Gradients are *summed* over ranks, not averaged (a divide factor of 1, with plain SUM
+    collectives, which gloo needs): the losses are normalised by the global batch already, as in
+    :meth:`World.sum_grads`. Call it before building the optimiser (the parameters become DTensors).
+    """
+    import torch
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    blocks: Any = next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0), [])
+    for block in blocks:
+        fully_shard(block)
+    # the root reshards after forward too (FSDP's default keeps it whole until the backward): between
+    # passes ``model.parameters()`` are then always the sharded parameters the optimiser holds
+    fully_shard(model, reshard_after_forward=True)
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_gradient_divide_factor(1.0)
+            m.set_force_sum_reduction_for_comms(True)
+
+
+def full_state_dict(model: Any) -> dict[str, Any]:
+    """The whole weights of a sharded ``model``, on every rank (a collective: call it on all ranks)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return dict(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
+
+
+def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
+    """A sharded model's optimiser state gathered whole (a collective: call it on all ranks), keyed
+    by parameter index like ``optimizer.state_dict()`` in one process, so a one-process run loads it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    sd: Any = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    index = {name: i for i, (name, p) in enumerate((n, p) for n, p in model.named_parameters() if p.requires_grad)}
+    return {"state": {index[name]: value for name, value in sd["state"].items()},
+            "param_groups": [{**group, "params": [index[name] for name in group["params"]]} for group in sd["param_groups"]]}

@@ -79,15 +79,10 @@ def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, tempera
     ``world`` (:class:`~ragen_core.trainer.distributed.World`): each rank runs its share of the
     rows and the parts are summed, so every rank gets every row's value.
     """
+    from ragen_core.trainer.distributed import ONE, rows_summed
     from ragen_core.trainer.modeling import batched_logprobs
 
-    if world is None or not world.parallel:
-        _, ent = batched_logprobs(model, batch, list(range(len(batch))), micro_batch_size, temperature, True)
-    else:
-        from ragen_core.trainer.distributed import rows_summed
-
-        rows = list(world.share(len(batch)))
-        _, ent = rows_summed(world, batch, rows, lambda: batched_logprobs(model, batch, rows, micro_batch_size, temperature, True), pair=True)
+    _, ent = rows_summed(world or ONE, batch, lambda rows: batched_logprobs(model, batch, rows, micro_batch_size, temperature, True), pair=True)
     m = batch.response_mask
     means: list[float] = ((ent * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
     return means

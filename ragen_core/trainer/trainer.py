@@ -44,6 +44,7 @@ off-policy against the behaviour log-probs that came with the episodes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -52,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.trainer.async_rollout import AsyncRollout, policy_lag
+from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
@@ -120,6 +121,13 @@ class Trainer(CheckpointMixin):
         world = self.world
         check_plugin_configs(cfg)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
         check_supported(cfg, world)
+        if world.parallel and cfg.distributed.strategy == "fsdp":
+            world = self.world = dataclasses.replace(world, sharded=True)
+            if self.resume:
+                from ragen_core.errors import ConfigError
+
+                raise ConfigError("--resume is not supported with distributed.strategy=fsdp yet",
+                                  ["resume with distributed.strategy=ddp or in one process: the checkpoint holds whole weights"])
         for warning in run_warnings(cfg) if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
@@ -144,6 +152,11 @@ class Trainer(CheckpointMixin):
             )
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
+        if world.sharded and self.needs_critic:
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(f"algorithm {cfg.algo!r} trains a critic, which distributed.strategy=fsdp does not support yet",
+                              ["use a critic-free algorithm (grpo, ...) or distributed.strategy=ddp"])
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
@@ -160,6 +173,15 @@ class Trainer(CheckpointMixin):
                                                    write=world.main)
         world.sync_module(self.model)  # every rank starts from rank 0's weights (as DDP's constructor does)
         self.model.eval()  # no dropout: the PPO ratio starts at exactly 1
+        self.policy_copy: PolicyCopy | None = None
+        """FSDP: the whole, unsharded policy on every rank: the engine samples it, checkpoints write it."""
+        if world.sharded:
+            from ragen_core.trainer import prefix
+            from ragen_core.trainer.distributed import shard
+
+            self.policy_copy = PolicyCopy(self.model)
+            shard(self.model)
+            prefix.ENABLED = False  # shared prompts make data-dependent forward calls: ranks would fall out of step
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -175,12 +197,12 @@ class Trainer(CheckpointMixin):
         if self.needs_ref and not hasattr(self.model, "disable_adapter"):
             import copy
 
-            self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.ref_model = copy.deepcopy(self.unsharded_policy).requires_grad_(False).eval()
         self.overlap: AsyncRollout | None = None
         """The behaviour copy and the rollout in flight (``rollout.async_rollout``), else None."""
         if cfg.rollout.async_rollout:
             self.overlap = AsyncRollout(self.model, self._collect, lambda: self.runner.state_dict())
-        self.engine = su.make_engine(cfg, self.overlap.behaviour if self.overlap is not None else self.model, self.tokenizer)
+        self.engine = su.make_engine(cfg, self.overlap.behaviour if self.overlap is not None else self.unsharded_policy, self.tokenizer)
         self.runner = su.make_runner(cfg, self.engine, self.tokenizer, "train")
         validates = cfg.test_freq > 0 or cfg.val_before_train
         self.val_runner = su.make_runner(cfg, self.engine, self.tokenizer, "val", pool=self.runner.pool) if validates else None
@@ -213,7 +235,7 @@ class Trainer(CheckpointMixin):
         if world.main:
             write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
             self._write_plugins_json()
-        self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.model, tokenizer=self.tokenizer, engine=self.engine,
+        self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.unsharded_policy, tokenizer=self.tokenizer, engine=self.engine,
                                     device=self.device)
         self.pm = make_plugin_manager()  # the other ranks observe nothing: no loggers, no diagnostics
         for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg) if world.main else []):
@@ -288,8 +310,13 @@ class Trainer(CheckpointMixin):
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
                 # after logging: a checkpointed step always has its metrics line
-                if self.world.main and self._should_save(step, last) and not exited and self._good_to_save(step):
+                save_now = self.world.main and self._should_save(step, last) and not exited and self._good_to_save(step)
+                if self.policy_copy is not None:  # FSDP: gathering the optimiser state is a collective
+                    save_now = bool(self.world.broadcast(save_now))
+                    self._gathered_optimizer = self._gather_optimizer() if save_now else None
+                if save_now and self.world.main:
                     path = self.save(step)
+                    self._gathered_optimizer = None
                     self.skips.saved(step)
                     self.watchdog.beat(f"the checkpoint of step {step}")
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
@@ -322,9 +349,26 @@ class Trainer(CheckpointMixin):
             return self.overlap.unplayed_state
         return super()._runner_state()
 
+    @property
+    def unsharded_policy(self) -> Any:
+        """The policy as one whole module with the current weights: :attr:`model`, or with FSDP its
+        unsharded copy (synced after every update) -- what the engine, observers and checkpoints use."""
+        policy_copy = getattr(self, "policy_copy", None)  # set in setup()
+        return policy_copy.model if policy_copy is not None else self.model
+
+    def _gather_optimizer(self) -> Any:
+        from ragen_core.trainer.distributed import full_optimizer_state
+
+        return full_optimizer_state(self.model, self.optimizer)
+
+    def _optimizer_state(self) -> Any:
+        """FSDP: the optimiser state gathered (on every rank) just before :meth:`save`."""
+        gathered = getattr(self, "_gathered_optimizer", None)
+        return gathered if gathered is not None else super()._optimizer_state()
+
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
-        why = self.skips.unsafe_to_save(self.model, self.critic)
+        why = self.skips.unsafe_to_save(self.unsharded_policy, self.critic)
         if why is not None:
             report(f"step {step}: no checkpoint written: {why}; the newest checkpoint stays as it was")
         return why is None
@@ -435,7 +479,12 @@ class Trainer(CheckpointMixin):
                                             optim=cfg.optim, temperature=self.train_sampling.temperature, world=self.world))
                 self.policy_version += 1
         if self.overlap is None:  # async: the behaviour copy is synced when the next rollout starts
-            self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+            if self.policy_copy is not None:  # FSDP: every rank gathers the whole weights into its copy
+                from ragen_core.trainer.distributed import full_state_dict
+
+                self.policy_copy.sync(full_state_dict(self.model), self.policy_version, self.engine)
+            else:
+                self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         self.pm.hook.ragen_on_update_end(stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps

@@ -31,7 +31,9 @@ Data-parallel (``world``, :mod:`ragen_core.trainer.distributed`): every function
 *global* batch on every rank. :func:`prepare` runs its no-grad forwards on this rank's share of
 the rows and sums the parts; the update loops cut each mini-batch into the one-process
 micro-batches, run this rank's share of them with the global mini-batch's normalisers, and sum
-the gradients over ranks before clipping, so each optimiser step is the one-process step.
+the gradients over ranks before clipping, so each optimiser step is the one-process step. With
+FSDP (``world.sharded``) every rank runs as many micro-batches as the others (a zero-weight padding
+one where its share is shorter) and FSDP sums the gradients during ``backward``.
 """
 
 from __future__ import annotations
@@ -113,7 +115,6 @@ def prepare(
     timer = timer or _no_timer
     acfg = algorithm.config
     micro, temp = optim.micro_batch_size, sampling.temperature
-    rows = list(world.share(len(batch)))  # every row in one process
     m = batch.response_mask
     metrics: dict[str, float] = {}
     supplied = batch.old_log_probs is not None  # the behaviour policy's (async rollout)
@@ -125,17 +126,17 @@ def prepare(
             metrics["rollout/engine_logprob_abs_diff"] = _masked_mean((old - batch.engine_logprobs).abs(), m)
     elif not old_from_update:
         with timer("old_log_prob"):
-            old, entropy = rows_summed(world, batch, rows, lambda: batched_logprobs(model, batch, rows, micro, temp, with_entropy=True), pair=True)
+            old, entropy = rows_summed(world, batch, lambda rows: batched_logprobs(model, batch, rows, micro, temp, with_entropy=True), pair=True)
         metrics["actor/entropy"] = float(agg_loss(entropy, m, acfg.loss_agg_mode))
         if batch.engine_logprobs is not None:
             metrics["rollout/engine_logprob_abs_diff"] = _masked_mean((old - batch.engine_logprobs).abs(), m)
     if ref_model is not None or acfg.use_kl_loss or acfg.use_kl_in_reward:
         with timer("ref"):
-            ref = rows_summed(world, batch, rows, lambda: (reference_logprobs(model, ref_model, batch, rows, micro, temp), None))[0]
+            ref = rows_summed(world, batch, lambda rows: (reference_logprobs(model, ref_model, batch, rows, micro, temp), None))[0]
         metrics["rollout/ref_log_prob"] = _masked_mean(ref, m)
     if critic is not None:
         with timer("values"):
-            values = rows_summed(world, batch, rows, lambda: (batched_values(critic, batch, rows, micro), None))[0]
+            values = rows_summed(world, batch, lambda rows: (batched_values(critic, batch, rows, micro), None))[0]
     rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
     if acfg.use_kl_in_reward:
         assert old is not None and ref is not None  # both computed above when the KL is in the reward
@@ -188,16 +189,17 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
             mine = _my_micros(world, micros)
             vf_loss = clipfrac = 0.0
             optimizer.zero_grad(set_to_none=True)
-            with shared_prefix(critic.lm, batch, [i for idx in mine for i in idx]) as session:
-                for idx in mine:
+            with shared_prefix(critic.lm, batch, [i for idx, _ in mine for i in idx]) as session:
+                for idx, trains in mine:
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     values = critic(sub.input_ids.to(device), sub.attention_mask.to(device), response_mask=mask, session=session)
                     loss, vm = value_loss(values, _filled(sub.values, device), _filled(sub.returns, device), mask, acfg.cliprange_value,
                                           global_token_count=tokens if acfg.global_token_norm else None)
-                    (loss * loss_w).backward()
-                    vf_loss += vm["vf_loss"] * loss_w
-                    clipfrac += vm["vf_clipfrac"] * float(mask.sum()) / tokens
+                    w = loss_w if trains else 0.0  # a padding micro-batch (FSDP) counts nothing
+                    (loss * w).backward()
+                    vf_loss += vm["vf_loss"] * w
+                    clipfrac += vm["vf_clipfrac"] * float(mask.sum()) / tokens * (w > 0)
             vf_loss, clipfrac = world.sum_floats([vf_loss, clipfrac])
             world.sum_grads(p for p in critic.parameters() if p.requires_grad)
             stats["critic/vf_loss"].append(vf_loss)
@@ -252,32 +254,33 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
             acc = dict.fromkeys(ACTOR_KEYS, 0.0)
             mine = _my_micros(world, micros)
             optimizer.zero_grad(set_to_none=True)
-            with shared_prefix(model, batch, [i for idx in mine for i in idx]) as session:
-                for idx in mine:
+            with shared_prefix(model, batch, [i for idx, _ in mine for i in idx]) as session:
+                for idx, trains in mine:
+                    w = loss_w if trains else 0.0  # a padding micro-batch (FSDP) counts nothing
                     sub = batch.select(idx)
                     mask = sub.response_mask.to(device)
                     kw = agg_kw if row_w is None else {**agg_kw, "row_weights": row_w[idx].to(device)}
                     logp, entropy = token_logprobs(model, sub.input_ids.to(device), sub.attention_mask.to(device), temperature=temperature,
                                                    with_entropy=with_entropy, response_mask=mask, session=session)
-                    if old_policy is not None:
+                    if old_policy is not None and trains:
                         old_policy.record(idx, sub, logp, entropy)
                     old = logp.detach() if old_policy is not None else _filled(sub.old_log_probs, device)
                     loss, pm = policy_loss(logp, old, _filled(sub.advantages, device), mask, clip_low=acfg.clip_ratio_low,
                                            clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **kw)
-                    acc["actor/pg_loss"] += pm["pg_loss"] * loss_w
-                    share = float(mask.sum()) / mini_tokens  # token-weighted means of the per-token metrics
+                    acc["actor/pg_loss"] += pm["pg_loss"] * w
+                    share = float(mask.sum()) / mini_tokens * trains  # token-weighted means of the per-token metrics
                     for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
                         acc[f"actor/{k}"] += pm[k] * share
                     if with_entropy:
                         assert entropy is not None  # asked for with with_entropy
                         ent_loss = agg_loss(entropy, mask, mode, **kw)
                         loss = loss - acfg.entropy_coeff * ent_loss
-                        acc["actor/entropy_loss"] += float(ent_loss.detach()) * loss_w
+                        acc["actor/entropy_loss"] += float(ent_loss.detach()) * w
                     if acfg.use_kl_loss:
                         kl = agg_loss(kl_penalty(logp, _filled(sub.ref_log_probs, device), acfg.kl_loss_type), mask, mode, **kw)
                         loss = loss + acfg.kl_loss_coef * kl
-                        acc["actor/kl_loss"] += float(kl.detach()) * loss_w
-                    (loss * loss_w).backward()
+                        acc["actor/kl_loss"] += float(kl.detach()) * w
+                    (loss * w).backward()
             acc.update(zip(ACTOR_KEYS[:-1], world.sum_floats([acc[k] for k in ACTOR_KEYS[:-1]])))  # every key but grad_norm
             world.sum_grads(params)
             acc["actor/grad_norm"] = clip_and_step(params, optimizer, optim.grad_clip)
@@ -340,16 +343,23 @@ def clip_and_step(params: Any, optimizer: Any, max_norm: float) -> float:
     params = [p for p in params if p.grad is not None]
     if not params:
         return 0.0
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)  # FSDP: a DTensor
     if math.isfinite(norm):
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm
 
 
-def _my_micros(world: World, micros: list[list[int]]) -> list[list[int]]:
-    """This rank's contiguous share of a mini-batch's micro-batches (all of them in one process)."""
-    return [micros[i] for i in world.share(len(micros))]
+def _my_micros(world: World, micros: list[list[int]]) -> list[tuple[list[int], bool]]:
+    """This rank's contiguous share of a mini-batch's micro-batches (all of them in one process),
+    each with True. Sharded (FSDP), every rank must run as many forward/backward passes as the
+    others (their collectives pair up): a shorter share ends with a padding micro-batch (a copy
+    of the first, False) whose loss is multiplied by 0."""
+    mine = [(micros[i], True) for i in world.share(len(micros))]
+    if world.sharded:
+        mine += [(micros[0], False)] * (-(-len(micros) // world.size) - len(mine))
+    return mine
 
 
 def episode_row_weights(episode_ids: Any) -> Any:

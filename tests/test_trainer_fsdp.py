@@ -1,0 +1,128 @@
+"""FSDP training (``distributed.strategy=fsdp``, ``torchrun``, gloo, 2 CPU processes) is the one-process step on the same global batch.
+
+One GRPO step with a KL loss on the tiny model, shaped so that every place where ranks could fall
+out of step is hit: 9 rows (the no-grad old-log-prob and reference passes split 5 / 4 rows, so rank
+1 pads), three mini-batches of 4, 4 and 1 rows in micro-batches of 2 (the last mini-batch has one
+micro-batch: rank 1 runs a zero-weight padding micro-batch). Run once with ``torchrun`` and once as
+one process; what rank 0 wrote is compared with what the one process wrote, and the FSDP
+checkpoint's optimiser state is loaded into a one-process optimiser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen_core.errors import ConfigError
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.distributed import World, check_supported
+
+# Exact: the episodes (ids, rewards, groups), the run folder's file list, the metric keys. Floats,
+# as in test_trainer_ddp.py: both runs do the same float32 operations on the same values except for
+# the order gradients are summed in (FSDP's reduce-scatter of the two ranks' parts), micro-batches
+# of different rows in the no-grad passes (padding), and the plain forward instead of the shared-
+# prompt one (FSDP turns it off; test_trainer_shared_prefix.py: <= 1.4 eps * (1 + |logp|)).
+# Measured here: metrics within 3 eps * (1 + |x|); grad norm 1 eps.
+EPS32 = 2.0**-23  # torch.finfo(torch.float32).eps
+ROUNDING = 64.0  # metrics: ~20x the measured 3 eps, the DDP test's bound
+# Weights through their update (w_after - w_before): AdamW divides each entry by its own magnitude,
+# so rounding in a small, cancelling gradient entry shows in its update, and here three Adam steps
+# follow each other (the second and third start from weights that already differ by rounding).
+# Measured on this run: FSDP's updates within 2.0e-2 lr of one process's (6 of 1.8M entries beyond
+# 1e-2 lr); DDP on the same three steps 1.3e-2 lr. A real error moves whole updates by ~lr: ranks
+# stepping on their own gradients (3.5 lr in the DDP test), a padding micro-batch that is not
+# zero-weighted; a gradient that misses a rank's part or is averaged over ranks changes
+# actor/grad_norm (it did by 12% when the optimiser's and the clip's parameters parted).
+UPDATE_TOL = 0.1  # in units of lr: 5x the measured 2.0e-2, 10x below a real error
+LR = 1e-4
+
+ARGS = [
+    "run", "--env", "bandit", "--algo", "grpo", "--steps", "1", "--no-progress",
+    "warm_start.enabled=false", "rollout.env_groups=3", "rollout.group_size=3",
+    "optim.mini_batch_size=4", "optim.micro_batch_size=2", f"optim.lr={LR}",
+    "algo_config.use_kl_loss=true", "algo_config.kl_loss_coef=0.1",
+    "sampling.train.max_new_tokens=10", "test_freq=0", "save_freq=-1", "save_rollouts=true",
+]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(RAGEN_PLOTS="0", OMP_NUM_THREADS="1")
+    return env
+
+
+def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
+    from safetensors.torch import load_file
+
+    ckpt = run_dir / "checkpoints" / "step_1"
+    metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    return metrics, load_file(ckpt / "model.safetensors"), state["optimizer"], rollouts
+
+
+def _files(run_dir: Path) -> set[str]:
+    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")}
+
+
+def test_two_fsdp_ranks_train_the_one_process_step(tmp_path):
+    from ragen_core.models import load_model_and_tokenizer
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "ragen_core.cli.main"]
+    one = subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *ARGS, "--run-dir", str(tmp_path / "one")],
+                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    two = subprocess.run([*torchrun, *ARGS, "distributed.strategy=fsdp", "--run-dir", str(tmp_path / "two")], env=_env(),
+                         capture_output=True, text=True, timeout=300)
+    out_one = one.communicate(timeout=300)[0]
+    assert one.returncode == 0, out_one[-3000:]
+    assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
+    assert two.stdout.count("run directory:") == 1  # rank 0 reports; rank 1 says nothing
+
+    m1, w1, o1, r1 = _load(tmp_path / "one")
+    m2, w2, o2, r2 = _load(tmp_path / "two")
+    fields = ("group_id", "member", "seed", "success")
+    assert [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r2] == \
+           [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r1]
+    assert [[t["reward"] for t in r["turns"]] for r in r2] == [[t["reward"] for t in r["turns"]] for r in r1]
+    assert _files(tmp_path / "two") == _files(tmp_path / "one")  # only rank 0 wrote, and the same files
+
+    keys = {k for k in m1 if not k.startswith("timing_s/")}
+    assert keys == {k for k in m2 if not k.startswith("timing_s/")}
+    assert m1["actor/grad_norm"] > 0 and m1["train/num_mini_batches"] == 3.0 and m1["actor/kl_loss"] != 0
+    for k in sorted(keys):
+        a, b = m1[k], m2[k]
+        if isinstance(a, float) and isinstance(b, float):
+            assert abs(a - b) <= ROUNDING * EPS32 * (1 + abs(a)), (k, a, b)
+        else:
+            assert a == b, k
+
+    start, _ = load_model_and_tokenizer("tiny")  # both runs started from these weights (no warm start)
+    before = start.state_dict()
+    assert w1.keys() == w2.keys()
+    moved = 0.0
+    for name, after_one in w1.items():
+        up1, up2 = after_one.float() - before[name].float(), w2[name].float() - before[name].float()
+        assert float((up1 - up2).abs().max()) <= UPDATE_TOL * LR, name
+        moved = max(moved, float(up1.abs().max()))
+    assert moved > 0.5 * LR  # three Adam steps moved the weights
+
+    # the optimiser state is whole and indexed as in one process: a one-process optimiser loads it
+    assert o2["param_groups"] == o1["param_groups"] and o2["state"].keys() == o1["state"].keys()
+    for i, s1 in o1["state"].items():
+        assert torch.equal(o2["state"][i]["step"], s1["step"])
+        assert o2["state"][i]["exp_avg"].shape == s1["exp_avg"].shape
+    torch.optim.AdamW([p for p in start.parameters() if p.requires_grad], lr=LR).load_state_dict(o2)
+
+
+def test_fsdp_needs_several_ranks_and_refuses_lora():
+    with pytest.raises(ConfigError, match=r"distributed.strategy=fsdp needs several ranks"):
+        check_supported(RunConfig(distributed={"strategy": "fsdp"}), World())
+    with pytest.raises(ConfigError, match=r"optim.peft.rank=8 \(LoRA\) is not supported with distributed.strategy=fsdp"):
+        check_supported(RunConfig(distributed={"strategy": "fsdp"}, optim={"peft": {"rank": 8}}), World(rank=0, size=2))
+    check_supported(RunConfig(), World())  # ddp in one process: nothing to refuse
