@@ -5,7 +5,7 @@ out of step is hit: 9 rows (the no-grad old-log-prob and reference passes split 
 1 pads), three mini-batches of 4, 4 and 1 rows in micro-batches of 2 (the last mini-batch has one
 micro-batch: rank 1 runs a zero-weight padding micro-batch). Run once with ``torchrun`` and once as
 one process; what rank 0 wrote is compared with what the one process wrote, and the FSDP
-checkpoint's optimiser state is loaded into a one-process optimiser.
+checkpoint (whole weights, optimiser state keyed as in one process) is resumed by one process.
 """
 
 from __future__ import annotations
@@ -118,6 +118,14 @@ def test_two_fsdp_ranks_train_the_one_process_step(tmp_path):
         assert torch.equal(o2["state"][i]["step"], s1["step"])
         assert o2["state"][i]["exp_avg"].shape == s1["exp_avg"].shape
     torch.optim.AdamW([p for p in start.parameters() if p.requires_grad], lr=LR).load_state_dict(o2)
+
+    # and a one-process run resumes the FSDP run's checkpoint (its config says fsdp: override it)
+    resumed = subprocess.run([sys.executable, "-m", "ragen_core.cli.main", *ARGS, "--steps", "2", "--resume", str(tmp_path / "two"),
+                              "distributed.strategy=ddp"], env=_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["actor/grad_norm"] > 0
+    assert (tmp_path / "two" / "checkpoints" / "step_2" / "model.safetensors").is_file()
 
 
 def test_fsdp_needs_several_ranks_and_refuses_lora():
