@@ -463,7 +463,7 @@ class CheckpointMixin:
     def save(self, step: int) -> Path:
         """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state."""
         state: dict[str, Any] = {
-            "optimizer": self._optimizer_state(),
+            "optimizer": self.optimizer.state_dict(),
             "runner": self._runner_state(),
             "val_runner": self.val_runner.state_dict() if self.val_runner is not None and hasattr(self.val_runner, "state_dict") else None,
             "empty_streak": self.empty_streak,
@@ -479,6 +479,7 @@ class CheckpointMixin:
             state["ref_model"] = self.ref_model.state_dict()
         if getattr(self, "_lora_base", None):
             state["lora_base"] = self._lora_base
+        state.update(self._sharded_state())
         return save_checkpoint(self.run_dir, step, self.unsharded_policy, self.tokenizer, state)
 
     @property
@@ -486,8 +487,9 @@ class CheckpointMixin:
         """The policy module a checkpoint writes (the trainer's FSDP run: its unsharded copy)."""
         return self.model
 
-    def _optimizer_state(self) -> Any:
-        return self.optimizer.state_dict()
+    def _sharded_state(self) -> dict[str, Any]:
+        """Entries that replace the above when modules are sharded (the trainer's FSDP run: gathered whole)."""
+        return {}
 
     def _runner_state(self) -> Any:
         """The training runner's checkpointed state (its seed counter)."""

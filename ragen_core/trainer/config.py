@@ -270,9 +270,9 @@ class DistributedSection(_Section):
     """How the ranks of a ``torchrun`` launch share the update (:mod:`ragen_core.trainer.distributed`)."""
 
     strategy: Literal["ddp", "fsdp"] = "ddp"
-    """``ddp``: every rank holds the whole model and gradients are summed; ``fsdp``: the policy's
-    weights, gradients and optimiser state are sharded over the ranks (FSDP2), and each rank
-    generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA, critic or async rollout."""
+    """``ddp``: every rank holds the whole model and gradients are summed; ``fsdp``: the weights,
+    gradients and optimiser states of the policy and critic are sharded over the ranks (FSDP2), and each rank
+    generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA, async rollout or resume."""
 
 
 class RunConfig(_Section):

@@ -38,8 +38,8 @@ batch (issue 19, part 3):
   Ctrl-C seen by any rank stops all of them after the same step.
 
 **FSDP** (``distributed.strategy=fsdp``, for a policy whose weights, gradients and AdamW state do
-not fit one GPU several times over): the same design, with the policy sharded by FSDP2
-(:func:`shard`: each transformer block, then the rest; :attr:`World.sharded`):
+not fit one GPU several times over): the same design, with the policy and the critic sharded by
+FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharded`):
 
 * **Generation uses a whole copy.** Before sharding, every rank takes an unsharded frozen copy
   of the policy (:class:`~ragen_core.trainer.async_rollout.PolicyCopy`, the copy async rollout
@@ -55,13 +55,13 @@ not fit one GPU several times over): the same design, with the policy sharded by
   the data) are off.
 * **Gradients**: FSDP reduce-scatters them in each ``backward``, set to *sum* (divide factor 1),
   so the normalisers stay global as above and :meth:`World.sum_grads` does nothing.
-* **Checkpoints** are whole: rank 0 writes the copy's weights and the optimiser state gathered
-  by all ranks (:func:`full_optimizer_state`, keyed as in one process), so a one-process run loads
-  them.
+* **Checkpoints** are whole: rank 0 writes the copy's weights, and the critic and optimiser
+  states gathered by all ranks (:func:`full_state_dict`, :func:`full_optimizer_state`, keyed as in
+  one process), so a one-process run resumes them (with ``distributed.strategy=ddp``).
 
 A rank that fails makes ``torchrun`` end the others. Not supported with several ranks (refused
-with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``; with FSDP also LoRA, a
-critic (PPO / GAE), and ``--resume``. FSDP needs several ranks (refused in one process).
+with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``; with FSDP also LoRA and
+``--resume`` (of any run). FSDP needs several ranks (refused in one process).
 """
 
 from __future__ import annotations

@@ -152,11 +152,6 @@ class Trainer(CheckpointMixin):
             )
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
-        if world.sharded and self.needs_critic:
-            from ragen_core.errors import ConfigError
-
-            raise ConfigError(f"algorithm {cfg.algo!r} trains a critic, which distributed.strategy=fsdp does not support yet",
-                              ["use a critic-free algorithm (grpo, ...) or distributed.strategy=ddp"])
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
@@ -189,9 +184,13 @@ class Trainer(CheckpointMixin):
         if self.needs_critic:
             from ragen_core.trainer.modeling import build_critic
 
-            self.critic = build_critic(self.model).to(self.device)
+            self.critic = build_critic(self.unsharded_policy).to(self.device)
             world.sync_module(self.critic)
             self.critic.eval()
+            if world.sharded:
+                from ragen_core.trainer.distributed import shard
+
+                shard(self.critic)
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=o.critic_lr, betas=o.betas, weight_decay=o.weight_decay)
         self.ref_model = None
         if self.needs_ref and not hasattr(self.model, "disable_adapter"):
@@ -310,13 +309,15 @@ class Trainer(CheckpointMixin):
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
                 # after logging: a checkpointed step always has its metrics line
-                save_now = self.world.main and self._should_save(step, last) and not exited and self._good_to_save(step)
-                if self.policy_copy is not None:  # FSDP: gathering the optimiser state is a collective
-                    save_now = bool(self.world.broadcast(save_now))
-                    self._gathered_optimizer = self._gather_optimizer() if save_now else None
+                save_now = self.world.main and self._should_save(step, last) and not exited
+                if self.policy_copy is None:
+                    save_now = save_now and self._good_to_save(step)
+                else:  # FSDP: checking the sharded critic and gathering the state are collectives: on every rank
+                    save_now = bool(self.world.broadcast(save_now)) and self._good_to_save(step)
+                    self._gathered = self._gather_sharded() if save_now else {}
                 if save_now and self.world.main:
                     path = self.save(step)
-                    self._gathered_optimizer = None
+                    self._gathered = {}
                     self.skips.saved(step)
                     self.watchdog.beat(f"the checkpoint of step {step}")
                     self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
@@ -356,20 +357,22 @@ class Trainer(CheckpointMixin):
         policy_copy = getattr(self, "policy_copy", None)  # set in setup()
         return policy_copy.model if policy_copy is not None else self.model
 
-    def _gather_optimizer(self) -> Any:
-        from ragen_core.trainer.distributed import full_optimizer_state
+    def _gather_sharded(self) -> dict[str, Any]:
+        """FSDP: the sharded state a checkpoint holds, gathered whole (on every rank; rank 0 writes it)."""
+        from ragen_core.trainer.distributed import full_optimizer_state, full_state_dict
 
-        return full_optimizer_state(self.model, self.optimizer)
+        out = {"optimizer": full_optimizer_state(self.model, self.optimizer)}
+        if self.critic is not None:
+            out |= {"critic": full_state_dict(self.critic), "critic_optimizer": full_optimizer_state(self.critic, self.critic_optimizer)}
+        return out
 
-    def _optimizer_state(self) -> Any:
-        """FSDP: the optimiser state gathered (on every rank) just before :meth:`save`."""
-        gathered = getattr(self, "_gathered_optimizer", None)
-        return gathered if gathered is not None else super()._optimizer_state()
+    def _sharded_state(self) -> dict[str, Any]:
+        return dict(getattr(self, "_gathered", {}))
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
         why = self.skips.unsafe_to_save(self.unsharded_policy, self.critic)
-        if why is not None:
+        if why is not None and self.world.main:
             report(f"step {step}: no checkpoint written: {why}; the newest checkpoint stays as it was")
         return why is None
 
