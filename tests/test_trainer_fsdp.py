@@ -4,8 +4,9 @@ One PPO step (critic and actor) with a KL loss on the tiny model, shaped so that
 out of step is hit: 9 rows (the no-grad old-log-prob and reference passes split 5 / 4 rows, so rank
 1 pads; the value pass too), three mini-batches of 4, 4 and 1 rows in micro-batches of 2 (the last mini-batch has one
 micro-batch: rank 1 runs a zero-weight padding micro-batch). Run once with ``torchrun`` and once as
-one process; what rank 0 wrote is compared with what the one process wrote, and the FSDP
-checkpoint (whole weights, optimiser state keyed as in one process) is resumed by one process.
+one process; what rank 0 wrote is compared with what the one process wrote. Checkpoints are whole
+(weights and optimiser states keyed as in one process): FSDP resumes one process's checkpoint and
+trains the step one process trains from it; one process resumes FSDP's.
 """
 
 from __future__ import annotations
@@ -124,14 +125,62 @@ def test_two_fsdp_ranks_train_the_one_process_step(tmp_path):
         for i, s1 in o1[key]["state"].items():
             assert torch.equal(o2[key]["state"][i]["step"], s1["step"])
             assert o2[key]["state"][i]["exp_avg"].shape == s1["exp_avg"].shape
+    _checkpoints_move_between_one_process_and_fsdp(tmp_path)
 
-    # and a one-process run resumes the FSDP run's checkpoint (its config says fsdp: override it)
-    resumed = subprocess.run([sys.executable, "-m", "ragen_core.cli.main", *ARGS, "--steps", "2", "--resume", str(tmp_path / "two"),
-                              "distributed.strategy=ddp"], env=_env(), capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[1])["actor/grad_norm"] > 0
-    assert (tmp_path / "two" / "checkpoints" / "step_2" / "model.safetensors").is_file()
+
+
+def _compare(m1: dict, m2: dict, w1: dict, w2: dict, before: dict, r1: list, r2: list) -> None:
+    """Same episodes (exact), metrics within rounding, weight updates within UPDATE_TOL lr."""
+    fields = ("group_id", "member", "seed", "success")
+    assert [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r2] == \
+           [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r1]
+    keys = {k for k in m1 if not k.startswith("timing_s/")}
+    assert keys == {k for k in m2 if not k.startswith("timing_s/")}
+    for k in sorted(keys):
+        a, b = m1[k], m2[k]
+        if isinstance(a, float) and isinstance(b, float):
+            assert abs(a - b) <= ROUNDING * EPS32 * (1 + abs(a)), (k, a, b)
+        else:
+            assert a == b, k
+    for name, after_one in w1.items():
+        up1, up2 = after_one.float() - before[name].float(), w2[name].float() - before[name].float()
+        assert float((up1 - up2).abs().max()) <= UPDATE_TOL * LR, name
+
+
+def _checkpoints_move_between_one_process_and_fsdp(tmp_path: Path) -> None:
+    """After the step-1 runs ``one`` (one process) and ``two`` (FSDP): one's checkpoint resumed with
+    FSDP trains the step one process trains from it (the optimiser state is loaded into the shards:
+    a lost Adam moment would change the update), and one process resumes two's checkpoint."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "ragen_core.cli.main"]
+    shutil.copytree(tmp_path / "one", tmp_path / "one_fsdp")
+    step2 = [*ARGS, "--steps", "2", "--resume"]
+    procs = {
+        "one": subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *step2, str(tmp_path / "one")], env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        "one_fsdp": subprocess.Popen([*torchrun, *step2, str(tmp_path / "one_fsdp"), "distributed.strategy=fsdp"], env=_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        "two": subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *step2, str(tmp_path / "two"), "distributed.strategy=ddp"],
+                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+    }
+    for name, proc in procs.items():
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, (name, out[-3000:])
+
+    def step_2(run: str) -> tuple[dict, dict, list[dict]]:
+        run_dir = tmp_path / run
+        metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[1])
+        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_2.jsonl").read_text().splitlines()]
+        return metrics, load_file(run_dir / "checkpoints" / "step_2" / "model.safetensors"), rollouts
+
+    m1, w1, r1 = step_2("one")
+    m2, w2, r2 = step_2("one_fsdp")
+    _compare(m1, m2, w1, w2, load_file(tmp_path / "one" / "checkpoints" / "step_1" / "model.safetensors"), r1, r2)
+    m3, _, _ = step_2("two")  # the FSDP run's checkpoint, resumed by one process, trains
+    assert m3["actor/grad_norm"] > 0 and m3["critic/grad_norm"] > 0
 
 
 def test_fsdp_needs_several_ranks_and_refuses_lora():

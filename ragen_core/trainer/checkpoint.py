@@ -487,6 +487,12 @@ class CheckpointMixin:
         """The policy module a checkpoint writes (the trainer's FSDP run: its unsharded copy)."""
         return self.model
 
+    def _load_trained(self, module: Any, optimizer: Any, module_state: Any, optimizer_state: Any) -> None:
+        """Load a trained module's checkpointed weights (None: loaded already) and its optimiser's state."""
+        if module_state is not None:
+            module.load_state_dict(module_state)
+        optimizer.load_state_dict(optimizer_state)
+
     def _sharded_state(self) -> dict[str, Any]:
         """Entries that replace the above when modules are sharded (the trainer's FSDP run: gathered whole)."""
         return {}
@@ -509,10 +515,9 @@ class CheckpointMixin:
     def _restore(self, state: dict[str, Any]) -> None:
         """Apply a checkpoint's state (:func:`load_state`): optimisers, critic, runners, counters, diagnostics, RNGs."""
         _require(state, ("optimizer",), self.run_dir / "checkpoints" / f"step_{state['step']}" / STATE_FILE)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._load_trained(self.model, self.optimizer, None, state["optimizer"])  # the policy's weights are loaded already
         if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+            self._load_trained(self.critic, self.critic_optimizer, state["critic"], state["critic_optimizer"])
         if self.ref_model is not None and "ref_model" in state:
             self.ref_model.load_state_dict(state["ref_model"])
         if state.get("runner") is not None and hasattr(self.runner, "load_state_dict"):

@@ -272,7 +272,7 @@ class DistributedSection(_Section):
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """``ddp``: every rank holds the whole model and gradients are summed; ``fsdp``: the weights,
     gradients and optimiser states of the policy and critic are sharded over the ranks (FSDP2), and each rank
-    generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA, async rollout or resume."""
+    generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA or async rollout."""
 
 
 class RunConfig(_Section):

@@ -60,8 +60,9 @@ FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharde
   one process), so a one-process run resumes them (with ``distributed.strategy=ddp``).
 
 A rank that fails makes ``torchrun`` end the others. Not supported with several ranks (refused
-with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``; with FSDP also LoRA and
-``--resume`` (of any run). FSDP needs several ranks (refused in one process).
+with a one-line error): ``rollout.async_rollout`` and ``grad_analysis``; with FSDP also LoRA.
+FSDP needs several ranks (refused in one process). ``--resume`` loads any whole checkpoint
+(:func:`load_full_state`), so a run can move between one process, DDP and FSDP.
 """
 
 from __future__ import annotations
@@ -344,3 +345,17 @@ def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
     index = {name: i for i, (name, p) in enumerate((n, p) for n, p in model.named_parameters() if p.requires_grad)}
     return {"state": {index[name]: value for name, value in sd["state"].items()},
             "param_groups": [{**group, "params": [index[name] for name in group["params"]]} for group in sd["param_groups"]]}
+
+
+def load_full_state(model: Any, optimizer: Any, model_state: Any, optimizer_state: Any) -> None:
+    """Load whole (one-process) states into a sharded ``model`` (None: keep its weights) and its
+    ``optimizer``: the inverse of :func:`full_state_dict` / :func:`full_optimizer_state` (every rank)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True)
+    if model_state is not None:
+        set_model_state_dict(model, model_state, options=options)
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    by_name: Any = {"state": {names[i]: value for i, value in optimizer_state["state"].items()},
+               "param_groups": [{**group, "params": [names[i] for i in group["params"]]} for group in optimizer_state["param_groups"]]}
+    set_optimizer_state_dict(model, optimizer, by_name, options=options)

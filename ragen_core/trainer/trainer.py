@@ -123,11 +123,6 @@ class Trainer(CheckpointMixin):
         check_supported(cfg, world)
         if world.parallel and cfg.distributed.strategy == "fsdp":
             world = self.world = dataclasses.replace(world, sharded=True)
-            if self.resume:
-                from ragen_core.errors import ConfigError
-
-                raise ConfigError("--resume is not supported with distributed.strategy=fsdp yet",
-                                  ["resume with distributed.strategy=ddp or in one process: the checkpoint holds whole weights"])
         for warning in run_warnings(cfg) if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
@@ -230,7 +225,7 @@ class Trainer(CheckpointMixin):
             if self.overlap is not None:
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             else:
-                self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+                self._sync_engine()
         if world.main:
             write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
             self._write_plugins_json()
@@ -369,6 +364,22 @@ class Trainer(CheckpointMixin):
     def _sharded_state(self) -> dict[str, Any]:
         return dict(getattr(self, "_gathered", {}))
 
+    def _load_trained(self, module: Any, optimizer: Any, module_state: Any, optimizer_state: Any) -> None:
+        if self.policy_copy is None:
+            return super()._load_trained(module, optimizer, module_state, optimizer_state)
+        from ragen_core.trainer.distributed import load_full_state
+
+        load_full_state(module, optimizer, module_state, optimizer_state)
+
+    def _sync_engine(self) -> None:
+        """The engine samples the current weights, as policy version :attr:`policy_version`."""
+        if self.policy_copy is not None:  # FSDP: every rank gathers the whole weights into its copy
+            from ragen_core.trainer.distributed import full_state_dict
+
+            self.policy_copy.sync(full_state_dict(self.model), self.policy_version, self.engine)
+        else:
+            self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
         why = self.skips.unsafe_to_save(self.unsharded_policy, self.critic)
@@ -482,12 +493,7 @@ class Trainer(CheckpointMixin):
                                             optim=cfg.optim, temperature=self.train_sampling.temperature, world=self.world))
                 self.policy_version += 1
         if self.overlap is None:  # async: the behaviour copy is synced when the next rollout starts
-            if self.policy_copy is not None:  # FSDP: every rank gathers the whole weights into its copy
-                from ragen_core.trainer.distributed import full_state_dict
-
-                self.policy_copy.sync(full_state_dict(self.model), self.policy_version, self.engine)
-            else:
-                self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
+            self._sync_engine()
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         self.pm.hook.ragen_on_update_end(stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
