@@ -39,7 +39,10 @@ batch (issue 19, part 3):
 
 **FSDP** (``distributed.strategy=fsdp``, for a policy whose weights, gradients and AdamW state do
 not fit one GPU several times over): the same design, with the policy and the critic sharded by
-FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharded`):
+FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharded`)::
+
+    torchrun --nproc_per_node 2 -m ragen_core.cli.main run --env bandit distributed.strategy=fsdp
+
 
 * **Generation uses a whole copy.** Before sharding, every rank takes an unsharded frozen copy
   of the policy (:class:`~ragen_core.trainer.async_rollout.PolicyCopy`, the copy async rollout
@@ -47,7 +50,7 @@ FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharde
   (:func:`full_state_dict`, a collective) and syncs them into its copy and the engine
   (``sync_weights(state_dict, version)``). Rollouts make different numbers of forward calls per
   rank, so they must never touch the sharded model. The copy costs one whole model per rank
-  (weights only: no gradients, no optimiser state).
+  (weights only: no gradients, no optimiser state); a KL reference is another such copy.
 * **Every rank makes the same forward/backward calls**, since each sharded forward all-gathers
   weights with the other ranks: the no-grad passes pad a shorter share of rows with other ranks'
   rows (zeroed after, :func:`rows_summed`), the update pads a shorter share of micro-batches
