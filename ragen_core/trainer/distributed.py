@@ -43,7 +43,6 @@ FSDP2 (:func:`shard`: each transformer block, then the rest; :attr:`World.sharde
 
     torchrun --nproc_per_node 2 -m ragen_core.cli.main run --env bandit distributed.strategy=fsdp
 
-
 * **Generation uses a whole copy.** Before sharding, every rank takes an unsharded frozen copy
   of the policy (:class:`~ragen_core.trainer.async_rollout.PolicyCopy`, the copy async rollout
   samples from); the engine samples it. After each update every rank gathers the full weights
