@@ -243,7 +243,12 @@ _shutting_down = False
 _spawner: ThreadPoolExecutor | None = None
 
 
-def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+def spawn_child(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **kwargs)`` for a child that must die with this process.
+
+    For envs whose child is not an HTTP service (a REPL on stdin/stdout) and so does not fit
+    :func:`acquire`: pass ``start_new_session=True`` to stop it with :func:`stop_process_group`.
+    """
     # PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, and the rollout
     # runner steps envs in short-lived thread pools. So children are forked from the main
     # thread or from one long-lived spawner thread, never from a worker that will soon exit.
@@ -269,7 +274,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the group is gone (or its id belongs to another user now)
 
 
-def _kill_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+def stop_process_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """SIGTERM the running child's process group, wait up to ``timeout``, then SIGKILL the rest.
 
     SIGKILL also reaches helpers the child started in its group and left behind.
@@ -322,7 +327,7 @@ class _Service:
     def kill(self, timeout: float) -> None:
         """Stop the child now (SIGTERM, ``timeout``, SIGKILL) unless it is dead already."""
         if self.proc is not None and self.poll() is None:
-            _kill_group(self.proc, timeout)
+            stop_process_group(self.proc, timeout)
             self.group_done = True
 
     def output_tail(self) -> str:
@@ -382,7 +387,7 @@ class _Service:
             log.write(f"{_LOG_HEADER}{shlex.join(self.argv)}\n".encode())
             log.flush()
             try:
-                self.proc = _popen(self.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                self.proc = spawn_child(self.argv, cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
                 self.group_done = False
             except OSError as e:  # only without the shim: command missing, bad cwd

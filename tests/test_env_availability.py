@@ -1,5 +1,6 @@
-"""An env's availability check (``EnvSpec.availability``) refuses ``ragen run`` and ``ragen env
-play`` before anything is built: no env, no model, no run folder; one error, exit status 2."""
+"""An env's availability check (``EnvSpec.availability``) refuses ``ragen run``, ``ragen env
+play`` and a ``Trainer`` built in Python before anything is built: no env, no model, no run
+folder; one error, exit status 2."""
 
 from __future__ import annotations
 
@@ -63,3 +64,16 @@ def test_a_broken_check_path_fails_loudly():
     spec = EnvSpec(name="x", factory="a:b", availability="ragen_core.errors:no_such_function")
     with pytest.raises(AttributeError):
         spec.check_available(TOY_ENV_SPEC.config_model())
+
+
+def test_a_trainer_built_in_python_refuses_before_its_default_run_folder(guarded_env, tmp_path, monkeypatch):
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.trainer import Trainer
+
+    monkeypatch.chdir(tmp_path)  # a default run folder would be made under ./runs
+    with pytest.raises(ConfigError, match="the tool is missing"):
+        Trainer(load_config(RunConfig, [], [f"env={NAME}"]))
+    assert not (tmp_path / "runs").exists()
+    Trainer(load_config(RunConfig, [], [f"env={NAME}", "env_config.length=9", f"run_dir={tmp_path / 'r'}"]))  # available: built
+    assert len(CALLS) == 2

@@ -126,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core import registry
     from ragen_core.trainer.trainer import Trainer
 
-    env_config = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
-    registry.get_spec("env", config.env).check_available(env_config)  # a missing toolchain or server refuses before any work
     if getattr(args, "recipe", None):
         print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
     trainer = Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False)))

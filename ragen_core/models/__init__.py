@@ -142,7 +142,7 @@ def load_weights(path: str, *, safetensors_only: bool = False, name: str | None 
         return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
-def _check_model_folder(path: str) -> None:
+def check_model_folder(path: str) -> None:
     """A local path must be a model folder (``config.json``), not any folder or file.
 
     A name that can only be a path and names nothing is a missing folder, said as such instead of
@@ -234,7 +234,7 @@ def _load_model_and_tokenizer(name_or_path: str, *, device: str, dtype: Any, cac
         path = name_or_path
         if cache_dir is not None:
             kwargs["cache_dir"] = str(cache_dir)
-        _check_model_folder(path)
+        check_model_folder(path)
     with _load_errors(name_or_path):
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
     model = load_weights(path, safetensors_only=safetensors_only, name=name_or_path, **kwargs)

@@ -390,3 +390,14 @@ def run_warnings(config: RunConfig) -> list[str]:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
                    f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
     return out
+
+
+def check_env_available(config: RunConfig) -> None:
+    """Run the env's availability check (:attr:`~ragen_core.specs.EnvSpec.availability`) on the
+    run's env settings: a missing toolchain or server refuses (exit 2) before any work.
+    :class:`~ragen_core.trainer.trainer.Trainer` calls it first, before it makes a default run
+    folder; ``--print-config`` does not (it prints on any machine)."""
+    from ragen_core import registry
+
+    env_config = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
+    registry.get_spec("env", config.env).check_available(env_config)

@@ -56,7 +56,7 @@ from typing import Any
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
-from ragen_core.trainer.config import RunConfig, check_plugin_configs, run_warnings
+from ragen_core.trainer.config import RunConfig, check_env_available, check_plugin_configs, run_warnings
 from ragen_core.trainer.context import TrainContext
 from ragen_core.trainer.distributed import World, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
@@ -85,6 +85,7 @@ class Trainer(CheckpointMixin):
 
         if resume and (overwrite or not config.run_dir):
             raise ConfigError("resume needs the run directory (config.run_dir) and cannot be combined with overwrite")
+        check_env_available(config)  # e.g. no Lean toolchain: refuse before any work, the default run folder included
         self.config = config
         self.world = world if world is not None else from_env(config.device)
         """This process's rank among the run's ranks (:data:`~ragen_core.trainer.distributed.ONE` without torchrun)."""

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.services import _kill_group, _popen
+from ragen_core.services import spawn_child, stop_process_group
 from ragen_env_lean.checker import CheckResult, parse_response, transport_failure
 
 
@@ -66,7 +66,7 @@ class ReplProcess:
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._stderr = tempfile.TemporaryFile()
-        proc = _popen(self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+        proc = spawn_child(self.command, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                       start_new_session=True)
         lines: queue.Queue[bytes | None] = queue.Queue()
 
@@ -85,7 +85,7 @@ class ReplProcess:
         """Kill the child's process group (idempotent)."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            _kill_group(proc, timeout=2.0)
+            stop_process_group(proc, timeout=2.0)
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -118,10 +118,10 @@ def check_model_name(name: str) -> None:
     Raises:
         RagenError: one line naming the missing folder, file or folder without ``config.json``.
     """
-    from ragen_core.models import _check_model_folder
+    from ragen_core.models import check_model_folder
 
     try:
-        _check_model_folder(name)
+        check_model_folder(name)
     except RagenError as exc:
         raise RagenError(f"engine 'vllm': {exc.message}", hints=exc.hints) from exc
 
