@@ -40,6 +40,11 @@ if [ ! -f "$VENV/.ragen-vllm-ready" ]; then
   echo "=== built in $((SECONDS - start)) s"
 fi
 
+# Refresh this checkout's packages in a kept venv (seconds): editable installs record entry points
+# (plugins, RAGEN's pytest fixtures) when installed, so a newer checkout needs them written again.
+"${PIP[@]}" -c "$VENV/vllm-pins.txt" --no-build-isolation --no-deps \
+  -e . -e plugins/ragen-algo-grpo -e ragen-filters -e plugins/ragen-engine-vllm
+
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
 "$PY" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 t=$SECONDS
