@@ -41,12 +41,17 @@ for dir in "${ENVS[@]}"; do
     echo "ragen run --env lean without a checker: $(head -n 1 "$WORK/run.log")"
     extra=("env_config.repl_command=[$VENV/bin/python, $PWD/ragen-env-lean/tests/lean_repl_double.py]")
   fi
-  # one training step with the defaults the core brings (grpo, filter none); small batch, no warm start
+  # one training step with the defaults the core brings (grpo, filter none, the warm policy shipped in
+  # the ragen-core wheel); small batch. Lean against the REPL stand-in has no shipped measurement: no warm start.
+  ws=()
+  [ "$name" = lean ] && ws=(warm_start.enabled=false)
   if ! (cd "$WORK" && RAGEN_CACHE="$WORK/cache" "$VENV/bin/ragen" run --env "$name" --steps 1 --run-dir "$WORK/run-$name" ${extra[@]+"${extra[@]}"} \
-        warm_start.enabled=false rollout.env_groups=2 rollout.group_size=2 test_freq=0 save_freq=0 progress=false >"$WORK/run.log" 2>&1); then
+        ${ws[@]+"${ws[@]}"} rollout.env_groups=2 rollout.group_size=2 test_freq=0 save_freq=0 progress=false >"$WORK/run.log" 2>&1); then
     echo "ragen run --env $name failed:"; tail -n 5 "$WORK/run.log"; status=1
+  elif [ "$name" != lean ] && ! grep -q "^warm start: the shipped warm policy" "$WORK/run.log"; then
+    echo "ragen run --env $name did not start from the shipped warm policy:"; grep "warm start" "$WORK/run.log" | head -n 3; status=1
   else
-    echo "ragen run --env $name: $(tail -n 1 "$WORK/run.log")"
+    echo "ragen run --env $name: $(grep "^warm start" "$WORK/run.log" | head -n 1); $(tail -n 1 "$WORK/run.log")"
   fi
   "$VENV/bin/python" -m pip uninstall -q -y "$dist"
 done

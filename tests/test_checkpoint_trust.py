@@ -146,7 +146,7 @@ def test_warm_start_cache_refuses_pickled_weights(tmp_path):
     from ragen_core.errors import RagenError
     from ragen_core.trainer.warmstart import cache_folder
 
-    cfg = make_config(tmp_path, "warm_start.enabled=true", f"warm_start.cache_dir={tmp_path / 'ws-cache'}")
+    cfg = make_config(tmp_path, "warm_start.enabled=true", "warm_start.start_from=scratch", f"warm_start.cache_dir={tmp_path / 'ws-cache'}")
     marker = tmp_path / "marker"
     _plant_pickled_weights(cache_folder(cfg), marker)  # a shared cache someone else filled
     with pytest.raises(RagenError) as info:

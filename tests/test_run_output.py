@@ -37,7 +37,8 @@ def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp
     from ragen_core.trainer.warmstart import warm_start
 
     cfg = _cfg(tmp_path, "progress=true", "warm_start.episodes=3", "warm_start.epochs=2", "warm_start.batch_size=1", "warm_start.check_episodes=2",
-               "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", f"warm_start.cache_dir={tmp_path / 'ws'}")
+               "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", "warm_start.start_from=scratch",
+               f"warm_start.cache_dir={tmp_path / 'ws'}")
     model, tok = load_model_and_tokenizer("tiny")
     warm_start(cfg, model, tok)
     err = capfd.readouterr().err
@@ -46,6 +47,7 @@ def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp
     assert "warm start round 1: SFT" in err and "0/6" in err
     assert "warm start round 1: valid-rate check" in err
     quiet = _cfg(tmp_path, "progress=false", "warm_start.episodes=3", "warm_start.epochs=2", "warm_start.check_episodes=2",
-                 "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", f"warm_start.cache_dir={tmp_path / 'ws2'}")
+                 "warm_start.max_rounds=1", "warm_start.target_valid_rate=0", "warm_start.start_from=scratch",
+                 f"warm_start.cache_dir={tmp_path / 'ws2'}")
     warm_start(quiet, load_model_and_tokenizer("tiny")[0], tok)
     assert "warm start round 1: SFT" not in capfd.readouterr().err

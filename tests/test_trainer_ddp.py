@@ -8,16 +8,13 @@ process, and compares what rank 0 wrote with what the one process wrote.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import torch
 
 from ragen_core.errors import ConfigError
+from ragen_core.testing.run_helpers import distributed_child_env, first_step, run_files, torchrun_command
 from ragen_core.trainer.distributed import ONE, World, from_env
 
 # What must be exact is compared exactly: the sampled episodes (ids, rewards, groups), the run
@@ -47,46 +44,29 @@ ARGS = [
 ]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(RAGEN_PLOTS="0", OMP_NUM_THREADS="1")
-    return env
-
-
-def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
-    from safetensors.torch import load_file
-
-    ckpt = run_dir / "checkpoints" / "step_1"
-    metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
-    return metrics, load_file(ckpt / "model.safetensors"), state["critic"], rollouts
-
-
-def _files(run_dir: Path) -> set[str]:
-    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")}
-
-
 def test_two_gloo_ranks_train_the_one_process_step(tmp_path):
     from ragen_core.models import load_model_and_tokenizer
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "ragen_core.cli.main"]
+    torchrun = torchrun_command(2)
     one = subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *ARGS, "--run-dir", str(tmp_path / "one")],
-                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    two = subprocess.run([*torchrun, *ARGS, "--run-dir", str(tmp_path / "two")], env=_env(), capture_output=True, text=True, timeout=300)
+                           env=distributed_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    two = subprocess.run([*torchrun, *ARGS, "--run-dir", str(tmp_path / "two")], env=distributed_child_env(), capture_output=True, text=True,
+                         timeout=300)
     out_one = one.communicate(timeout=300)[0]
     assert one.returncode == 0, out_one[-3000:]
     assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
     assert two.stdout.count("run directory:") == 1  # rank 0 reports; rank 1 says nothing
 
-    m1, w1, c1, r1 = _load(tmp_path / "one")
-    m2, w2, c2, r2 = _load(tmp_path / "two")
+    m1, w1, s1, r1 = first_step(tmp_path / "one")
+    c1 = s1["critic"]
+    m2, w2, s2, r2 = first_step(tmp_path / "two")
+    c2 = s2["critic"]
     # the global batch: the same episodes, sampled with the same seeds, in the same group order
     fields = ("group_id", "member", "seed", "success")
     assert [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r2] == \
            [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r1]
     assert [[t["reward"] for t in r["turns"]] for r in r2] == [[t["reward"] for t in r["turns"]] for r in r1]
-    assert _files(tmp_path / "two") == _files(tmp_path / "one")  # only rank 0 wrote, and the same files
+    assert run_files(tmp_path / "two") == run_files(tmp_path / "one")  # only rank 0 wrote, and the same files
 
     keys = {k for k in m1 if not k.startswith("timing_s/")}
     assert keys == {k for k in m2 if not k.startswith("timing_s/")}

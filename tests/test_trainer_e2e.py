@@ -327,7 +327,7 @@ def test_unknown_or_missing_logger_is_a_config_error(tmp_path):
 def test_first_step_logs_the_warm_start_valid_rate(tmp_path):
     cfg = make_config(
         tmp_path, "warm_start.enabled=true", "warm_start.episodes=4", "warm_start.epochs=1", "warm_start.target_valid_rate=0",
-        "warm_start.check_episodes=2", f"warm_start.cache_dir={tmp_path / 'ws'}", "steps=1", "save_freq=0",
+        "warm_start.check_episodes=2", "warm_start.start_from=scratch", f"warm_start.cache_dir={tmp_path / 'ws'}", "steps=1", "save_freq=0",
     )
     history = Trainer(cfg).train()
     rate = history[0]["warm_start/valid_rate"]

@@ -12,7 +12,6 @@ trains the step one process trains from it; one process resumes FSDP's.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import torch
 
 from ragen_core.errors import ConfigError
+from ragen_core.testing.run_helpers import distributed_child_env, first_step, run_files, torchrun_command
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.distributed import World, check_supported
 
@@ -52,46 +52,26 @@ ARGS = [
 ]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(RAGEN_PLOTS="0", OMP_NUM_THREADS="1")
-    return env
-
-
-def _load(run_dir: Path) -> tuple[dict, dict, dict, list[dict]]:
-    from safetensors.torch import load_file
-
-    ckpt = run_dir / "checkpoints" / "step_1"
-    metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
-    return metrics, load_file(ckpt / "model.safetensors"), state, rollouts
-
-
-def _files(run_dir: Path) -> set[str]:
-    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")}
-
-
 def test_two_fsdp_ranks_train_the_one_process_step(tmp_path):
     from ragen_core.models import load_model_and_tokenizer
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "ragen_core.cli.main"]
+    torchrun = torchrun_command(2)
     one = subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *ARGS, "--run-dir", str(tmp_path / "one")],
-                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    two = subprocess.run([*torchrun, *ARGS, "distributed.strategy=fsdp", "--run-dir", str(tmp_path / "two")], env=_env(),
+                           env=distributed_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    two = subprocess.run([*torchrun, *ARGS, "distributed.strategy=fsdp", "--run-dir", str(tmp_path / "two")], env=distributed_child_env(),
                          capture_output=True, text=True, timeout=300)
     out_one = one.communicate(timeout=300)[0]
     assert one.returncode == 0, out_one[-3000:]
     assert two.returncode == 0, (two.stdout + two.stderr)[-3000:]
     assert two.stdout.count("run directory:") == 1  # rank 0 reports; rank 1 says nothing
 
-    m1, w1, o1, r1 = _load(tmp_path / "one")
-    m2, w2, o2, r2 = _load(tmp_path / "two")
+    m1, w1, o1, r1 = first_step(tmp_path / "one")
+    m2, w2, o2, r2 = first_step(tmp_path / "two")
     fields = ("group_id", "member", "seed", "success")
     assert [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r2] == \
            [{k: r[k] for k in fields} | {"ids": [t["response_ids"] for t in r["turns"]]} for r in r1]
     assert [[t["reward"] for t in r["turns"]] for r in r2] == [[t["reward"] for t in r["turns"]] for r in r1]
-    assert _files(tmp_path / "two") == _files(tmp_path / "one")  # only rank 0 wrote, and the same files
+    assert run_files(tmp_path / "two") == run_files(tmp_path / "one")  # only rank 0 wrote, and the same files
 
     keys = {k for k in m1 if not k.startswith("timing_s/")}
     assert keys == {k for k in m2 if not k.startswith("timing_s/")}
@@ -155,16 +135,16 @@ def _checkpoints_move_between_one_process_and_fsdp(tmp_path: Path) -> None:
 
     from safetensors.torch import load_file
 
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "ragen_core.cli.main"]
+    torchrun = torchrun_command(2)
     shutil.copytree(tmp_path / "one", tmp_path / "one_fsdp")
     step2 = [*ARGS, "--steps", "2", "--resume"]
     procs = {
-        "one": subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *step2, str(tmp_path / "one")], env=_env(),
+        "one": subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *step2, str(tmp_path / "one")], env=distributed_child_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        "one_fsdp": subprocess.Popen([*torchrun, *step2, str(tmp_path / "one_fsdp"), "distributed.strategy=fsdp"], env=_env(),
+        "one_fsdp": subprocess.Popen([*torchrun, *step2, str(tmp_path / "one_fsdp"), "distributed.strategy=fsdp"], env=distributed_child_env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
         "two": subprocess.Popen([sys.executable, "-m", "ragen_core.cli.main", *step2, str(tmp_path / "two"), "distributed.strategy=ddp"],
-                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                                env=distributed_child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
     }
     for name, proc in procs.items():
         out = proc.communicate(timeout=300)[0]

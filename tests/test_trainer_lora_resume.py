@@ -88,7 +88,7 @@ def test_lora_checkpoint_has_adapter_folder_and_a_plain_merged_model(tmp_path):
 
 def test_lora_resume_after_warm_start_keeps_the_warm_started_base(tmp_path):
     ws = ["warm_start.enabled=true", "warm_start.episodes=4", "warm_start.epochs=1", "warm_start.target_valid_rate=0",
-          "warm_start.max_rounds=1", "warm_start.check_episodes=2", f"warm_start.cache_dir={tmp_path / 'ws-cache'}"]
+          "warm_start.max_rounds=1", "warm_start.check_episodes=2", "warm_start.start_from=scratch", f"warm_start.cache_dir={tmp_path / 'ws-cache'}"]
     part_cfg = make_config(tmp_path, *ws, "steps=2", name="part")
     first = Trainer(part_cfg)
     first.train()

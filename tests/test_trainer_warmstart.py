@@ -15,7 +15,7 @@ def _cfg(tmp_path, *extra: str) -> RunConfig:
     env = register_toy_env()
     return load_config(RunConfig, [], [f"env={env}", "env_config.length=4", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
                                        "sampling.train.max_new_tokens=40", "warm_start.episodes=6", "warm_start.epochs=2",
-                                       "warm_start.check_episodes=4", "warm_start.max_rounds=1",
+                                       "warm_start.check_episodes=4", "warm_start.max_rounds=1", "warm_start.start_from=scratch",
                                        # one round, measured but not gated (the gate's own tests set a target)
                                        "warm_start.target_valid_rate=0",
                                        f"warm_start.cache_dir={tmp_path / 'cache'}", *extra])

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 #: a tiny budget: no second round ever starts, so one measurement decides the gate
 BUDGET = ["warm_start.episodes=3", "warm_start.epochs=1", "warm_start.check_episodes=2", "warm_start.max_rounds=3",
-          "warm_start.max_seconds=0.001", "warm_start.target_valid_rate=0.9"]
+          "warm_start.max_seconds=0.001", "warm_start.target_valid_rate=0.9", "warm_start.start_from=scratch"]
 
 
 def _overrides(tmp_path, *extra: str) -> list[str]:

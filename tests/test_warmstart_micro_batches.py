@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def _cfg(tmp_path, *extra: str) -> RunConfig:
     return load_config(RunConfig, [], [f"env={register_toy_env()}", "env_config.length=4", "env_config.max_turns=2",
                                        "env_config.max_actions_per_turn=1", "sampling.train.max_new_tokens=40", "warm_start.episodes=6",
-                                       f"warm_start.cache_dir={tmp_path / 'c'}", *extra])
+                                       "warm_start.start_from=scratch", f"warm_start.cache_dir={tmp_path / 'c'}", *extra])
 
 
 @pytest.mark.parametrize("prompt_loss_weight", [0.0, 0.5])

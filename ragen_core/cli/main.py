@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ragen_core.cli.run", "train an agent with StarPO (PPO, GRPO, ...)"),
     "eval": ("ragen_core.cli.evaluate", "evaluate a model on an environment and export trajectories"),
     "plot": ("ragen_core.cli.plot", "draw learning curves of a run directory"),
+    "warm-policy": ("ragen_core.cli.warm_policy", "build or show the warm-started tiny policy that ships with ragen-core"),
 }
 
 #: entry-point group of plugin subcommands: command name -> module implementing ragen_register_commands

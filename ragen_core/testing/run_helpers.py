@@ -94,3 +94,44 @@ def one_line_error(stderr: str) -> str:
     assert len(starts) == 1, lines
     assert all(line.startswith("hint: ") for line in lines[starts[0] + 1 :]), lines
     return lines[starts[0]]
+
+
+def torchrun_command(nproc: int = 2) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc_per_node N -m ragen_core.cli.main``:
+    prefix of a ``ragen`` command run as ``nproc`` local ranks (this interpreter, no ``torchrun`` on PATH needed)."""
+    import sys
+
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), "-m", "ragen_core.cli.main"]
+
+
+def distributed_child_env() -> dict[str, str]:
+    """This process's environment without torchrun's rank variables (a child starts its own world),
+    with plots off and one OpenMP thread per process."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(RAGEN_PLOTS="0", OMP_NUM_THREADS="1")
+    return env
+
+
+def first_step(run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """``(metrics, weights, trainer_state, rollouts)`` of step 1 of a run saved with ``save_rollouts=true``:
+    the first ``metrics.jsonl`` row, ``checkpoints/step_1``'s safetensors weights and trainer state,
+    and ``rollouts/step_1.jsonl``."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    run_dir = Path(run_dir)
+    ckpt = run_dir / "checkpoints" / "step_1"
+    metrics = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    return metrics, load_file(ckpt / "model.safetensors"), state, rollouts
+
+
+def run_files(run_dir: str | Path) -> set[str]:
+    """Every path under ``run_dir``, relative to it."""
+    run_dir = Path(run_dir)
+    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*")}

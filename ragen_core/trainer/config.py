@@ -175,6 +175,11 @@ class WarmStartSection(_Section):
 
     enabled: bool | Literal["auto"] = "auto"
     """``auto`` = on for the ``tiny`` model only."""
+    start_from: Literal["shipped", "scratch"] = "shipped"
+    """``shipped``: start from the warm policy that ships with ragen-core (``ragen warm-policy
+    build`` made it; :mod:`ragen_core.trainer.warm_policy`): used as it is when the build measured
+    this run's env settings at or above ``target_valid_rate``, else checked and trained further
+    like a fresh model. ``scratch``: warm-start the randomly initialised tiny model."""
     episodes: int = Field(default=64, ge=1)
     """Demonstration episodes to generate."""
     epochs: int = Field(default=6, ge=1)

@@ -23,6 +23,12 @@ per demo rollout, passed to both; nothing is registered or kept in module state)
 decodes the prompt and answers for the latest observation it contains. Envs offering neither
 are skipped with a message. No oracle is consulted.
 
+It starts from the warm policy that ships with ragen-core (:mod:`ragen_core.trainer.warm_policy`,
+``warm_start.start_from=shipped``, the default for the ``tiny`` model): when that policy's build
+measured this run's env settings at or above the gate, it is used as it is (no SFT, no check);
+otherwise it is checked on the run's settings and, below the gate, trained further by the rounds
+below. ``start_from=scratch`` starts the rounds from the randomly initialised tiny model.
+
 The result is cached as a model folder under ``warm_start.cache_dir/<key>`` where the key hashes
 (env, preset, env config, model, prompt-layout and warm-start settings, seed); the batch shape
 (``rollout.env_groups``, ``rollout.group_size``) is left out, so resizing a run reuses it.
@@ -189,7 +195,19 @@ def cache_payload(config: RunConfig) -> dict[str, Any]:
         # (how a run reacts to a missed gate and how a batch is split for memory do not change the model)
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss", "micro_batch_size"}),
         "seed": config.seed,
+        # the shipped policy a warm start starts from (a rebuilt one is another start)
+        "shipped": (policy.digest if (policy := shipped_for(config)) is not None else None),
     }
+
+
+def shipped_for(config: RunConfig) -> Any:
+    """The shipped warm policy this run starts from (``warm_start.start_from=shipped`` and the
+    ``tiny`` model), or ``None``."""
+    if config.warm_start.start_from != "shipped" or config.model != "tiny":
+        return None
+    from ragen_core.trainer.warm_policy import shipped_policy
+
+    return shipped_policy()
 
 
 def cache_key(config: RunConfig) -> str:
@@ -238,7 +256,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     """
     import time
 
-    from ragen_core.models import load_model_and_tokenizer, quiet_progress
+    from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
 
@@ -256,14 +274,41 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             rate = meta.get("valid_rate")
             print(f"warm start: using cached model {folder}" + (f" (valid rate {rate:.3f})" if isinstance(rate, float) else ""))
         return warm
+    t0 = time.time()
+    shipped = shipped_for(config)
+    if shipped is not None:
+        shipped.load_into(model)
+        record = shipped.record
+        entry = shipped.target(config)
+        base = {"source": "shipped", "shipped_commit": record.get("commit"), "shipped_built": record.get("built"),
+                "target_valid_rate": ws.target_valid_rate, "rounds": 0, "history": [],
+                "settings": json.loads(json.dumps(cache_payload(config), default=str)), "check_temperature": config.sampling.train.temperature}
+        if entry is not None and isinstance(entry.get("valid_rate"), float) and entry["valid_rate"] >= ws.target_valid_rate:
+            # measured on exactly these env settings when the policy was built: nothing to do
+            model.ragen_warm_start = {**base, "valid_rate": entry["valid_rate"], "reached_target": True,
+                                      "measured": "when the shipped policy was built (ragen warm-policy show)"}
+            if verbose:
+                print(f"warm start: the shipped warm policy (valid rate {entry['valid_rate']:.3f} on these env settings, "
+                      f"measured when it was built; target {ws.target_valid_rate:.2f})")
+            return model
+        check = format_check(config, model, tokenizer, progress="warm start: checking the shipped warm policy" if bars else None)
+        if verbose:
+            print(f"warm start: the shipped warm policy writes {check.valid_rate:.3f} valid replies on these env settings "
+                  f"(target {ws.target_valid_rate:.2f})" + ("" if check.valid_rate >= ws.target_valid_rate else "; training it further"))
+        if check.valid_rate >= ws.target_valid_rate:
+            meta = {**base, "valid_rate": check.valid_rate, "reached_target": True, "measured": "checked by this run",
+                    "history": [{"round": 0, "valid_rate": check.valid_rate, "seconds": round(time.time() - t0, 1),
+                                 "sample_replies": list(check.sample_replies)}]}
+            model.ragen_warm_start = meta
+            _save(folder, model, tokenizer, meta, stale=stale)
+            return model
     if not has_random_actions(config):
         if verbose:
             print(f"warm start skipped: env {config.env!r} offers no legal actions (no action_names, no random_action); "
-                  "training from the base model")
+                  f"training from the {'shipped warm policy' if shipped is not None else 'base model'}")
         return model
     import torch
 
-    t0 = time.time()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
     balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
@@ -290,12 +335,21 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             break
     meta = {"valid_rate": history[-1]["valid_rate"], "target_valid_rate": ws.target_valid_rate, "rounds": len(history),
             "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history,
+            "source": "shipped" if shipped is not None else "scratch",
             # what made this folder, so a cached model can be made again (and compared) later
             "settings": json.loads(json.dumps(cache_payload(config), default=str)),
             "check_temperature": config.sampling.train.temperature}
     model.ragen_warm_start = meta
     if not meta["reached_target"]:
         return gate_missed(config, model, meta, verbose=verbose)
+    _save(folder, model, tokenizer, meta, stale=stale)
+    return model
+
+
+def _save(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
+    """Write a warm start that reached its gate into the cache (atomically: a temp folder renamed)."""
+    from ragen_core.models import quiet_progress
+
     tmp = folder.with_name(folder.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
     with quiet_progress():
@@ -308,7 +362,6 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         shutil.rmtree(folder, ignore_errors=True)
     if not folder.exists():
         tmp.rename(folder)
-    return model
 
 
 def gate_missed(config: RunConfig, model: Any, meta: dict[str, Any], *, verbose: bool = True) -> Any:

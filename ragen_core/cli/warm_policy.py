@@ -1,0 +1,68 @@
+"""``ragen warm-policy``: build or show the warm policy that ships with ragen-core.
+
+``ragen warm-policy build`` warm-starts one tiny model on every installed env that can be
+demonstrated (each env's default run and its recipes that start from the shipped policy) and
+writes it, in float16, with ``build.json`` (command, commit, settings, the valid rate measured for
+every target) to ``ragen_core/models/warm/tiny-warm`` or ``--out``. ``ragen warm-policy show``
+prints what the shipped one was built from and measured. See :mod:`ragen_core.trainer.warm_policy`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    b = sub.add_parser("build", help="build the warm policy (minutes on 2 cores)")
+    b.add_argument("--out", help="output folder (default: the shipped location inside ragen_core)")
+    b.add_argument("--envs", nargs="+", help="envs to include (default: every installed env that can be demonstrated here)")
+    b.add_argument("--episodes", type=int, default=32, help="demonstrations per target per round (default 32)")
+    b.add_argument("--demo-turns", type=int, default=2, help="turns per demonstration episode (default 2)")
+    b.add_argument("--epochs", type=int, default=2, help="SFT epochs per round over its demonstrations (default 2)")
+    b.add_argument("--max-rounds", type=int, default=6, help="most rounds (default 6)")
+    b.add_argument("--check-episodes", type=int, default=32, help="episodes of each target's valid-rate check (default 32)")
+    b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--own-thoughts", action="store_true", help="keep each target's reasoning texts (default: empty reasoning for all)")
+    sub.add_parser("show", help="what the shipped warm policy was built from, and its measured valid rates")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ragen_core.trainer import warm_policy
+
+    if args.action == "build":
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        envs = args.envs or warm_policy.default_envs()
+        out = Path(args.out) if args.out else warm_policy.SHIPPED_DIR
+        print(f"building the warm policy for {', '.join(envs)} into {out}")
+        record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs,
+                                   max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,
+                                   recipes=not args.no_recipes, thoughts=None if args.own_thoughts else ("",))
+        _show(record)
+        missed = [t["label"] for t in record["targets"] if not t["reached_target"]]
+        if missed:
+            print(f"missed the valid-rate target: {', '.join(missed)} (runs of these check and warm-start further themselves)")
+        return 0
+    if args.action == "show":
+        policy = warm_policy.shipped_policy()
+        if policy is None:
+            print(f"no shipped warm policy at {warm_policy.SHIPPED_DIR} (build one: ragen warm-policy build)")
+            return 1
+        _show(policy.record)
+        return 0
+    print("usage: ragen warm-policy build|show")
+    return 2
+
+
+def _show(record: dict) -> None:  # type: ignore[type-arg]
+    print(f"built {record.get('built')} from commit {record.get('commit')} by: {record.get('command')}")
+    print(f"{record.get('seconds')} s; settings {json.dumps(record.get('settings'))}")
+    for t in record.get("targets", []):
+        rate = t.get("valid_rate")
+        print(f"  {t['label']:<24} valid rate {rate if rate is None else f'{rate:.3f}'} (target {t['target_valid_rate']:.2f})"
+              f"{'' if t['reached_target'] else '  MISSED'}")

@@ -1,0 +1,205 @@
+"""The shipped warm policy: how it is built, recorded, found and used by a run's warm start.
+
+The mechanism tests build a small policy for the in-process corridor env (seconds); the last test
+loads the policy that ships in this repository and lets it play every env it was built for.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragen_core.config import load_config
+from ragen_core.errors import RagenError
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer import warm_policy, warmstart
+from ragen_core.trainer.config import RunConfig
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _cfg(*extra: str) -> RunConfig:
+    return load_config(RunConfig, [], [f"env={register_toy_env()}", *extra])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A one-round policy for the corridor env, written like the shipped one."""
+    out = tmp_path_factory.mktemp("warm-policy")
+    register_toy_env()
+    record = warm_policy.build(out, [register_toy_env()], episodes=4, demo_turns=1, epochs=1, max_rounds=1, check_episodes=2,
+                               recipes=False, progress=False, log=lambda *_: None)
+    return out, record
+
+
+def test_the_check_key_follows_what_a_format_check_depends_on_only():
+    base = warm_policy.check_key(_cfg())
+    assert warm_policy.check_key(_cfg("seed=7", "rollout.env_groups=9", "rollout.group_size=3", "warm_start.episodes=5")) == base
+    assert warm_policy.check_key(_cfg("env_config.length=7")) != base
+    assert warm_policy.check_key(_cfg("sampling.train.temperature=0.5")) != base
+    assert warm_policy.check_key(_cfg("sampling.train.max_new_tokens=20")) != base
+    assert warm_policy.check_key(_cfg("rollout.enable_think=false")) != base
+
+
+def test_a_build_records_command_settings_weights_and_each_targets_measurement(built):
+    out, record = built
+    on_disk = json.loads((out / "build.json").read_text())
+    assert on_disk == record
+    assert record["format"] == warm_policy.FORMAT and record["settings"]["episodes"] == 4 and record["settings"]["dtype"] == "float16"
+    assert record["command"] and "seconds" in record and len(record["history"]) == 1
+    (target,) = record["targets"]
+    assert target["env"] == register_toy_env() and target["check_key"] == warm_policy.check_key(_cfg())
+    assert 0.0 <= target["valid_rate"] <= 1.0 and target["reached_target"] == (target["valid_rate"] >= 0.9)
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    weights = load_file(str(out / "model.safetensors"))
+    assert {str(v.dtype) for v in weights.values()} == {"torch.float16"}
+    assert "lm_head.weight" not in weights  # tied to the embedding
+    assert record["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_shipped_policy_loads_into_a_fresh_tiny_model(built):
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+
+    out, _ = built
+    policy = warm_policy.shipped_policy(out)
+    assert policy is not None and policy.target(_cfg("seed=3")) is not None and policy.target(_cfg("env_config.length=9")) is None
+    model, _ = load_model_and_tokenizer("tiny")
+    policy.load_into(model)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(out / "model.safetensors"))
+    for name, value in model.state_dict().items():
+        expected = saved["model.embed_tokens.weight"] if name == "lm_head.weight" else saved[name]
+        assert value.dtype == torch.float32 and torch.equal(value, expected.float()), name
+
+
+def test_a_folder_of_another_format_or_without_weights_is_not_a_shipped_policy(built, tmp_path):
+    out, record = built
+    (tmp_path / "build.json").write_text(json.dumps({**record, "format": warm_policy.FORMAT + 1}))
+    assert warm_policy.shipped_policy(tmp_path) is None
+    (tmp_path / "build.json").write_text(json.dumps(record))
+    assert warm_policy.shipped_policy(tmp_path) is None  # no model.safetensors
+    assert warm_policy.shipped_policy(tmp_path / "missing") is None
+
+
+def _shipped_with_rate(monkeypatch, built, tmp_path, rate: float):
+    """The built policy as the shipped one, its corridor measurement set to ``rate``."""
+    import shutil
+
+    out, record = built
+    folder = tmp_path / "shipped"
+    shutil.copytree(out, folder)
+    record = json.loads(json.dumps(record))
+    record["targets"][0]["valid_rate"] = rate
+    (folder / "build.json").write_text(json.dumps(record))
+    monkeypatch.setattr(warm_policy, "SHIPPED_DIR", folder)
+    return folder
+
+
+def test_a_run_on_a_measured_target_starts_from_the_shipped_weights_without_training(monkeypatch, built, tmp_path, capsys):
+    from ragen_core.models import load_model_and_tokenizer
+
+    _shipped_with_rate(monkeypatch, built, tmp_path, 0.97)
+    calls = []
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: calls.append(1) or warmstart.FormatCheck(0.0))
+    monkeypatch.setattr(warmstart, "sft", lambda *a, **k: pytest.fail("no SFT for a measured target"))
+    model, tok = load_model_and_tokenizer("tiny")
+    warm = warmstart.warm_start(_cfg(f"warm_start.cache_dir={tmp_path / 'cache'}"), model, tok)
+    meta = warm.ragen_warm_start
+    assert meta["source"] == "shipped" and meta["valid_rate"] == 0.97 and meta["reached_target"] is True and meta["rounds"] == 0
+    assert calls == [] and "the shipped warm policy (valid rate 0.970" in capsys.readouterr().out
+    fresh = load_model_and_tokenizer("tiny")[0]
+    assert not all(a.equal(b) for a, b in zip(warm.state_dict().values(), fresh.state_dict().values()))
+
+
+def test_a_run_below_the_measured_rate_or_off_target_checks_then_trains_further_from_the_shipped_weights(monkeypatch, built, tmp_path, capsys):
+    from ragen_core.models import load_model_and_tokenizer
+
+    _shipped_with_rate(monkeypatch, built, tmp_path, 0.5)  # below the default target 0.9
+    rates = iter([0.4, 0.95])  # the shipped weights as they are, then after one SFT round
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(next(rates)))
+    starts = []
+
+    def sft(model, *a, **k):
+        starts.append(model.model.embed_tokens.weight.detach().clone())
+        return [1.0]
+
+    monkeypatch.setattr(warmstart, "sft", sft)
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(f"warm_start.cache_dir={tmp_path / 'cache'}", "warm_start.episodes=2", "warm_start.max_rounds=2")
+    warm = warmstart.warm_start(cfg, model, tok)
+    out = capsys.readouterr().out
+    assert "writes 0.400 valid replies on these env settings (target 0.90); training it further" in out
+    assert warm.ragen_warm_start["source"] == "shipped" and warm.ragen_warm_start["reached_target"] is True
+    from safetensors.torch import load_file
+
+    shipped = load_file(str(tmp_path / "shipped" / "model.safetensors"))["model.embed_tokens.weight"].float()
+    assert len(starts) == 1 and starts[0].equal(shipped)  # SFT started from the shipped weights
+    assert (warmstart.cache_folder(cfg) / "config.json").is_file()  # and the result is cached as before
+
+
+def test_a_check_that_passes_caches_the_shipped_weights_for_the_next_run(monkeypatch, built, tmp_path):
+    from ragen_core.models import load_model_and_tokenizer
+
+    _shipped_with_rate(monkeypatch, built, tmp_path, 0.5)
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(0.92))
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(f"warm_start.cache_dir={tmp_path / 'cache'}")
+    warm = warmstart.warm_start(cfg, model, tok)
+    assert warm.ragen_warm_start["measured"] == "checked by this run" and warm.ragen_warm_start["valid_rate"] == 0.92
+    assert json.loads((warmstart.cache_folder(cfg) / warmstart.META_FILE).read_text())["source"] == "shipped"
+
+
+def test_scratch_and_other_models_never_use_the_shipped_policy(monkeypatch, built, tmp_path):
+    folder = _shipped_with_rate(monkeypatch, built, tmp_path, 0.97)
+    assert warm_policy.shipped_policy() is not None and warm_policy.shipped_policy().folder == folder
+    assert warmstart.shipped_for(_cfg()) is not None
+    assert warmstart.shipped_for(_cfg("warm_start.start_from=scratch")) is None
+    assert warmstart.shipped_for(_cfg("model=tiny-qwen-tok")) is None
+    # a rebuilt shipped policy is another start: the cache key changes with its weights
+    key = warmstart.cache_key(_cfg())
+    record = json.loads((folder / "build.json").read_text())
+    (folder / "build.json").write_text(json.dumps({**record, "weights_sha256": "0" * 64}))
+    assert warmstart.cache_key(_cfg()) != key
+
+
+def test_the_shipped_policy_writes_valid_replies_for_every_env_it_was_built_for():
+    """The policy in this repository, on each installed env it targets, greedy, a few episodes.
+
+    The build measured every target at its training temperature on 32 episodes (>= its gate, see
+    ``ragen warm-policy show``); here 3 greedy episodes of at most 2 turns per target must be
+    >= 0.75 valid: greedy decoding removes the sampling noise, and 0.75 leaves room for one bad
+    reply in four turns, since floats (and so near-tied greedy choices) differ between machines.
+    """
+    from ragen_core import registry
+    from ragen_core.models import load_model_and_tokenizer
+
+    policy = warm_policy.shipped_policy()
+    assert policy is not None, f"no shipped warm policy at {warm_policy.SHIPPED_DIR} (ragen warm-policy build)"
+    installed = set(registry.names("env"))
+    checked = 0
+    for target in policy.record["targets"]:
+        if target["env"] not in installed or not target["reached_target"]:
+            continue
+        label = target["label"]
+        base = registry.get_spec("env", target["env"]).recipe(label.split("/", 1)[1]) if "/" in label else None
+        cfg = load_config(RunConfig, [], [f"env={target['env']}"], base=base)
+        assert warm_policy.check_key(cfg) == target["check_key"], f"{label}: its settings changed since the build; rebuild the policy"
+        greedy = cfg.sampling.train.model_copy(update={"do_sample": False, "temperature": 0.0})
+        cfg = cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update={"train": greedy})})
+        short = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_turns": 2})})
+        model, tok = load_model_and_tokenizer("tiny")
+        policy.load_into(model)
+        try:
+            rate = warmstart.format_check(short, model, tok, episodes=3).valid_rate
+        except RagenError:  # an env whose config refuses two turns (sudoku's budget check) plays its own
+            rate = warmstart.format_check(cfg, model, tok, episodes=3).valid_rate
+        assert rate >= 0.75, f"{label}: shipped policy wrote {rate:.2f} valid replies"
+        checked += 1
+    assert checked >= 1
