@@ -30,11 +30,11 @@ from pathlib import Path
 RAGEN = str(Path(sys.executable).with_name("ragen"))
 
 
-def one(label: str, args: list[str], limit_s: float) -> dict[str, object]:
+def one(label: str, args: list[str], limit_s: float, extra: list[str]) -> dict[str, object]:
     cache = Path(tempfile.mkdtemp(prefix="ragen-first-step-"))
     run_dir = cache / "run"
     env = {**os.environ, "RAGEN_CACHE": str(cache / "cache"), "RAGEN_PLOTS": "0"}
-    cmd = [RAGEN, "run", *args, "--no-progress", "--run-dir", str(run_dir), "save_freq=0", "test_freq=0"]
+    cmd = [RAGEN, "run", *args, "--no-progress", "--run-dir", str(run_dir), "save_freq=0", "test_freq=0", *extra]
     log = (cache / "log.txt").open("w")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -70,7 +70,7 @@ def one(label: str, args: list[str], limit_s: float) -> dict[str, object]:
         "warm_start": warm.get("source", "-"),
         "warm_valid_rate": warm.get("valid_rate"),
         "step_s": step.get("timing_s/step"),
-        "valid": step.get("train/action_is_valid", step.get(f"train/{label}/action_is_valid")),
+        "valid": next((v for k, v in step.items() if k.startswith("train/") and k.endswith("/action_is_valid")), None),
         "last_line": tail[0][:160] if first is None else "",
     }
 
@@ -81,28 +81,33 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per case (each from its own clean cache)")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds before a case is killed")
     parser.add_argument("--out", help="also write the table to this Markdown file")
+    parser.add_argument("--no-make-run", action="store_true", help="leave out the make run case")
+    parser.add_argument("--set", nargs="*", default=[], help="extra overrides for every case (e.g. warm_start.enabled=false)")
     args = parser.parse_args()
     from ragen_core import registry
 
     envs = args.envs or registry.names("env")
-    cases: list[tuple[str, list[str]]] = [("make run", ["--env", "bandit", "--recipe", "learn"])]
+    cases: list[tuple[str, list[str]]] = [] if args.no_make_run else [("make run", ["--env", "bandit", "--recipe", "learn"])]
     cases += [(name, ["--env", name]) for name in envs]
     rows = []
     for label, cmd in cases:
         for _ in range(args.repeat):
-            row = one(label, cmd, args.limit)
+            row = one(label, cmd, args.limit, args.set)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    head = ["case", "command", "first RL step (s)", "peak RSS (MB)", "warm start", "its valid rate", "step (s)", "exit / note"]
+    head = ["case", "command", "first RL step (s)", "peak RSS (MB)", "warm start", "its valid rate", "step (s)", "valid actions, step 1",
+            "exit / note"]
     lines = [f"# Time to the first RL step from a clean cache ({platform.node() or 'this machine'}, {os.cpu_count()} CPUs, "
              f"{time.strftime('%Y-%m-%d')})", "", f"`python bench/bench_first_step.py {' '.join(sys.argv[1:])}`".replace("  ", " "), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         rate = r["warm_valid_rate"]
         step = r["step_s"]
+        valid = r["valid"]
         lines.append(f"| {r['case']} | `{r['command']}` | {r['first_step_s'] if r['first_step_s'] is not None else '-'} | {r['peak_rss_mb']} "
                      f"| {r['warm_start']} | {f'{rate:.3f}' if isinstance(rate, float) else '-'} "
-                     f"| {f'{step:.1f}' if isinstance(step, float) else '-'} | {r['exit']} {r['last_line']} |")
+                     f"| {f'{step:.1f}' if isinstance(step, float) else '-'} | {f'{valid:.2f}' if isinstance(valid, float) else '-'} "
+                     f"| {r['exit']} {r['last_line']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

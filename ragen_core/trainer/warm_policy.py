@@ -159,12 +159,17 @@ def default_envs() -> list[str]:
 
 
 def _git_commit() -> str | None:
+    """``HEAD`` of the checkout this module runs from, with ``+dirty`` when tracked files differ from it."""
+    root = Path(__file__).resolve().parents[2]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parents[2], check=False)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root, check=False)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10,
+                               cwd=root, check=False)
     except OSError:
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if head.returncode != 0 or not head.stdout.strip():
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2, epochs: int = 2, lr: float = 1e-3,
@@ -172,7 +177,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
           recipes: bool = True, thoughts: tuple[str, ...] | None = ("",), progress: bool = True, log: Any = print) -> dict[str, Any]:
     """Warm-start one tiny model on every target of ``envs`` and write it (fp16) and its record to ``out``.
 
-    Each round makes ``episodes`` fresh random-legal-action demonstrations per target (cut to their
+    Each round makes ``episodes`` fresh random-legal-action demonstrations per target (up to 4x as
+    many for targets whose demonstrations are shorter than the average, a quarter for targets that
+    already reached their gate; cut to their
     first ``demo_turns`` turns unless the target's own ``warm_start.max_turns`` says otherwise; the
     target's spacing and balancing; ``thoughts`` replaces every target's reasoning texts, ``None``
     keeps each target's own: empty reasoning taught Bandit the format in far fewer steps than the
@@ -204,15 +211,30 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     balances: list[dict[str, list[str]]] = [{} for _ in targets]
     history: list[dict[str, Any]] = []
     rates: dict[str, float] = {}
+    lengths: dict[str, float] = {}  # mean tokens of a target's (cut) demonstration, from round 1
+    mean_len = 1.0
     for rnd in range(max_rounds):
         trajs: list[Any] = []
         for i, config in enumerate(demo_configs):
             # episodes play with the run's own turn budget (the prompts say it) and are cut to
             # their first ``demo_turns`` turns: the later turns of long episodes cost SFT time and
-            # show the same reply format after a longer history
+            # show the same reply format after a longer history. A target that reached its gate
+            # in the last check gets a quarter (kept, so it is not forgotten): the rounds spend
+            # their steps where the format is still missing.
+            # Targets with short demonstrations (Bandit's one short turn) get more of them, up to 4x,
+            # so every target costs about the same SFT time per round (lengths from round 1).
+            label = targets[i][0]
+            passed = label in rates and rates[label] >= targets[i][1].warm_start.target_valid_rate
+            scale = min(4.0, max(1.0, mean_len / lengths[label])) if lengths else 1.0
+            n = max(4, episodes // 4) if passed else round(episodes * scale)
             keep = config.warm_start.max_turns or demo_turns
-            trajs += [dataclasses.replace(t, turns=t.turns[:keep])
-                      for t in demonstrations(config, tokenizer, round_no=rnd, balance=balances[i])]
+            demo_cfg = config.model_copy(update={"warm_start": config.warm_start.model_copy(update={"episodes": n})})
+            made = [dataclasses.replace(t, turns=t.turns[:keep]) for t in demonstrations(demo_cfg, tokenizer, round_no=rnd, balance=balances[i])]
+            if rnd == 0:
+                lengths[label] = max(1.0, sum(len(t.turns[-1].prompt_ids) + len(t.turns[-1].response_ids) for t in made) / max(1, len(made)))
+            trajs += made
+        if rnd == 0:
+            mean_len = sum(lengths.values()) / len(lengths)
         log(f"warm policy round {rnd + 1}: SFT on {len(trajs)} demonstrations of {len(targets)} targets ...")
         losses = sft(model, tokenizer, trajs, epochs=epochs, lr=lr, batch_size=batch_size, seed=derive_seed(seed, "warm-policy-sft", rnd),
                      optimizer=opt, per_turn=per_turn, micro_batch_size=micro_batch_size,

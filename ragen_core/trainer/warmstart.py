@@ -412,7 +412,7 @@ class FormatCheck:
 
 
 def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None, progress: str | None = None) -> FormatCheck:
-    """Share of replies that parse and name only known actions, sampled like training.
+    """Share of replies that parse and whose actions are well formed (:func:`well_formed`), sampled like training.
 
     Plays ``episodes`` (default ``warm_start.check_episodes``) single-member groups with the
     configured engine and the real runner at ``sampling.train`` on seeds disjoint from the
@@ -435,8 +435,17 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
         bar.close()
         runner.close()
     turns = [t for tr in trajs for t in tr.turns]
-    good = sum(1 for t in turns if t.valid and t.info.get("action_is_valid", True) is not False)
+    good = sum(1 for t in turns if t.valid and well_formed(t.info))
     return FormatCheck(good / len(turns) if turns else 0.0, [t.response_text for t in turns[:3]])
+
+
+def well_formed(info: dict[str, Any]) -> bool:
+    """Whether a parsed reply's action is well formed for the env: ``info["action_is_well_formed"]``
+    when the env reports it (an env whose ``action_is_valid`` also judges the move, as Sudoku's does
+    for a clash with the board, says here that it was a placement at all), else ``action_is_valid``
+    (true when absent). The warm start teaches the format, so its gate measures this."""
+    value = info.get("action_is_well_formed", info.get("action_is_valid", True))
+    return value is not False
 
 
 def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None) -> float:

@@ -89,7 +89,7 @@ class SudokuEnv(Env):
         cell = (place.row - 1) * n + (place.col - 1)
         where = f"row {place.row} col {place.col}"
         if self._puzzle.givens[cell]:
-            return self._invalid(f"Invalid move: the cell at {where} is a given and cannot change.")
+            return self._invalid(f"Invalid move: the cell at {where} is a given and cannot change.", well_formed=True)
 
         clashes = self._clashes(cell, place.number)
         if clashes:
@@ -98,7 +98,7 @@ class SudokuEnv(Env):
             if cfg.show_valid_numbers:
                 shown = ", ".join(map(str, allowed)) or "none"
                 message += f" Numbers allowed there: {shown}."
-            return self._invalid(message, valid_numbers=allowed)
+            return self._invalid(message, valid_numbers=allowed, well_formed=True)
 
         previous = self._grid[cell]
         correct = place.number == self._puzzle.solution[cell]
@@ -219,11 +219,12 @@ class SudokuEnv(Env):
                 found.append(label)
         return found
 
-    def _invalid(self, message: str, valid_numbers: list[int] | None = None) -> StepResult:
+    def _invalid(self, message: str, valid_numbers: list[int] | None = None, *, well_formed: bool = False) -> StepResult:
+        """An illegal move; ``well_formed`` when it parsed as a placement (a given cell, a clash)."""
         self._feedback = message
         extra = {"valid_numbers": valid_numbers} if valid_numbers is not None else {}
         return self._finish(
-            self.config.invalid_action_score, valid=False, effective=False, correct=False, **extra
+            self.config.invalid_action_score, valid=False, effective=False, correct=False, action_is_well_formed=well_formed, **extra
         )
 
     def _finish(self, reward: float, *, valid: bool, effective: bool, correct: bool, **extra: Any) -> StepResult:
@@ -232,6 +233,7 @@ class SudokuEnv(Env):
             if not self._success:
                 self._feedback += " Out of steps."
         info = self._info(valid=valid, effective=effective, correct=correct)
+        info["action_is_well_formed"] = valid
         info.update(extra)
         return StepResult(self.render(), self.finite(reward), self._done, info)
 
