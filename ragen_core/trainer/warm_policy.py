@@ -197,6 +197,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     from ragen_core.trainer.warmstart import demonstrations, format_check, sft
 
     t0 = time.time()
+    commit = _git_commit()  # the code this build runs (read now: the checkout may change while it trains)
     targets = target_configs(envs, recipes=recipes)
     if not targets:
         raise RagenError("no env to build a warm policy for", ["install an env package (ragen plugins lists them)"])
@@ -269,7 +270,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         "format": FORMAT,
         "tiny_version": TINY_VERSION,
         "command": " ".join(shlex.quote(a) for a in ["ragen", *sys.argv[1:]]) if Path(sys.argv[0]).name == "ragen" else " ".join(sys.argv),
-        "commit": _git_commit(),
+        "commit": commit,
         "built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "seconds": round(time.time() - t0, 1),
         "versions": {"torch": _torch.__version__, "transformers": transformers.__version__},
