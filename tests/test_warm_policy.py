@@ -203,3 +203,10 @@ def test_the_shipped_policy_writes_valid_replies_for_every_env_it_was_built_for(
         assert rate >= 0.75, f"{label}: shipped policy wrote {rate:.2f} valid replies"
         checked += 1
     assert checked >= 1
+
+
+def test_the_gate_counts_well_formed_actions_where_the_env_reports_them():
+    assert warmstart.well_formed({}) is True
+    assert warmstart.well_formed({"action_is_valid": False}) is False
+    assert warmstart.well_formed({"action_is_valid": False, "action_is_well_formed": True}) is True  # a legal-looking move that clashes
+    assert warmstart.well_formed({"action_is_valid": True, "action_is_well_formed": False}) is False

@@ -226,7 +226,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
             # so every target costs about the same SFT time per round (lengths from round 1).
             label = targets[i][0]
             passed = label in rates and rates[label] >= targets[i][1].warm_start.target_valid_rate
-            scale = min(4.0, max(1.0, mean_len / lengths[label])) if lengths else 1.0
+            scale = min(4.0, max(1.0, mean_len / lengths[label])) if rnd > 0 else 1.0
             n = max(4, episodes // 4) if passed else round(episodes * scale)
             keep = config.warm_start.max_turns or demo_turns
             demo_cfg = config.model_copy(update={"warm_start": config.warm_start.model_copy(update={"episodes": n})})

@@ -72,6 +72,18 @@ def test_rule_violation_reports_clashes_and_valid_numbers():
     assert "row and box" in obs
 
 
+def test_well_formed_placements_are_told_apart_from_unreadable_replies():
+    """``action_is_well_formed`` (read by the warm-start gate, which teaches the format): a parsed
+    placement, legal or not; ``action_is_valid`` stays the reference's legal-move flag."""
+    env = tiny()
+    env.reset(1)
+    cases = [("hello", False, False), ("place 5 at row 1 col 3", False, False), ("1,1,3", False, True),
+             ("place 1 at row 1 col 3", False, True), ("3,3,4", True, True), ("3,3,4", True, True)]
+    for action, valid, well_formed in cases:
+        info = env.step(action).info
+        assert (info["action_is_valid"], info["action_is_well_formed"]) == (valid, well_formed), action
+
+
 def test_reward_overwrites_restores_the_reference_payout():
     env = tiny(reward_overwrites=True)
     env.reset(1)
