@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--episodes", type=int, default=32, help="demonstrations per target per round (default 32)")
     b.add_argument("--demo-turns", type=int, default=2, help="turns per demonstration episode (default 2)")
     b.add_argument("--epochs", type=int, default=2, help="SFT epochs per round over its demonstrations (default 2)")
-    b.add_argument("--max-rounds", type=int, default=6, help="most rounds (default 6)")
+    b.add_argument("--max-rounds", type=int, default=20, help="most rounds (default 20)")
     b.add_argument("--check-episodes", type=int, default=32, help="episodes of each target's valid-rate check (default 32)")
     b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
     b.add_argument("--seed", type=int, default=0)

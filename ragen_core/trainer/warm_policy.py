@@ -173,7 +173,7 @@ def _git_commit() -> str | None:
 
 
 def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2, epochs: int = 2, lr: float = 1e-3,
-          batch_size: int = 16, micro_batch_size: int = 4, max_rounds: int = 6, check_episodes: int = 32, seed: int = 0,
+          batch_size: int = 16, micro_batch_size: int = 4, max_rounds: int = 20, check_episodes: int = 32, seed: int = 0,
           recipes: bool = True, thoughts: tuple[str, ...] | None = ("",), progress: bool = True, log: Any = print) -> dict[str, Any]:
     """Warm-start one tiny model on every target of ``envs`` and write it (fp16) and its record to ``out``.
 
