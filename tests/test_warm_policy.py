@@ -93,12 +93,12 @@ def _shipped_with_rate(monkeypatch, built, tmp_path, rate: float):
     import shutil
 
     out, record = built
-    folder = tmp_path / "shipped"
+    folder = tmp_path / "warm" / warm_policy.GENERAL
     shutil.copytree(out, folder)
     record = json.loads(json.dumps(record))
     record["targets"][0]["valid_rate"] = rate
     (folder / "build.json").write_text(json.dumps(record))
-    monkeypatch.setattr(warm_policy, "SHIPPED_DIR", folder)
+    monkeypatch.setattr(warm_policy, "SHIPPED_ROOT", tmp_path / "warm")
     return folder
 
 
@@ -139,7 +139,7 @@ def test_a_run_below_the_measured_rate_or_off_target_checks_then_trains_further_
     assert warm.ragen_warm_start["source"] == "shipped" and warm.ragen_warm_start["reached_target"] is True
     from safetensors.torch import load_file
 
-    shipped = load_file(str(tmp_path / "shipped" / "model.safetensors"))["model.embed_tokens.weight"].float()
+    shipped = load_file(str(tmp_path / "warm" / warm_policy.GENERAL / "model.safetensors"))["model.embed_tokens.weight"].float()
     assert len(starts) == 1 and starts[0].equal(shipped)  # SFT started from the shipped weights
     assert (warmstart.cache_folder(cfg) / "config.json").is_file()  # and the result is cached as before
 
@@ -169,8 +169,25 @@ def test_scratch_and_other_models_never_use_the_shipped_policy(monkeypatch, buil
     assert warmstart.cache_key(_cfg()) != key
 
 
-def test_the_shipped_policy_writes_valid_replies_for_every_env_it_was_built_for():
-    """The policy in this repository, on each installed env it targets, greedy, a few episodes.
+def test_a_policy_that_measured_the_run_is_preferred_to_the_general_one(monkeypatch, built, tmp_path):
+    import shutil
+
+    general = _shipped_with_rate(monkeypatch, built, tmp_path, 0.5)  # measured below the gate
+    special = tmp_path / "warm" / "corridor"
+    shutil.copytree(general, special)
+    record = json.loads((special / "build.json").read_text())
+    record["targets"][0]["valid_rate"] = 0.95
+    (special / "build.json").write_text(json.dumps(record))
+    assert [p.folder.name for p in warm_policy.shipped_policies()] == [warm_policy.GENERAL, "corridor"]
+    assert warm_policy.policy_for(_cfg()).folder == special  # it measured these settings at the gate
+    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == general  # nobody did: the general one
+    assert warm_policy.policy_for(_cfg("warm_start.target_valid_rate=0.99")).folder == general
+    shutil.rmtree(general)
+    assert warm_policy.policy_for(_cfg("env_config.length=9")) is None
+
+
+def test_the_shipped_policies_write_valid_replies_for_every_env_they_were_built_for():
+    """The policies in this repository, on each installed env they target, greedy, a few episodes.
 
     The build measured every target at its training temperature on 32 episodes (>= its gate, see
     ``ragen warm-policy show``); here 3 greedy episodes of at most 2 turns per target must be
@@ -180,11 +197,11 @@ def test_the_shipped_policy_writes_valid_replies_for_every_env_it_was_built_for(
     from ragen_core import registry
     from ragen_core.models import load_model_and_tokenizer
 
-    policy = warm_policy.shipped_policy()
-    assert policy is not None, f"no shipped warm policy at {warm_policy.SHIPPED_DIR} (ragen warm-policy build)"
+    policies = warm_policy.shipped_policies()
+    assert policies, f"no shipped warm policy under {warm_policy.SHIPPED_ROOT} (ragen warm-policy build)"
     installed = set(registry.names("env"))
     checked = 0
-    for target in policy.record["targets"]:
+    for policy, target in ((p, t) for p in policies for t in p.record["targets"]):
         if target["env"] not in installed or not target["reached_target"]:
             continue
         label = target["label"]
@@ -200,7 +217,7 @@ def test_the_shipped_policy_writes_valid_replies_for_every_env_it_was_built_for(
             rate = warmstart.format_check(short, model, tok, episodes=3).valid_rate
         except RagenError:  # an env whose config refuses two turns (sudoku's budget check) plays its own
             rate = warmstart.format_check(cfg, model, tok, episodes=3).valid_rate
-        assert rate >= 0.75, f"{label}: shipped policy wrote {rate:.2f} valid replies"
+        assert rate >= 0.75, f"{label}: shipped policy {policy.folder.name} wrote {rate:.2f} valid replies"
         checked += 1
     assert checked >= 1
 

@@ -17,7 +17,8 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     b = sub.add_parser("build", help="build the warm policy (minutes on 2 cores)")
-    b.add_argument("--out", help="output folder (default: the shipped location inside ragen_core)")
+    b.add_argument("--name", default="tiny-warm", help="policy name: its folder under ragen_core/models/warm (default tiny-warm, the general one)")
+    b.add_argument("--out", help="output folder (default: ragen_core/models/warm/NAME)")
     b.add_argument("--envs", nargs="+", help="envs to include (default: every installed env that can be demonstrated here)")
     b.add_argument("--episodes", type=int, default=32, help="demonstrations per target per round (default 32)")
     b.add_argument("--demo-turns", type=int, default=2, help="turns per demonstration episode (default 2)")
@@ -25,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--max-rounds", type=int, default=20, help="most rounds (default 20)")
     b.add_argument("--check-episodes", type=int, default=32, help="episodes of each target's valid-rate check (default 32)")
     b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
+    b.add_argument("--max-minutes", type=float, help="start no round after this many minutes (the model is written after every round)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--own-thoughts", action="store_true", help="keep each target's reasoning texts (default: empty reasoning for all)")
     sub.add_parser("show", help="what the shipped warm policy was built from, and its measured valid rates")
@@ -38,22 +40,25 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(max(1, torch.get_num_threads()))
         envs = args.envs or warm_policy.default_envs()
-        out = Path(args.out) if args.out else warm_policy.SHIPPED_DIR
+        out = Path(args.out) if args.out else warm_policy.SHIPPED_ROOT / args.name
         print(f"building the warm policy for {', '.join(envs)} into {out}")
         record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs,
                                    max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,
-                                   recipes=not args.no_recipes, thoughts=None if args.own_thoughts else ("",))
+                                   recipes=not args.no_recipes, thoughts=None if args.own_thoughts else ("",),
+                                   max_minutes=args.max_minutes)
         _show(record)
         missed = [t["label"] for t in record["targets"] if not t["reached_target"]]
         if missed:
             print(f"missed the valid-rate target: {', '.join(missed)} (runs of these check and warm-start further themselves)")
         return 0
     if args.action == "show":
-        policy = warm_policy.shipped_policy()
-        if policy is None:
-            print(f"no shipped warm policy at {warm_policy.SHIPPED_DIR} (build one: ragen warm-policy build)")
+        policies = warm_policy.shipped_policies()
+        if not policies:
+            print(f"no shipped warm policy under {warm_policy.SHIPPED_ROOT} (build one: ragen warm-policy build)")
             return 1
-        _show(policy.record)
+        for policy in policies:
+            print(f"== {policy.folder.name} ({policy.folder})")
+            _show(policy.record)
         return 0
     print("usage: ragen warm-policy build|show")
     return 2

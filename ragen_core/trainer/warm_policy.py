@@ -2,11 +2,14 @@
 
 A warm start from random weights takes minutes per env on a small CPU (several SFT rounds over
 multi-turn demonstrations). So ``ragen-core`` ships one warm-started tiny policy as package data
-(``ragen_core/models/warm/tiny-warm/``, fp16 safetensors, a few MB) made by
+(``ragen_core/models/warm/<name>/``, fp16 safetensors, 3.4 MB each: ``tiny-warm`` for every
+shipped env, and policies for single targets where one shared model did not reach a gate in the
+build's time) made by
 
 .. code-block:: bash
 
-    ragen warm-policy build            # all installed envs that can be demonstrated; see --help
+    ragen warm-policy build                              # tiny-warm: every installed env that can be demonstrated
+    ragen warm-policy build --envs bandit --name bandit  # one env's targets; see --help
 
 which runs the same random-legal-action demonstrations and SFT as :mod:`ragen_core.trainer.warmstart`
 over *all* target envs at once (each env's default run config and named recipes, in rounds, until
@@ -44,8 +47,10 @@ from typing import Any
 from ragen_core.errors import RagenError
 from ragen_core.trainer.config import RunConfig
 
-#: Where the shipped policy lives (package data of ragen-core).
-SHIPPED_DIR = Path(__file__).resolve().parents[1] / "models" / "warm" / "tiny-warm"
+#: Where shipped policies live (package data of ragen-core), one folder each.
+SHIPPED_ROOT = Path(__file__).resolve().parents[1] / "models" / "warm"
+#: The general policy (every shipped env); others cover a few targets each (``--name`` of the build).
+GENERAL = "tiny-warm"
 BUILD_FILE = "build.json"
 #: Bump when the build's format changes; a shipped folder of another format is ignored, said.
 FORMAT = 1
@@ -101,11 +106,35 @@ class ShippedPolicy:
             model.tie_weights()
 
 
+def shipped_policies(root: Path | None = None) -> list[ShippedPolicy]:
+    """Every usable policy folder under ``root`` (default :data:`SHIPPED_ROOT`), the general one first."""
+    root = root or SHIPPED_ROOT
+    try:
+        folders = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    found = [policy for f in folders if (policy := shipped_policy(f)) is not None]
+    return sorted(found, key=lambda p: p.folder.name != GENERAL)
+
+
+def policy_for(config: RunConfig) -> ShippedPolicy | None:
+    """The shipped policy a run of ``config`` starts from: one whose build measured these settings
+    at or above their gate, else the general one (checked, then trained further), else ``None``."""
+    policies = shipped_policies()
+    for policy in policies:
+        entry = policy.target(config)
+        if entry is not None and isinstance(entry.get("valid_rate"), float) and entry["valid_rate"] >= config.warm_start.target_valid_rate:
+            return policy
+    general = [p for p in policies if p.folder.name == GENERAL]
+    return general[0] if general else None
+
+
 def shipped_policy(folder: Path | None = None) -> ShippedPolicy | None:
-    """The shipped warm policy, or ``None`` when there is none (or it was built for another tiny model)."""
+    """The policy in ``folder`` (default: the general one), or ``None`` when there is none (or it
+    was built for another tiny model)."""
     from ragen_core.models.tiny import TINY_VERSION
 
-    folder = folder or SHIPPED_DIR
+    folder = folder or SHIPPED_ROOT / GENERAL
     try:
         record = json.loads((folder / BUILD_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -174,7 +203,8 @@ def _git_commit() -> str | None:
 
 def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2, epochs: int = 2, lr: float = 1e-3,
           batch_size: int = 16, micro_batch_size: int = 4, max_rounds: int = 20, check_episodes: int = 32, seed: int = 0,
-          recipes: bool = True, thoughts: tuple[str, ...] | None = ("",), progress: bool = True, log: Any = print) -> dict[str, Any]:
+          recipes: bool = True, thoughts: tuple[str, ...] | None = ("",), max_minutes: float | None = None, progress: bool = True,
+          log: Any = print) -> dict[str, Any]:
     """Warm-start one tiny model on every target of ``envs`` and write it (fp16) and its record to ``out``.
 
     Each round makes ``episodes`` fresh random-legal-action demonstrations per target (up to 4x as
@@ -186,11 +216,13 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     default mix, 97 % vs 71 % valid after four rounds, bench/results/learning_bandit_fresh3.md),
     trains ``epochs`` epochs over them, and measures every target's valid rate on ``check_episodes`` episodes with its own config. It stops when every
     target reaches its ``warm_start.target_valid_rate`` or after ``max_rounds``; a target that never
-    does is recorded as such (runs of it then check and warm-start further themselves).
+    does is recorded as such (runs of it then check and warm-start further themselves). No round
+    starts after ``max_minutes``. The model and its record are written after every round
+    (``complete`` false until the last), so a build stopped by hand keeps its last round.
     """
     import torch
 
-    from ragen_core.models.tiny import TINY_SEED, TINY_VERSION, build_byte_tokenizer, build_tiny_model
+    from ragen_core.models.tiny import TINY_SEED, build_byte_tokenizer, build_tiny_model
     from ragen_core.seeding import derive_seed
     from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
@@ -249,23 +281,38 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                         "valid_rates": dict(rates), "seconds": round(time.time() - t0, 1)})
         log(f"warm policy round {rnd + 1}: loss {losses[-1]:.3f}, {time.time() - t0:.0f} s; valid rates "
             + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
-        if all(rates[label] >= config.warm_start.target_valid_rate for label, config in targets):
+        done = all(rates[label] >= config.warm_start.target_valid_rate for label, config in targets)
+        over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
+        record = _write(Path(out), model, tokenizer, targets, rates, history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
+                        settings={"envs": envs, "episodes": episodes, "demo_turns": demo_turns, "epochs": epochs, "lr": lr,
+                                  "batch_size": batch_size, "micro_batch_size": micro_batch_size, "max_rounds": max_rounds,
+                                  "max_minutes": max_minutes, "check_episodes": check_episodes, "seed": seed, "recipes": recipes,
+                                  "thoughts": None if thoughts is None else list(thoughts), "dtype": "float16"})
+        if done or over:
             break
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    from ragen_core.models import quiet_progress
+    return record
 
-    half = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+
+def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunConfig]], rates: dict[str, float],
+           history: list[dict[str, Any]], *, t0: float, commit: str | None, complete: bool, settings: dict[str, Any]) -> dict[str, Any]:
+    """Write the model (fp16, tied head left out) and its record to ``out``; after every round, so a
+    stopped build keeps its last round (``complete`` false until the last)."""
+    import os
+
+    import torch
+    import transformers
     from safetensors.torch import save_file
 
+    from ragen_core.models import quiet_progress
+    from ragen_core.models.tiny import TINY_VERSION
+
+    out.mkdir(parents=True, exist_ok=True)
+    half = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     with quiet_progress():
         model.config.save_pretrained(str(out))
         tokenizer.save_pretrained(str(out))
-    save_file(half, str(out / "model.safetensors"), metadata={"format": "pt"})
-    weights_sha = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
-    import torch as _torch
-    import transformers
-
+    save_file(half, str(out / "model.safetensors.tmp"), metadata={"format": "pt"})
+    os.replace(out / "model.safetensors.tmp", out / "model.safetensors")
     record = {
         "format": FORMAT,
         "tiny_version": TINY_VERSION,
@@ -273,16 +320,17 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         "commit": commit,
         "built": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "seconds": round(time.time() - t0, 1),
-        "versions": {"torch": _torch.__version__, "transformers": transformers.__version__},
-        "settings": {"envs": envs, "episodes": episodes, "demo_turns": demo_turns, "epochs": epochs, "lr": lr, "batch_size": batch_size,
-                     "micro_batch_size": micro_batch_size, "max_rounds": max_rounds, "check_episodes": check_episodes, "seed": seed,
-                     "recipes": recipes, "thoughts": None if thoughts is None else list(thoughts), "dtype": "float16"},
-        "weights_sha256": weights_sha,
+        "complete": complete,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "settings": settings,
+        "weights_sha256": hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(),
         "targets": [{"label": label, "env": config.env, "check_key": check_key(config), "check": check_payload(config),
                      "valid_rate": rates.get(label), "target_valid_rate": config.warm_start.target_valid_rate,
                      "reached_target": (rates.get(label) or 0.0) >= config.warm_start.target_valid_rate}
                     for label, config in targets],
         "history": history,
     }
-    (out / BUILD_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    tmp = out / (BUILD_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, out / BUILD_FILE)
     return record

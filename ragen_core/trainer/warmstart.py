@@ -205,9 +205,9 @@ def shipped_for(config: RunConfig) -> Any:
     ``tiny`` model), or ``None``."""
     if config.warm_start.start_from != "shipped" or config.model != "tiny":
         return None
-    from ragen_core.trainer.warm_policy import shipped_policy
+    from ragen_core.trainer.warm_policy import policy_for
 
-    return shipped_policy()
+    return policy_for(config)
 
 
 def cache_key(config: RunConfig) -> str:
