@@ -50,6 +50,9 @@ COMMANDS: dict[str, str] = {
     "ragen run --env bandit --recipe learn-ppo": PRINT_CONFIG,
     "ragen run --env frozenlake --recipe learn-one-lake": PRINT_CONFIG,
     "ragen run --env bandit --recipe learn --print-config": RUN,
+    "ragen warm-policy show": RUN,
+    "ragen warm-policy build": "skipped: trains the shipped policy for about 25 minutes (its mechanism: tests/test_warm_policy.py)",
+    "ragen warm-policy build --name bandit --envs bandit --episodes 256 --epochs 4": "skipped: trains for about 25 minutes",
 }
 
 

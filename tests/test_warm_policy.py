@@ -169,7 +169,7 @@ def test_scratch_and_other_models_never_use_the_shipped_policy(monkeypatch, buil
     assert warmstart.cache_key(_cfg()) != key
 
 
-def test_a_policy_that_measured_the_run_is_preferred_to_the_general_one(monkeypatch, built, tmp_path):
+def test_the_policy_that_measured_the_run_best_is_preferred_to_the_general_one(monkeypatch, built, tmp_path):
     import shutil
 
     general = _shipped_with_rate(monkeypatch, built, tmp_path, 0.5)  # measured below the gate
@@ -179,9 +179,9 @@ def test_a_policy_that_measured_the_run_is_preferred_to_the_general_one(monkeypa
     record["targets"][0]["valid_rate"] = 0.95
     (special / "build.json").write_text(json.dumps(record))
     assert [p.folder.name for p in warm_policy.shipped_policies()] == [warm_policy.GENERAL, "corridor"]
-    assert warm_policy.policy_for(_cfg()).folder == special  # it measured these settings at the gate
-    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == general  # nobody did: the general one
-    assert warm_policy.policy_for(_cfg("warm_start.target_valid_rate=0.99")).folder == general
+    assert warm_policy.policy_for(_cfg()).folder == special  # it measured these settings best
+    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == general  # nobody measured them: the general one
+    assert warm_policy.policy_for(_cfg("warm_start.target_valid_rate=0.99")).folder == special  # still the best start
     shutil.rmtree(general)
     assert warm_policy.policy_for(_cfg("env_config.length=9")) is None
 

@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _show(record: dict) -> None:  # type: ignore[type-arg]
     print(f"built {record.get('built')} from commit {record.get('commit')} by: {record.get('command')}")
-    print(f"{record.get('seconds')} s; settings {json.dumps(record.get('settings'))}")
+    print(f"{record.get('seconds')} s{'' if record.get('complete', True) else ' (incomplete: stopped during the build; it keeps its last round)'}; "
+          f"settings {json.dumps(record.get('settings'))}")
     for t in record.get("targets", []):
         rate = t.get("valid_rate")
         print(f"  {t['label']:<24} valid rate {rate if rate is None else f'{rate:.3f}'} (target {t['target_valid_rate']:.2f})"

@@ -118,13 +118,14 @@ def shipped_policies(root: Path | None = None) -> list[ShippedPolicy]:
 
 
 def policy_for(config: RunConfig) -> ShippedPolicy | None:
-    """The shipped policy a run of ``config`` starts from: one whose build measured these settings
-    at or above their gate, else the general one (checked, then trained further), else ``None``."""
+    """The shipped policy a run of ``config`` starts from: the one whose build measured these
+    settings best (used as is when at or above the gate, else checked and trained further), else
+    the general one, else ``None``."""
     policies = shipped_policies()
-    for policy in policies:
-        entry = policy.target(config)
-        if entry is not None and isinstance(entry.get("valid_rate"), float) and entry["valid_rate"] >= config.warm_start.target_valid_rate:
-            return policy
+    measured = [(float(entry["valid_rate"]), policy) for policy in policies
+                if (entry := policy.target(config)) is not None and isinstance(entry.get("valid_rate"), float)]
+    if measured:
+        return max(measured, key=lambda m: m[0])[1]
     general = [p for p in policies if p.folder.name == GENERAL]
     return general[0] if general else None
 
