@@ -39,16 +39,24 @@ def one(label: str, args: list[str], limit_s: float, extra: list[str]) -> dict[s
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     first = None
-    while proc.poll() is None and time.monotonic() - t0 < limit_s:
+    done = None  # (status, rusage) once the process has exited, reaped here (Popen.poll would reap it first)
+    while done is None and time.monotonic() - t0 < limit_s:
         metrics = run_dir / "metrics.jsonl"
-        if first is None and metrics.is_file() and metrics.stat().st_size > 0:
+        if metrics.is_file() and metrics.stat().st_size > 0:
             first = time.monotonic() - t0
             os.killpg(proc.pid, signal.SIGINT)  # a first Ctrl-C: the run checkpoints and ends
             break
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            done = (status, usage)
         time.sleep(0.1)
-    if proc.poll() is None and first is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    _, status, usage = os.wait4(proc.pid, 0)
+    if done is None:
+        if first is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(proc.pid, 0)
+    else:
+        status, usage = done
+    proc.returncode = os.waitstatus_to_exitcode(status)
     log.close()
     if first is None and (run_dir / "metrics.jsonl").is_file():  # ended before the poll saw it
         first = time.monotonic() - t0
@@ -75,6 +83,24 @@ def one(label: str, args: list[str], limit_s: float, extra: list[str]) -> dict[s
     }
 
 
+def table(rows: list[dict[str, object]], argv: list[str]) -> str:
+    """The Markdown table of ``rows`` (the JSON lines this script prints), headed by the command line."""
+    head = ["case", "command", "first RL step (s)", "peak RSS (MB)", "warm start", "its valid rate", "step (s)", "valid actions, step 1",
+            "exit / note"]
+    lines = [f"# Time to the first RL step from a clean cache ({platform.node() or 'this machine'}, {os.cpu_count()} CPUs, "
+             f"{time.strftime('%Y-%m-%d')})", "", f"`python bench/bench_first_step.py {' '.join(argv)}`".replace("  ", " "), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        rate = r["warm_valid_rate"]
+        step = r["step_s"]
+        valid = r["valid"]
+        lines.append(f"| {r['case']} | `{r['command']}` | {r['first_step_s'] if r['first_step_s'] is not None else '-'} | {r['peak_rss_mb']} "
+                     f"| {r['warm_start']} | {f'{rate:.3f}' if isinstance(rate, float) else '-'} "
+                     f"| {f'{step:.1f}' if isinstance(step, float) else '-'} | {f'{valid:.2f}' if isinstance(valid, float) else '-'} "
+                     f"| {r['exit']} {str(r['last_line']).replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="*", help="envs (default: every installed env)")
@@ -82,8 +108,16 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=900.0, help="seconds before a case is killed")
     parser.add_argument("--out", help="also write the table to this Markdown file")
     parser.add_argument("--no-make-run", action="store_true", help="leave out the make run case")
+    parser.add_argument("--rows", nargs="+", help="only redraw the table from the JSON lines of earlier runs (files)")
     parser.add_argument("--set", nargs="*", default=[], help="extra overrides for every case (e.g. warm_start.enabled=false)")
     args = parser.parse_args()
+    if args.rows:
+        rows = [json.loads(line) for f in args.rows for line in Path(f).read_text().splitlines() if line.startswith("{")]
+        text = table(rows, sys.argv[1:])
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text, encoding="utf-8")
+        return
     from ragen_core import registry
 
     envs = args.envs or registry.names("env")
@@ -95,20 +129,7 @@ def main() -> None:
             row = one(label, cmd, args.limit, args.set)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    head = ["case", "command", "first RL step (s)", "peak RSS (MB)", "warm start", "its valid rate", "step (s)", "valid actions, step 1",
-            "exit / note"]
-    lines = [f"# Time to the first RL step from a clean cache ({platform.node() or 'this machine'}, {os.cpu_count()} CPUs, "
-             f"{time.strftime('%Y-%m-%d')})", "", f"`python bench/bench_first_step.py {' '.join(sys.argv[1:])}`".replace("  ", " "), "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        rate = r["warm_valid_rate"]
-        step = r["step_s"]
-        valid = r["valid"]
-        lines.append(f"| {r['case']} | `{r['command']}` | {r['first_step_s'] if r['first_step_s'] is not None else '-'} | {r['peak_rss_mb']} "
-                     f"| {r['warm_start']} | {f'{rate:.3f}' if isinstance(rate, float) else '-'} "
-                     f"| {f'{step:.1f}' if isinstance(step, float) else '-'} | {f'{valid:.2f}' if isinstance(valid, float) else '-'} "
-                     f"| {r['exit']} {r['last_line']} |")
-    text = "\n".join(lines) + "\n"
+    text = table(rows, sys.argv[1:])
     print(text)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

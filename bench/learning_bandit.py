@@ -23,6 +23,7 @@ mean ± std over seeds, one panel row per algorithm label) and ``bench/results/<
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -57,8 +58,13 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     cfg = load_config(RunConfig, [], common(args) + [f"warm_start.episodes={args.warm_episodes}", f"warm_start.epochs={args.warm_epochs}",
                                                      f"warm_start.cache_dir={args.cache}"], base=base)
     model, tok = load_model_and_tokenizer("tiny")
-    warm_start(cfg, model, tok)
-    return str(cache_folder(cfg))
+    warm = warm_start(cfg, model, tok)
+    folder = cache_folder(cfg)
+    if not (folder / "config.json").is_file():  # a shipped policy used as it is is not cached: save it for the runs
+        warm.save_pretrained(str(folder), safe_serialization=True)
+        tok.save_pretrained(str(folder))
+        (folder / "warm_start.json").write_text(json.dumps(getattr(warm, "ragen_warm_start", {}), indent=1), encoding="utf-8")
+    return str(folder)
 
 
 class _Clock:

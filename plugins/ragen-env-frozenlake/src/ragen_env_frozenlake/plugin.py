@@ -31,8 +31,8 @@ _ONE_LAKE = {
     # 99 % valid). Demonstrations of whole episodes reached 96 % in one round but left a model
     # whose format broke under RL even at lr 2e-4. Measured from random weights, so it keeps that
     # start (start_from: scratch) instead of ragen-core's shipped warm policy.
-    "warm_start": {"start_from": "scratch", "episodes": 256, "epochs": 4, "max_turns": 1, "thoughts": [""], "target_valid_rate": 0.95, "max_rounds": 5,
-                   "max_seconds": 7200.0},
+    "warm_start": {"start_from": "scratch", "episodes": 256, "epochs": 4, "max_turns": 1, "thoughts": [""], "target_valid_rate": 0.95,
+                   "max_rounds": 5, "max_seconds": 7200.0},
 }
 
 SPEC = EnvSpec(
