@@ -42,8 +42,10 @@ for dir in "${ENVS[@]}"; do
     extra=("env_config.repl_command=[$VENV/bin/python, $PWD/ragen-env-lean/tests/lean_repl_double.py]")
   fi
   # one training step with the defaults the core brings (grpo, filter none, the warm policy shipped in
-  # the ragen-core wheel); small batch. Lean against the REPL stand-in has no shipped measurement: no warm start.
-  ws=()
+  # the ragen-core wheel: loaded and checked on 2 episodes with the gate at 0, so envs the shipped
+  # policy is below the gate for take no supervised rounds here); small batch. Lean against the REPL
+  # stand-in: no warm start.
+  ws=(warm_start.target_valid_rate=0 warm_start.check_episodes=2)
   [ "$name" = lean ] && ws=(warm_start.enabled=false)
   if ! (cd "$WORK" && RAGEN_CACHE="$WORK/cache" "$VENV/bin/ragen" run --env "$name" --steps 1 --run-dir "$WORK/run-$name" ${extra[@]+"${extra[@]}"} \
         ${ws[@]+"${ws[@]}"} rollout.env_groups=2 rollout.group_size=2 test_freq=0 save_freq=0 progress=false >"$WORK/run.log" 2>&1); then
