@@ -2,7 +2,7 @@
 
 A warm start from random weights takes minutes per env on a small CPU (several SFT rounds over
 multi-turn demonstrations). So ``ragen-core`` ships one warm-started tiny policy as package data
-(``ragen_core/models/warm/<name>/``, fp16 safetensors, 3.4 MB each: ``tiny-warm`` for every
+(``ragen_core/models/warm/<name>/``, fp16 safetensors, 3.6 MB each: ``tiny-warm`` for every
 shipped env, and policies for single targets where one shared model did not reach a gate in the
 build's time) made by
 
@@ -69,7 +69,9 @@ def check_payload(config: RunConfig) -> dict[str, Any]:
 
 def check_key(config: RunConfig) -> str:
     """A short digest of :func:`check_payload`."""
-    return hashlib.sha256(json.dumps(check_payload(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    from ragen_core.trainer.warmstart import payload_digest
+
+    return payload_digest(check_payload(config))
 
 
 @dataclass(frozen=True)
@@ -210,13 +212,13 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
 
     Each round makes ``episodes`` fresh random-legal-action demonstrations per target (up to 4x as
     many for targets whose demonstrations are shorter than the average, a quarter for targets that
-    already reached their gate; cut to their
-    first ``demo_turns`` turns unless the target's own ``warm_start.max_turns`` says otherwise; the
-    target's spacing and balancing; ``thoughts`` replaces every target's reasoning texts, ``None``
-    keeps each target's own: empty reasoning taught Bandit the format in far fewer steps than the
-    default mix, 97 % vs 71 % valid after four rounds, bench/results/learning_bandit_fresh3.md),
-    trains ``epochs`` epochs over them, and measures every target's valid rate on ``check_episodes`` episodes with its own config. It stops when every
-    target reaches its ``warm_start.target_valid_rate`` or after ``max_rounds``; a target that never
+    already reached their gate; cut to their first ``demo_turns`` turns unless the target's own
+    ``warm_start.max_turns`` says otherwise; the target's spacing and balancing; ``thoughts``
+    replaces every target's reasoning texts, ``None`` keeps each target's own: empty reasoning
+    taught Bandit the format in far fewer steps than the default mix, 97 % vs 71 % valid after four
+    rounds, bench/results/learning_bandit_fresh3.md), trains ``epochs`` epochs over them, and
+    measures every target's valid rate on ``check_episodes`` episodes with its own config. It stops
+    when every target reaches its ``warm_start.target_valid_rate`` or after ``max_rounds``; a target that never
     does is recorded as such (runs of it then check and warm-start further themselves). No round
     starts after ``max_minutes``. The model and its record are written after every round
     (``complete`` false until the last), so a build stopped by hand keeps its last round.
@@ -231,6 +233,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
 
     t0 = time.time()
     commit = _git_commit()  # the code this build runs (read now: the checkout may change while it trains)
+    settings = {"envs": envs, "episodes": episodes, "demo_turns": demo_turns, "epochs": epochs, "lr": lr, "batch_size": batch_size,
+                "micro_batch_size": micro_batch_size, "max_rounds": max_rounds, "max_minutes": max_minutes, "check_episodes": check_episodes,
+                "seed": seed, "recipes": recipes, "thoughts": None if thoughts is None else list(thoughts), "dtype": "float16"}
     targets = target_configs(envs, recipes=recipes)
     if not targets:
         raise RagenError("no env to build a warm policy for", ["install an env package (ragen plugins lists them)"])
@@ -285,10 +290,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         done = all(rates[label] >= config.warm_start.target_valid_rate for label, config in targets)
         over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
         record = _write(Path(out), model, tokenizer, targets, rates, history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
-                        settings={"envs": envs, "episodes": episodes, "demo_turns": demo_turns, "epochs": epochs, "lr": lr,
-                                  "batch_size": batch_size, "micro_batch_size": micro_batch_size, "max_rounds": max_rounds,
-                                  "max_minutes": max_minutes, "check_episodes": check_episodes, "seed": seed, "recipes": recipes,
-                                  "thoughts": None if thoughts is None else list(thoughts), "dtype": "float16"})
+                        settings=settings)
         if done or over:
             break
     return record

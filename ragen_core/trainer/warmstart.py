@@ -210,10 +210,14 @@ def shipped_for(config: RunConfig) -> Any:
     return policy_for(config)
 
 
-def cache_key(config: RunConfig) -> str:
-    payload = cache_payload(config)
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return f"{config.env}-{config.preset or 'default'}-{digest}"
+def payload_digest(payload: dict[str, Any]) -> str:
+    """A short stable digest of a JSON-like settings payload (keys sorted; non-JSON values as ``str``)."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cache_key(config: RunConfig, payload: dict[str, Any] | None = None) -> str:
+    """``<env>-<preset>-<digest of cache_payload(config)>`` (``payload``: that payload, already made)."""
+    return f"{config.env}-{config.preset or 'default'}-{payload_digest(payload if payload is not None else cache_payload(config))}"
 
 
 def cache_root(config: RunConfig) -> Path:
@@ -262,7 +266,9 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
 
     ws = config.warm_start
     bars = verbose and config.progress  # a progress bar per SFT round and per valid-rate check (stderr)
-    folder = cache_folder(config)
+    payload = cache_payload(config)  # made once: it looks up the shipped policy
+    settings = json.loads(json.dumps(payload, default=str))  # what made the model, kept in its record
+    folder = cache_root(config) / cache_key(config, payload)
     stale = (folder / "config.json").is_file() and read_meta(folder).get("reached_target") is False  # cached before the gate existed
     if stale and verbose:
         print(f"warm start: not using cached model {folder}: its record says it missed its target valid rate; warm-starting again")
@@ -282,7 +288,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         entry = shipped.target(config)
         base = {"source": "shipped", "shipped_commit": record.get("commit"), "shipped_built": record.get("built"),
                 "target_valid_rate": ws.target_valid_rate, "rounds": 0, "history": [],
-                "settings": json.loads(json.dumps(cache_payload(config), default=str)), "check_temperature": config.sampling.train.temperature}
+                "settings": settings, "check_temperature": config.sampling.train.temperature}
         if entry is not None and isinstance(entry.get("valid_rate"), float) and entry["valid_rate"] >= ws.target_valid_rate:
             # measured on exactly these env settings when the policy was built: nothing to do
             model.ragen_warm_start = {**base, "valid_rate": entry["valid_rate"], "reached_target": True,
@@ -337,7 +343,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history,
             "source": "shipped" if shipped is not None else "scratch",
             # what made this folder, so a cached model can be made again (and compared) later
-            "settings": json.loads(json.dumps(cache_payload(config), default=str)),
+            "settings": settings,
             "check_temperature": config.sampling.train.temperature}
     model.ragen_warm_start = meta
     if not meta["reached_target"]:
