@@ -61,6 +61,36 @@ def test_a_build_records_command_settings_weights_and_each_targets_measurement(b
     assert record["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
+def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(built, tmp_path):
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+
+    out, first = built
+    seen: list[torch.Tensor] = []
+    original = warm_policy.ShippedPolicy.load_into
+
+    def load_and_keep(self, model):
+        original(self, model)
+        seen.append(model.get_input_embeddings().weight.detach().clone())
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(warm_policy.ShippedPolicy, "load_into", load_and_keep)
+        record = warm_policy.build(tmp_path / "next", [register_toy_env()], episodes=4, demo_turns=1, epochs=1, max_rounds=1,
+                                   check_episodes=2, recipes=False, progress=False, init_from=out, log=lambda *_: None)
+    fresh, _ = load_model_and_tokenizer("tiny")
+    warm_policy.shipped_policy(out).load_into(fresh)
+    assert torch.equal(seen[0], fresh.get_input_embeddings().weight)  # the build started from the policy's weights
+    start = record["init_from"]
+    assert start["weights_sha256"] == first["weights_sha256"] and start["rounds"] == 1 and start["folder"] == out.name
+    assert record["history"][0]["round"] == 2  # round numbers (and demonstration seeds) go on from the first build's
+    assert record["seconds_with_init"] >= record["seconds"] + first["seconds"] - 0.2  # both rounded to 0.1 s
+    assert record["weights_sha256"] != first["weights_sha256"]
+    with pytest.raises(RagenError, match="not a built warm policy"):
+        warm_policy.build(tmp_path / "x", [register_toy_env()], max_rounds=1, recipes=False, progress=False, init_from=tmp_path,
+                          log=lambda *_: None)
+
+
 def test_a_shipped_policy_loads_into_a_fresh_tiny_model(built):
     import torch
 

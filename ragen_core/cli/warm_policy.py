@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
     b.add_argument("--max-minutes", type=float, help="start no round after this many minutes (the model is written after every round)")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--init-from", metavar="NAME|FOLDER",
+                   help="continue from a built policy's weights (a shipped name such as tiny-warm, or a folder) instead of random ones")
     b.add_argument("--own-thoughts", action="store_true", help="keep each target's reasoning texts (default: empty reasoning for all)")
     sub.add_parser("show", help="what the shipped warm policy was built from, and its measured valid rates")
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs,
                                    max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,
                                    recipes=not args.no_recipes, thoughts=None if args.own_thoughts else ("",),
-                                   max_minutes=args.max_minutes)
+                                   max_minutes=args.max_minutes, init_from=_policy_folder(args.init_from))
         _show(record)
         missed = [t["label"] for t in record["targets"] if not t["reached_target"]]
         if missed:
@@ -64,8 +66,22 @@ def run(args: argparse.Namespace) -> int:
     return 2
 
 
+def _policy_folder(name: str | None) -> Path | None:
+    """A shipped policy's folder for a bare name, else the path as given."""
+    from ragen_core.trainer import warm_policy
+
+    if name is None:
+        return None
+    shipped = warm_policy.SHIPPED_ROOT / name
+    return shipped if "/" not in name and shipped.is_dir() else Path(name)
+
+
 def _show(record: dict) -> None:  # type: ignore[type-arg]
     print(f"built {record.get('built')} from commit {record.get('commit')} by: {record.get('command')}")
+    start = record.get("init_from")
+    if isinstance(start, dict):
+        print(f"continued from {start.get('folder')} (weights {str(start.get('weights_sha256'))[:16]}, {start.get('rounds')} rounds, "
+              f"{start.get('seconds')} s, by: {start.get('command')})")
     print(f"{record.get('seconds')} s{'' if record.get('complete', True) else ' (incomplete: stopped during the build; it keeps its last round)'}; "
           f"settings {json.dumps(record.get('settings'))}")
     for t in record.get("targets", []):
