@@ -76,6 +76,11 @@ def test_help_lists_plugin_commands_from_metadata_and_runs_only_the_chosen_one(t
 
     out, imported = ragen(env, "plugins")
     assert out.returncode == 0 and imported == []
+    rows = {tuple(line.split()[:5]) for line in out.stdout.splitlines()}
+    assert ("command", "hello", "fake-hello", "0.0.1", "ok") in rows  # commands are listed too, from metadata
+    out, _ = ragen(env, "plugins", "--kind", "command")
+    assert out.returncode == 0 and out.stdout.splitlines()[1].split()[0] == "command"
+    assert all(line.split()[0] == "command" for line in out.stdout.splitlines()[1:-1])  # (the last line is ragen()'s IMPORTED)
 
 
 def test_broken_command_plugin_is_a_one_line_error_and_breaks_no_other_command(tmp_path):

@@ -24,7 +24,7 @@ from ragen_core.specs import GROUPS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "check", "show"], default="list", help="list (default), check, or show")
     parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
-    parser.add_argument("--kind", choices=list(GROUPS), help="only this kind")
+    parser.add_argument("--kind", choices=[*GROUPS, "command"], help="only this kind ('command': subcommands plugins add to ragen)")
     parser.add_argument("--strict", action="store_true", help="'check': exit 1 if any plugin fails or two distributions provide one name")
     parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
 
@@ -52,6 +52,14 @@ def _rows(reg: Any, kinds: list[str]) -> list[tuple[Any, str]]:
     return rows
 
 
+def _command_rows() -> list[tuple[Any, str]]:
+    """Subcommands plugin distributions add to ``ragen`` (entry-point metadata only, as ``ragen --help`` reads them)."""
+    from ragen_core.cli.main import plugin_commands
+
+    return [(entry, "duplicate" if len(offers) > 1 else "ok")
+            for name, offers in sorted(plugin_commands().items()) for entry in sorted(offers, key=lambda e: e.dist_name)]
+
+
 def _print_table(header: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -65,7 +73,9 @@ def list_plugins(args: argparse.Namespace) -> int:
 
     reg = registry.default_registry()
     kinds = [args.kind] if args.kind else list(GROUPS)
-    rows = _rows(reg, kinds)
+    rows = _rows(reg, [k for k in kinds if k != "command"])
+    if not args.kind or args.kind == "command":
+        rows += _command_rows()
     header = ["KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS", "ENTRY POINT"] + (["LOCATION"] if args.paths else [])
     table = [[e.kind, e.name, e.dist_name, e.dist_version, status, e.value] + ([e.location] if args.paths else []) for e, status in rows]
     if not table:

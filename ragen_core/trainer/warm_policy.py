@@ -306,7 +306,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         done = all(rates[label] >= config.warm_start.target_valid_rate for label, config in targets)
         over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
         record = _write(Path(out), model, tokenizer, targets, rates, history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
-                        settings=settings, start=start)
+                        settings=settings, start=start, first=rnd == 0)
         if done or over:
             break
     return record
@@ -323,9 +323,10 @@ def _init_seconds(start: dict[str, Any] | None) -> float:
 
 def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunConfig]], rates: dict[str, float],
            history: list[dict[str, Any]], *, t0: float, commit: str | None, complete: bool, settings: dict[str, Any],
-           start: dict[str, Any] | None = None) -> dict[str, Any]:
+           start: dict[str, Any] | None = None, first: bool = True) -> dict[str, Any]:
     """Write the model (fp16, tied head left out) and its record to ``out``; after every round, so a
-    stopped build keeps its last round (``complete`` false until the last)."""
+    stopped build keeps its last round (``complete`` false until the last). The model config and
+    tokenizer files never change between rounds: written in the ``first`` round only."""
     import os
 
     import torch
@@ -337,9 +338,10 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
 
     out.mkdir(parents=True, exist_ok=True)
     half = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    with quiet_progress():
-        model.config.save_pretrained(str(out))
-        tokenizer.save_pretrained(str(out))
+    if first:
+        with quiet_progress():
+            model.config.save_pretrained(str(out))
+            tokenizer.save_pretrained(str(out))
     save_file(half, str(out / "model.safetensors.tmp"), metadata={"format": "pt"})
     os.replace(out / "model.safetensors.tmp", out / "model.safetensors")
     record = {

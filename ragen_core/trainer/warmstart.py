@@ -181,8 +181,14 @@ class DemoEngine(Engine):
         return out
 
 
-def cache_payload(config: RunConfig) -> dict[str, Any]:
-    """The settings a warm start depends on: hashed into the cache key, kept in ``warm_start.json``."""
+_LOOK_UP: Any = object()
+
+
+def cache_payload(config: RunConfig, shipped: Any = _LOOK_UP) -> dict[str, Any]:
+    """The settings a warm start depends on: hashed into the cache key, kept in ``warm_start.json``
+    (``shipped``: the run's shipped policy, already looked up by :func:`shipped_for`)."""
+    if shipped is _LOOK_UP:
+        shipped = shipped_for(config)
     return {
         "env": config.env,
         "preset": config.preset,
@@ -196,7 +202,7 @@ def cache_payload(config: RunConfig) -> dict[str, Any]:
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss", "micro_batch_size"}),
         "seed": config.seed,
         # the shipped policy a warm start starts from (a rebuilt one is another start)
-        "shipped": (policy.digest if (policy := shipped_for(config)) is not None else None),
+        "shipped": shipped.digest if shipped is not None else None,
     }
 
 
@@ -266,7 +272,8 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
 
     ws = config.warm_start
     bars = verbose and config.progress  # a progress bar per SFT round and per valid-rate check (stderr)
-    payload = cache_payload(config)  # made once: it looks up the shipped policy
+    shipped = shipped_for(config)  # looked up once (it reads every shipped policy's build.json)
+    payload = cache_payload(config, shipped)
     settings = json.loads(json.dumps(payload, default=str))  # what made the model, kept in its record
     folder = cache_root(config) / cache_key(config, payload)
     stale = (folder / "config.json").is_file() and read_meta(folder).get("reached_target") is False  # cached before the gate existed
@@ -281,7 +288,6 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             print(f"warm start: using cached model {folder}" + (f" (valid rate {rate:.3f})" if isinstance(rate, float) else ""))
         return warm
     t0 = time.time()
-    shipped = shipped_for(config)
     if shipped is not None:
         shipped.load_into(model)
         record = shipped.record
