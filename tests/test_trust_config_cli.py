@@ -163,6 +163,20 @@ def test_plugin_configs_are_validated_before_the_model_loads(tmp_path, monkeypat
         Trainer(config).setup()
 
 
+@pytest.mark.parametrize("override, error", [("algo_config.clip_ratio_low=fast", "clip_ratio_low"),
+                                             ("distributed.strategy=fsdp", "fsdp needs several ranks")])
+def test_a_refused_run_leaves_no_default_run_folder_behind(tmp_path, monkeypatch, override, error):
+    from ragen_core.errors import RagenError
+    from ragen_core.trainer.trainer import Trainer
+
+    monkeypatch.chdir(tmp_path)
+    register_toy_env()
+    config = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "progress=false", override])
+    with pytest.raises(RagenError, match=error):
+        Trainer(config).setup()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 def test_eval_validates_plugin_configs_before_the_model_loads(monkeypatch, capsys):
     import ragen_core.models as models
 

@@ -80,7 +80,7 @@ class Trainer(CheckpointMixin):
 
     def __init__(self, config: RunConfig, *, resume: bool = False, overwrite: bool = False, world: World | None = None) -> None:
         from ragen_core.errors import ConfigError
-        from ragen_core.trainer.distributed import from_env
+        from ragen_core.trainer.distributed import check_supported, from_env
         from ragen_core.trainer.run_dir import default_run_dir
 
         if resume and (overwrite or not config.run_dir):
@@ -89,6 +89,9 @@ class Trainer(CheckpointMixin):
         self.config = config
         self.world = world if world is not None else from_env(config.device)
         """This process's rank among the run's ranks (:data:`~ragen_core.trainer.distributed.ONE` without torchrun)."""
+        # refused before a default run folder is created (a refused run leaves nothing behind)
+        check_plugin_configs(config)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
+        check_supported(config, self.world)
         if config.run_dir:
             self.run_dir = Path(config.run_dir)
         else:  # a new default folder is created here, by rank 0 only
@@ -114,14 +117,11 @@ class Trainer(CheckpointMixin):
         from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
-        from ragen_core.trainer.distributed import check_supported
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
         from ragen_core.trainer.run_dir import claim_run_dir, write_run_config
 
         cfg = self.config
         world = self.world
-        check_plugin_configs(cfg)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
-        check_supported(cfg, world)
         if world.parallel and cfg.distributed.strategy == "fsdp":
             world = self.world = dataclasses.replace(world, sharded=True)
         for warning in run_warnings(cfg) if world.main else []:
