@@ -84,6 +84,8 @@ def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(bu
     start = record["init_from"]
     assert start["weights_sha256"] == first["weights_sha256"] and start["rounds"] == 1 and start["folder"] == out.name
     assert record["history"][0]["round"] == 2  # round numbers (and demonstration seeds) go on from the first build's
+    behind = not first["targets"][0]["reached_target"]  # as its base measured it: twice the demonstrations when behind
+    assert record["history"][0]["demonstrations"] == (8 if behind else 4)
     assert record["seconds_with_init"] >= record["seconds"] + first["seconds"] - 0.2  # both rounded to 0.1 s
     assert record["weights_sha256"] != first["weights_sha256"]
     with pytest.raises(RagenError, match="not a built warm policy"):
