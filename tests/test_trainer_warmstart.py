@@ -293,3 +293,27 @@ def test_warm_start_trains_windowed_multi_turn_demonstrations_per_turn(tmp_path)
         build_batch(trajs, tok.pad_token_id)
     warm = warm_start(cfg, model, tok, verbose=False)
     assert warm.ragen_warm_start["history"][0]["sft_steps"] > 0
+
+
+def test_stray_actions_show_the_reply_format_after_a_rejected_move():
+    """Sudoku's random actions are legal placements ("Valid move" every time); with
+    ``warm_start.stray_share`` a share of its states get a placement drawn for another state,
+    which the board rejects (a clash, a filled cell) while the reply stays well formed."""
+    pytest.importorskip("ragen_env_sudoku")
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.trainer.warmstart import demonstrations, well_formed
+
+    tok = build_byte_tokenizer()
+
+    def turns(env: str, share: float) -> list:
+        cfg = load_config(RunConfig, [], [f"env={env}", f"warm_start.stray_share={share}", "warm_start.episodes=8"])
+        return [t for tr in demonstrations(cfg, tok) for t in tr.turns]
+
+    legal_only = turns("sudoku", 0.0)
+    assert legal_only and all(t.info.get("action_is_valid") is True for t in legal_only)
+    mixed = turns("sudoku", 0.5)
+    rejected = [t for t in mixed if t.info.get("action_is_valid") is False]
+    assert 0 < len(rejected) < len(mixed)
+    assert all(t.valid and well_formed(t.info) for t in mixed)  # the format is always right
+    # an env with action names keeps its legal-action demonstrations
+    assert [t.response_text for t in turns(register_toy_env(), 0.0)] == [t.response_text for t in turns(register_toy_env(), 0.5)]

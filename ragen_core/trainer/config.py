@@ -202,6 +202,13 @@ class WarmStartSection(_Section):
     spaced: bool = True
     """Write replies as ``<think> .. </think> <answer> a </answer>`` (the spacing of the prompt's
     format line) instead of without spaces; copying from the prompt's example is then easier."""
+    stray_share: float = Field(default=0.25, ge=0, le=1)
+    """Share of demonstration turns of envs without fixed action names (free-form actions such as
+    Sudoku's placements) whose action was drawn for another state of the round: usually rejected
+    there (a clash, a cell already filled), so the demonstrations also show the reply format after
+    a rejected move, which is what a model meets in its first RL steps. Without them the tiny model
+    kept Sudoku's format only on the first turn (it had seen "Valid move" feedback only). Envs with
+    action names (every name well formed) keep their legal-action demonstrations."""
     max_turns: int | None = Field(default=None, ge=1)
     """Turns per demonstration episode (``None`` = as in training); fewer turns make SFT steps of
     multi-turn envs much cheaper while still showing the reply format after an observation."""

@@ -66,12 +66,14 @@ LegalActions = dict[str, list[str]]
 class RecordingEnv(Env):
     """Delegates to a real env and records each state's legal actions by observation text into ``legal``."""
 
-    def __init__(self, inner: Env, seed: int, legal: LegalActions) -> None:
+    def __init__(self, inner: Env, seed: int, legal: LegalActions, *, stray_share: float = 0.0, drawn: list[str] | None = None) -> None:
         self.inner = inner
         self.config = inner.config
         self.action_sep = inner.action_sep
         self.seed = None
         self.legal = legal
+        self.stray_share = stray_share
+        self.drawn = drawn if drawn is not None else []  # random actions drawn for every state so far (shared by a round's envs)
         self._rng = make_rng(seed, "recording-env")
 
     def _record(self, obs: str) -> str:
@@ -81,7 +83,10 @@ class RecordingEnv(Env):
         else:
             action = self.inner.random_action(self._rng)
             if action is not None:
-                self.legal[obs] = [str(action)]
+                # a share of states get an action drawn for another state (warm_start.stray_share)
+                stray = self.drawn and self.stray_share > 0 and float(self._rng.random()) < self.stray_share
+                self.legal[obs] = [self.drawn[int(self._rng.integers(len(self.drawn)))] if stray else str(action)]
+                self.drawn.append(str(action))
         return obs
 
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
@@ -485,7 +490,8 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     runner_config = rollout_config(demo_cfg, "train", groups=ws.episodes, group_size=1)
     env = with_overrides(EnvRef(name=config.env, config=dict(config.env_config), preset=config.preset), runner_config)
     legal: LegalActions = {}
-    pool = LocalEnvPool(env, env_factory=lambda: RecordingEnv(env.build(), seed, legal))
+    drawn: list[str] = []
+    pool = LocalEnvPool(env, env_factory=lambda: RecordingEnv(env.build(), seed, legal, stray_share=ws.stray_share, drawn=drawn))
     queues = (balance if balance is not None else {}) if ws.balanced else None
     engine = DemoEngine(tokenizer, legal=legal, enable_think=config.rollout.enable_think, seed=seed, thoughts=tuple(ws.thoughts),
                         spaced=ws.spaced, balance=queues)
