@@ -61,7 +61,7 @@ def test_a_build_records_command_settings_weights_and_each_targets_measurement(b
     assert record["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
-def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(built, tmp_path):
+def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(built, tmp_path, capsys):
     import torch
 
     from ragen_core.models import load_model_and_tokenizer
@@ -88,6 +88,13 @@ def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(bu
     assert record["history"][0]["demonstrations"] == (8 if behind else 4)
     assert record["seconds_with_init"] >= record["seconds"] + first["seconds"] - 0.2  # both rounded to 0.1 s
     assert record["weights_sha256"] != first["weights_sha256"]
+    from ragen_core.cli.warm_policy import _show
+
+    capsys.readouterr()
+    _show(record)  # what `ragen warm-policy show` prints: the chain of builds back to the first
+    shown = capsys.readouterr().out
+    assert f"continued from {out.name} (weights {first['weights_sha256'][:16]}, rounds up to 1" in shown
+    assert f"({record['seconds_with_init']} s with the builds it continued)" in shown
     with pytest.raises(RagenError, match="not a built warm policy"):
         warm_policy.build(tmp_path / "x", [register_toy_env()], max_rounds=1, recipes=False, progress=False, init_from=tmp_path,
                           log=lambda *_: None)

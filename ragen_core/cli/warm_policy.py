@@ -79,11 +79,14 @@ def _policy_folder(name: str | None) -> Path | None:
 def _show(record: dict) -> None:  # type: ignore[type-arg]
     print(f"built {record.get('built')} from commit {record.get('commit')} by: {record.get('command')}")
     start = record.get("init_from")
-    if isinstance(start, dict):
-        print(f"continued from {start.get('folder')} (weights {str(start.get('weights_sha256'))[:16]}, {start.get('rounds')} rounds, "
-              f"{start.get('seconds')} s, by: {start.get('command')})")
-    print(f"{record.get('seconds')} s{'' if record.get('complete', True) else ' (incomplete: stopped during the build; it keeps its last round)'}; "
-          f"settings {json.dumps(record.get('settings'))}")
+    while isinstance(start, dict):  # a build continued from another (--init-from), back to the first
+        print(f"  continued from {start.get('folder')} (weights {str(start.get('weights_sha256'))[:16]}, rounds up to {start.get('rounds')}, "
+              f"{start.get('seconds')} s, commit {start.get('commit')}, by: {start.get('command')})")
+        start = start.get("init_from")
+    total = record.get("seconds_with_init")
+    chain = f" ({total} s with the builds it continued)" if total and total != record.get("seconds") else ""
+    stopped = "" if record.get("complete", True) else " (incomplete: stopped during the build; it keeps its last round)"
+    print(f"{record.get('seconds')} s{chain}{stopped}; settings {json.dumps(record.get('settings'))}")
     for t in record.get("targets", []):
         rate = t.get("valid_rate")
         print(f"  {t['label']:<24} valid rate {rate if rate is None else f'{rate:.3f}'} (target {t['target_valid_rate']:.2f})"
