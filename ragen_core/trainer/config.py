@@ -178,8 +178,9 @@ class WarmStartSection(_Section):
     start_from: Literal["shipped", "scratch"] = "shipped"
     """``shipped``: start from the warm policy that ships with ragen-core (``ragen warm-policy
     build`` made it; :mod:`ragen_core.trainer.warm_policy`): used as it is when the build measured
-    this run's env settings at or above ``target_valid_rate``, else checked and trained further
-    like a fresh model. ``scratch``: warm-start the randomly initialised tiny model."""
+    this run's env settings at least 0.05 above ``target_valid_rate`` (one check's noise), else
+    checked on the run's seeds and, below the gate, trained further like a fresh model.
+    ``scratch``: warm-start the randomly initialised tiny model."""
     episodes: int = Field(default=64, ge=1)
     """Demonstration episodes to generate."""
     epochs: int = Field(default=6, ge=1)

@@ -25,7 +25,8 @@ are skipped with a message. No oracle is consulted.
 
 It starts from the warm policy that ships with ragen-core (:mod:`ragen_core.trainer.warm_policy`,
 ``warm_start.start_from=shipped``, the default for the ``tiny`` model): when that policy's build
-measured this run's env settings at or above the gate, it is used as it is (no SFT, no check);
+measured this run's env settings clearly above the gate (by ``warm_policy.AS_IS_MARGIN``), it is
+used as it is (no SFT, no check);
 otherwise it is checked on the run's settings and, below the gate, trained further by the rounds
 below. ``start_from=scratch`` starts the rounds from the randomly initialised tiny model.
 
@@ -294,13 +295,15 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         return warm
     t0 = time.time()
     if shipped is not None:
+        from ragen_core.trainer.warm_policy import used_as_is
+
         shipped.load_into(model)
         record = shipped.record
         entry = shipped.target(config)
         base = {"source": "shipped", "shipped_commit": record.get("commit"), "shipped_built": record.get("built"),
                 "target_valid_rate": ws.target_valid_rate, "rounds": 0, "history": [],
                 "settings": settings, "check_temperature": config.sampling.train.temperature}
-        if entry is not None and isinstance(entry.get("valid_rate"), float) and entry["valid_rate"] >= ws.target_valid_rate:
+        if used_as_is(entry, ws.target_valid_rate):
             # measured on exactly these env settings when the policy was built: nothing to do
             model.ragen_warm_start = {**base, "valid_rate": entry["valid_rate"], "reached_target": True,
                                       "measured": "when the shipped policy was built (ragen warm-policy show)"}
