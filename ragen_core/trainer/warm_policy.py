@@ -259,7 +259,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     tokenizer = build_byte_tokenizer()
     model = build_tiny_model(tokenizer, seed=TINY_SEED)
     start: dict[str, Any] | None = None
-    base_targets: list[dict[str, Any]] = []
+    rates: dict[str, float] = {}  # the last check's (a continued build starts from its base's record)
     if init_from is not None:
         base = shipped_policy(Path(init_from))
         if base is None:
@@ -270,7 +270,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                  "commit": base.record.get("commit"), "rounds": _last_round(base.record),
                  "seconds": base.record.get("seconds"), "init_from": base.record.get("init_from")}
         settings["init_from"] = base.folder.name
-        base_targets = list(base.record.get("targets", []))
+        rates = {t["label"]: t["valid_rate"] for t in base.record.get("targets", []) if isinstance(t.get("valid_rate"), float)}
     first_round = start["rounds"] if start else 0
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     demo_configs = []
@@ -280,8 +280,6 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     per_turn = any(per_turn_rows(rollout_config(c)) for _, c in targets)
     balances: list[dict[str, list[str]]] = [{} for _ in targets]
     history: list[dict[str, Any]] = []
-    rates: dict[str, float] = {}  # the last check's (a continued build starts from its base's record)
-    rates.update({t["label"]: t["valid_rate"] for t in base_targets if isinstance(t.get("valid_rate"), float)})
     lengths: dict[str, float] = {}  # mean tokens of a target's (cut) demonstration, from round 1
     mean_len = 1.0
     for rnd in range(max_rounds):
