@@ -134,6 +134,9 @@ def test_a_delta_build_continued_from_a_delta_keeps_its_base_and_its_factors(shi
     assert record["delta"]["base"] == warm_policy.GENERAL and record["init_from"]["folder"] == "corridor"
     with pytest.raises(RagenError, match="expected"):  # another rank cannot go on from these factors
         warm_policy.build(tmp_path / "other", [register_toy_env()], max_rounds=1, init_from=root / "corridor", delta_rank=2, **_QUIET)
+    with pytest.raises(RagenError, match="own folder"):  # it would overwrite the weights it is a delta of
+        warm_policy.build(root / warm_policy.GENERAL, [register_toy_env()], max_rounds=1, init_from=root / warm_policy.GENERAL,
+                          delta_rank=2, **_QUIET)
     with pytest.raises(RagenError, match="needs the policy it is a delta of"):
         warm_policy.build(tmp_path / "x", [register_toy_env()], max_rounds=1, delta_rank=2, **_QUIET)
 

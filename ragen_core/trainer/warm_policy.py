@@ -318,6 +318,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         if delta_rank is not None:  # the delta is trained on (and stored against) a whole policy
             frozen = base.base if base.record.get("delta") else base  # continuing a delta build: its base
             assert frozen is not None  # shipped_policy() returns no delta policy whose base is gone
+            if Path(out).resolve() == frozen.folder.resolve():
+                raise RagenError(f"a delta of {frozen.folder.name} cannot be written into {frozen.folder.name}'s own folder",
+                                 ["give the delta policy its own --name (such as the env's name)"])
             frozen.load_into(model)
         else:
             base.load_into(model)  # read now: the build may write into the same folder
