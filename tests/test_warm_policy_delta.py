@@ -158,3 +158,40 @@ def test_a_rate_that_would_let_runs_skip_their_check_is_checked_again_on_fresh_s
     (target,) = record["targets"]
     assert target["valid_rate"] == pytest.approx(0.96) and warm_policy.used_as_is(target, 0.9)
     assert seeds[0] == seeds[2] and len({seeds[0], seeds[1], seeds[3]}) == 3  # the second checks use fresh seeds each round
+
+
+def test_the_folder_keeps_the_best_rounds_weights_and_the_record_every_round(monkeypatch, tmp_path, capsys):
+    import hashlib
+
+    from ragen_core.trainer import warmstart
+
+    rates = iter([0.5, 0.3, 0.6, 0.55])
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(next(rates)))
+    digests = []
+
+    def write(*a, **k):
+        record = original(*a, **k)
+        digests.append(hashlib.sha256((tmp_path / "p" / warm_policy.WEIGHTS_FILE).read_bytes()).hexdigest())
+        return record
+
+    original = warm_policy._write
+    monkeypatch.setattr(warm_policy, "_write", write)
+    record = warm_policy.build(tmp_path / "p", [register_toy_env()], max_rounds=4, **{**_QUIET, "log": print})
+    assert [h["valid_rates"][register_toy_env()] for h in record["history"]] == [0.5, 0.3, 0.6, 0.55]
+    assert digests[1] == digests[0] and digests[2] != digests[1] and digests[3] == digests[2]  # rounds 2 and 4 were worse
+    assert record["kept_round"] == 3 and record["targets"][0]["valid_rate"] == 0.6
+    assert record["weights_sha256"] == digests[-1]
+    assert "the folder keeps round 3's weights" in capsys.readouterr().out
+    from ragen_core.cli.warm_policy import _show
+
+    _show(record)
+    assert "weights of round 3 (the best of its rounds; last round 4)" in capsys.readouterr().out
+
+
+def test_a_delta_finds_its_base_beside_it_or_among_the_shipped_ones(shipped, tmp_path, monkeypatch):
+    root, _ = shipped
+    shutil.copytree(root / "corridor", tmp_path / "elsewhere" / "corridor")  # a delta built into a scratch folder
+    assert warm_policy.shipped_policy(tmp_path / "elsewhere" / "corridor") is None  # no base beside it, none shipped
+    monkeypatch.setattr(warm_policy, "SHIPPED_ROOT", root)
+    policy = warm_policy.shipped_policy(tmp_path / "elsewhere" / "corridor")
+    assert policy is not None and policy.base.folder == root / warm_policy.GENERAL

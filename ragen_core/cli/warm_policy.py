@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--episodes", type=int, default=32, help="demonstrations per target per round (default 32)")
     b.add_argument("--demo-turns", type=int, default=2, help="turns per demonstration episode (default 2)")
     b.add_argument("--epochs", type=int, default=2, help="SFT epochs per round over its demonstrations (default 2)")
+    b.add_argument("--lr", type=float, default=1e-3, help="constant AdamW learning rate (default 1e-3)")
     b.add_argument("--max-rounds", type=int, default=20, help="most rounds (default 20)")
     b.add_argument("--check-episodes", type=int, default=32, help="episodes of each target's valid-rate check (default 32)")
     b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         envs = args.envs or warm_policy.default_envs()
         out = Path(args.out) if args.out else warm_policy.SHIPPED_ROOT / args.name
         print(f"building the warm policy for {', '.join(envs)} into {out}")
-        record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs,
+        record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs, lr=args.lr,
                                    max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,
                                    recipes=not args.no_recipes, thoughts=None if args.own_thoughts else ("",),
                                    max_minutes=args.max_minutes, init_from=_policy_folder(args.init_from), delta_rank=args.delta_rank)
@@ -91,7 +92,10 @@ def _show(record: dict) -> None:  # type: ignore[type-arg]
         print(f"  a rank-{delta.get('rank')} delta of {delta.get('base')} (weights {str(delta.get('base_weights_sha256'))[:16]})")
     total = record.get("seconds_with_init")
     chain = f" ({total} s with the builds it continued)" if total and total != record.get("seconds") else ""
-    stopped = "" if record.get("complete", True) else " (incomplete: stopped during the build; it keeps its last round)"
+    kept = record.get("kept_round")
+    last = (record.get("history") or [{}])[-1].get("round")
+    stopped = "" if record.get("complete", True) else " (incomplete: stopped during the build)"
+    stopped += f"; weights of round {kept} (the best of its rounds; last round {last})" if kept is not None and kept != last else ""
     print(f"{record.get('seconds')} s{chain}{stopped}; settings {json.dumps(record.get('settings'))}")
     for t in record.get("targets", []):
         rate = t.get("valid_rate")

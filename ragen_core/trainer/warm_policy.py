@@ -113,15 +113,17 @@ class ShippedPolicy:
 
     @property
     def base(self) -> ShippedPolicy | None:
-        """For a delta policy, the policy it is a delta of (a sibling folder whose weights are the ones
-        the delta was trained on); ``None`` for a whole one, or when that base is gone or has changed."""
+        """For a delta policy, the policy it is a delta of: the folder of that name beside it, else the
+        shipped one, whose weights are the ones the delta was trained on; ``None`` for a whole one, or
+        when that base is gone or has changed."""
         delta = self.record.get("delta")
         if not isinstance(delta, dict):
             return None
-        base = shipped_policy(self.folder.parent / str(delta.get("base")))
-        if base is None or base.record.get("weights_sha256") != delta.get("base_weights_sha256") or base.record.get("delta"):
-            return None
-        return base
+        for root in dict.fromkeys([self.folder.parent, SHIPPED_ROOT]):
+            base = shipped_policy(root / str(delta.get("base")))
+            if base is not None and base.record.get("weights_sha256") == delta.get("base_weights_sha256") and not base.record.get("delta"):
+                return base
+        return None
 
     def load_into(self, model: Any) -> None:
         """Copy the shipped weights into ``model`` (a fresh tiny model), in ``model``'s dtype; a
@@ -268,8 +270,12 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     when every target clears its ``warm_start.target_valid_rate`` by :data:`AS_IS_MARGIN` (runs then use
     the policy as it is) or after ``max_rounds``; each target's record says whether it reached its
     gate (runs of a target below the as-is line check and warm-start further themselves). No round
-    starts after ``max_minutes``. The model and its record are written after every round
-    (``complete`` false until the last), so a build stopped by hand keeps its last round.
+    starts after ``max_minutes``. The record is written after every round (``complete`` false until
+    the last) and the weights whenever a round is at least as good as the best so far (most targets
+    a run may use as they are, then most at their gate, then the highest mean rate; ``kept_round``
+    says which; ``history`` keeps every round): the rates swing between rounds at a constant
+    learning rate (SearchQA 0.99 -> 0.56 -> 0.27 -> 0.88 in one build), and a build stopped by hand
+    keeps its best round so far.
 
     ``init_from`` (a built policy's folder) continues a build from its weights instead of the
     tiny model's random ones: the record names it (its weights digest, command, commit, rounds and
@@ -313,8 +319,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     if init_from is not None:
         base = shipped_policy(Path(init_from))
         if base is None:
-            raise RagenError(f"--init-from {init_from}: not a built warm policy for this tiny model",
-                             ["name a folder with build.json and model.safetensors (ragen warm-policy show lists them)"])
+            raise RagenError(f"--init-from {init_from}: not a built warm policy for this tiny model (or a delta whose base "
+                             "is neither beside it nor shipped as it was)",
+                             ["name a folder with build.json and model.safetensors or delta.safetensors (ragen warm-policy show lists them)"])
         if delta_rank is not None:  # the delta is trained on (and stored against) a whole policy
             frozen = base.base if base.record.get("delta") else base  # continuing a delta build: its base
             assert frozen is not None  # shipped_policy() returns no delta policy whose base is gone
@@ -355,6 +362,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     history: list[dict[str, Any]] = []
     lengths: dict[str, float] = {}  # mean tokens of a target's (cut) demonstration, from round 1
     mean_len = 1.0
+    kept: tuple[tuple[int, int, float], dict[str, float], int] | None = None  # (score, rates, round) of the weights on disk
     for rnd in range(max_rounds):
         trajs: list[Any] = []
         for i, config in enumerate(demo_configs):
@@ -399,11 +407,26 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
             + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
         done = all(used_as_is({"valid_rate": rates[label]}, config.warm_start.target_valid_rate) for label, config in targets)
         over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
-        record = _write(Path(out), model, tokenizer, targets, rates, history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
-                        settings=settings, start=start, first=rnd == 0, attached=attached, frozen=frozen)
+        score = _score(targets, rates)
+        better = kept is None or score >= kept[0]  # ties go to the later, longer-trained round
+        if better:
+            kept = (score, dict(rates), first_round + rnd + 1)
+        assert kept is not None
+        record = _write(Path(out), model, tokenizer, targets, kept[1], history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
+                        settings=settings, start=start, first=rnd == 0, attached=attached, frozen=frozen, weights=better, kept_round=kept[2])
+        if not better:
+            log(f"warm policy round {first_round + rnd + 1}: below round {kept[2]}; the folder keeps round {kept[2]}'s weights")
         if done or over:
             break
     return record
+
+
+def _score(targets: list[tuple[str, RunConfig]], rates: dict[str, float]) -> tuple[int, int, float]:
+    """How good a round's rates are, to keep the best round's weights: targets a run may use as they
+    are, then targets at their gate, then the mean rate."""
+    gates = {label: config.warm_start.target_valid_rate for label, config in targets}
+    return (sum(used_as_is({"valid_rate": rates[label]}, gate) for label, gate in gates.items()),
+            sum(rates[label] >= gate for label, gate in gates.items()), sum(rates.values()) / max(1, len(rates)))
 
 
 def _last_round(record: dict[str, Any]) -> int:
@@ -424,10 +447,12 @@ def _init_seconds(start: dict[str, Any] | None) -> float:
 def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunConfig]], rates: dict[str, float],
            history: list[dict[str, Any]], *, t0: float, commit: str | None, complete: bool, settings: dict[str, Any],
            start: dict[str, Any] | None = None, first: bool = True, attached: Any = None,
-           frozen: ShippedPolicy | None = None) -> dict[str, Any]:
+           frozen: ShippedPolicy | None = None, weights: bool = True, kept_round: int | None = None) -> dict[str, Any]:
     """Write the model (fp16, tied head left out) and its record to ``out``; after every round, so a
-    stopped build keeps its last round (``complete`` false until the last). The model config and
-    tokenizer files never change between rounds: written in the ``first`` round only."""
+    stopped build keeps what it has (``complete`` false until the last). ``weights=False`` writes the
+    record only (the round was worse than the weights on disk, from ``kept_round``; ``rates`` are
+    that round's). The model config and tokenizer files never change between rounds: written in the
+    ``first`` round only."""
     import os
 
     import torch
@@ -451,8 +476,9 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
         with quiet_progress():
             model.config.save_pretrained(str(out))
             tokenizer.save_pretrained(str(out))
-    save_file(half, str(out / (weights_file + ".tmp")), metadata={"format": "pt"})
-    os.replace(out / (weights_file + ".tmp"), out / weights_file)
+    if weights:
+        save_file(half, str(out / (weights_file + ".tmp")), metadata={"format": "pt"})
+        os.replace(out / (weights_file + ".tmp"), out / weights_file)
     record = {
         "format": FORMAT,
         "tiny_version": TINY_VERSION,
@@ -462,6 +488,7 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
         "seconds": round(time.time() - t0, 1),
         "seconds_with_init": round(time.time() - t0 + _init_seconds(start), 1),
         "complete": complete,
+        "kept_round": kept_round if kept_round is not None else _last_round({"history": history}),
         "init_from": start,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "settings": settings,
