@@ -56,8 +56,8 @@ def test_a_step_shows_the_page_text_and_its_clickables(env):
     actions = obs.split("\n")[-1]
     assert actions == "Available actions: " + ", ".join(["click[back to search]", "click[next >]", *(f"click[{a.lower()}]" for a in asins)])
     assert (reward, done) == (0.0, False)
-    assert info == {"reward": 0.0, "raw_reward": 0.0, "action_is_valid": True, "action_is_effective": True, "success": False,
-                    "success_purchase": False, "success_find": False, "end_of_page": False}
+    assert info == {"reward": 0.0, "raw_reward": 0.0, "action_is_valid": True, "action_is_effective": True, "action_is_well_formed": True,
+                    "success": False, "success_purchase": False, "success_find": False, "end_of_page": False}
     obs, *_ = env.step(f"click[{asins[0].lower()}]")
     item = first_line(obs)[:-1].split(SEP)
     assert item[2:4] == ["Back to Search", "< Prev"]
@@ -70,6 +70,8 @@ def test_a_step_shows_the_page_text_and_its_clickables(env):
 
 INVALID = ["click[buy now]", "click[search]", "click[b0nonexist1]", "search[]", "search[   ]", "look[around]", "buy now",
            "", "click[next >", "search" + "[" + "x" * 600 + "]", "CLICK[unknown thing]"]
+#: Which of INVALID still have an action's shape (a click on something this page does not offer)
+WELL_FORMED = {"click[buy now]", "click[search]", "click[b0nonexist1]", "CLICK[unknown thing]"}
 
 
 @pytest.mark.parametrize("action", INVALID, ids=range(len(INVALID)))
@@ -77,6 +79,7 @@ def test_invalid_actions_change_nothing(env, action):
     before = env.reset(8)
     obs, reward, done, info = env.step(action)
     assert (obs, reward, done, info["action_is_valid"], info["action_is_effective"]) == (before, 0.0, False, False, False)
+    assert info["action_is_well_formed"] == (action in WELL_FORMED)
 
 
 def test_search_only_from_the_search_page_and_case_is_ignored(env):
@@ -85,6 +88,7 @@ def test_search_only_from_the_search_page_and_case_is_ignored(env):
     assert info["action_is_valid"]
     again = env.step("search[lamp]")
     assert not again.info["action_is_valid"] and again.observation == obs
+    assert again.info["action_is_well_formed"]  # a search, only not offered on a results page
     back = env.step("click[Back to Search]")
     assert back.info["action_is_valid"] and first_line(back.observation).startswith("WebShop [SEP] Instruction:")
     assert back.observation.split("\n")[-1] == "Available actions: search[<content>]"

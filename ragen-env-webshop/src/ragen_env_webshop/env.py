@@ -25,7 +25,7 @@ from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_webshop.config import WebShopConfig
-from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for
+from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for, parse_action
 from ragen_env_webshop.goals import Goal
 
 GUIDANCE = (
@@ -158,7 +158,7 @@ class WebShopEnv(Env):
     def step(self, action: str) -> StepResult:
         goal = self._require_reset()
         if self._done:
-            return StepResult(self.render(), 0.0, True, self._info(False, False, 0.0, 0.0))
+            return StepResult(self.render(), 0.0, True, self._info(False, False, 0.0, 0.0, self.well_formed(action)))
         if self.config.shop == "server":
             view = self._shop().step(goal, self._loc, action if isinstance(action, str) else "", self.config.max_query_chars)
         else:
@@ -168,13 +168,25 @@ class WebShopEnv(Env):
         self._view = view
         self._at_reset = self._at_reset and not view["valid"]  # an invalid action changes nothing, the view included
         self._done = bool(view["done"])
-        info = self._info(bool(view["valid"]), effective, float(view["reward"]), float(view["raw_reward"]))
+        info = self._info(bool(view["valid"]), effective, float(view["reward"]), float(view["raw_reward"]), self.well_formed(action))
         return StepResult(self.render(), self.finite(view["reward"]), self._done, info)
 
-    def _info(self, valid: bool, effective: bool, reward: float, raw: float) -> dict[str, Any]:
+    def well_formed(self, action: Any) -> bool:
+        """Whether ``action`` has the shape of a WebShop action at all: ``search[...]`` with 1 to
+        ``max_query_chars`` non-blank characters or ``click[...]`` naming something, whether or not
+        the current page offers it (a search on a results page, a click on an item not listed)."""
+        parsed = parse_action(action)
+        if parsed is None or not parsed[1]:
+            return False
+        name, arg = parsed
+        return name == "click" or (name == "search" and len(arg) <= self.config.max_query_chars)
+
+    def _info(self, valid: bool, effective: bool, reward: float, raw: float, well_formed: bool) -> dict[str, Any]:
+        # action_is_well_formed: the reply named an action of the right shape (search[..] / click[..]),
+        # offered here or not; the warm start's gate measures the format by it (as Sudoku's placements)
         success = self._done and reward == 1.0
         return {"reward": reward, "raw_reward": raw, "action_is_valid": valid, "action_is_effective": effective,
-                "success": success, "success_purchase": self._done, "success_find": success,
+                "action_is_well_formed": well_formed, "success": success, "success_purchase": self._done, "success_find": success,
                 "end_of_page": bool(self._view.get("end_of_page", False))}
 
     # ------------------------------------------------------------------ views
