@@ -53,6 +53,8 @@ COMMANDS: dict[str, str] = {
     "ragen warm-policy show": RUN,
     "ragen warm-policy build": "skipped: trains the shipped policy for about 25 minutes (its mechanism: tests/test_warm_policy.py)",
     "ragen warm-policy build --name bandit --envs bandit --episodes 256 --epochs 4": "skipped: trains for about 25 minutes",
+    "ragen warm-policy build --name frozenlake --envs frozenlake --episodes 64 --init-from tiny-warm --delta-rank 8":
+        "skipped: trains for about 2 minutes and would overwrite the shipped delta (its mechanism: tests/test_warm_policy_delta.py)",
 }
 
 
