@@ -195,3 +195,16 @@ def test_a_delta_finds_its_base_beside_it_or_among_the_shipped_ones(shipped, tmp
     monkeypatch.setattr(warm_policy, "SHIPPED_ROOT", root)
     policy = warm_policy.shipped_policy(tmp_path / "elsewhere" / "corridor")
     assert policy is not None and policy.base.folder == root / warm_policy.GENERAL
+
+
+def test_a_continued_build_keeps_its_starting_weights_until_a_round_beats_its_base(monkeypatch, tmp_path):
+    from ragen_core.trainer import warmstart
+
+    base = tmp_path / "base"
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(0.6))
+    first = warm_policy.build(base, [register_toy_env()], max_rounds=1, **_QUIET)
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(0.4))  # every round worse than 0.6
+    record = warm_policy.build(tmp_path / "next", [register_toy_env()], max_rounds=2, init_from=base, **_QUIET)
+    assert [h["valid_rates"][register_toy_env()] for h in record["history"]] == [0.4, 0.4]
+    assert record["kept_round"] == 1 and record["targets"][0]["valid_rate"] == 0.6  # the base's round and measurement
+    assert record["weights_sha256"] == first["weights_sha256"]  # its weights, written back unchanged (fp16 -> fp32 -> fp16)

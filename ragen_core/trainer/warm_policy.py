@@ -275,7 +275,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     a run may use as they are, then most at their gate, then the highest mean rate; ``kept_round``
     says which; ``history`` keeps every round): the rates swing between rounds at a constant
     learning rate (SearchQA 0.99 -> 0.56 -> 0.27 -> 0.88 in one build), and a build stopped by hand
-    keeps its best round so far.
+    keeps its best round so far. A continued build whose base measured every target counts the
+    base's rates as its starting point: it writes the starting weights first and only rounds at
+    least as good after them.
 
     ``init_from`` (a built policy's folder) continues a build from its weights instead of the
     tiny model's random ones: the record names it (its weights digest, command, commit, rounds and
@@ -363,6 +365,12 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     lengths: dict[str, float] = {}  # mean tokens of a target's (cut) demonstration, from round 1
     mean_len = 1.0
     kept: tuple[tuple[int, int, float], dict[str, float], int] | None = None  # (score, rates, round) of the weights on disk
+    if start is not None and all(label in rates for label, _ in targets):
+        # a continued build starts from weights its base measured on these targets: it only writes
+        # rounds at least that good, and until one is, the folder holds the starting weights themselves
+        kept = (_score(targets, rates), {label: rates[label] for label, _ in targets}, first_round)
+        _write(Path(out), model, tokenizer, targets, kept[1], [], t0=t0, commit=commit, complete=False, settings=settings,
+               start=start, first=True, attached=attached, frozen=frozen, kept_round=first_round)
     for rnd in range(max_rounds):
         trajs: list[Any] = []
         for i, config in enumerate(demo_configs):
@@ -413,7 +421,8 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
             kept = (score, dict(rates), first_round + rnd + 1)
         assert kept is not None
         record = _write(Path(out), model, tokenizer, targets, kept[1], history, t0=t0, commit=commit, complete=done or over or rnd + 1 == max_rounds,
-                        settings=settings, start=start, first=rnd == 0, attached=attached, frozen=frozen, weights=better, kept_round=kept[2])
+                        settings=settings, start=start, first=rnd == 0, attached=attached, frozen=frozen,
+                        weights=better, kept_round=kept[2])
         if not better:
             log(f"warm policy round {first_round + rnd + 1}: below round {kept[2]}; the folder keeps round {kept[2]}'s weights")
         if done or over:
