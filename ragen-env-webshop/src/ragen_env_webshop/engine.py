@@ -176,6 +176,19 @@ def parse_action(action: Any) -> tuple[str, str] | None:
     return m.group(1).lower(), m.group(2).strip().lower()
 
 
+def well_formed_action(action: Any, max_query_chars: int) -> tuple[str, str] | None:
+    """``(name, arg)`` when ``action`` has the shape of a WebShop action, whether or not a page offers
+    it: ``search[...]`` with 1 to ``max_query_chars`` characters (stripped) or ``click[...]`` naming
+    something; else None."""
+    parsed = parse_action(action)
+    if parsed is None or not parsed[1]:
+        return None
+    name, arg = parsed
+    if name == "click" or (name == "search" and len(arg) <= max_query_chars):
+        return parsed
+    return None
+
+
 class ShopEngine:
     """Catalog, goals and search of one shop; pure page functions over :class:`Location`."""
 
@@ -236,15 +249,15 @@ class ShopEngine:
     def step(self, goal_idx: int, loc: Location, action: Any, max_query_chars: int = 500) -> Outcome:
         """Apply ``action`` at ``loc``; an invalid action returns ``loc`` unchanged."""
         page = self.page(goal_idx, loc)
-        parsed = parse_action(action)
+        parsed = well_formed_action(action, max_query_chars)
         if parsed is None or page.kind == "done":
             return Outcome(loc, page, valid=False)
         name, arg = parsed
         nxt: Location | None = None
         if name == "search":
-            if page.has_search_bar and arg and len(arg) <= max_query_chars:
+            if page.has_search_bar:
                 nxt = Location("results", query=arg, page=1)
-        elif name == "click" and arg in page.available_clicks():
+        elif arg in page.available_clicks():
             nxt = self._click(loc, page, arg)
         if nxt is None:
             return Outcome(loc, page, valid=False)

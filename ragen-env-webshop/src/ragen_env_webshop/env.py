@@ -25,7 +25,7 @@ from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_webshop.config import WebShopConfig
-from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for, parse_action
+from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for, well_formed_action
 from ragen_env_webshop.goals import Goal
 
 GUIDANCE = (
@@ -175,11 +175,7 @@ class WebShopEnv(Env):
         """Whether ``action`` has the shape of a WebShop action at all: ``search[...]`` with 1 to
         ``max_query_chars`` non-blank characters or ``click[...]`` naming something, whether or not
         the current page offers it (a search on a results page, a click on an item not listed)."""
-        parsed = parse_action(action)
-        if parsed is None or not parsed[1]:
-            return False
-        name, arg = parsed
-        return name == "click" or (name == "search" and len(arg) <= self.config.max_query_chars)
+        return well_formed_action(action, self.config.max_query_chars) is not None
 
     def _info(self, valid: bool, effective: bool, reward: float, raw: float, well_formed: bool) -> dict[str, Any]:
         # action_is_well_formed: the reply named an action of the right shape (search[..] / click[..]),
