@@ -81,17 +81,21 @@ def attach(model: Any, rank: int, *, seed: int = 0) -> Attached:
     return Attached(factors, vectors, handles)
 
 
-def delta_state(model: Any, attached: Attached) -> dict[str, Any]:
-    """The delta as tensors to store: ``<name>.weight.lora_A`` / ``.lora_B`` per linear layer and the
-    1-D parameters in full (detached copies, the model's dtype)."""
-    state: dict[str, Any] = {}
-    for name, (a, b) in attached.factors.items():
-        state[f"{name}.weight{A_SUFFIX}"] = a.detach().clone()
-        state[f"{name}.weight{B_SUFFIX}"] = b.detach().clone()
+def _stored_keys(model: Any, attached: Attached) -> dict[str, Any]:
+    """Every trained tensor under its stored key: ``<name>.weight.lora_A`` / ``.lora_B`` per linear
+    layer, the 1-D parameters under their own names."""
     named = dict(model.named_parameters())
-    for name in attached.vectors:
-        state[name] = named[name].detach().clone()
-    return state
+    keyed: dict[str, Any] = {}
+    for name, (a, b) in attached.factors.items():
+        keyed[f"{name}.weight{A_SUFFIX}"] = a
+        keyed[f"{name}.weight{B_SUFFIX}"] = b
+    keyed.update({name: named[name] for name in attached.vectors})
+    return keyed
+
+
+def delta_state(model: Any, attached: Attached) -> dict[str, Any]:
+    """The delta as tensors to store (detached copies, the model's dtype), keyed as :func:`apply_delta` reads them."""
+    return {key: param.detach().clone() for key, param in _stored_keys(model, attached).items()}
 
 
 def load_attached(model: Any, attached: Attached, delta: dict[str, Any]) -> None:
@@ -99,12 +103,8 @@ def load_attached(model: Any, attached: Attached, delta: dict[str, Any]) -> None
     Raises ``ValueError`` when a key is missing or a shape differs (another rank)."""
     import torch
 
-    named = dict(model.named_parameters())
-    wanted = {**{f"{n}.weight{A_SUFFIX}": ab[0] for n, ab in attached.factors.items()},
-              **{f"{n}.weight{B_SUFFIX}": ab[1] for n, ab in attached.factors.items()},
-              **{n: named[n] for n in attached.vectors}}
     with torch.no_grad():
-        for key, param in wanted.items():
+        for key, param in _stored_keys(model, attached).items():
             value = delta.get(key)
             if value is None or tuple(value.shape) != tuple(param.shape):
                 got = "missing" if value is None else f"{tuple(value.shape)}"

@@ -36,6 +36,7 @@ results of recipes measured that way say so).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shlex
@@ -111,11 +112,12 @@ class ShippedPolicy:
                 return dict(entry)
         return None
 
-    @property
+    @functools.cached_property
     def base(self) -> ShippedPolicy | None:
         """For a delta policy, the policy it is a delta of: the folder of that name beside it, else the
         shipped one, whose weights are the ones the delta was trained on; ``None`` for a whole one, or
-        when that base is gone or has changed."""
+        when that base is gone or has changed. Looked up once per object (:func:`shipped_policy`
+        checks it, :meth:`load_into` uses it)."""
         delta = self.record.get("delta")
         if not isinstance(delta, dict):
             return None
@@ -314,7 +316,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     model = build_tiny_model(tokenizer, seed=TINY_SEED)
     start: dict[str, Any] | None = None
     frozen: ShippedPolicy | None = None  # a delta build's whole base policy
-    base: ShippedPolicy | None = None  # what init_from names
+    attached: Any = None  # a delta build's trainable delta (lowrank.Attached)
     rates: dict[str, float] = {}  # the last check's (a continued build starts from its base's record)
     if delta_rank is not None and init_from is None:
         raise RagenError("a delta build needs the policy it is a delta of", ["add --init-from NAME (such as tiny-warm)"])
@@ -331,6 +333,18 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                 raise RagenError(f"a delta of {frozen.folder.name} cannot be written into {frozen.folder.name}'s own folder",
                                  ["give the delta policy its own --name (such as the env's name)"])
             frozen.load_into(model)
+            from ragen_core.trainer import lowrank
+
+            attached = lowrank.attach(model, delta_rank, seed=derive_seed(seed, "warm-policy-delta"))
+            if base.record.get("delta"):  # go on training the delta it stores
+                from safetensors.torch import load_file
+
+                try:
+                    lowrank.load_attached(model, attached, load_file(str(base.folder / DELTA_FILE)))
+                except ValueError as exc:
+                    raise RagenError(f"--init-from {init_from}: {exc}", [f"continue it with its own rank (--delta-rank "
+                                                                         f"{base.record['delta'].get('rank')})"]) from None
+            settings["delta_rank"] = delta_rank
         else:
             base.load_into(model)  # read now: the build may write into the same folder
         start = {"folder": base.folder.name, "weights_sha256": base.record.get("weights_sha256"), "command": base.record.get("command"),
@@ -339,20 +353,6 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
         settings["init_from"] = base.folder.name
         rates = {t["label"]: t["valid_rate"] for t in base.record.get("targets", []) if isinstance(t.get("valid_rate"), float)}
     first_round = start["rounds"] if start else 0
-    attached = None
-    if frozen is not None and base is not None and delta_rank is not None:
-        from safetensors.torch import load_file
-
-        from ragen_core.trainer import lowrank
-
-        attached = lowrank.attach(model, delta_rank, seed=derive_seed(seed, "warm-policy-delta"))
-        if base.record.get("delta"):  # go on training the delta it stores
-            try:
-                lowrank.load_attached(model, attached, load_file(str(base.folder / DELTA_FILE)))
-            except ValueError as exc:
-                raise RagenError(f"--init-from {init_from}: {exc}", [f"continue it with its own rank (--delta-rank "
-                                                                     f"{base.record['delta'].get('rank')})"]) from None
-        settings["delta_rank"] = delta_rank
     trained = attached.parameters(model) if attached is not None else [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     demo_configs = []
@@ -413,9 +413,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                         "valid_rates": dict(rates), "checks": checks, "seconds": round(time.time() - t0, 1)})
         log(f"warm policy round {first_round + rnd + 1}: loss {losses[-1]:.3f}, {time.time() - t0:.0f} s; valid rates "
             + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
-        done = all(used_as_is({"valid_rate": rates[label]}, config.warm_start.target_valid_rate) for label, config in targets)
-        over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
         score = _score(targets, rates)
+        done = score[0] == len(targets)  # every target usable as is
+        over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
         better = kept is None or score >= kept[0]  # ties go to the later, longer-trained round
         if better:
             kept = (score, dict(rates), first_round + rnd + 1)
@@ -456,7 +456,7 @@ def _init_seconds(start: dict[str, Any] | None) -> float:
 def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunConfig]], rates: dict[str, float],
            history: list[dict[str, Any]], *, t0: float, commit: str | None, complete: bool, settings: dict[str, Any],
            start: dict[str, Any] | None = None, first: bool = True, attached: Any = None,
-           frozen: ShippedPolicy | None = None, weights: bool = True, kept_round: int | None = None) -> dict[str, Any]:
+           kept_round: int, frozen: ShippedPolicy | None = None, weights: bool = True) -> dict[str, Any]:
     """Write the model (fp16, tied head left out) and its record to ``out``; after every round, so a
     stopped build keeps what it has (``complete`` false until the last). ``weights=False`` writes the
     record only (the round was worse than the weights on disk, from ``kept_round``; ``rates`` are
@@ -497,7 +497,7 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
         "seconds": round(time.time() - t0, 1),
         "seconds_with_init": round(time.time() - t0 + _init_seconds(start), 1),
         "complete": complete,
-        "kept_round": kept_round if kept_round is not None else _last_round({"history": history}),
+        "kept_round": kept_round,
         "init_from": start,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "settings": settings,
