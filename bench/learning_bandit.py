@@ -51,7 +51,7 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     from ragen_core.config import load_config
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.config import RunConfig
-    from ragen_core.trainer.warmstart import _save, cache_folder, warm_start
+    from ragen_core.trainer.warmstart import cache_folder, save_cached, warm_start
 
     base = next(iter(args.bases.values()), None)
     cfg = load_config(RunConfig, [], common(args) + [f"warm_start.episodes={args.warm_episodes}", f"warm_start.epochs={args.warm_epochs}",
@@ -60,7 +60,7 @@ def warm_model(args: argparse.Namespace, work: Path) -> str:
     warm = warm_start(cfg, model, tok)
     folder = cache_folder(cfg)
     if not (folder / "config.json").is_file():  # a shipped policy used as it is is not cached: save it for the runs
-        _save(folder, warm, tok, getattr(warm, "ragen_warm_start", {}), stale=False)  # the warm start's own (atomic) cache writer
+        save_cached(folder, warm, tok, getattr(warm, "ragen_warm_start", {}), stale=False)  # the warm start's own (atomic) cache writer
     return str(folder)
 
 

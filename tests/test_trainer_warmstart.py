@@ -107,10 +107,18 @@ def test_valid_rate_counts_parsed_known_actions_with_the_real_runner(tmp_path, m
 
     model, tok = load_model_and_tokenizer("tiny")
     cfg = _cfg(tmp_path, "env_config.max_turns=1", "warm_start.check_episodes=8")
-    engines = []
-    monkeypatch.setattr(setup, "make_engine", lambda c, m, t: engines.append(_scripted_engine(t, {0, 3, 5})) or engines[-1])
+    engines, closed = [], []
+
+    def make(c, m, t):
+        engine = _scripted_engine(t, {0, 3, 5})
+        engine.close = lambda: closed.append(engine)  # type: ignore[method-assign]
+        engines.append(engine)
+        return engine
+
+    monkeypatch.setattr(setup, "make_engine", make)
     assert valid_rate(cfg, model, tok) == pytest.approx(3 / 8)  # rows 0, 3, 5 name a known action; "Jump" is unknown
     assert len(engines[0].calls) == 1 and len(engines[0].calls[0]) == 8
+    assert closed == engines  # the check closes the engine it made (a vLLM one holds GPU memory)
     assert valid_rate(cfg, model, tok, episodes=4) == pytest.approx(2 / 4)
     # an untrained tiny model never produces the reply format
     monkeypatch.undo()

@@ -152,6 +152,7 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
         trajs = runner.run(mode="val", sampling=config.sampling.val)
     finally:
         runner.close()
+        engine.close()
     return trajs, summarize(trajs), tokenizer
 
 

@@ -320,7 +320,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                     "history": [{"round": 0, "valid_rate": check.valid_rate, "seconds": round(time.time() - t0, 1),
                                  "sample_replies": list(check.sample_replies)}]}
             model.ragen_warm_start = meta
-            _save(folder, model, tokenizer, meta, stale=stale)
+            save_cached(folder, model, tokenizer, meta, stale=stale)
             return model
     if not has_random_actions(config):
         if verbose:
@@ -362,11 +362,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     model.ragen_warm_start = meta
     if not meta["reached_target"]:
         return gate_missed(config, model, meta, verbose=verbose)
-    _save(folder, model, tokenizer, meta, stale=stale)
+    save_cached(folder, model, tokenizer, meta, stale=stale)
     return model
 
 
-def _save(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
+def save_cached(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
     """Write a warm start that reached its gate into the cache (atomically: a temp folder renamed)."""
     from ragen_core.models import quiet_progress
 
@@ -454,6 +454,7 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
     finally:
         bar.close()
         runner.close()
+        engine.close()  # (a vLLM engine holds its own copy of the weights and GPU memory)
     turns = [t for tr in trajs for t in tr.turns]
     good = sum(1 for t in turns if t.valid and well_formed(t.info))
     return FormatCheck(good / len(turns) if turns else 0.0, [t.response_text for t in turns[:3]])
