@@ -336,6 +336,16 @@ def test_sync_weights_drops_kept_cache(engine, mt):
     assert engine._store == []
 
 
+def test_the_end_of_a_rollout_drops_kept_cache(engine, mt):
+    model, tok = mt
+    engine.generate(_prompts(tok), GREEDY)
+    assert engine._store
+    engine.rollout_done()  # the runner's last turn: no prompt extends these replies, the update needs the memory
+    assert engine._store == []
+    engine.generate(_prompts(tok), GREEDY)  # the next rollout keeps its own turns again
+    assert len(engine._store) == len(_prompts(tok))
+
+
 def test_kv_reuse_respects_token_cap(mt):
     model, tok = mt
     prompts = _prompts(tok)

@@ -189,6 +189,17 @@ def test_one_generate_per_turn_and_finished_episodes_leave_the_batch(tok):
     assert [t.success for t in trajs] == [True, False, True, False]
 
 
+def test_a_rollout_tells_the_engine_when_it_ends(tok):
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], tok)
+    ends: list[int] = []
+    eng.rollout_done = lambda: ends.append(len(eng.calls))  # type: ignore[method-assign]
+    runner = make_runner(tok, eng, env_groups=2, max_turns=3)
+    runner.run()
+    assert ends == [3]  # once, after the third and last turn's generate
+    runner.run()
+    assert ends == [3, 6]
+
+
 def test_seeds_groups_and_checkpointed_counter(tok):
     eng = ScriptedEngine(["junk"], tok)
     runner = make_runner(tok, eng, env_groups=3, group_size=2, max_turns=1)

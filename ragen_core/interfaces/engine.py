@@ -106,5 +106,9 @@ class Engine(ABC):
         """
         self.policy_version = int(version)
 
+    def rollout_done(self) -> None:  # noqa: B027 - optional hook: by default nothing is kept between calls
+        """The runner's rollout has ended: no later prompt extends its replies, so caches kept
+        for the next turn can go (before the update needs the memory)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook: by default there is nothing to release
         """Release resources. Idempotent."""

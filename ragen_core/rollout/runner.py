@@ -204,6 +204,7 @@ class RolloutRunner:
             if not ep.done:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
+        self.engine.rollout_done()
         return [ep.traj for ep in episodes]
 
     def _progress(self, what: str) -> None:
