@@ -38,6 +38,65 @@ def test_demonstrations_are_valid_random_actions_in_reply_format(tmp_path):
     assert all(tr.env == "toy-corridor" for tr in trajs)
 
 
+class _GuessEnv:
+    """A free-text env (no action_names): one turn, any ``guess[N]``; random_action draws N."""
+
+    def __init__(self, config=None):
+        from ragen_core.interfaces.env import EnvConfig
+
+        self.config = config or EnvConfig()
+        self.action_sep = "||"
+        self.seed = None
+
+    def instruction(self):
+        return "Guess a number as guess[N]."
+
+    def reset(self, seed, *, member=0, mode="train"):
+        self.seed = seed
+        return f"episode {seed}-{member}"
+
+    def render(self):
+        return f"episode {self.seed}"
+
+    def step(self, action):
+        from ragen_core.interfaces.env import StepResult
+
+        return StepResult("done", 0.0, True, {"success": False, "action_is_valid": action.startswith("guess[")})
+
+    def random_action(self, rng):
+        return f"guess[{int(rng.integers(10**6))}]"
+
+    @property
+    def action_names(self):
+        return None
+
+    def close(self):
+        pass
+
+
+def test_demonstrations_of_a_free_text_env_draw_each_episodes_action_on_its_own(tmp_path):
+    """Each recording env once drew from one stream seeded alike for every instance: all of a round's
+    episodes took the same branch (every SearchQA demo of a round searched, or every one finished)."""
+    from ragen_core import registry
+    from ragen_core.interfaces.env import Env, EnvConfig
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.specs import EnvSpec
+    from ragen_core.trainer.warmstart import demonstrations
+
+    Env.register(_GuessEnv)
+    registry.register(EnvSpec(name="warmstart-test-guess", config_model=EnvConfig, factory=f"{__name__}:_GuessEnv"))
+    _, tok = load_model_and_tokenizer("tiny")
+    cfg = load_config(RunConfig, [], ["env=warmstart-test-guess", "sampling.train.max_new_tokens=40", "warm_start.episodes=8",
+                                      "warm_start.stray_share=0",  # (strays repeat another state's draw on purpose)
+                                      f"warm_start.cache_dir={tmp_path / 'cache'}"])
+    trajs = demonstrations(cfg, tok)
+    guesses = [tr.turns[0].answer for tr in trajs]
+    assert len(guesses) == 8 and all(g.startswith("guess[") for g in guesses)
+    assert len(set(guesses)) == 8  # one draw per episode (a shared stream gives 8 equal guesses)
+    assert [tr.turns[0].answer for tr in demonstrations(cfg, tok)] == guesses  # and still seeded
+    assert [tr.turns[0].answer for tr in demonstrations(cfg, tok, round_no=1)] != guesses
+
+
 def test_demonstrations_record_in_process_whatever_pool_training_uses(tmp_path):
     """The recording envs run in a local pool built for the demo rollout (nothing registered), so a
     run configured with worker processes gets the very same demonstrations."""

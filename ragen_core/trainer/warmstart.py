@@ -75,6 +75,7 @@ class RecordingEnv(Env):
         self.legal = legal
         self.stray_share = stray_share
         self.drawn = drawn if drawn is not None else []  # random actions drawn for every state so far (shared by a round's envs)
+        self._seed = seed
         self._rng = make_rng(seed, "recording-env")
 
     def _record(self, obs: str) -> str:
@@ -92,6 +93,9 @@ class RecordingEnv(Env):
 
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         self.seed = seed
+        # every episode draws its own actions: one stream per env instance, seeded alike, made every
+        # episode of a round take the same branch (all of a round's SearchQA demos searched, or all finished)
+        self._rng = make_rng(self._seed, "recording-env", seed, member)
         return self._record(self.inner.reset(seed, member=member, mode=mode))
 
     def step(self, action: str) -> StepResult:
