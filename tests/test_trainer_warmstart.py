@@ -38,6 +38,18 @@ def test_demonstrations_are_valid_random_actions_in_reply_format(tmp_path):
     assert all(tr.env == "toy-corridor" for tr in trajs)
 
 
+def test_action_kinds_name_command_style_actions_and_share_them():
+    from ragen_core.trainer.warmstart import action_kind, describe_kinds, kind_shares
+
+    assert [action_kind(a) for a in ["search[who is x]", "finish[42]", " click[Buy Now]", "Up", "Bandit-A", "(1, 2, 3)", "3 + 4 * 2",
+                                     "def f(x):", ""]] == ["search", "finish", "click", "Up", "Bandit-A", "other", "other", "other", "other"]
+    assert kind_shares(["finish[a]", "search[b]", "finish[c]", "finish[d]"]) == {"finish": 0.75, "search": 0.25}
+    assert list(kind_shares(["b[x]", "a[y]"])) == ["a", "b"]  # ties by name
+    assert kind_shares([]) == {}
+    assert describe_kinds({"a": 0.5, "b": 0.25, "c": 0.125, "d": 0.125}) == "a 0.50, b 0.25, c 0.12, ..."
+    assert describe_kinds({}) == "-"
+
+
 class _GuessEnv:
     """A free-text env (no action_names): one turn, any ``guess[N]``; random_action draws N."""
 
@@ -178,6 +190,9 @@ def test_valid_rate_counts_parsed_known_actions_with_the_real_runner(tmp_path, m
     assert valid_rate(cfg, model, tok) == pytest.approx(3 / 8)  # rows 0, 3, 5 name a known action; "Jump" is unknown
     assert len(engines[0].calls) == 1 and len(engines[0].calls[0]) == 8
     assert closed == engines  # the check closes the engine it made (a vLLM one holds GPU memory)
+    from ragen_core.trainer.warmstart import format_check
+
+    assert format_check(cfg, model, tok).action_kinds == {"Right": 1.0}  # "Jump" replies are not well formed
     assert valid_rate(cfg, model, tok, episodes=4) == pytest.approx(2 / 4)
     # an untrained tiny model never produces the reply format
     monkeypatch.undo()

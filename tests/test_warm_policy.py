@@ -51,6 +51,10 @@ def test_a_build_records_command_settings_weights_and_each_targets_measurement(b
     (target,) = record["targets"]
     assert target["env"] == register_toy_env() and target["check_key"] == warm_policy.check_key(_cfg())
     assert 0.0 <= target["valid_rate"] <= 1.0 and target["reached_target"] == (target["valid_rate"] >= 0.9)
+    # what the well-formed replies of the kept round's check did, by kind of action
+    assert target["action_kinds"] == record["history"][0]["action_kinds"][target["label"]]
+    assert set(target["action_kinds"]) <= {"Left", "Right"}
+    assert not target["action_kinds"] or abs(sum(target["action_kinds"].values()) - 1) < 1e-3  # (shares rounded to 4 places)
     import hashlib
 
     from safetensors.torch import load_file

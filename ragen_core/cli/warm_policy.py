@@ -81,6 +81,8 @@ def _policy_folder(name: str | None) -> Path | None:
 
 
 def _show(record: dict) -> None:  # type: ignore[type-arg]
+    from ragen_core.trainer.warmstart import describe_kinds
+
     print(f"built {record.get('built')} from commit {record.get('commit')} by: {record.get('command')}")
     start = record.get("init_from")
     while isinstance(start, dict):  # a build continued from another (--init-from), back to the first
@@ -99,5 +101,6 @@ def _show(record: dict) -> None:  # type: ignore[type-arg]
     print(f"{record.get('seconds')} s{chain}{stopped}; settings {json.dumps(record.get('settings'))}")
     for t in record.get("targets", []):
         rate = t.get("valid_rate")
+        kinds = f"; actions {describe_kinds(t['action_kinds'])}" if t.get("action_kinds") else ""
         print(f"  {t['label']:<24} valid rate {rate if rate is None else f'{rate:.3f}'} (target {t['target_valid_rate']:.2f})"
-              f"{'' if t['reached_target'] else '  MISSED'}")
+              f"{'' if t['reached_target'] else '  MISSED'}{kinds}")

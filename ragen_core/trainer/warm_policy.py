@@ -302,7 +302,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     from ragen_core.seeding import derive_seed
     from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
-    from ragen_core.trainer.warmstart import demonstrations, format_check, sft
+    from ragen_core.trainer.warmstart import demonstrations, describe_kinds, format_check, sft
 
     t0 = time.time()
     commit = _git_commit()  # the code this build runs (read now: the checkout may change while it trains)
@@ -399,10 +399,11 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                      progress=f"warm policy round {first_round + rnd + 1}: SFT" if progress else None)
         rates = {}
         checks: dict[str, list[float]] = {}
+        kinds: dict[str, dict[str, float]] = {}
         for label, config in targets:
             check_cfg = config.model_copy(update={"seed": derive_seed(seed, "warm-policy-check", label)})
-            checks[label] = [format_check(check_cfg, model, tokenizer, episodes=check_episodes,
-                                          progress=f"check {label}" if progress else None).valid_rate]
+            first = format_check(check_cfg, model, tokenizer, episodes=check_episodes, progress=f"check {label}" if progress else None)
+            checks[label], kinds[label] = [first.valid_rate], first.action_kinds
             if used_as_is({"valid_rate": checks[label][0]}, config.warm_start.target_valid_rate):
                 # a second check on fresh seeds before the rate may let runs skip their own
                 again = config.model_copy(update={"seed": derive_seed(seed, "warm-policy-confirm", label, first_round + rnd)})
@@ -410,9 +411,9 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
                                                   progress=f"check {label} again" if progress else None).valid_rate)
             rates[label] = sum(checks[label]) / len(checks[label])
         history.append({"round": first_round + rnd + 1, "demonstrations": len(trajs), "loss": losses[-1] if losses else None,
-                        "valid_rates": dict(rates), "checks": checks, "seconds": round(time.time() - t0, 1)})
+                        "valid_rates": dict(rates), "checks": checks, "action_kinds": kinds, "seconds": round(time.time() - t0, 1)})
         log(f"warm policy round {first_round + rnd + 1}: loss {losses[-1]:.3f}, {time.time() - t0:.0f} s; valid rates "
-            + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()))
+            + ", ".join(f"{k} {v:.2f} ({describe_kinds(kinds[k])})" for k, v in rates.items()))
         score = _score(targets, rates)
         done = score[0] == len(targets)  # every target usable as is
         over = max_minutes is not None and time.time() - t0 >= 60 * max_minutes
@@ -472,6 +473,7 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
     from ragen_core.models.tiny import TINY_VERSION
 
     out.mkdir(parents=True, exist_ok=True)
+    kept_kinds = next((h.get("action_kinds") or {} for h in history if h.get("round") == kept_round), {})  # (none: the starting weights)
     if attached is not None:
         from ragen_core.trainer.lowrank import delta_state
 
@@ -506,7 +508,8 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
             "base": frozen.folder.name, "base_weights_sha256": frozen.record.get("weights_sha256"), "rank": attached.rank},
         "targets": [{"label": label, "env": config.env, "check_key": check_key(config), "check": check_payload(config),
                      "valid_rate": rates.get(label), "target_valid_rate": config.warm_start.target_valid_rate,
-                     "reached_target": (rates.get(label) or 0.0) >= config.warm_start.target_valid_rate}
+                     "reached_target": (rates.get(label) or 0.0) >= config.warm_start.target_valid_rate,
+                     "action_kinds": kept_kinds.get(label)}
                     for label, config in targets],
         "history": history,
     }

@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,7 +323,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         if check.valid_rate >= ws.target_valid_rate:
             meta = {**base, "valid_rate": check.valid_rate, "reached_target": True, "measured": "checked by this run",
                     "history": [{"round": 0, "valid_rate": check.valid_rate, "seconds": round(time.time() - t0, 1),
-                                 "sample_replies": list(check.sample_replies)}]}
+                                 "sample_replies": list(check.sample_replies), "action_kinds": check.action_kinds}]}
             model.ragen_warm_start = meta
             save_cached(folder, model, tokenizer, meta, stale=stale)
             return model
@@ -351,9 +352,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         check = format_check(config, model, tokenizer, progress=f"warm start round {rnd + 1}: valid-rate check" if bars else None)
         rate = check.valid_rate
         history.append({"round": rnd + 1, "demonstrations": len(trajs), "sft_steps": steps, "loss": losses[-1] if losses else None,
-                        "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(check.sample_replies)})
+                        "valid_rate": rate, "seconds": round(time.time() - t0, 1), "sample_replies": list(check.sample_replies),
+                        "action_kinds": check.action_kinds})
         if verbose:
-            print(f"warm start round {rnd + 1}: valid rate {rate:.3f} (target {ws.target_valid_rate:.2f}) after {steps} SFT steps, "
+            print(f"warm start round {rnd + 1}: valid rate {rate:.3f} (target {ws.target_valid_rate:.2f}; actions "
+                  f"{describe_kinds(check.action_kinds)}) after {steps} SFT steps, "
                   f"loss {history[-1]['loss']:.3f}, {time.time() - t0:.0f} s; sample replies: {check.sample_replies[:2]}")
         if rate >= ws.target_valid_rate or time.time() - t0 >= ws.max_seconds:
             break
@@ -433,6 +436,33 @@ class FormatCheck:
     """Share of replies that parse and name only known actions."""
     sample_replies: list[str] = field(default_factory=list)
     """The first few replies (kept in the warm-start record)."""
+    action_kinds: dict[str, float] = field(default_factory=dict)
+    """Share of each kind of action (:func:`action_kind`) among the well-formed replies' actions,
+    most common first: a policy that passes the gate with one kind only (a SearchQA policy that
+    never searches) shows here, not in the valid rate."""
+
+
+def action_kind(action: str) -> str:
+    """The leading name of a command-style action (``search[..]`` -> ``search``, ``Up`` -> ``Up``),
+    else ``"other"`` (numbers, expressions, code)."""
+    match = re.match(r"\s*([A-Za-z][\w-]*)\s*(?:\[|$)", action)
+    return match.group(1) if match else "other"
+
+
+def describe_kinds(kinds: dict[str, float] | None, top: int = 3) -> str:
+    """``search 0.68, finish 0.32``: the most common action kinds of a check (``-`` when none)."""
+    if not kinds:
+        return "-"
+    shown = [f"{k} {v:.2f}" for k, v in list(kinds.items())[:top]]
+    return ", ".join(shown + (["..."] if len(kinds) > top else []))
+
+
+def kind_shares(actions: Sequence[str]) -> dict[str, float]:
+    """:func:`action_kind` shares of ``actions``, most common first (ties by name)."""
+    counts: dict[str, int] = {}
+    for action in actions:
+        counts[action_kind(action)] = counts.get(action_kind(action), 0) + 1
+    return {k: round(n / len(actions), 4) for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
 def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int | None = None, progress: str | None = None) -> FormatCheck:
@@ -460,8 +490,9 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
         runner.close()
         engine.close()  # (a vLLM engine holds its own copy of the weights and GPU memory)
     turns = [t for tr in trajs for t in tr.turns]
-    good = sum(1 for t in turns if t.valid and well_formed(t.info))
-    return FormatCheck(good / len(turns) if turns else 0.0, [t.response_text for t in turns[:3]])
+    good = [t for t in turns if t.valid and well_formed(t.info)]
+    return FormatCheck(len(good) / len(turns) if turns else 0.0, [t.response_text for t in turns[:3]],
+                       kind_shares([a for t in good for a in t.actions]))
 
 
 def well_formed(info: dict[str, Any]) -> bool:
