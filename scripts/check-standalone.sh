@@ -8,6 +8,8 @@
 # Usage: scripts/check-standalone.sh [VENV_DIR] [ENV_FOLDER...]
 #   VENV_DIR     default: a temporary folder, removed afterwards
 #   ENV_FOLDER   default: every env of the repository (e.g. plugins/ragen-env-bandit for one)
+# STANDALONE_JOBS (default: 2, or 1 on a one-core machine) checks that many groups of envs at once,
+# each group in its own venv (VENV_DIR then names the first group's venv); their logs follow in order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d)
@@ -15,8 +17,28 @@ trap 'rm -rf "$WORK"' EXIT
 VENV="${1:-$WORK/venv}"
 shift $(( $# > 0 ? 1 : 0 ))
 ENVS=("$@")
-[ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban ragen-env-lean ragen-env-webshop plugins/ragen-env-frozenlake plugins/ragen-env-countdown plugins/ragen-env-sudoku
-                                plugins/ragen-env-bandit plugins/ragen-env-metamathqa plugins/ragen-env-deepcoder plugins/ragen-env-searchqa)
+[ ${#ENVS[@]} -gt 0 ] || ENVS=(ragen-env-sokoban ragen-env-lean ragen-env-webshop plugins/ragen-env-sudoku plugins/ragen-env-frozenlake plugins/ragen-env-countdown
+                                plugins/ragen-env-deepcoder plugins/ragen-env-searchqa plugins/ragen-env-bandit plugins/ragen-env-metamathqa)
+JOBS=${STANDALONE_JOBS:-$(( $(nproc) > 1 ? 2 : 1 ))}
+if [ -z "${STANDALONE_GROUP:-}" ] && [ "$JOBS" -gt 1 ] && [ ${#ENVS[@]} -gt 1 ]; then
+  # envs dealt round-robin into JOBS groups (the list alternates heavier and lighter checks)
+  echo "checking ${#ENVS[@]} envs in $JOBS groups at once (each in its own venv); the groups' logs follow when all are done"
+  pids=()
+  for ((g = 0; g < JOBS; g++)); do
+    group=()
+    for ((i = g; i < ${#ENVS[@]}; i += JOBS)); do group+=("${ENVS[$i]}"); done
+    venv="$WORK/venv-$g"; [ "$g" -eq 0 ] && venv="$VENV"
+    STANDALONE_GROUP=$g "$0" "$venv" "${group[@]}" >"$WORK/group-$g.log" 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for ((g = 0; g < JOBS; g++)); do
+    wait "${pids[$g]}" || status=1
+    echo "--- group $((g + 1)) of $JOBS"
+    cat "$WORK/group-$g.log"
+  done
+  exit $status
+fi
 python3 -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${PIP[@]}" torch==2.13.0 hatchling editables pytest hypothesis
