@@ -197,3 +197,32 @@ def test_a_server_with_only_the_single_query_shape(cfg, reference_like_server):
         client = client_mod.client_for(reference_like_server, cfg.retrieval_timeout)
         assert client.single is True and client.batched_ok is False
         assert "passage 0 about again" in e.step("search[again]").observation
+
+
+def test_an_unexpected_error_in_a_batched_request_answers_every_waiting_search():
+    """A search thread waits on its batch's leader without a deadline: whatever the leader's request
+    raises (here a closed HTTP client's RuntimeError), every search of the batch gets a
+    RetrievalError. Before, the others waited forever (a CI run hung on it)."""
+    client = client_mod.BatchingClient("http://127.0.0.1:9", window_s=0.2)  # all threads join one batch
+
+    def broken_post(*args, **kwargs):
+        raise RuntimeError("Cannot send a request, as the client has been closed.")
+
+    client._http.post = broken_post  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            client.search(f"query {i}", 3)
+        except BaseException as e:  # noqa: BLE001 - collected for the assertions
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "a search was left waiting"
+    assert len(errors) == 6 and all(isinstance(e, client_mod.RetrievalError) and e.kind == "http" for e in errors)
+    assert all("RuntimeError" in str(e) for e in errors)
+    client.close()

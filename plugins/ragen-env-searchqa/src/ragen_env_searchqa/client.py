@@ -77,9 +77,11 @@ class BatchingClient:
                 batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
                 self._leader = bool(self._pending)
                 rest_leader = self._pending[0] if self._pending else None
-            self._send(batch)
-            if rest_leader is not None:  # more than max_batch waited: the next batch goes at once
-                threading.Thread(target=self._drain, daemon=True).start()
+            try:
+                self._send_safely(batch)
+            finally:
+                if rest_leader is not None:  # more than max_batch waited: the next batch goes at once
+                    threading.Thread(target=self._drain, daemon=True).start()
         item.done.wait()
         if item.error is not None:
             raise item.error
@@ -93,7 +95,29 @@ class BatchingClient:
                 if not batch:
                     self._leader = False
                     return
+            self._send_safely(batch)
+
+    def _send_safely(self, batch: list[_Pending]) -> None:
+        """:meth:`_send`, and whatever it raises, every search of ``batch`` is answered: the other
+        threads wait on it without a deadline (an unexpected error once left them waiting forever)."""
+        try:
             self._send(batch)
+        except Exception as e:  # noqa: BLE001 - becomes every waiting search's RetrievalError
+            self._answer(batch, None, RetrievalError("http", f"the search request failed ({type(e).__name__}: {e})"))
+        except BaseException as e:  # (KeyboardInterrupt and the like: wake the others, then stop)
+            self._answer(batch, None, RetrievalError("http", f"the search was interrupted ({type(e).__name__})"))
+            raise
+
+    @staticmethod
+    def _answer(batch: list[_Pending], results: list[list[Document]] | None, error: RetrievalError | None) -> None:
+        """Hand each search of ``batch`` its row (or ``error``) and wake its thread; searches already
+        answered keep their answer."""
+        for i, p in enumerate(batch):
+            if p.done.is_set():
+                continue
+            p.result = results[i] if error is None and results is not None else None
+            p.error = error
+            p.done.set()
 
     def _send(self, batch: list[_Pending]) -> None:
         import httpx
@@ -129,10 +153,7 @@ class BatchingClient:
                            for p, row in zip(batch, rows, strict=True)]
             except (ValueError, KeyError, TypeError, IndexError) as e:
                 error = RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})")
-        for i, p in enumerate(batch):  # every waiting thread is woken, whatever happened
-            p.result = results[i] if error is None else None
-            p.error = error
-            p.done.set()
+        self._answer(batch, results, error)  # every waiting thread is woken, whatever happened
 
     def _fall_back(self, batch: list[_Pending]) -> None:
         """Answer ``batch`` with single-query requests; if that works, stop batching for good."""
