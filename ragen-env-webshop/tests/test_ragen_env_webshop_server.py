@@ -14,7 +14,7 @@ import urllib.request
 from urllib.parse import urlencode
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from ragen_env_webshop.config import CatalogConfig, WebShopConfig
 from ragen_env_webshop.engine import SEP, Location, engine_for, parse_action
@@ -250,12 +250,13 @@ NOT_HERE = st.one_of(st.sampled_from(CODES), st.sampled_from(VALUES), st.sampled
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10**6), depth=st.integers(0, 3), word=NOT_HERE)
+@example(seed=39, depth=3, word="b0j1i8fnuc")  # a goal without options: its oracle buys on the third action
 def test_real_items_and_options_not_on_the_page_are_invalid(seed, depth, word):
     """Product codes not listed here, option values of other products, page text that is not a
-    button: clicking any of them is invalid, at any depth of the oracle's path."""
+    button: clicking any of them is invalid, at any depth of the oracle's path before it buys."""
     env = WebShopEnv()
     env.reset(seed)
-    for action in (env.oracle_actions() or [])[:depth]:
+    for action in (env.oracle_actions() or [])[:-1][:depth]:  # (its last action buys: the episode is over)
         env.step(action)
     before = env.render()
     offered = f"click[{word.lower()}]" in env.available_actions()
