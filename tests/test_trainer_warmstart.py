@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragen_core.config import load_config
+from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
 
@@ -50,15 +51,8 @@ def test_action_kinds_name_command_style_actions_and_share_them():
     assert describe_kinds({}) == "-"
 
 
-class _GuessEnv:
+class _GuessEnv(Env):
     """A free-text env (no action_names): one turn, any ``guess[N]``; random_action draws N."""
-
-    def __init__(self, config=None):
-        from ragen_core.interfaces.env import EnvConfig
-
-        self.config = config or EnvConfig()
-        self.action_sep = "||"
-        self.seed = None
 
     def instruction(self):
         return "Guess a number as guess[N]."
@@ -71,31 +65,21 @@ class _GuessEnv:
         return f"episode {self.seed}"
 
     def step(self, action):
-        from ragen_core.interfaces.env import StepResult
-
         return StepResult("done", 0.0, True, {"success": False, "action_is_valid": action.startswith("guess[")})
 
     def random_action(self, rng):
         return f"guess[{int(rng.integers(10**6))}]"
-
-    @property
-    def action_names(self):
-        return None
-
-    def close(self):
-        pass
 
 
 def test_demonstrations_of_a_free_text_env_draw_each_episodes_action_on_its_own(tmp_path):
     """Each recording env once drew from one stream seeded alike for every instance: all of a round's
     episodes took the same branch (every SearchQA demo of a round searched, or every one finished)."""
     from ragen_core import registry
-    from ragen_core.interfaces.env import Env, EnvConfig
+    from ragen_core.interfaces.env import EnvConfig
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.specs import EnvSpec
     from ragen_core.trainer.warmstart import demonstrations
 
-    Env.register(_GuessEnv)
     registry.register(EnvSpec(name="warmstart-test-guess", config_model=EnvConfig, factory=f"{__name__}:_GuessEnv"))
     _, tok = load_model_and_tokenizer("tiny")
     cfg = load_config(RunConfig, [], ["env=warmstart-test-guess", "sampling.train.max_new_tokens=40", "warm_start.episodes=8",

@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -459,9 +460,7 @@ def describe_kinds(kinds: dict[str, float] | None, top: int = 3) -> str:
 
 def kind_shares(actions: Sequence[str]) -> dict[str, float]:
     """:func:`action_kind` shares of ``actions``, most common first (ties by name)."""
-    counts: dict[str, int] = {}
-    for action in actions:
-        counts[action_kind(action)] = counts.get(action_kind(action), 0) + 1
+    counts = Counter(action_kind(action) for action in actions)
     return {k: round(n / len(actions), 4) for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
