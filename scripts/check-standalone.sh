@@ -54,7 +54,13 @@ for dir in "${ENVS[@]}"; do
   "${PIP[@]}" --no-build-isolation -e "$dir"
   listed=$("$VENV/bin/ragen" plugins --kind env | awk 'NR>1 {print $2}' | tr '\n' ' ')
   if [ "$listed" != "$name " ]; then echo "expected only '$name' to be listed, got: $listed"; status=1; fi
-  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$dir/tests" | tail -n 1 || status=1
+  # pytest's last line; on a failure the end of its log (short tracebacks, then which tests failed)
+  if "$VENV/bin/python" -m pytest -q -rfE --tb=short -p no:cacheprovider "$dir/tests" >"$WORK/pytest.log" 2>&1; then
+    tail -n 1 "$WORK/pytest.log"
+  else
+    status=1
+    tail -n 60 "$WORK/pytest.log"
+  fi
   extra=()
   if [ "$name" = lean ]; then  # no toolchain on CI: the refusal (exit 2), then one step checked by the tests' REPL stand-in
     if (cd "$WORK" && "$VENV/bin/ragen" run --env lean --steps 1 --run-dir "$WORK/refused" >"$WORK/run.log" 2>&1); then

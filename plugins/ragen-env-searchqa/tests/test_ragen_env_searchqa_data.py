@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
-from ragen_env_searchqa.data import iter_corpus, read_questions, split
-from ragen_env_searchqa.index import Index, build_index
+from ragen_env_searchqa.data import Passage, iter_corpus, read_questions, split
+from ragen_env_searchqa.index import Index, build_index, top_k
 from ragen_env_searchqa.server import main
 from ragen_env_searchqa.world import build_world
 
@@ -88,6 +89,33 @@ def test_world_is_deterministic_and_has_one_and_two_hop_questions():
     hops = {q.source for q in a.questions}
     assert hops == {"world-1hop", "world-2hop"}
     assert len({p.id for p in a.passages}) == len(a.passages)
+
+
+def test_top_k_is_best_first_with_ties_by_the_lower_index():
+    scores = np.array([1.0, 3.0, 3.0, 2.0, 3.0, 0.0, 2.0], dtype=np.float32)
+    assert top_k(scores, 2).tolist() == [1, 2]
+    assert top_k(scores, 4).tolist() == [1, 2, 4, 3]
+    assert top_k(scores, 5).tolist() == [1, 2, 4, 3, 6]
+    assert top_k(scores, 7).tolist() == top_k(scores, 99).tolist() == [1, 2, 4, 3, 6, 0, 5]
+    assert top_k(np.zeros(0, dtype=np.float32), 3).tolist() == [] and top_k(scores, 0).tolist() == []
+
+
+def test_passages_tied_on_score_come_in_corpus_order(tmp_path):
+    """Every city passage scores the same for "founded"; the hits are the first ones of the corpus,
+    in order, on every machine (bm25s's own top-k leaves tied passages in an order that depends on
+    the numpy build: a fresh machine showed other passages for the same search than the one the
+    tests were written on, and a SearchQA training test's prompt outgrew its context)."""
+    cities = [Passage(str(i), f"City{i}", f"City{i} is a city founded long ago.") for i in range(40)]
+    others = [Passage(str(40 + i), f"Person{i}", f"Person{i} was born in City{i}.") for i in range(10)]
+    build_index(others[:5] + cities + others[5:], str(tmp_path / "idx"), progress=False)
+    index = Index(str(tmp_path / "idx"))
+    (hits,) = index.search(["founded"], 5)
+    assert [index.docs.get(h.doc).title for h in hits] == [f"City{i}" for i in range(5)]
+    assert len({h.score for h in hits}) == 1 and hits[0].score > 0
+    (none,) = index.search(["the"], 5)  # only a stopword: nothing matches (and nothing fails)
+    (unknown,) = index.search(["zyzzyva"], 5)  # a word of no passage
+    assert none == [] and unknown == []
+    index.close()
 
 
 def test_bm25_index_on_disk_and_the_build_command(tmp_path, capsys):

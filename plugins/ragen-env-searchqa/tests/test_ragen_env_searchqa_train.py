@@ -70,7 +70,9 @@ def test_scripted_search_then_answer_is_rewarded(tmp_path, monkeypatch, handles)
         return ScriptedEngine(script, tok)
 
     monkeypatch.setattr(setup, "make_engine", lambda c, m, t: script_for(t))
-    overrides = _base(tmp_path) + ["rollout.max_model_len=2048", "sampling.train.max_new_tokens=64", "steps=1",
+    # byte tokens: the second prompt is ~900 (first turn) + 30 (reply) + ~1,060 (five passages) = ~2,000, so
+    # 3,072 leaves room for longer passages (at 2,048 a run whose search returned other passages cut an episode)
+    overrides = _base(tmp_path) + ["rollout.max_model_len=3072", "sampling.train.max_new_tokens=64", "steps=1",
                                    "test_freq=0", "filter=none", f"run_dir={tmp_path / 'run'}"]
     _, (row,) = train(overrides)
     assert row["train/success"] == 0.5  # exactly the even rows: 2 of 4 episodes

@@ -159,8 +159,11 @@ class Index:
         return [_rrf(a, b, k) for a, b in zip(self._bm25(queries, k), self._dense(queries, k))]
 
     def _bm25(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        docs, scores = self.bm25.retrieve(_tokenize(queries), k=k, show_progress=False, n_threads=1)
-        return [[Hit(int(d), float(s)) for d, s in zip(row_d, row_s) if s > 0] for row_d, row_s in zip(docs, scores)]
+        rows = []
+        for tokens in _tokenize(queries):  # (bm25s's own top-k leaves the order of tied passages to numpy)
+            scores = self.bm25.get_scores(tokens) if tokens else np.zeros(len(self), dtype=np.float32)
+            rows.append([Hit(int(d), float(scores[d])) for d in top_k(scores, k) if scores[d] > 0])
+        return rows
 
     def _dense(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         assert self.encoder is not None
@@ -169,6 +172,25 @@ class Index:
 
     def close(self) -> None:
         self.docs.close()
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest ``scores``, best first, ties by the lower index.
+
+    A one-word query gives many passages the same BM25 score; which of them a plain partition
+    returns depends on the numpy build and the CPU's sort kernels, so the same search showed
+    different passages on different machines. The cut-off score is found by a partition (a
+    value, the same everywhere), then only the passages at or above it are sorted."""
+    n = len(scores)
+    if n == 0 or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if k >= n:
+        candidates = np.arange(n)
+    else:
+        kth = np.partition(scores, n - k)[n - k]
+        candidates = np.flatnonzero(scores >= kth)
+    order = np.lexsort((candidates, -scores[candidates]))  # last key first: score down, then index up
+    return candidates[order][:k]
 
 
 def _rrf(a: list[Hit], b: list[Hit], k: int) -> list[Hit]:
