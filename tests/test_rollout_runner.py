@@ -200,6 +200,28 @@ def test_a_rollout_tells_the_engine_when_it_ends(tok):
     assert ends == [3, 6]
 
 
+def test_a_rollout_that_raises_still_tells_the_engine(tok):
+    """An env (or the engine) failing mid-rollout must not leave the engine's kept caches in memory
+    until the next weight sync: the runner says the rollout is over whatever happened."""
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"], tok)
+    ends: list[int] = []
+    eng.rollout_done = lambda: ends.append(len(eng.calls))  # type: ignore[method-assign]
+    runner = make_runner(tok, eng, env_groups=2, max_turns=3)
+    real_step = runner.pool.step
+    turns = [0]
+
+    def failing_step(requests):
+        turns[0] += 1
+        if turns[0] == 2:
+            raise RuntimeError("env worker crashed")
+        return real_step(requests)
+
+    runner.pool.step = failing_step  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="env worker crashed"):
+        runner.run()
+    assert ends == [2]  # after the second turn's generate, whose step raised
+
+
 def test_seeds_groups_and_checkpointed_counter(tok):
     eng = ScriptedEngine(["junk"], tok)
     runner = make_runner(tok, eng, env_groups=3, group_size=2, max_turns=1)

@@ -140,9 +140,13 @@ class RolloutRunner:
             group_size: Override of ``config.group_size``.
             seed: Explicit base seed for this rollout (see :class:`SeedSchedule`).
         """
-        sampling = sampling or SamplingParams()
-        n_groups = env_groups or self.config.env_groups
-        size = group_size or self.config.group_size
+        try:
+            return self._play(mode, sampling or SamplingParams(), env_groups or self.config.env_groups, group_size or self.config.group_size, seed)
+        finally:  # also when a turn raised: the caches kept for the next turn are never extended
+            self.engine.rollout_done()
+
+    def _play(self, mode: str, sampling: SamplingParams, n_groups: int, size: int, seed: int | None) -> list[Trajectory]:
+        """The rollout of :meth:`run`, its arguments resolved."""
         requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
         starts = self.pool.reset(requests)
         self._progress(f"the reset of a {mode} rollout")
@@ -204,7 +208,6 @@ class RolloutRunner:
             if not ep.done:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
-        self.engine.rollout_done()
         return [ep.traj for ep in episodes]
 
     def _progress(self, what: str) -> None:
