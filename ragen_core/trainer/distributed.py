@@ -284,26 +284,29 @@ def rollout_share(runner: Any, sampling: Any, world: World) -> list[Any]:
     return world.gather(trajs)
 
 
-def rows_summed(world: World, batch: Any, forward: Callable[[list[int]], tuple[Any, Any]], pair: bool = False) -> tuple[Any, Any]:
+def rows_summed(world: World, batch: Any, forward: Callable[[list[int]], tuple[Any, Any]], pair: bool = False,
+                rows: list[int] | None = None) -> tuple[Any, Any]:
     """``forward(rows)`` (``[B, L-1]`` tensors filled on ``rows`` only; the second is None unless
     ``pair``) over this rank's share of the rows, summed over ranks: each rank fills its own rows
     and the others add exact zeros, so the sum is every row computed once. A rank without rows
     (fewer rows than ranks) adds zeros. Sharded (FSDP), every rank runs the same number of rows
-    (so the same forward calls): a shorter share is padded with other ranks' rows, zeroed after."""
+    (so the same forward calls): a shorter share is padded with other ranks' rows, zeroed after.
+    ``rows`` (default: all) limits the pass to those rows; the others stay 0."""
     import torch
 
+    wanted = list(range(len(batch))) if rows is None else list(rows)
     if not world.parallel:
-        return forward(list(range(len(batch))))
-    rows = list(world.share(len(batch)))
+        return forward(wanted)
+    mine = [wanted[i] for i in world.share(len(wanted))]
     if world.sharded:
-        need = -(-len(batch) // world.size)
-        pad = [i for i in range(len(batch)) if i not in rows][: need - len(rows)]
-        first, second = forward(rows + pad)
+        need = -(-len(wanted) // world.size)
+        pad = [i for i in wanted if i not in mine][: need - len(mine)]
+        first, second = forward(mine + pad)
         for part in (first, second) if pad else ():
             if part is not None:
                 part[pad] = 0.0
-    elif rows:
-        first, second = forward(rows)
+    elif mine:
+        first, second = forward(mine)
     else:
         first = second = torch.zeros((len(batch), batch.input_ids.shape[1] - 1), dtype=torch.float32)
     return world.all_sum(first), (world.all_sum(second) if pair else None)

@@ -561,7 +561,11 @@ class Trainer(CheckpointMixin):
         if not gan.is_due(ga, step) or (prepared is None and self.analysis_rollout is None):
             return False
         with timer("grad_analysis"):
-            metrics.update(gan.run_for_trainer(self, prepared.batch if prepared is not None else None, step, unfiltered))
+            probe = prepared.batch if prepared is not None else None
+            if probe is not None and prepared is not None and prepared.old_from_update_rows:
+                # no step was taken: the current policy is every row's old one (the first mini-batch has no old log-probs yet)
+                probe = dataclasses.replace(probe, old_log_probs=None)
+            metrics.update(gan.run_for_trainer(self, probe, step, unfiltered))
         if ga.exit_after:
             metrics["trainer/exited_after_gradient_analysis"] = 1.0
             self.stop_reason = "trainer/exited_after_gradient_analysis"
