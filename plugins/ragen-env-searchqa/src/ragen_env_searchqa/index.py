@@ -159,9 +159,12 @@ class Index:
         return [_rrf(a, b, k) for a, b in zip(self._bm25(queries, k), self._dense(queries, k))]
 
     def _bm25(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
-        rows = []
+        rows: list[list[Hit]] = []
         for tokens in _tokenize(queries):  # (bm25s's own top-k leaves the order of tied passages to numpy)
-            scores = self.bm25.get_scores(tokens) if tokens else np.zeros(len(self), dtype=np.float32)
+            if not tokens:  # only stopwords: nothing can match
+                rows.append([])
+                continue
+            scores = self.bm25.get_scores(tokens)
             rows.append([Hit(int(d), float(scores[d])) for d in top_k(scores, k) if scores[d] > 0])
         return rows
 
@@ -180,7 +183,9 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     A one-word query gives many passages the same BM25 score; which of them a plain partition
     returns depends on the numpy build and the CPU's sort kernels, so the same search showed
     different passages on different machines. The cut-off score is found by a partition (a
-    value, the same everywhere), then only the passages at or above it are sorted."""
+    value, the same everywhere); the passages above it and the first of those tied at it make the
+    ``k`` that are sorted (a query matching fewer than ``k`` passages ties the whole rest of the
+    corpus at 0, which is never sorted)."""
     n = len(scores)
     if n == 0 or k <= 0:
         return np.zeros(0, dtype=np.int64)
@@ -188,7 +193,8 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         candidates = np.arange(n)
     else:
         kth = np.partition(scores, n - k)[n - k]
-        candidates = np.flatnonzero(scores >= kth)
+        above = np.flatnonzero(scores > kth)
+        candidates = np.concatenate([above, np.flatnonzero(scores == kth)[: k - len(above)]])
     order = np.lexsort((candidates, -scores[candidates]))  # last key first: score down, then index up
     return candidates[order][:k]
 
