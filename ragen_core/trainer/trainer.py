@@ -562,9 +562,9 @@ class Trainer(CheckpointMixin):
             return False
         with timer("grad_analysis"):
             probe = prepared.batch if prepared is not None else None
-            if probe is not None and prepared is not None and prepared.old_from_update_rows:
+            if prepared is not None and prepared.old_from_update_rows:
                 # no step was taken: the current policy is every row's old one (the first mini-batch has no old log-probs yet)
-                probe = dataclasses.replace(probe, old_log_probs=None)
+                probe = dataclasses.replace(prepared.batch, old_log_probs=None)
             metrics.update(gan.run_for_trainer(self, probe, step, unfiltered))
         if ga.exit_after:
             metrics["trainer/exited_after_gradient_analysis"] = 1.0

@@ -81,11 +81,6 @@ class PreparedBatch:
     rest_engine_diff: float = 0.0
     """Likewise, the summed ``|old - engine|`` log-prob difference over the other rows."""
 
-    @property
-    def old_from_update(self) -> bool:
-        """Every row's old log-probs come from the update (the batch is one mini-batch)."""
-        return self.old_from_update_rows > 0 and self.old_from_update_rows == len(self.batch)
-
 
 # ---------------------------------------------------------------------- preparation
 def prepare(
