@@ -83,11 +83,26 @@ def one(label: str, args: list[str], limit_s: float, extra: list[str]) -> dict[s
     }
 
 
+def cpu_kind() -> str:
+    """The CPU's model name and the vector instructions torch's kernels use here (``AVX2``, ``AVX512``, ...).
+
+    Two 2-core VMs differed by ~1.2x on the model's forward and backward passes (first_step_s11.md
+    against first_step_s12.md); the slower one's torch kernels use AVX2 (its CPU offers no AVX-512),
+    the other's were not recorded. Recorded from now on, so tables from different machines compare."""
+    import torch
+
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")] if info.is_file() else []
+    model = names[0] if names else (platform.processor() or "unknown CPU")
+    return f"{model}, torch kernels {torch.backends.cpu.get_cpu_capability()}"
+
+
 def table(rows: list[dict[str, object]], argv: list[str]) -> str:
     """The Markdown table of ``rows`` (the JSON lines this script prints), headed by the command line."""
     head = ["case", "command", "first RL step (s)", "peak RSS (MB)", "warm start", "its valid rate", "step (s)", "valid actions, step 1",
             "exit / note"]
-    lines = [f"# Time to the first RL step from a clean cache ({platform.node() or 'this machine'}, {os.cpu_count()} CPUs, "
+    cpus = "; ".join(sorted({str(r.get("cpu", "CPU not recorded")) for r in rows})) or cpu_kind()  # rows from --rows keep theirs
+    lines = [f"# Time to the first RL step from a clean cache ({platform.node() or 'this machine'}, {os.cpu_count()} CPUs, {cpus}, "
              f"{time.strftime('%Y-%m-%d')})", "", f"`python bench/bench_first_step.py {' '.join(argv)}`".replace("  ", " "), "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -124,9 +139,10 @@ def main() -> None:
     cases: list[tuple[str, list[str]]] = [] if args.no_make_run else [("make run", ["--env", "bandit", "--recipe", "learn"])]
     cases += [(name, ["--env", name]) for name in envs]
     rows = []
+    cpu = cpu_kind()
     for label, cmd in cases:
         for _ in range(args.repeat):
-            row = one(label, cmd, args.limit, args.set)
+            row = one(label, cmd, args.limit, args.set) | {"cpu": cpu}
             rows.append(row)
             print(json.dumps(row), flush=True)
     text = table(rows, sys.argv[1:])
