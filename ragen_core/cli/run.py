@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "recipe", None):
         print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
-    trainer = Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False)))
-    history = trainer.train()
+    with Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False))) as trainer:
+        history = trainer.train()  # leaving the block closes the engine (vLLM's engine core), also on an error
     if trainer.world.parallel:  # launched by torchrun (ragen_core.trainer.distributed): rank 0 reports
         from ragen_core.trainer.distributed import shutdown
 

@@ -102,6 +102,7 @@ class Trainer(CheckpointMixin):
         self.stop_reason: str | None = None
         self._interrupts = 0
         self._built = False
+        self._shut = False
         self.history: list[dict[str, float]] = []
 
     # ------------------------------------------------------------------ setup
@@ -277,6 +278,7 @@ class Trainer(CheckpointMixin):
     # ------------------------------------------------------------------ loop
     def train(self) -> list[dict[str, float]]:
         """Run to ``config.steps`` (or an early stop / Ctrl-C); returns the per-step metrics."""
+        self._check_open()
         self.setup()
         cfg = self.config
         self.pm.hook.ragen_on_train_start(config=cfg, run_dir=self.run_dir, context=self.context)
@@ -339,6 +341,30 @@ class Trainer(CheckpointMixin):
         if self.overlap is not None:
             self.overlap.close()
         self.runner.close()
+
+    def shutdown(self) -> None:
+        """:meth:`close`, then close the engine for good (vLLM's engine core and its GPU memory, the HF
+        engine's kept caches): the trainer cannot roll out again, while its model, history and run
+        folder stay readable. Leaving ``with Trainer(config) as trainer:`` calls it, also on an error;
+        ``ragen run`` does. Idempotent."""
+        if self._built and not self._shut:
+            try:
+                self.close()
+            finally:
+                self.engine.close()
+        self._shut = True
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _check_open(self) -> None:
+        if self._shut:
+            from ragen_core.errors import RagenError
+
+            raise RagenError("this Trainer was shut down (its engine is closed)", hints=["build a new Trainer to train or validate again"])
 
     def _runner_state(self) -> Any:
         """The runner's checkpoint state; async: from before the rollout in flight (it is not in the checkpoint)."""
@@ -599,6 +625,7 @@ class Trainer(CheckpointMixin):
 
         With several ranks rank 0 validates and sends its metrics, so early stops agree.
         """
+        self._check_open()
         if not self.world.main:
             out: dict[str, float] = self.world.broadcast(None)
             return out

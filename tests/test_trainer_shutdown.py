@@ -1,0 +1,79 @@
+"""A trainer used as a context manager closes its engine when the block ends, also on an error.
+
+Before, nothing closed the engine a Trainer built: a script or notebook that trained several runs in
+one process kept every run's engine (with vLLM, its engine core and GPU memory) until the process
+ended. ``ragen run`` now trains inside ``with Trainer(...)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragen_core.config import load_config
+from ragen_core.errors import RagenError
+from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def make_config(tmp_path: Path, *overrides: str) -> RunConfig:
+    env = register_toy_env()
+    base = [
+        f"env={env}", "env_config.length=3", "env_config.max_turns=1", "env_config.max_actions_per_turn=1",
+        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
+        "sampling.train.max_new_tokens=6", "sampling.val.max_new_tokens=6",
+        "optim.mini_batch_size=4", "optim.micro_batch_size=2", "val_groups=2", "test_freq=0", "save_freq=0", "steps=1",
+        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / 'run'}",
+    ]
+    return load_config(RunConfig, [], base + list(overrides))
+
+
+def _count_closes(trainer: Trainer) -> list[str]:
+    """Wraps the built engine's and env pool's ``close`` to record their calls (the real ones still run)."""
+    trainer.setup()
+    calls: list[str] = []
+    for name, obj in (("engine", trainer.engine), ("pool", trainer.runner.pool)):
+        real = obj.close
+
+        def close(real=real, name=name) -> None:
+            calls.append(name)
+            real()
+
+        obj.close = close
+    return calls
+
+
+def test_leaving_the_block_closes_the_engine_once_and_the_trainer_refuses_to_roll_out(tmp_path):
+    with Trainer(make_config(tmp_path, "test_freq=1")) as trainer:  # validates, so it has a validation runner
+        calls = _count_closes(trainer)
+        history = trainer.train()
+        assert calls == ["pool"]  # train() closes the env pool only: the engine can still validate
+        assert trainer.validate(1)["val-env/success"] >= 0.0
+    assert calls == ["pool", "pool", "engine"]
+    assert trainer.engine.model is None  # the HF engine let go of the policy and its kept caches
+    assert len(history) == 1 and trainer.history == history  # what the run produced stays readable
+    trainer.shutdown()  # idempotent
+    assert calls == ["pool", "pool", "engine"]
+    with pytest.raises(RagenError, match="shut down"):
+        trainer.train()
+    with pytest.raises(RagenError, match="shut down"):
+        trainer.validate(2)
+
+
+def test_an_error_in_the_block_still_closes_the_engine(tmp_path):
+    with pytest.raises(RuntimeError, match="stop here"):
+        with Trainer(make_config(tmp_path)) as trainer:
+            calls = _count_closes(trainer)
+            raise RuntimeError("stop here")
+    assert calls == ["pool", "engine"]
+
+
+def test_a_trainer_that_never_built_anything_shuts_down_quietly(tmp_path):
+    with Trainer(make_config(tmp_path)) as trainer:
+        pass  # a refused or abandoned run: no engine was made
+    with pytest.raises(RagenError, match="build a new Trainer"):
+        trainer.train()
