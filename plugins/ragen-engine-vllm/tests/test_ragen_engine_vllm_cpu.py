@@ -292,20 +292,21 @@ def test_training_syncs_every_update_into_vllm(tmp_path, engine, mt):
     folder = mt[0].config._name_or_path
     cfg = toy_run_config(tmp_path / "run", f"model={folder}", "engine=vllm", f"engine_config.model={folder}",
                          "engine_config.max_model_len=512", f"engine_config.kv_cache_memory_bytes={256 * 2**20}", "save_freq=0", steps=2)
-    trainer = Trainer(cfg)
     try:
-        trainer.train()
-        assert trainer.engine.llm is engine.llm
-        rows = read_metrics(trainer.run_dir / "metrics.jsonl")
-        assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["actor/pg_loss"]) for r in rows)
-        assert trainer.policy_version == 2 and trainer.engine.policy_version == 2
-        prompts = _prompts(trainer.tokenizer)
-        ours = trainer.engine.generate(prompts, GREEDY)
-        ref = HFEngine(HFEngineConfig(reuse_kv_cache=False), model=trainer.model, tokenizer=trainer.tokenizer).generate(prompts, GREEDY)
-        assert [g.token_ids for g in ours] == [r.token_ids for r in ref]
-        assert {g.policy_version for g in ours} == {2}
+        with Trainer(cfg) as trainer:  # leaving the block closes the run's engine (ragen run does the same)
+            trainer.train()
+            assert trainer.engine.llm is engine.llm
+            rows = read_metrics(trainer.run_dir / "metrics.jsonl")
+            assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["actor/pg_loss"]) for r in rows)
+            assert trainer.policy_version == 2 and trainer.engine.policy_version == 2
+            prompts = _prompts(trainer.tokenizer)
+            ours = trainer.engine.generate(prompts, GREEDY)
+            ref = HFEngine(HFEngineConfig(reuse_kv_cache=False), model=trainer.model, tokenizer=trainer.tokenizer).generate(prompts, GREEDY)
+            assert [g.token_ids for g in ours] == [r.token_ids for r in ref]
+            assert {g.policy_version for g in ours} == {2}
+        assert trainer.engine.llm is None  # let go of the shared vLLM ...
+        assert engine.llm is not None  # ... which the module's engine still uses
     finally:
-        trainer.engine.close()
         engine.sync_weights(mt[0].state_dict(), version=0)
 
 
