@@ -77,3 +77,24 @@ def test_a_trainer_that_never_built_anything_shuts_down_quietly(tmp_path):
         pass  # a refused or abandoned run: no engine was made
     with pytest.raises(RagenError, match="build a new Trainer"):
         trainer.train()
+
+
+def test_an_engine_built_by_a_setup_that_failed_later_is_closed(tmp_path, monkeypatch):
+    from ragen_core.trainer import setup as su
+
+    made: list = []
+    real_make_engine = su.make_engine
+
+    def make_engine(*args, **kwargs):
+        made.append(real_make_engine(*args, **kwargs))
+        return made[-1]
+
+    def make_runner(*args, **kwargs):
+        raise RuntimeError("runner failed")
+
+    monkeypatch.setattr(su, "make_engine", make_engine)
+    monkeypatch.setattr(su, "make_runner", make_runner)
+    with pytest.raises(RuntimeError, match="runner failed"):
+        with Trainer(make_config(tmp_path)) as trainer:
+            trainer.train()
+    assert len(made) == 1 and made[0].model is None  # closed although setup() never finished

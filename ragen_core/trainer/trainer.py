@@ -347,12 +347,16 @@ class Trainer(CheckpointMixin):
         engine's kept caches): the trainer cannot roll out again, while its model, history and run
         folder stay readable. Leaving ``with Trainer(config) as trainer:`` calls it, also on an error;
         ``ragen run`` does. Idempotent."""
-        if self._built and not self._shut:
-            try:
-                self.close()
-            finally:
-                self.engine.close()
+        if self._shut:
+            return
         self._shut = True
+        try:
+            if self._built:
+                self.close()
+        finally:  # also an engine a failed setup() had already built (a started vLLM)
+            engine = getattr(self, "engine", None)
+            if engine is not None:
+                engine.close()
 
     def __enter__(self) -> Trainer:
         return self
