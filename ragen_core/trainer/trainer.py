@@ -17,7 +17,8 @@ One step is a chain of values, each made by a plain function from the one before
 
 The trainer object holds only what lives across steps: the model, optimisers, plugins, engine
 and runners, and the counters a resume restores (step, policy version, empty-filter streak,
-early-stop history). Nothing of one step is kept on it for the next.
+early-stop history). Nothing of one step is kept on it for the next. ``with Trainer(config) as
+trainer:`` closes its engine when the block ends (:meth:`Trainer.shutdown`); ``ragen run`` trains so.
 
 The first Ctrl-C finishes the current step, saves a checkpoint and returns; a second one aborts
 immediately. Metrics of a step are logged only after the step completed, so a killed run
