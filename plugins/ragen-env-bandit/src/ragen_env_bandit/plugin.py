@@ -29,9 +29,12 @@ SPEC = EnvSpec(
     presets={"Bandit": {"split": "train"}, "BanditTest": {"split": "test"}},
     recipes={
         "learn": Recipe(
-            summary="GRPO with the group-mean baseline (>= 0.9 better-arm rate after ~1.3 min from its own warm start, 3/3 seeds)",
+            # the default start is the shipped policy (learning_bandit_shipped.md); from the recipe's own warm
+            # start made from random weights (warm_start.start_from=scratch) it reached 0.9 after ~1.3 min
+            # (learning_bandit_fresh.md)
+            summary="GRPO with the group-mean baseline (from the shipped policy: better-arm rate 0.41 -> 0.91 over 100 steps, 3 seeds)",
             config={**_LEARN, "algo": "grpo", "algo_config": {"estimator_config": {"norm_adv_by_std": False}}},
-            measured="bench/results/learning_bandit_fresh.md",
+            measured="bench/results/learning_bandit_shipped.md",
         ),
         "learn-ppo": Recipe(
             summary="PPO with a critic on the same settings (>= 0.9 after 2-7 min from its own warm start, 3/3 seeds)",
