@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ragen_core.config import load_config
 from ragen_core.errors import RagenError
-from ragen_core.testing.toy_env import register_toy_env
+from ragen_core.testing.run_helpers import toy_run_config
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.trainer import Trainer
 
@@ -21,15 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_config(tmp_path: Path, *overrides: str) -> RunConfig:
-    env = register_toy_env()
-    base = [
-        f"env={env}", "env_config.length=3", "env_config.max_turns=1", "env_config.max_actions_per_turn=1",
-        "rollout.env_groups=2", "rollout.group_size=2", "rollout.max_model_len=512",
-        "sampling.train.max_new_tokens=6", "sampling.val.max_new_tokens=6",
-        "optim.mini_batch_size=4", "optim.micro_batch_size=2", "val_groups=2", "test_freq=0", "save_freq=0", "steps=1",
-        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / 'run'}",
-    ]
-    return load_config(RunConfig, [], base + list(overrides))
+    """One step of the toy corridor run, no checkpoints."""
+    return toy_run_config(tmp_path / "run", "save_freq=0", *overrides, steps=1)
 
 
 def _count_closes(trainer: Trainer) -> list[str]:
