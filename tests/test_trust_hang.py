@@ -126,11 +126,12 @@ def test_beats_keep_the_watchdog_quiet_and_leaving_it_stops_it(tmp_path):
     proc, _ = _child(f"""
         import time
         from ragen_core.trainer.watchdog import Watchdog
-        with Watchdog(1.0, {str(tmp_path)!r}) as dog:
+        # a 2 s limit against beats 0.2 s apart: only a 10x late wake on a loaded machine could fire it
+        with Watchdog(2.0, {str(tmp_path)!r}) as dog:
             for i in range(15):  # 3 s of work, a beat every 0.2 s
                 time.sleep(0.2)
                 dog.beat(f"turn {{i}}")
-        time.sleep(2.5)  # after the block nothing watches any more
+        time.sleep(3.0)  # after the block nothing watches any more (a watching thread would fire after 2 s)
         print("finished")
     """)
     assert proc.returncode == 0 and proc.stdout.strip() == "finished", proc.stderr
