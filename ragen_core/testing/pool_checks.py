@@ -36,7 +36,9 @@ DOC = "see the contract in ragen_core/interfaces/env_pool.py"
 SLEEP_S = 5.0
 """How long the toy env's ``Wait`` blocks: far above :data:`TIMEOUT_S`, so a pool that waits for
 it instead of timing out is caught by the elapsed time."""
-TIMEOUT_S = 0.5
+TIMEOUT_S = 1.5
+"""The step timeout of the timeout checks: the other episodes' instant steps (an IPC round trip in a
+process or Ray pool) must finish within it even on a loaded 2-core machine, and SLEEP_S stays 3x above it."""
 
 #: The env every check runs: a 7-cell corridor with a blocking ``Wait`` action.
 TOY = EnvRef(name="toy-slow-corridor", factory=SLOW_TOY_FACTORY, config={"length": 7, "sleep_s": SLEEP_S})
