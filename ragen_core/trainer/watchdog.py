@@ -115,8 +115,9 @@ class Watchdog:
     def _fire(self, idle: float) -> None:
         faulthandler.cancel_dump_traceback_later()
         path = self.run_dir / STACKS_FILE
-        stalled = int(idle)  # whole seconds, rounded down: the run made no progress for at least this long
-        header = f"ragen watchdog: no progress for {stalled} s (watchdog_s={self.timeout_s:g}); last progress: {self._what}\n"
+        # whole seconds, rounded down: the run made no progress for at least this long
+        said = f"no progress for {int(idle)} s (watchdog_s={self.timeout_s:g}); last progress: {self._what}"
+        header = f"ragen watchdog: {said}\n"
         err = sys.stderr
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -128,8 +129,7 @@ class Watchdog:
         except OSError as exc:
             where = f" (could not write {path}: {exc.strerror or exc})"
         _dump_to(err, header)
-        print(f"TrainingError: no progress for {stalled} s (watchdog_s={self.timeout_s:g}); last progress: {self._what}{where}",
-              file=err)
+        print(f"TrainingError: {said}{where}", file=err)
         print("hint: something hangs (see the stacks above): a slow env step can be ended by rollout.pool_config.step_timeout_s; "
               f"raise watchdog_s if steps legitimately take longer; continue with 'ragen run --resume {self.run_dir}'", file=err)
         err.flush()
