@@ -389,3 +389,24 @@ def test_stats_split_model_forwards_from_the_engines_own_time(engine, mt):
     st = engine.stats
     assert 0.0 < st["forward_s"] < st["total_s"]  # the rest is the engine's own time
     assert st["calls"] == 1 and st["generated_tokens"] == 12
+
+
+def test_a_lora_wrapped_policy_is_called_with_its_base_models_cache_argument(mt):
+    """A PEFT wrapper's ``forward`` takes ``**kwargs``; the engine must still pass the base model's
+    cache keyword (``cache`` in transformers 5), not the deprecated ``past_key_values`` (dropped in
+    5.40). Fresh LoRA adapters are zero, so greedy replies equal the plain model's."""
+    import warnings
+
+    peft = pytest.importorskip("peft")
+    from ragen_core.models import cache_argument
+
+    model, tok = mt
+    base = copy.deepcopy(model)
+    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    assert cache_argument(lora) == cache_argument(model)
+    prompts = _prompts(tok)
+    plain = HFEngine(HFEngineConfig(), model=model, tokenizer=tok).generate(prompts, GREEDY)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*past_key_values.*deprecated")
+        wrapped = HFEngine(HFEngineConfig(), model=lora, tokenizer=tok).generate(prompts, GREEDY)
+    assert [g.token_ids for g in wrapped] == [g.token_ids for g in plain]

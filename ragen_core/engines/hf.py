@@ -457,8 +457,8 @@ def _model_dtype(model: Any) -> torch.dtype:
 
 
 def _cache_kwarg(model: Any) -> str:
-    """Name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before."""
-    import inspect
+    """Name of the KV-cache argument: ``cache`` in recent transformers, ``past_key_values`` before
+    (a PEFT wrapper is looked through: its own ``forward`` only takes ``**kwargs``)."""
+    from ragen_core.models import cache_argument
 
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    return cache_argument(model) or "past_key_values"

@@ -36,7 +36,33 @@ from ragen_core.errors import RagenError
 
 TINY_NAMES = ("tiny", "tiny-qwen-tok")
 
-__all__ = ["TINY_NAMES", "default_cache_dir", "load_model_and_tokenizer", "load_weights", "tiny_path"]
+__all__ = ["TINY_NAMES", "cache_argument", "default_cache_dir", "forward_parameters", "load_model_and_tokenizer", "load_weights", "tiny_path"]
+
+
+def forward_parameters(model: Any) -> Any:
+    """The parameters of the underlying model's ``forward``, a PEFT wrapper unwrapped.
+
+    A PEFT model's own ``forward`` takes ``**kwargs`` and hands them to the base model, so its
+    signature says nothing about which arguments the base model takes.
+    """
+    import inspect
+
+    get = getattr(model, "get_base_model", None)
+    base = get() if callable(get) else model
+    return inspect.signature(base.forward).parameters
+
+
+def cache_argument(model: Any) -> str | None:
+    """The KV-cache keyword of ``model``: ``cache`` (recent transformers), else ``past_key_values``.
+
+    ``None`` when the forward takes neither. Recent transformers still accept ``past_key_values``
+    with a deprecation warning and drop it in 5.40, so the name must come from the base model.
+    """
+    params = forward_parameters(model)
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
 
 
 def default_cache_dir() -> Path:

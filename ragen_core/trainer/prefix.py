@@ -221,11 +221,9 @@ def _base(model: Any) -> Any:
 
 
 def _cache_kwarg(model: Any) -> str | None:
-    params = inspect.signature(_base(model).forward).parameters
-    for name in ("cache", "past_key_values"):
-        if name in params:
-            return name
-    return None
+    from ragen_core.models import cache_argument
+
+    return cache_argument(model)
 
 
 def _cache_kwarg_checked(model: Any) -> str:
@@ -286,7 +284,9 @@ def _dropout_active(model: Any) -> bool:
 
 def keep_one_logit(model: Any) -> dict[str, int]:
     """``logits_to_keep=1`` (vocabulary projection of one position only) where the model takes it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(_base(model).forward).parameters else {}
+    from ragen_core.models import forward_parameters
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
 
 
 def _new_cache(cls: Any, cfg: Any) -> Any:

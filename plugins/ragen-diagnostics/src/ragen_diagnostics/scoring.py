@@ -18,7 +18,6 @@ train/eval mode is restored afterwards and no gradients are recorded.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -38,9 +37,10 @@ def _device_of(model: Any) -> Any:
 
 def _forward_kwargs(model: Any) -> tuple[str, bool]:
     """Name of the cache argument (``cache`` in transformers 5, else ``past_key_values``) and
-    whether ``logits_to_keep`` is accepted."""
-    params = inspect.signature(model.forward).parameters
-    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+    whether ``logits_to_keep`` is accepted (a PEFT wrapper is looked through)."""
+    from ragen_core.models import cache_argument, forward_parameters
+
+    return cache_argument(model) or "past_key_values", "logits_to_keep" in forward_parameters(model)
 
 
 def _output_cache(out: Any) -> Any:
