@@ -133,3 +133,51 @@ def test_a_finished_run_holds_only_entries_that_overwrite_knows(tmp_path):
     cfg = make_config(tmp_path, "save_rollouts=true", "test_freq=1", steps=1)
     Trainer(cfg).train()
     assert {p.name for p in Path(cfg.run_dir).iterdir()} <= set(RUN_ENTRIES)
+
+
+# ----------------------------------------------------------------------------- resume keeps the run's experiment
+def _resume_cli(run_dir: Path, *extra: str) -> int:
+    return main(["run", "--resume", str(run_dir), "--no-progress", *extra])
+
+
+@pytest.mark.parametrize(("flag", "key"), [("--algo=ppo", "algo"), ("--model=tiny-qwen-tok", "model"), ("--preset=Long", "preset")])
+def test_resume_refuses_to_change_what_the_run_trains(tmp_path, capsys, flag, key):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    before = _snapshot(Path(cfg.run_dir))
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", flag) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"ConfigError: --resume: this run trains {key} ") and "mix two experiments" in line
+    assert _snapshot(Path(cfg.run_dir)) == before  # nothing written, the checkpoint untouched
+
+
+def test_resume_refuses_another_env(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "--env", "bandit") == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith(f"ConfigError: --resume: this run trains env {cfg.env!r}; continuing it with env 'bandit'")
+
+
+def test_resume_names_the_checkpoint_and_every_changed_setting(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", f"optim.lr={cfg.optim.lr / 2}") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"resume: settings changed from the run's config.yaml: optim.lr {cfg.optim.lr!r} -> {cfg.optim.lr / 2!r}" in out
+    assert "resume: from checkpoints/step_1, training steps 2..2" in out
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2]
+
+
+def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir)) == 0
+    out = capsys.readouterr().out
+    assert "resume: the run is at step 1 of steps=1: nothing to train (pass --steps N with N > 1 to train further)" in out.splitlines()
+    assert "settings changed" not in out
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]

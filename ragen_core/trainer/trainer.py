@@ -225,6 +225,12 @@ class Trainer(CheckpointMixin):
             self._restore(state)
             if world.main:
                 truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+                done = self.start_step - 1
+                if done >= cfg.steps:
+                    print(f"resume: the run is at step {done} of steps={cfg.steps}: nothing to train "
+                          f"(pass --steps N with N > {done} to train further)")
+                else:
+                    print(f"resume: from checkpoints/{ckpt[1].name}, training steps {done + 1}..{cfg.steps}")
             if self.overlap is not None:
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             else:
