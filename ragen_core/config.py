@@ -152,11 +152,30 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     return out
 
 
-def validation_message(exc: ValidationError, prefix: str = "") -> str:
+def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """`` (did you mean 'lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``."""
+    import difflib
+    import typing
+
+    cls = model_cls
+    for part in loc[:-1]:
+        field = cls.model_fields.get(str(part)) if cls is not None else None
+        if field is None:
+            return ""
+        options = [field.annotation, *typing.get_args(field.annotation)]
+        cls = next((c for c in options if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    if cls is None or not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[BaseModel] | None = None) -> str:
     """``invalid config: a.b: <what is wrong> (got <value>)`` for the first three errors.
 
     The value is echoed with :func:`short_repr`, so a huge or deeply nested input costs a few
-    dozen characters of the line, not its whole size.
+    dozen characters of the line, not its whole size. With ``model_cls`` (the validated class),
+    an unknown key that is close to a field's name suggests it.
     """
     errors = exc.errors(include_url=False, include_context=False)
     parts = []
@@ -164,7 +183,7 @@ def validation_message(exc: ValidationError, prefix: str = "") -> str:
         loc = ".".join(str(x) for x in err.get("loc", ()))
         path = ".".join(p for p in (prefix, loc) if p) or "(root)"
         if err.get("type") == "extra_forbidden":
-            parts.append(f"{path}: unknown key")
+            parts.append(f"{path}: unknown key{_near_key(model_cls, tuple(err.get('loc', ())))}")
         else:
             parts.append(f"{path}: {short_text(str(err.get('msg')), 200)} (got {short_repr(err.get('input'))})")
     extra = len(errors) - 3
@@ -177,7 +196,7 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
     except ValidationError as exc:
         unknown = any(e.get("type") == "extra_forbidden" for e in exc.errors())
         hints = ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"]
-        raise ConfigError(validation_message(exc, prefix), hints if unknown else []) from None
+        raise ConfigError(validation_message(exc, prefix, model_cls), hints if unknown else []) from None
 
 
 def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -294,7 +294,7 @@ class Registry:
         try:
             return spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
-            raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}") from None
+            raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}", model_cls=spec.config_model) from None
         except RagenError:
             raise
         except Exception as exc:  # a validator of the plugin raised something pydantic does not wrap: a plugin bug
@@ -362,13 +362,14 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
     return f"pip install {top}   (a dependency of {dist}; check its extras)"
 
 
-def config_error_from_validation(exc: Any, prefix: str = "") -> PluginConfigError:
-    """Turn a pydantic ValidationError into a one-line error naming the first bad field path."""
+def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None) -> PluginConfigError:
+    """Turn a pydantic ValidationError into a one-line error naming the first bad field path
+    (and, with ``model_cls``, the field an unknown key was probably meant to be)."""
     from ragen_core.config import validation_message
 
     errors = exc.errors()
     hint = "check the spelling against 'ragen plugins show KIND NAME'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
-    return PluginConfigError(validation_message(exc, prefix), [hint])
+    return PluginConfigError(validation_message(exc, prefix, model_cls), [hint])
 
 
 # ---------------------------------------------------------------------- module-level API

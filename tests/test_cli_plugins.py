@@ -132,3 +132,15 @@ def test_unrelated_broken_plugin_does_not_break_a_command(tmp_path):
     asked = ragen("env", "play", "explodes", env=env)
     assert asked.returncode == 2
     assert "PluginLoadError: env 'explodes' from fake-explodes 0.0.1 failed to import: RuntimeError: this plugin is broken" in asked.stderr
+
+
+def test_plugins_show_descriptions_are_whole_sentences_or_end_in_an_ellipsis():
+    from ragen_core.cli.plugins import clip, first_sentence
+
+    wrapped = "Group score: ``reward_variance`` (in-group\n    reward spread). Second sentence here."
+    assert first_sentence(wrapped) == "Group score: ``reward_variance`` (in-group reward spread)."
+    long = "word " * 40
+    cut = first_sentence(long, limit=30)
+    assert cut.endswith("…") and len(cut) <= 30 and not cut[:-1].endswith(" ")
+    assert first_sentence("short, no full stop") == "short, no full stop"
+    assert clip("'abcdef'", 5) == "'abc…" and clip("'ab'", 5) == "'ab'"

@@ -26,8 +26,16 @@ def test_defaults_are_cpu_sized():
 def test_bad_value_names_field_path():
     with pytest.raises(ConfigError, match=r"rollout\.group_size"):
         load_config(RunConfig, [], ["rollout.group_size=0"])
-    with pytest.raises(ConfigError, match=r"optim\.lrr: unknown key"):
+    with pytest.raises(ConfigError, match=r"optim\.lrr: unknown key \(did you mean 'lr'\?\)\n"):
         load_config(RunConfig, [], ["optim.lrr=1"])
+    with pytest.raises(ConfigError, match=r"invalid config: zzz: unknown key\n"):  # nothing close: no guess
+        load_config(RunConfig, [], ["zzz=1"])
+
+
+def test_an_unknown_plugin_config_key_suggests_the_field(capsys):
+    assert main(["run", "--env", "bandit", "env_config.max_turnz=3", "--print-config"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[0]
+    assert line == "PluginConfigError: invalid config: env.bandit.max_turnz: unknown key (did you mean 'max_turns'?)"
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -35,6 +43,7 @@ def test_bad_value_names_field_path():
     (["run", "--env", "bandit", "optim.micro_batch_size=64"], "micro_batch_size"),
     (["run"], "--env"),
     (["run", "--resume", "/nonexistent/run"], "config.yaml"),
+    (["plot", "/nonexistent/run"], "run directory /nonexistent/run does not exist"),
 ])
 def test_cli_config_errors_are_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2

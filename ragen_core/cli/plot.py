@@ -133,6 +133,8 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     from ragen_core.trainer.loggers import read_metrics
 
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
     rows = read_metrics(run_dir / "metrics.jsonl")
     if not rows:
         raise ConfigError(f"no metrics in {run_dir / 'metrics.jsonl'}", ["pass a run directory written by 'ragen run'"])

@@ -172,9 +172,25 @@ def show_plugin(args: argparse.Namespace) -> int:
     rows = []
     for field_name, field in spec.config_model.model_fields.items():
         default = field.get_default(call_default_factory=True)
-        rows.append([field_name, type_name(field.annotation), repr(default)[:30], (field.description or "").split("\n")[0][:80]])
+        rows.append([field_name, type_name(field.annotation), clip(repr(default), 30), first_sentence(field.description or "")])
     _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows)
     return 0
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in ``…`` when something was cut."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def first_sentence(text: str, limit: int = 100) -> str:
+    """The first sentence of a (possibly wrapped) description, on one line, at most ``limit`` long."""
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    sentence = flat[: end + 1] if end >= 0 else flat
+    if len(sentence) <= limit:
+        return sentence
+    cut = sentence[: limit - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(",;:") + "…"
 
 
 def run(args: argparse.Namespace) -> int:
