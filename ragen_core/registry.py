@@ -120,12 +120,6 @@ class Registry:
             if key in seen:  # the same dist seen twice (lib/lib64, editable metadata): merge silently
                 continue
             seen.add(key)
-            location = ""
-            if dist is not None:
-                try:
-                    location = str(dist.locate_file(""))
-                except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
-                    location = ""
             entries.append(
                 PluginEntry(
                     kind=kind,
@@ -134,7 +128,7 @@ class Registry:
                     dist_name=dist_name,
                     dist_version=dist_version,
                     requires=tuple(getattr(dist, "requires", None) or ()),
-                    location=location,
+                    location=dist_location(dist),
                     entry_point=ep,
                 )
             )
@@ -345,6 +339,24 @@ class Registry:
         with self._lock:
             self._found.clear()
             self._loaded.clear()
+
+
+def dist_location(dist: Any) -> str:
+    """Where a distribution lives: its source folder for an editable install (``pip install -e``,
+    from PEP 610's ``direct_url.json``), else the folder holding its files; ``""`` if unknown."""
+    if dist is None:
+        return ""
+    try:
+        import json
+        from urllib.parse import unquote, urlparse
+
+        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        url = urlparse(str(direct.get("url", "")))
+        if direct.get("dir_info", {}).get("editable") and url.scheme == "file":
+            return unquote(url.path) + " (editable)"
+        return str(dist.locate_file(""))
+    except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
+        return ""
 
 
 def _import_hint(exc: BaseException, target: str, dist: str) -> str:

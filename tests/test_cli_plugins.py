@@ -144,3 +144,26 @@ def test_plugins_show_descriptions_are_whole_sentences_or_end_in_an_ellipsis():
     assert cut.endswith("…") and len(cut) <= 30 and not cut[:-1].endswith(" ")
     assert first_sentence("short, no full stop") == "short, no full stop"
     assert clip("'abcdef'", 5) == "'abc…" and clip("'ab'", 5) == "'ab'"
+
+
+def test_plugins_paths_show_an_editable_installs_source_folder(tmp_path):
+    import json
+
+    from ragen_core.registry import dist_location
+
+    class Dist:
+        def __init__(self, direct):
+            self.direct = direct
+
+        def read_text(self, name):
+            return json.dumps(self.direct) if name == "direct_url.json" and self.direct is not None else None
+
+        def locate_file(self, path):
+            return tmp_path / "site-packages" / path
+
+    src = tmp_path / "my src" / "ragen-env-mygrid"
+    editable = Dist({"url": src.as_uri(), "dir_info": {"editable": True}})
+    assert dist_location(editable) == f"{src} (editable)"
+    assert dist_location(Dist({"url": src.as_uri(), "dir_info": {}})) == str(tmp_path / "site-packages")  # built from a folder, copied
+    assert dist_location(Dist(None)) == str(tmp_path / "site-packages")  # installed from an index
+    assert dist_location(None) == ""

@@ -66,4 +66,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"  ragen plugins              # lists '{args.name}'")
     print(f"  ragen env play {args.name}")
     print(f"  pytest {target}/tests")
+    print(f"  ragen run --env {args.name} --steps 1   # the first run warm-starts the tiny model on it (minutes), later runs reuse that")
     return 0
