@@ -165,3 +165,16 @@ def test_print_config_shows_every_section(capsys):
     assert data["env"] == "bandit" and data["algo"] == "ppo" and data["rollout"]["group_size"] == 3
     assert {"sampling", "optim", "warm_start", "reward", "early_stop"} <= set(data)
     assert RunConfig.model_validate(data).rollout.group_size == 3
+
+
+@pytest.mark.parametrize("argv", [["eval", "--env", "bandit", "--model", "/nonexistent/model"],
+                                  ["run", "--env", "bandit", "--model", "./no/such/model"]])
+def test_a_missing_model_folder_is_said_before_torch_loads(argv):
+    import subprocess
+    import sys
+
+    code = f"import sys; from ragen_core.cli.main import main; rc = main({argv!r}); print('RESULT', rc, 'torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().splitlines()[-1] == "RESULT 2 False", proc.stdout + proc.stderr
+    first = proc.stderr.strip().splitlines()[0]
+    assert first == f"RagenError: could not load model {argv[-1]!r}: the folder does not exist"

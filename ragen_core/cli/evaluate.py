@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     config = load_config(RunConfig, args.config, flags + list(args.overrides))
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
+    check_model_name(args.model)
     out = check_writable(Path(args.out)) if args.out else None  # before the evaluation, not after it
     trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)
     for key, value in summary.items():
@@ -183,6 +184,14 @@ def run(args: argparse.Namespace) -> int:
         os.replace(tmp, out)  # a reader never sees half a file
         print(f"wrote {len(trajs)} trajectories to {out}")
     return 0
+
+
+def check_model_name(model: str) -> None:
+    """A ``--model`` that can only be a local path must exist: said at once, before torch loads."""
+    from ragen_core.models import TINY_NAMES, check_model_folder
+
+    if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
+        check_model_folder(model)
 
 
 def check_writable(out: Path) -> Path:

@@ -171,6 +171,11 @@ def run(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
         return 0
     from ragen_core import registry
+
+    if not args.resume:  # a resume loads its checkpoint, not config.model
+        from ragen_core.cli.evaluate import check_model_name
+
+        check_model_name(config.model)
     from ragen_core.trainer.trainer import Trainer
 
     if getattr(args, "recipe", None):
