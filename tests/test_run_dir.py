@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -167,9 +168,21 @@ def test_resume_names_the_checkpoint_and_every_changed_setting(tmp_path, capsys)
     capsys.readouterr()
     assert _resume_cli(Path(cfg.run_dir), "--steps", "2", f"optim.lr={cfg.optim.lr / 2}") == 0
     out = capsys.readouterr().out.splitlines()
-    assert f"resume: settings changed from the run's config.yaml: optim.lr {cfg.optim.lr!r} -> {cfg.optim.lr / 2!r}" in out
     assert "resume: from checkpoints/step_1, training steps 2..2" in out
+    assert (f"resume: settings changed from the run's config.yaml from step 2 on: optim.lr {cfg.optim.lr!r} -> {cfg.optim.lr / 2!r} "
+            "(recorded in config_changes.jsonl)") in out
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2]
+    rows = [json.loads(line) for line in (Path(cfg.run_dir) / "config_changes.jsonl").read_text().splitlines()]
+    assert [(r["from_step"], r["changed"]) for r in rows] == [(2, {"optim.lr": [cfg.optim.lr, cfg.optim.lr / 2]})]
+
+
+def test_the_trainer_api_refuses_a_resume_into_another_env_too(tmp_path):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    other = cfg.model_copy(update={"steps": 2, "algo": "ppo"})
+    with pytest.raises(ConfigError, match="this run trains algo 'grpo'; continuing it with algo 'ppo'"):
+        Trainer(other, resume=True).train()
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]
 
 
 def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys):
@@ -179,5 +192,5 @@ def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys):
     assert _resume_cli(Path(cfg.run_dir)) == 0
     out = capsys.readouterr().out
     assert "resume: the run is at step 1 of steps=1: nothing to train (pass --steps N with N > 1 to train further)" in out.splitlines()
-    assert "settings changed" not in out
+    assert "settings changed" not in out and not (Path(cfg.run_dir) / "config_changes.jsonl").exists()
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]

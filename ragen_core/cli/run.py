@@ -82,8 +82,10 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     config = load_config(RunConfig, files, flags + list(args.overrides), base=base)
     if base is not None and resumed is None and "algo" in base:
         _check_recipe_algo(args.recipe, base["algo"], config.algo)
-    if resumed is not None:
-        _check_resume_changes(resumed, config)
+    if resumed is not None:  # another env/algo/model is refused before its plugin settings are checked against the run's
+        from ragen_core.trainer.run_dir import resume_changes
+
+        resume_changes(resumed, config)
     from ragen_core.trainer.config import check_plugin_configs
 
     check_plugin_configs(config)  # unknown plugins and bad plugin settings fail here (--print-config too), before a model loads
@@ -116,51 +118,6 @@ def _check_recipe_algo(recipe: str, recipe_algo: str, algo: str) -> None:
     if registry.get_spec("algorithm", recipe_algo).name != registry.get_spec("algorithm", algo).name:
         raise ConfigError(f"recipe {recipe!r} is tuned for algo {recipe_algo!r}, not {algo!r}",
                           ["drop --algo, or pick a recipe for that algorithm (ragen plugins show env NAME)"])
-
-
-RESUME_FIXED = ("env", "preset", "algo", "model")
-"""Settings that say what a run trains: ``--resume`` refuses to change them (start a new run)."""
-
-RESUME_QUIET = ("steps", "run_dir", "progress")
-"""Settings a resume changes as a matter of course (no note)."""
-
-
-def _check_resume_changes(resumed: dict[str, Any], config: RunConfig) -> None:
-    """Refuse a resume that changes :data:`RESUME_FIXED`; name every other changed setting.
-
-    The checkpoint's weights and optimiser state, and the rows already in ``metrics.jsonl``,
-    belong to the run's own env, algorithm and model; continuing them under another would mix
-    two experiments in one run directory without a trace.
-    """
-    from ragen_core.errors import ConfigError
-    from ragen_core.trainer.config import RunConfig
-
-    try:
-        before = _flat(RunConfig.model_validate(resumed).model_dump(mode="json"))
-    except ValueError:
-        before = _flat(resumed)  # older config.yaml the current schema does not take: compare what it says
-    after = _flat(config.model_dump(mode="json"))
-    for key in RESUME_FIXED:
-        if key in before and before[key] != after.get(key):
-            raise ConfigError(f"--resume: this run trains {key} {before[key]!r}; continuing it with {key} {after.get(key)!r} "
-                              "would mix two experiments in one run directory",
-                              [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
-    changed = [k for k in sorted(set(before) | set(after))
-               if before.get(k) != after.get(k) and k.split(".")[0] not in RESUME_QUIET]
-    if changed:
-        shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in changed[:8])
-        more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
-        print(f"resume: settings changed from the run's config.yaml: {shown}{more}")
-
-
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"optim": {"lr": 1e-5}}`` -> ``{"optim.lr": 1e-5}``."""
-    if not isinstance(data, dict) or not data:
-        return {prefix: data}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def run(args: argparse.Namespace) -> int:

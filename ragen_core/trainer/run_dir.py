@@ -10,6 +10,10 @@
   metrics: of two runs started into one folder at once, the second stops there. A resumed run
   replaces it atomically. ``--resume`` refuses a ``config.yaml`` that is missing, unreadable,
   empty or names no env (a resume would otherwise continue with defaults and overwrite it).
+* A resume continues the run's own experiment: another env, preset, algorithm or model is refused
+  (:data:`RESUME_FIXED`); any other setting that differs from ``config.yaml`` is printed and recorded
+  in ``config_changes.jsonl`` (the step it applies from, old and new values) before ``config.yaml``
+  is replaced, so the folder still says what every step ran with.
 """
 
 from __future__ import annotations
@@ -25,9 +29,17 @@ from ragen_core.errors import ConfigError
 
 CONFIG_FILE = "config.yaml"
 
-RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "plugins.json", "warm_start.json", "checkpoints", "rollouts", "plots", "tensorboard", "wandb",
-               "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl")
+RUN_ENTRIES = ("config.yaml", "config_changes.jsonl", "metrics.jsonl", "plugins.json", "warm_start.json", "checkpoints", "rollouts", "plots",
+               "tensorboard", "wandb", "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl")
 """What ``ragen run`` (and ``ragen plot`` / ``ragen diagnose``) write into a run directory."""
+
+CHANGES_FILE = "config_changes.jsonl"
+
+RESUME_FIXED = ("env", "preset", "algo", "model")
+"""Settings that say what a run trains: a resume refuses to change them (that is a new run)."""
+
+RESUME_QUIET = ("steps", "run_dir", "progress")
+"""Top-level settings a resume changes as a matter of course (not recorded)."""
 
 
 def _suffix() -> str:
@@ -122,3 +134,49 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     if "env" not in data:
         raise ConfigError(f"--resume: {path} names no env, so it is not a run's config", [hint])
     return data
+
+
+def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]]:
+    """``{dotted key: [old, new]}`` for every setting ``config`` changes from the run's ``previous`` one.
+
+    Raises:
+        ConfigError: ``config`` changes one of :data:`RESUME_FIXED`: the checkpoint's weights and
+            optimiser state and the rows of ``metrics.jsonl`` belong to the run's own env,
+            algorithm and model, and continuing them under another would mix two experiments.
+    """
+    try:
+        before = _flat(type(config).model_validate(previous).model_dump(mode="json"))
+    except ValueError:  # an older config.yaml the current schema does not take: compare what it says
+        before = _flat(previous)
+    after = _flat(config.model_dump(mode="json"))
+    for key in RESUME_FIXED:
+        if key in before and before[key] != after.get(key):
+            raise ConfigError(f"--resume: this run trains {key} {before[key]!r}; continuing it with {key} {after.get(key)!r} "
+                              "would mix two experiments in one run directory",
+                              [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
+    keys = sorted(set(before) | set(after))
+    return {k: [before.get(k), after.get(k)] for k in keys if before.get(k) != after.get(k) and k.split(".")[0] not in RESUME_QUIET}
+
+
+def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_step: int) -> str:
+    """Append ``changes`` to ``config_changes.jsonl``; returns the line to print (``""`` when none)."""
+    import json
+
+    if not changes:
+        return ""
+    row = {"from_step": from_step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}
+    with (run_dir / CHANGES_FILE).open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, default=str) + "\n")
+    shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:8])
+    more = f" and {len(changes) - 8} more" if len(changes) > 8 else ""
+    return f"resume: settings changed from the run's config.yaml from step {from_step} on: {shown}{more} (recorded in {CHANGES_FILE})"
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-5}}`` -> ``{"optim.lr": 1e-5}``."""
+    if not isinstance(data, dict) or not data:
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

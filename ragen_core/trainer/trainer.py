@@ -120,7 +120,7 @@ class Trainer(CheckpointMixin):
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
-        from ragen_core.trainer.run_dir import claim_run_dir, write_run_config
+        from ragen_core.trainer.run_dir import claim_run_dir, read_run_config, record_resume_changes, resume_changes, write_run_config
 
         cfg = self.config
         world = self.world
@@ -128,7 +128,9 @@ class Trainer(CheckpointMixin):
             world = self.world = dataclasses.replace(world, sharded=True)
         for warning in run_warnings(cfg) if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
+        changes: dict[str, list[Any]] = {}
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
+            changes = resume_changes(read_run_config(self.run_dir), cfg.model_copy(update={"run_dir": str(self.run_dir)}))
             ckpt = resume_checkpoint(self.run_dir, log=print if world.main else _quiet)  # the newest intact one with its metrics
             state = load_state(ckpt[1])  # plain data only, read before anything else is built
         else:
@@ -226,11 +228,14 @@ class Trainer(CheckpointMixin):
             if world.main:
                 truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
                 done = self.start_step - 1
+                note = record_resume_changes(self.run_dir, changes, done + 1)
                 if done >= cfg.steps:
                     print(f"resume: the run is at step {done} of steps={cfg.steps}: nothing to train "
                           f"(pass --steps N with N > {done} to train further)")
                 else:
                     print(f"resume: from checkpoints/{ckpt[1].name}, training steps {done + 1}..{cfg.steps}")
+                if note:
+                    print(note)
             if self.overlap is not None:
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             else:
