@@ -36,7 +36,14 @@ from ragen_core.errors import RagenError
 
 TINY_NAMES = ("tiny", "tiny-qwen-tok")
 
-__all__ = ["TINY_NAMES", "cache_argument", "default_cache_dir", "forward_parameters", "load_model_and_tokenizer", "load_weights", "tiny_path"]
+__all__ = ["TINY_NAMES", "base_model", "cache_argument", "default_cache_dir", "forward_parameters", "load_model_and_tokenizer", "load_weights",
+           "tiny_path"]
+
+
+def base_model(model: Any) -> Any:
+    """The model a PEFT wrapper wraps (``model`` itself when it is not one)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
 
 
 def forward_parameters(model: Any) -> Any:
@@ -47,9 +54,7 @@ def forward_parameters(model: Any) -> Any:
     """
     import inspect
 
-    get = getattr(model, "get_base_model", None)
-    base = get() if callable(get) else model
-    return inspect.signature(base.forward).parameters
+    return inspect.signature(base_model(model).forward).parameters
 
 
 def cache_argument(model: Any) -> str | None:

@@ -32,6 +32,8 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ragen_core.models import base_model, cache_argument, forward_parameters  # cheap: no torch at import
+
 if TYPE_CHECKING:
     import torch
 
@@ -215,19 +217,8 @@ def plan_shared_prefix(input_ids: torch.Tensor, attention_mask: torch.Tensor, re
     )
 
 
-def _base(model: Any) -> Any:
-    get = getattr(model, "get_base_model", None)  # peft wrappers forward **kwargs to the base model
-    return get() if callable(get) else model
-
-
-def _cache_kwarg(model: Any) -> str | None:
-    from ragen_core.models import cache_argument
-
-    return cache_argument(model)
-
-
 def _cache_kwarg_checked(model: Any) -> str:
-    name = _cache_kwarg(model)
+    name = cache_argument(model)
     assert name is not None, "callers check supports_shared_prefix first"
     return name
 
@@ -243,9 +234,9 @@ def supports_shared_prefix(model: Any) -> bool:
     mask per row's copy of a prompt) and no gradient checkpointing (it turns the cache off in
     training).
     """
-    base = _base(model)
+    base = base_model(model)
     cfg = getattr(base, "config", None)
-    if cfg is None or _cache_kwarg(base) is None:
+    if cfg is None or cache_argument(base) is None:
         return False
     if "position_ids" not in inspect.signature(base.forward).parameters:
         return False
@@ -275,7 +266,7 @@ def _dropout_active(model: Any) -> bool:
     """Training with dropout: the plain forward draws a separate mask for every row's copy of a prompt."""
     if not getattr(model, "training", False):
         return False
-    cfg = getattr(_base(model), "config", None)
+    cfg = getattr(base_model(model), "config", None)
     for name, value in (vars(cfg) if cfg is not None else {}).items():
         if ("dropout" in name or "pdrop" in name) and isinstance(value, float) and value > 0:
             return True
@@ -284,8 +275,6 @@ def _dropout_active(model: Any) -> bool:
 
 def keep_one_logit(model: Any) -> dict[str, int]:
     """``logits_to_keep=1`` (vocabulary projection of one position only) where the model takes it."""
-    from ragen_core.models import forward_parameters
-
     return {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
 
 
@@ -350,7 +339,7 @@ def run_prefixes(model: Any, ids: torch.Tensor, prefix_lens: torch.Tensor) -> tu
     import torch
     from transformers import DynamicCache
 
-    base = _base(model)
+    base = base_model(model)
     width_p = int(prefix_lens.max())
     ar_p = torch.arange(width_p, device=ids.device)
     mask_p = (ar_p[None, :] < prefix_lens[:, None]).long()
@@ -367,7 +356,7 @@ def run_suffixes(model: Any, input_ids: torch.Tensor, kv: list[tuple[torch.Tenso
     import torch
     from transformers import DynamicCache
 
-    base = _base(model)
+    base = base_model(model)
     dev = input_ids.device
     cache = _new_cache(DynamicCache, base.config)
     for layer_idx, (k, v) in enumerate(kv):

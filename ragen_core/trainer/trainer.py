@@ -130,7 +130,7 @@ class Trainer(CheckpointMixin):
             print(f"warning: {warning}", file=sys.stderr)
         changes: dict[str, list[Any]] = {}
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
-            changes = resume_changes(read_run_config(self.run_dir), cfg.model_copy(update={"run_dir": str(self.run_dir)}))
+            changes = resume_changes(read_run_config(self.run_dir), cfg)
             ckpt = resume_checkpoint(self.run_dir, log=print if world.main else _quiet)  # the newest intact one with its metrics
             state = load_state(ckpt[1])  # plain data only, read before anything else is built
         else:
