@@ -194,3 +194,17 @@ def test_resuming_a_finished_run_says_how_to_train_further(tmp_path, capsys):
     assert "resume: the run is at step 1 of steps=1: nothing to train (pass --steps N with N > 1 to train further)" in out.splitlines()
     assert "settings changed" not in out and not (Path(cfg.run_dir) / "config_changes.jsonl").exists()
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]
+
+
+def test_resuming_a_finished_run_with_new_settings_leaves_its_config_alone(tmp_path, capsys):
+    """Nothing trains, so config.yaml keeps the settings its steps ran with and no change is recorded."""
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    config_text = (Path(cfg.run_dir) / "config.yaml").read_text()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), f"optim.lr={cfg.optim.lr / 2}") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("resume: the run is at step 1 of steps=1: nothing to train (pass --steps N with N > 1 to train further) "
+            "(settings not applied: optim.lr)") in out
+    assert (Path(cfg.run_dir) / "config.yaml").read_text() == config_text
+    assert not (Path(cfg.run_dir) / "config_changes.jsonl").exists()

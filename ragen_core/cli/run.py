@@ -23,6 +23,7 @@ Data-parallel on several processes (or GPUs), see :mod:`ragen_core.trainer.distr
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         check_model_name(config.model)
     from ragen_core.trainer.trainer import Trainer
 
-    if getattr(args, "recipe", None):
+    if getattr(args, "recipe", None) and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 only
         print(f"recipe {config.env}/{args.recipe}: {registry.get_spec('env', config.env).recipes[args.recipe].summary}")
     with Trainer(config, resume=bool(args.resume), overwrite=bool(getattr(args, "overwrite", False))) as trainer:
         history = trainer.train()  # leaving the block closes the engine (vLLM's engine core), also on an error

@@ -228,19 +228,20 @@ class Trainer(CheckpointMixin):
             if world.main:
                 truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
                 done = self.start_step - 1
-                note = record_resume_changes(self.run_dir, changes, done + 1)
-                if done >= cfg.steps:
+                if done >= cfg.steps:  # config.yaml keeps the settings its steps ran with; nothing is recorded
+                    unused = f" (settings not applied: {', '.join(changes)})" if changes else ""
                     print(f"resume: the run is at step {done} of steps={cfg.steps}: nothing to train "
-                          f"(pass --steps N with N > {done} to train further)")
+                          f"(pass --steps N with N > {done} to train further){unused}")
                 else:
                     print(f"resume: from checkpoints/{ckpt[1].name}, training steps {done + 1}..{cfg.steps}")
-                if note:
-                    print(note)
+                    note = record_resume_changes(self.run_dir, changes, done + 1)
+                    if note:
+                        print(note)
             if self.overlap is not None:
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             else:
                 self._sync_engine()
-        if world.main:
+        if world.main and (ckpt is None or self.start_step <= cfg.steps):
             write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
             self._write_plugins_json()
         self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.unsharded_policy, tokenizer=self.tokenizer, engine=self.engine,
