@@ -17,12 +17,15 @@ from ragen_core.errors import (
     EnvError,
     IncompatiblePluginError,
     PluginConfigError,
+    PluginError,
     PluginLoadError,
     PluginNotFoundError,
     RagenError,
     RegistryError,
 )
 from ragen_core.hookspecs import hookimpl
+from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
+from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
@@ -34,6 +37,7 @@ from ragen_core.interfaces.env_pool import (
     StepOutcome,
     StepRequest,
 )
+from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, GroupedRollouts, RolloutFilter
 from ragen_core.specs import (
     AlgorithmSpec,
     DiagnosticSpec,
@@ -59,6 +63,11 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "API_VERSION",
+    "AdvantageEstimator",
+    "AdvantageInputs",
+    "AdvantageOutputs",
+    "Algorithm",
+    "AlgorithmConfig",
     "AlgorithmSpec",
     "ConfigError",
     "DiagnosticSpec",
@@ -75,10 +84,14 @@ __all__ = [
     "EnvSpec",
     "EpisodeStart",
     "EstimatorSpec",
+    "FilterConfig",
+    "FilterResult",
     "FilterSpec",
+    "GroupedRollouts",
     "IncompatiblePluginError",
     "PluginConfig",
     "PluginConfigError",
+    "PluginError",
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginSpec",
@@ -87,6 +100,7 @@ __all__ = [
     "Recipe",
     "RegistryError",
     "ResetRequest",
+    "RolloutFilter",
     "StepOutcome",
     "StepRequest",
     "StepResult",

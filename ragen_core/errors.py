@@ -64,6 +64,14 @@ class PluginConfigError(ConfigError, RegistryError):
     """A plugin's config failed pydantic validation; the message carries the field path."""
 
 
+class PluginError(RagenError):
+    """A plugin raised, or returned something the trainer cannot use, while a run called it.
+
+    The message names the plugin (kind, name, distribution) and the call; the plugin's own
+    exception is the ``__cause__`` (``ragen -v`` shows its traceback).
+    """
+
+
 class EnvError(RagenError):
     """An environment misbehaved (e.g. returned a NaN reward); names the env and the seed."""
 

@@ -96,3 +96,26 @@ def make_plugin_manager() -> pluggy.PluginManager:
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(sys.modules[__name__])
     return pm
+
+
+def call_hook(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> Any:
+    """``pm.hook.<name>(**kwargs)``, with an observer's exception turned into a one-line
+    :class:`~ragen_core.errors.PluginError` naming that observer (found from the traceback)."""
+    from ragen_core.errors import PluginError, RagenError
+    from ragen_core.registry import plugin_label
+
+    hook = getattr(pm.hook, name)
+    try:
+        return hook(**kwargs)
+    except RagenError:
+        raise
+    except Exception as exc:
+        owners = {getattr(impl.function, "__code__", None): impl.plugin for impl in hook.get_hookimpls()}
+        tb, owner = exc.__traceback__, None
+        while tb is not None and owner is None:
+            owner = owners.get(tb.tb_frame.f_code)
+            tb = tb.tb_next
+        label = plugin_label(owner) if owner is not None else "an observer"
+        raise PluginError(f"{label} raised in {name}: {type(exc).__name__}: {exc}",
+                          ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
+

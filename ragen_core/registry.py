@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
@@ -34,12 +36,15 @@ from ragen_core.errors import (
     DuplicatePluginError,
     IncompatiblePluginError,
     PluginConfigError,
+    PluginError,
     PluginLoadError,
     PluginNotFoundError,
     RagenError,
+    RegistryError,
 )
 from ragen_core.specs import (
     GROUPS,
+    NAME_PATTERN,
     SPEC_CLASSES,
     EnvSpec,
     EstimatorSpec,
@@ -313,13 +318,27 @@ class Registry:
                 f"{kind} {spec.name!r} from {entry.origin} failed to import its implementation {spec.factory}: {type(exc).__name__}: {exc}",
                 [_import_hint(exc, spec.factory, entry.dist_name)],
             ) from exc
-        return factory(cfg, **kwargs)
+        label = f"{spec.kind} {spec.name!r} ({entry.origin})"
+        with plugin_call(label, f"its factory {spec.factory}"):
+            obj = factory(cfg, **kwargs)
+        base = _interface(spec.kind)
+        if base is not None and not isinstance(obj, base):
+            raise PluginError(f"{label}: its factory {spec.factory} returned a {type(obj).__name__}, not a {base.__name__}",
+                              [f"make {spec.factory} build a subclass of {base.__module__}.{base.__name__}"])
+        try:
+            obj.ragen_plugin = label  # what plugin_call names when this object raises during a run
+        except (AttributeError, TypeError):
+            pass
+        return obj
 
     def register(self, spec: PluginSpec, *, dist: str = IN_PROCESS, version: str = "") -> PluginEntry:
         """Register a spec in-process (notebooks, tests). Takes part in the duplicate check."""
         kind = spec.kind
         if kind not in GROUPS:
             raise TypeError(f"cannot register {type(spec).__name__}: not a plugin spec kind")
+        if not re.fullmatch(NAME_PATTERN, spec.name):  # model_copy(update=...) skips the spec's own validation
+            raise RegistryError(f"cannot register {kind} {spec.name!r}: a plugin name is lower-case letters, digits and '-', "
+                                "starting with a letter", [f"register it as {_normal_form(spec.name)!r}"])
         entry = PluginEntry(kind=kind, name=spec.name, value=f"{dist}:{spec.name}", dist_name=normalize_name(dist), dist_version=version, spec=spec)
         with self._lock:
             self._local[kind] = [e for e in self._local[kind] if not (e.name == spec.name and e.dist_name == entry.dist_name)]
@@ -339,6 +358,50 @@ class Registry:
         with self._lock:
             self._found.clear()
             self._loaded.clear()
+
+
+#: The class a built plugin of these kinds must be an instance of (the trainer calls its methods).
+INTERFACES = {
+    "filter": "ragen_core.interfaces.rollout_filter:RolloutFilter",
+    "algorithm": "ragen_core.interfaces.algorithm:Algorithm",
+    "estimator": "ragen_core.interfaces.advantage:AdvantageEstimator",
+}
+
+
+def _interface(kind: str) -> Any:
+    from ragen_core.specs import import_string
+
+    return import_string(INTERFACES[kind]) if kind in INTERFACES else None
+
+
+def plugin_label(obj: Any) -> str:
+    """``filter 'snr-topp' (ragen-filters 0.1.0)`` for an object :meth:`Registry.make` built, else its class."""
+    if isinstance(obj, str):
+        return obj
+    label = getattr(obj, "ragen_plugin", None)
+    return label if isinstance(label, str) else f"plugin {type(obj).__name__}"
+
+
+@contextmanager
+def plugin_call(obj: Any, what: str) -> Iterator[None]:
+    """Turn an exception a plugin raises inside the block into a one-line :class:`PluginError`.
+
+    ``obj`` is the plugin object (or its label); ``what`` names the call (``"select"``). A
+    :class:`RagenError` the plugin raises on purpose passes through unchanged.
+    """
+    try:
+        yield
+    except RagenError:
+        raise
+    except Exception as exc:
+        raise PluginError(f"{plugin_label(obj)} raised in {what}: {type(exc).__name__}: {exc}",
+                          ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
+
+
+def _normal_form(name: str) -> str:
+    """The closest valid plugin name to ``name`` (for the hint of a refused registration)."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", normalize_name(name)).strip("-")
+    return cleaned if re.fullmatch(NAME_PATTERN, cleaned) else f"plugin-{cleaned}".rstrip("-")
 
 
 def dist_location(dist: Any) -> str:

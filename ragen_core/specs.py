@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 #: Entry-point group owned by the core for each plugin kind.
 GROUPS: dict[str, str] = {
@@ -80,11 +80,33 @@ class PluginSpec(BaseModel):
     presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Named config overrides (e.g. the reference's env tags ``CoordSokoban``)."""
 
+    config_base: ClassVar[str | None] = None
+    """``"module:Class"`` every config model of this kind must subclass (and the default one):
+    the trainer reads that class's fields (an algorithm's ``estimator``, a filter's
+    ``empty_stop_steps``). None: any :class:`PluginConfig`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_config_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "config_model" not in data and cls.config_base is not None:
+            data = {**data, "config_model": cls.config_base}
+        return data
+
     @field_validator("config_model", mode="before")
     @classmethod
     def _resolve_config_model(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = import_string(value)
+        return value
+
+    @field_validator("config_model")
+    @classmethod
+    def _check_config_base(cls, value: Any) -> Any:
+        if cls.config_base is not None:
+            base = import_string(cls.config_base)
+            if not (isinstance(value, type) and issubclass(value, base)):
+                raise ValueError(f"a {cls.kind}'s config_model must subclass {base.__module__}.{base.__name__} "
+                                 f"(the trainer reads its fields), got {getattr(value, '__qualname__', value)!r}")
         return value
 
     @field_serializer("config_model")
@@ -201,6 +223,7 @@ class AlgorithmSpec(PluginSpec):
     """Spec of an algorithm bundle: estimator plus policy-loss settings (``ragen_core.algorithms``)."""
 
     kind: ClassVar[str] = "algorithm"
+    config_base: ClassVar[str | None] = "ragen_core.interfaces.algorithm:AlgorithmConfig"
     needs_critic: bool = False
 
 
@@ -208,6 +231,7 @@ class FilterSpec(PluginSpec):
     """Spec of a rollout filter (group ``ragen_core.rollout_filters``)."""
 
     kind: ClassVar[str] = "filter"
+    config_base: ClassVar[str | None] = "ragen_core.interfaces.rollout_filter:FilterConfig"
 
 
 class DiagnosticSpec(PluginSpec):

@@ -167,3 +167,17 @@ def test_plugins_paths_show_an_editable_installs_source_folder(tmp_path):
     assert dist_location(Dist({"url": src.as_uri(), "dir_info": {}})) == str(tmp_path / "site-packages")  # built from a folder, copied
     assert dist_location(Dist(None)) == str(tmp_path / "site-packages")  # installed from an index
     assert dist_location(None) == ""
+
+
+def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback():
+    """``ragen plugins show env NAME | head -1``: the reader goes away; ragen stops quietly. The read
+    end is closed before ragen writes, so every write meets the closed pipe (no timing involved)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import sys; from ragen_core.cli.main import main; sys.exit(main())",
+                               "plugins", "show", "env", "sokoban"], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141

@@ -11,7 +11,7 @@ from ragen_core.cli.main import main
 from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
 from ragen_core.rollout.types import Trajectory, Turn
-from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.config import RunConfig, check_plugin_configs
 
 
 def test_defaults_are_cpu_sized():
@@ -165,6 +165,19 @@ def test_print_config_shows_every_section(capsys):
     assert data["env"] == "bandit" and data["algo"] == "ppo" and data["rollout"]["group_size"] == 3
     assert {"sampling", "optim", "warm_start", "reward", "early_stop"} <= set(data)
     assert RunConfig.model_validate(data).rollout.group_size == 3
+    # plugin settings are filled in from the specs (the critic-based algorithm, the no-op filter's stop rule)
+    assert data["algo_config"]["use_critic"] is True and data["algo_config"]["estimator"] == "gae"
+    assert "gamma" in data["algo_config"]["estimator_config"]
+    assert data["filter_config"]["empty_stop_steps"] == 5 and "max_turns" in data["env_config"]
+
+
+def test_a_printed_config_runs_the_same_settings(tmp_path, capsys):
+    """What --print-config prints is a config file that resolves to the same settings again."""
+    assert main(["run", "--print-config", "--env", "bandit", "--recipe", "learn"]) == 0
+    first = capsys.readouterr().out
+    (tmp_path / "c.yaml").write_text(first)
+    assert main(["run", "--print-config", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert capsys.readouterr().out == first
 
 
 @pytest.mark.parametrize("argv", [["eval", "--env", "bandit", "--model", "/nonexistent/model"],
@@ -178,3 +191,22 @@ def test_a_missing_model_folder_is_said_before_torch_loads(argv):
     assert proc.stdout.strip().splitlines()[-1] == "RESULT 2 False", proc.stdout + proc.stderr
     first = proc.stderr.strip().splitlines()[0]
     assert first == f"RagenError: could not load model {argv[-1]!r}: the folder does not exist"
+
+
+def test_algorithm_estimator_and_filter_presets_reach_the_run(tmp_path):
+    """``algo_preset``, ``algo_config.estimator_preset`` and ``filter_preset`` pick a plugin's named
+    presets (``ragen plugins show`` lists them); explicit settings still win over a preset."""
+    from ragen_core.errors import PluginConfigError
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.trainer.trainer import Trainer
+
+    cfg = toy_run_config(tmp_path / "a", "algo=drgrpo", "algo_preset=constant-norm", steps=1)
+    with Trainer(cfg) as trainer:
+        trainer.setup()
+        assert trainer.algorithm.config.loss_agg_mode == "seq-mean-token-sum-norm"
+    cfg = toy_run_config(tmp_path / "b", "algo=ppo", "algo_config.estimator_preset=no-whiten", "algo_config.clip_ratio_low=0.1", steps=1)
+    with Trainer(cfg) as trainer:
+        trainer.setup()
+        assert trainer.estimator.config.whiten is False and trainer.algorithm.config.clip_ratio_low == 0.1
+    with pytest.raises(PluginConfigError, match="filter 'snr-topp' has no preset 'nope'"):
+        check_plugin_configs(toy_run_config(tmp_path / "c", "filter=snr-topp", "filter_preset=nope"))

@@ -112,6 +112,16 @@ def test_default_directory_creation_retries_a_taken_name(tmp_path, monkeypatch):
     assert a.name.endswith("-aaaa") and b.name.endswith("-bbbb")
 
 
+def test_a_default_folder_name_has_no_colon_for_a_chosen_duplicate(tmp_path, monkeypatch):
+    """``--algo dist:name`` picks one of two distributions' plugins; the folder name keeps only the name."""
+    from ragen_core.trainer import run_dir as rd
+
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(None, steps=1).model_copy(update={"algo": "ragen-algo-grpo:grpo"})
+    path = rd.default_run_dir(cfg)
+    assert ":" not in path.name and path.name.startswith(f"{cfg.env}-grpo-")
+
+
 # ----------------------------------------------------------------------------- item 6: config.yaml on resume
 @pytest.mark.parametrize("content", [b"", b"\n# nothing\n", b"\xff\xfe\x00garbage", b"- a list\n"])
 def test_resume_refuses_an_empty_or_unreadable_config_yaml(tmp_path, capsys, content):

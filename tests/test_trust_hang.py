@@ -110,10 +110,11 @@ def test_run_configs_default_to_a_step_timeout_that_can_be_turned_off(capsys):
         assert main(["run", "--env", SLOW_TOY_ENV_NAME, "--print-config", *overrides]) == 0
         return yaml.safe_load(capsys.readouterr().out)["rollout"]["pool_config"]
 
-    assert pool_config() == {"step_timeout_s": 600.0}
-    assert pool_config("rollout.pool_config.threads=2") == {"threads": 2, "step_timeout_s": 600.0}
-    assert pool_config("rollout.pool_config.step_timeout_s=null") == {"step_timeout_s": None}
-    assert pool_config("rollout.pool_config.step_timeout_s=5") == {"step_timeout_s": 5}
+    # --print-config shows the pool's resolved settings (every field of its config)
+    assert pool_config() == {"step_timeout_s": 600.0, "reset_timeout_s": None, "threads": None}
+    assert pool_config("rollout.pool_config.threads=2") == {"threads": 2, "step_timeout_s": 600.0, "reset_timeout_s": None}
+    assert pool_config("rollout.pool_config.step_timeout_s=null")["step_timeout_s"] is None
+    assert pool_config("rollout.pool_config.step_timeout_s=5")["step_timeout_s"] == 5
 
 
 def _child(code: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:

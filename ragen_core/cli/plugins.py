@@ -86,16 +86,21 @@ def list_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The run setting that picks a preset of each kind (``ragen run ... algo_preset=constant-norm``).
+PRESET_KEYS = {"env": "--preset", "algorithm": "algo_preset", "estimator": "algo_config.estimator_preset", "filter": "filter_preset"}
+
+
 def check_plugins(args: argparse.Namespace) -> int:
     from ragen_core import registry
 
     reg = registry.default_registry()
     strict = args.strict or os.environ.get("RAGEN_STRICT_PLUGINS") == "1"
     kinds = [args.kind] if args.kind else list(GROUPS)
-    table, failures = [], 0
+    table, failures, disabled = [], 0, 0
     for e, status in _rows(reg, kinds):
         if status == "disabled":
-            table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", ""])
+            disabled += 1
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", "not checked (RAGEN_DISABLE_PLUGINS)"])
             continue
         if status == "duplicate":  # 'ragen run --env NAME' would refuse it: a failure, whatever each copy holds
             failures += 1
@@ -105,18 +110,53 @@ def check_plugins(args: argparse.Namespace) -> int:
             continue
         try:
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            spec.config_model()
+            notes = _check_factory(spec) + _check_defaults(spec)
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
-            notes = [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
+            notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
     _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
-    print(f"\n{len(table) - failures} ok, {failures} failed")
+    print(f"\n{len(table) - failures - disabled} ok, {failures} failed" + (f", {disabled} disabled" if disabled else ""))
     return 1 if failures and strict else 0
+
+
+def _check_factory(spec: Any) -> list[str]:
+    """The factory's module exists (found without importing it: the check stays light)."""
+    import importlib.util
+
+    from ragen_core.errors import PluginLoadError
+
+    module = spec.factory.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise PluginLoadError(f"factory {spec.factory!r}: cannot look up module {module!r} ({type(exc).__name__}: {exc})") from exc
+    if found is None:
+        raise PluginLoadError(f"factory {spec.factory!r}: no module named {module!r} (fix the spec's factory string)")
+    return []
+
+
+def _check_defaults(spec: Any) -> list[str]:
+    """The config model's defaults pass its own validation (pydantic does not check defaults);
+    settings without a default are a note: a run has to set them."""
+    from ragen_core.errors import PluginConfigError
+
+    model = spec.config_model
+    required = [name for name, info in model.model_fields.items() if info.is_required()]
+    if required:
+        return [f"no default for {', '.join(required)}: a run sets {'them' if len(required) > 1 else 'it'}"]
+    try:
+        model.model_validate(model().model_dump())
+    except ValueError as exc:
+        errors: list[Any] = getattr(exc, "errors", lambda: [])()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
+        why = errors[0]["msg"] if errors else str(exc).splitlines()[0]
+        raise PluginConfigError(f"the default of {where} fails its own validation: {why}") from exc
+    return []
 
 
 def _check_recipe(spec: object, recipe: str) -> list[str]:
@@ -164,7 +204,8 @@ def show_plugin(args: argparse.Namespace) -> int:
     if spec.aliases:
         print(f"aliases: {', '.join(spec.aliases)}")
     if spec.presets:
-        print(f"presets: {', '.join(spec.presets)}")
+        how = PRESET_KEYS.get(spec.kind)
+        print(f"presets: {', '.join(spec.presets)}" + (f"   (choose one with {how}=NAME)" if how else ""))
     for name, recipe in getattr(spec, "recipes", {}).items():
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")

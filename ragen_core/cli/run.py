@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config (every field) as YAML and exit")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config (every field, plugin settings too) as YAML and exit")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
 
 
@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         import yaml
 
-        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+        from ragen_core.trainer.config import resolved_config
+
+        print(yaml.safe_dump(resolved_config(config), sort_keys=False), end="")
         return 0
     from ragen_core import registry
 

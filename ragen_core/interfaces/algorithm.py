@@ -36,8 +36,10 @@ class AlgorithmConfig(PluginConfig):
 
     estimator: str = "grpo"
     """Name of the advantage estimator plugin."""
+    estimator_preset: str | None = None
+    """Named preset of the estimator (e.g. gae's ``group-whiten``)."""
     estimator_config: dict[str, Any] = Field(default_factory=dict)
-    """Config passed to the estimator."""
+    """Config passed to the estimator (over its preset)."""
     use_critic: bool = False
     """Train a value head (GAE-style estimators need it)."""
     clip_ratio_low: float = Field(default=0.2, ge=0)

@@ -37,7 +37,9 @@ class FilterResult:
     group_weights: dict[int, float] = field(default_factory=dict)
     """Loss weight per kept group (hard filters: all 1.0)."""
     dropped: dict[int, str] = field(default_factory=dict)
-    """Dropped group id -> short reason ("zero variance", "below top-p mass", ...)."""
+    """Dropped group id -> short fixed reason ("zero variance", "below top-p mass", ...). Each
+    distinct reason becomes a metric counting its groups (``rollout/dropped/zero_variance``), so
+    keep numbers out of it (report them in :attr:`metrics`)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """``rollout/...`` metrics of spec 9.5."""
 
@@ -83,4 +85,9 @@ class RolloutFilter(ABC):
 
     @abstractmethod
     def select(self, rollouts: GroupedRollouts) -> FilterResult:
-        """Return the groups to train on. Deterministic; handles an empty batch."""
+        """Return the groups to train on. Deterministic; handles an empty batch.
+
+        The trainer refuses (one line naming the filter) a result that is not a
+        :class:`FilterResult`, keeps a group id not in ``rollouts`` or keeps one twice, or gives a
+        weight that is negative or not finite; an exception raised here stops the run the same way.
+        """

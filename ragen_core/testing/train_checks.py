@@ -38,12 +38,12 @@ def requires_algorithm(name: str) -> Any:
 
 def train(overrides: list[str]) -> tuple[Any, list[dict[str, Any]]]:
     """Build a run from ``overrides`` (``key=value`` strings), train it, and return the trainer
-    and the rows of its ``metrics.jsonl``."""
+    (shut down: its model, history and run folder stay readable) and the rows of its ``metrics.jsonl``."""
     from ragen_core.config import load_config
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.loggers import read_metrics
     from ragen_core.trainer.trainer import Trainer
 
-    trainer = Trainer(load_config(RunConfig, [], overrides))
-    trainer.train()
+    with Trainer(load_config(RunConfig, [], overrides)) as trainer:
+        trainer.train()
     return trainer, read_metrics(trainer.run_dir / "metrics.jsonl")

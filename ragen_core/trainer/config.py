@@ -298,9 +298,13 @@ class RunConfig(_Section):
     preset: str | None = None
     """Named env preset (e.g. ``CoordSokoban``)."""
     algo: str = "grpo"
+    algo_preset: str | None = None
+    """Named preset of the algorithm (``ragen plugins show algorithm NAME`` lists them, e.g. drgrpo's ``constant-norm``)."""
     algo_config: dict[str, Any] = Field(default_factory=dict)
     """Overrides of the algorithm's config (clip ratios, entropy_coeff, loss_agg_mode, ...)."""
     filter: str = "none"
+    filter_preset: str | None = None
+    """Named preset of the filter."""
     filter_config: dict[str, Any] = Field(default_factory=dict)
     model: str = "tiny"
     """``tiny`` (a small randomly initialised local model) or a local HF model folder."""
@@ -377,13 +381,33 @@ def check_plugin_configs(config: RunConfig) -> None:
     from ragen_core import registry
 
     registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
-    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
-    registry.make_config("estimator", algo.estimator, dict(algo.estimator_config))  # type: ignore[attr-defined]
-    registry.make_config("filter", config.filter, dict(config.filter_config))
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset)
+    registry.make_config("estimator", algo.estimator, dict(algo.estimator_config), preset=algo.estimator_preset)  # type: ignore[attr-defined]
+    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
     registry.make_config("engine", config.engine, dict(config.engine_config))
     registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config))
     for name in config.diagnostics:
         registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}))
+
+
+def resolved_config(config: RunConfig) -> dict[str, Any]:
+    """``config`` as plain data with every plugin's settings filled in from its spec (defaults,
+    preset), as ``--print-config`` shows it; loading it back gives the same run."""
+    from ragen_core import registry
+
+    data = config.model_dump(mode="json")
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset)
+    data["env_config"] = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset).model_dump(mode="json")
+    data["algo_config"] = algo.model_dump(mode="json")
+    data["algo_config"]["estimator_config"] = registry.make_config(
+        "estimator", algo.estimator, dict(algo.estimator_config), preset=algo.estimator_preset).model_dump(mode="json")  # type: ignore[attr-defined]
+    data["filter_config"] = registry.make_config("filter", config.filter, dict(config.filter_config),
+                                                 preset=config.filter_preset).model_dump(mode="json")
+    data["engine_config"] = registry.make_config("engine", config.engine, dict(config.engine_config)).model_dump(mode="json")
+    data["rollout"]["pool_config"] = registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config)).model_dump(mode="json")
+    data["diagnostics_config"] = {name: registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}))
+                                  .model_dump(mode="json") for name in config.diagnostics}
+    return data
 
 
 def run_warnings(config: RunConfig) -> list[str]:
@@ -396,7 +420,7 @@ def run_warnings(config: RunConfig) -> list[str]:
     from ragen_core import registry
 
     out: list[str] = []
-    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config))
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset)
     estimator = registry.get_spec("estimator", algo.estimator)  # type: ignore[attr-defined]
     baseline = getattr(estimator, "group_baseline", None)  # an EstimatorSpec field
     if config.rollout.group_size == 1 and baseline:

@@ -252,7 +252,7 @@ class AnalysisRollout:
         self.env_groups = config.grad_analysis.env_groups or config.rollout.env_groups
         self.group_size = config.grad_analysis.group_size or config.rollout.group_size
         self.runner = make_runner(config, engine, tokenizer, "train", pool=pool, groups=self.env_groups, group_size=self.group_size)
-        self.filter = registry.make("filter", config.filter, config.filter_config)
+        self.filter = registry.make("filter", config.filter, config.filter_config, preset=config.filter_preset)
 
 
 def prepare_for_probe(trainer: Any, batch: Any, group_weights: dict[int, float] | None = None, kept_ratio: float = 1.0) -> Any:

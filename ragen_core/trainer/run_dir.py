@@ -46,12 +46,17 @@ def _suffix() -> str:
     return secrets.token_hex(2)
 
 
+def _plain(name: str) -> str:
+    """A plugin name as a folder-name part: ``dist:name`` (a chosen duplicate) becomes ``name``."""
+    return str(name).rpartition(":")[2]
+
+
 def default_run_dir(config: Any, root: str | Path = "runs") -> Path:
     """Create and return a new folder ``<root>/<env>-<algo>-<time>-<suffix>`` (never an existing one)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     Path(root).mkdir(parents=True, exist_ok=True)
     for _ in range(100):
-        path = Path(root) / f"{config.env}-{config.algo}-{stamp}-{_suffix()}"
+        path = Path(root) / f"{_plain(config.env)}-{_plain(config.algo)}-{stamp}-{_suffix()}"
         try:
             path.mkdir()
         except FileExistsError:
@@ -71,9 +76,12 @@ def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -
     entries = sorted(p.name for p in run_dir.iterdir()) if run_dir.is_dir() else []
     if entries and not overwrite:
         shown = ", ".join(entries[:4]) + (f", ... ({len(entries)} entries)" if len(entries) > 4 else "")
-        raise ConfigError(f"run directory {run_dir} is not empty ({shown})",
-                          [f"continue that run with 'ragen run --resume {run_dir}', choose another --run-dir, "
-                           "or pass --overwrite to replace it"])
+        checkpoints = run_dir / "checkpoints"
+        if checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir()):
+            hint = f"continue that run with 'ragen run --resume {run_dir}', choose another --run-dir, or pass --overwrite to replace it"
+        else:  # nothing to resume from: --resume would refuse it
+            hint = "it holds no checkpoint to resume from: pass --overwrite to start it again, or choose another --run-dir"
+        raise ConfigError(f"run directory {run_dir} is not empty ({shown})", [hint])
     if entries:
         ours = set(RUN_ENTRIES) | {f"{name}.tmp" for name in RUN_ENTRIES}
         removed = [name for name in entries if name in ours]

@@ -16,11 +16,15 @@ in-group reward std (for the variance-collapse early stop) and the ``rollout/...
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragen_core.errors import PluginError
 from ragen_core.interfaces.rollout_filter import FilterResult, GroupedRollouts
+from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.trainer.batch import TrainBatch
 from ragen_core.trainer.metrics import group_reward_std, is_number
 
@@ -73,6 +77,35 @@ def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) ->
     )
 
 
+def dropped_metric(reason: str) -> str:
+    """``rollout/dropped/<reason>``: the metric that counts groups dropped for ``reason`` (lower-case, ``_`` for the rest)."""
+    return "rollout/dropped/" + (re.sub(r"[^a-z0-9]+", "_", str(reason).lower()).strip("_") or "unnamed")
+
+
+def check_filter_result(result: Any, group_ids: Sequence[int], rollout_filter: Any) -> None:
+    """Refuse a filter answer the step cannot train on, naming the filter (one line).
+
+    A :class:`FilterResult` whose kept groups are groups of this batch, each once, with finite,
+    non-negative weights. Keeping no group is allowed (an empty step, spec 12 rule 1).
+    """
+    label = plugin_label(rollout_filter)
+    hint = ["select returns a FilterResult (ragen_core.interfaces.rollout_filter) over the group ids of its input"]
+    if not isinstance(result, FilterResult):
+        raise PluginError(f"{label}: select returned a {type(result).__name__}, not a FilterResult", hint)
+    known = set(group_ids)
+    unknown = [g for g in result.kept_groups if g not in known]
+    if unknown:
+        shown = ", ".join(map(str, sorted(known)[:8])) + (", ..." if len(known) > 8 else "")
+        raise PluginError(f"{label}: select kept group ids {unknown[:5]} that are not in the batch (its groups: {shown})", hint)
+    if len(set(result.kept_groups)) != len(result.kept_groups):
+        twice = sorted({g for g in result.kept_groups if result.kept_groups.count(g) > 1})
+        raise PluginError(f"{label}: select kept group ids {twice[:5]} more than once", hint)
+    bad = {g: w for g, w in result.group_weights.items() if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0)}
+    if bad:
+        g, w = next(iter(bad.items()))
+        raise PluginError(f"{label}: select gave group {g} the loss weight {w!r} (weights are finite and >= 0)", hint)
+
+
 def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, temperature: float, world: Any = None) -> list[float]:
     """Per row, the mean policy entropy over its generated tokens (no-grad forward).
 
@@ -98,18 +131,23 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         entropies: Per-row mean entropies (:func:`mean_entropies`) when the filter needs them.
     """
     grouped = episode_view(batch, entropies)
-    result = rollout_filter.select(grouped)
+    with plugin_call(rollout_filter, "select"):
+        result = rollout_filter.select(grouped)
+    check_filter_result(result, grouped.group_ids, rollout_filter)
     metrics = {k: float(v) for k, v in result.metrics.items() if is_number(v)}
     for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
-        key = "rollout/dropped/" + reason.replace(" ", "_").replace("-", "_")
-        metrics[key] = float(sum(1 for r in result.dropped.values() if r == reason))
+        metrics[dropped_metric(reason)] = float(sum(1 for r in result.dropped.values() if r == reason))
     n_groups = len(set(grouped.group_ids))
     metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
     metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
     gids = batch.group_ids.tolist()
     kept = set(result.kept_groups)
     row_ok = [True] * len(batch)
-    mask = algorithm.keep_mask(batch.token_rewards, batch.group_ids, batch.episode_ids)
+    with plugin_call(algorithm, "keep_mask"):
+        mask = algorithm.keep_mask(batch.token_rewards, batch.group_ids, batch.episode_ids)
+    if mask is not None and len(mask) != len(batch):
+        raise PluginError(f"{plugin_label(algorithm)}: keep_mask returned {len(mask)} values for {len(batch)} rows",
+                          ["keep_mask returns one bool per row of the batch, or None"])
     if mask is not None:
         row_ok = [bool(x) for x in mask.tolist()]
         flat = {g for g, ok in zip(gids, row_ok) if not ok and g in kept}

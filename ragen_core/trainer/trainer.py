@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ragen_core.hookspecs import call_hook
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
@@ -102,6 +103,8 @@ class Trainer(CheckpointMixin):
         self.start_step = 1
         self.stop_reason: str | None = None
         self._interrupts = 0
+        self._updating = False
+        """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._built = False
         self._shut = False
         self.history: list[dict[str, float]] = []
@@ -139,10 +142,10 @@ class Trainer(CheckpointMixin):
                 claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
         self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
-        self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config)
+        self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config, preset=cfg.algo_preset)
         acfg = self.algorithm.config
-        self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config)
-        self.filter = registry.make("filter", cfg.filter, cfg.filter_config)
+        self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config, preset=acfg.estimator_preset)
+        self.filter = registry.make("filter", cfg.filter, cfg.filter_config, preset=cfg.filter_preset)
         if cfg.optim.filter_loss_scaling != "none" and self.filter.loss_scaling != "none":
             from ragen_core.errors import ConfigError
 
@@ -294,7 +297,7 @@ class Trainer(CheckpointMixin):
         self._check_open()
         self.setup()
         cfg = self.config
-        self.pm.hook.ragen_on_train_start(config=cfg, run_dir=self.run_dir, context=self.context)
+        call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
         bar = self._progress()
         t_start = time.perf_counter()
@@ -303,15 +306,21 @@ class Trainer(CheckpointMixin):
             self.watchdog.start()
             if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
                 pre = self.validate(0)
-                self.pm.hook.ragen_on_step_end(metrics=pre, step=0, context=self.context)
+                call_hook(self.pm, "ragen_on_step_end", metrics=pre, step=0, context=self.context)
+            saved = self.start_step - 1  # the newest checkpoint's step
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
-                metrics = self.train_step(step)
+                self._updating = False
+                try:
+                    metrics = self.train_step(step)
+                except Exception:
+                    self._save_after_error(step, saved)
+                    raise
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
                 metrics["timing_s/total"] = self.timing_totals["total"]
                 self.history.append(metrics)
-                self.pm.hook.ragen_on_step_end(metrics=metrics, step=step, context=self.context)
+                call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=step, context=self.context)
                 self.watchdog.beat(f"the end of step {step}")
                 if bar is not None:
                     bar.update(1)
@@ -330,8 +339,9 @@ class Trainer(CheckpointMixin):
                     path = self.save(step)
                     self._gathered = {}
                     self.skips.saved(step)
+                    saved = step
                     self.watchdog.beat(f"the checkpoint of step {step}")
-                    self.pm.hook.ragen_on_checkpoint(path=path, step=step, context=self.context)
+                    call_hook(self.pm, "ragen_on_checkpoint", path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
         finally:
@@ -340,7 +350,7 @@ class Trainer(CheckpointMixin):
                 bar.close()
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
-            self.pm.hook.ragen_on_train_end(run_dir=self.run_dir, context=self.context)
+            call_hook(self.pm, "ragen_on_train_end", run_dir=self.run_dir, context=self.context)
             self.close()
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
@@ -424,6 +434,26 @@ class Trainer(CheckpointMixin):
         else:
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
 
+    def _save_after_error(self, step: int, saved: int) -> None:
+        """Step ``step`` raised before changing any weight: checkpoint step ``step - 1`` (no lost work).
+
+        The weights, optimiser and metrics rows are those of the last finished step; the failed
+        step's rollout is not replayed by a resume (the runner has moved past its seeds). Not for
+        several ranks (the others may wait in a collective), an async rollout in flight, or an
+        error inside the update (the weights are then no step's).
+        """
+        done = step - 1
+        if (self._updating or done <= saved or not self.world.main or self.world.parallel or self.overlap is not None
+                or not self._good_to_save(done)):
+            return
+        try:
+            path = self.save(done)
+        except Exception as exc:  # noqa: BLE001 - the original error is the one to report
+            report(f"step {step} failed, and saving step {done} failed too ({type(exc).__name__}: {exc})")
+            return
+        report(f"step {step} failed: saved checkpoints/{path.name}, the last finished step; "
+               f"once the cause is fixed, continue with 'ragen run --resume {self.run_dir}'")
+
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
         why = self.skips.unsafe_to_save(self.unsharded_policy, self.critic)
@@ -484,7 +514,7 @@ class Trainer(CheckpointMixin):
             report_pool_failures(step, trajs)
             self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
-            for result in self.pm.hook.ragen_on_rollout_end(trajectories=trajs, step=step, context=self.context):
+            for result in call_hook(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
                 if result:
                     metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
         metrics.update(episode_metrics(trajs, "train"))
@@ -524,6 +554,7 @@ class Trainer(CheckpointMixin):
 
         # update
         only_analyse = cfg.grad_analysis.only
+        self._updating = True  # from here on the weights change (critic, then actor)
         with timer("update_critic"):
             if self.critic is not None and not only_analyse:
                 metrics.update(update_critic(prepared, critic=self.critic, optimizer=self.critic_optimizer,
@@ -539,7 +570,7 @@ class Trainer(CheckpointMixin):
         if self.overlap is None:  # async: the behaviour copy is synced when the next rollout starts
             self._sync_engine()
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
-        self.pm.hook.ragen_on_update_end(stats=update_stats, step=step, context=self.context)
+        call_hook(self.pm, "ragen_on_update_end", stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
             self.stop_reason = DIVERGED
             metrics[DIVERGED] = 1.0
@@ -575,6 +606,10 @@ class Trainer(CheckpointMixin):
         """Nothing survived the filter: no update; count the streak (spec 12 rule 1) and validate."""
         self.empty_streak += 1
         metrics["rollout/empty_after_filter"] = 1.0
+        if self.world.main:
+            stop_after = self.filter.config.empty_stop_steps
+            limit = f"; the run stops after {stop_after} in a row (filter_config.empty_stop_steps)" if stop_after else ""
+            report(f"step {step}: nothing left to train after the filter: no update ({self.empty_streak} such step(s) in a row{limit})")
         if self.config.grad_analysis.only and self._grad_analysis(step, None, None, metrics, timer):  # a separate analysis rollout still runs
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics

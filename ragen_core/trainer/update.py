@@ -47,6 +47,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ragen_core.errors import PluginError
+from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.trainer.batch import TrainBatch, micro_batches
 from ragen_core.trainer.distributed import ONE, World, rows_summed
 
@@ -156,14 +158,17 @@ def prepare(
     if critic is not None:
         with timer("values"):
             values = rows_summed(world, batch, lambda rows: (batched_values(critic, batch, rows, micro), None))[0]
-    rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
+    with plugin_call(algorithm, "shape_rewards"):
+        rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
+    _check_shape(rewards, batch.token_rewards, algorithm, "shape_rewards")
     if acfg.use_kl_in_reward:
         assert old is not None and ref is not None  # both computed above when the KL is in the reward
         rewards, kl_metrics = kl_in_reward(rewards, old, ref, m, acfg.kl_in_reward_coef, acfg.kl_in_reward_type)
         metrics.update({f"actor/{k}": v for k, v in kl_metrics.items()})
-    with timer("adv"):
+    with timer("adv"), plugin_call(estimator, "__call__ (advantages)"):
         out = estimator(AdvantageInputs(token_rewards=rewards, response_mask=m, group_ids=batch.group_ids, values=values,
                                         turn_ends=batch.turn_ends, episode_ids=batch.episode_ids))
+    _check_advantages(out, rewards, m, estimator)
     weights = torch.tensor([float((group_weights or {}).get(int(g), 1.0)) for g in batch.group_ids.tolist()])
     scaling = optim.filter_loss_scaling
     factor = 1.0 if scaling == "none" else (kept_ratio if scaling == "linear" else math.sqrt(kept_ratio))
@@ -403,6 +408,31 @@ def _filled(tensor: torch.Tensor | None, device: Any) -> torch.Tensor:
     """A batch field that :func:`prepare` fills whenever the update reads it, moved to ``device``."""
     assert tensor is not None, "prepare() fills every batch field the update reads"
     return tensor.to(device)
+
+
+def _check_shape(value: Any, like: Any, plugin: Any, what: str) -> None:
+    """Refuse a plugin's tensor that is not shaped like ``like`` (one line naming the plugin)."""
+    shape = getattr(value, "shape", None)
+    if shape is None or tuple(shape) != tuple(like.shape):
+        got = f"shape {tuple(shape)}" if shape is not None else f"a {type(value).__name__}"
+        raise PluginError(f"{plugin_label(plugin)}: {what} returned {got}, expected a tensor of shape {tuple(like.shape)}",
+                          [f"{what} returns one value per token of each row, shaped like its input"])
+
+
+def _check_advantages(out: Any, rewards: Any, mask: Any, estimator: Any) -> None:
+    """The estimator's answer: :class:`AdvantageOutputs` shaped like the rewards, finite on trained tokens."""
+    import torch
+
+    from ragen_core.interfaces.advantage import AdvantageOutputs
+
+    if not isinstance(out, AdvantageOutputs):
+        raise PluginError(f"{plugin_label(estimator)}: returned a {type(out).__name__}, not AdvantageOutputs",
+                          ["an estimator returns ragen_core.interfaces.advantage.AdvantageOutputs"])
+    _check_shape(out.advantages, rewards, estimator, "its advantages")
+    _check_shape(out.returns, rewards, estimator, "its returns")
+    if not bool(torch.isfinite(out.advantages.float()[mask > 0]).all()):
+        raise PluginError(f"{plugin_label(estimator)}: advantages are NaN or infinite on trained tokens",
+                          ["check the estimator's normalisation (a zero std needs an epsilon)"])
 
 
 def _masked_mean(x: Any, m: Any) -> float:

@@ -1,0 +1,212 @@
+"""A third-party plugin that raises or answers nonsense during a run: one line naming it, exit 2,
+and the last finished step checkpointed (a resume continues from it)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import Field
+
+from ragen_core import registry
+from ragen_core.cli.main import main
+from ragen_core.errors import PluginError, RegistryError
+from ragen_core.hookspecs import hookimpl
+from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageOutputs
+from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, RolloutFilter
+from ragen_core.specs import AlgorithmSpec, DiagnosticSpec, EstimatorSpec, FilterSpec, PluginConfig
+from ragen_core.testing.run_helpers import one_line_error, toy_run_config
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.trainer import Trainer
+
+CALLS: dict[str, int] = {}
+
+
+class Answer(FilterConfig):
+    answer: str = "ok"
+    """What select returns: ok, raise-at-2, not-a-result, unknown-id, twice, nan-weight, none."""
+
+
+class ScriptedFilter(RolloutFilter):
+    config_class = Answer
+
+    def select(self, rollouts):
+        CALLS["select"] = CALLS.get("select", 0) + 1
+        groups = list(dict.fromkeys(rollouts.group_ids))
+        answer = self.config.answer
+        if answer == "raise-at-2" and CALLS["select"] == 2:
+            raise RuntimeError("boom from the filter")
+        if answer == "not-a-result":
+            return groups
+        if answer == "unknown-id":
+            return FilterResult(kept_groups=[*groups, 999])
+        if answer == "twice":
+            return FilterResult(kept_groups=[groups[0], groups[0]])
+        if answer == "nan-weight":
+            return FilterResult(kept_groups=groups, group_weights={groups[0]: math.nan})
+        if answer == "none":
+            return FilterResult(kept_groups=[], dropped=dict.fromkeys(groups, "test none"))
+        return FilterResult(kept_groups=groups)
+
+
+class ShapeBoom(Algorithm):
+    def shape_rewards(self, token_rewards, response_mask, *, max_length=None):
+        raise ValueError("boom from shape_rewards")
+
+
+class NanEstimator(AdvantageEstimator):
+    def __call__(self, inputs):
+        adv = torch.full_like(inputs.token_rewards, math.nan)
+        return AdvantageOutputs(advantages=adv, returns=adv)
+
+
+class DiagBoom:
+    @hookimpl
+    def ragen_on_rollout_end(self, trajectories, step, context):
+        raise KeyError("boom from a diagnostic")
+
+
+SPECS = [
+    FilterSpec(name="test-scripted-filter", config_model=Answer, factory=f"{__name__}:ScriptedFilter"),
+    AlgorithmSpec(name="test-shape-boom", factory=f"{__name__}:ShapeBoom"),
+    EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
+    DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
+    FilterSpec(name="test-returns-dict", factory="builtins:dict"),
+]
+
+
+def make_diag(config):
+    return DiagBoom()
+
+
+@pytest.fixture(autouse=True)
+def plugins():
+    CALLS.clear()
+    for spec in SPECS:
+        registry.register(spec)
+    yield
+    for spec in SPECS:
+        registry.unregister(spec.kind, spec.name)
+
+
+def _run(run_dir: Path, *overrides: str, steps: int = 2, resume: bool = False) -> int:
+    """``ragen run`` of the toy corridor with the default checkpoint cadence (every 10 steps: a
+    crash at step 2 has no checkpoint of its own)."""
+    from ragen_core.testing.run_helpers import TOY_RUN
+
+    if resume:
+        return main(["run", "--no-progress", "--resume", str(run_dir), *overrides, f"steps={steps}"])
+    env = toy_run_config(None).env
+    return main(["run", "--no-progress", "--env", env, "--run-dir", str(run_dir), *TOY_RUN, "save_freq=10", *overrides, f"steps={steps}"])
+
+
+def test_a_filter_that_raises_is_named_and_the_last_finished_step_is_kept(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "filter=test-scripted-filter", "filter_config.answer=raise-at-2") == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == ("PluginError: filter 'test-scripted-filter' (<in-process>) raised in select: "
+                                   "RuntimeError: boom from the filter")
+    assert "step 2 failed: saved checkpoints/step_1, the last finished step" in err
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
+    # the saved step continues: a resume with a filter that behaves trains step 2
+    assert _run(run_dir, "filter_config.answer=ok", resume=True) == 0
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_failed_first_step_leaves_a_folder_that_says_to_overwrite(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "algo=test-shape-boom") == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == ("PluginError: algorithm 'test-shape-boom' (<in-process>) raised in shape_rewards: "
+                                   "ValueError: boom from shape_rewards")
+    assert not (run_dir / "checkpoints").exists()  # step 1 never finished: nothing to save
+    assert _run(run_dir) == 2  # the folder is taken; the hint must not send the user to --resume (there is nothing to resume)
+    out = capsys.readouterr().err
+    assert "no checkpoint to resume from: pass --overwrite" in out and "--resume" not in out
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ("not-a-result", "select returned a list, not a FilterResult"),
+    ("unknown-id", "select kept group ids [999] that are not in the batch"),
+    ("twice", "more than once"),
+    ("nan-weight", "the loss weight nan (weights are finite and >= 0)"),
+])
+def test_a_filter_answer_the_step_cannot_use_is_refused(tmp_path, answer, says):
+    cfg = toy_run_config(tmp_path / "run", "filter=test-scripted-filter", f"filter_config.answer={answer}", steps=1)
+    with pytest.raises(PluginError, match="filter 'test-scripted-filter'") as err, Trainer(cfg) as trainer:
+        trainer.train()
+    assert says in str(err.value).splitlines()[0]
+
+
+def test_a_filter_that_keeps_nothing_says_so(tmp_path, capsys):
+    cfg = toy_run_config(tmp_path / "run", "filter=test-scripted-filter", "filter_config.answer=none", steps=1)
+    with Trainer(cfg) as trainer:
+        trainer.train()
+    assert ("step 1: nothing left to train after the filter: no update (1 such step(s) in a row; the run stops after 5 in a row "
+            "(filter_config.empty_stop_steps)") in capsys.readouterr().err
+
+
+def test_non_finite_advantages_name_the_estimator(tmp_path):
+    cfg = toy_run_config(tmp_path / "run", "algo_config.estimator=test-nan-adv", steps=1)
+    with pytest.raises(PluginError, match=r"^estimator 'test-nan-adv' \(<in-process>\): advantages are NaN"), Trainer(cfg) as trainer:
+        trainer.train()
+
+
+def test_a_diagnostic_that_raises_is_named(tmp_path):
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-diag-boom]", steps=1)
+    with pytest.raises(PluginError, match=r"^diagnostic 'test-diag-boom' \(<in-process>\) raised in ragen_on_rollout_end: KeyError"), \
+            Trainer(cfg) as trainer:
+        trainer.train()
+
+
+def test_a_factory_that_builds_the_wrong_thing_is_refused_by_make():
+    with pytest.raises(PluginError, match=r"its factory builtins:dict returned a dict, not a RolloutFilter"):
+        registry.make("filter", "test-returns-dict")
+
+
+def test_an_algorithm_spec_without_a_config_model_gets_the_algorithm_settings():
+    assert registry.get_spec("algorithm", "test-shape-boom").config_model is AlgorithmConfig
+    with pytest.raises(ValueError, match="a filter's config_model must subclass ragen_core.interfaces.rollout_filter.FilterConfig"):
+        FilterSpec(name="bad-config", config_model=PluginConfig, factory="x:y")
+
+
+def test_register_refuses_a_name_out_of_normal_form():
+    spec = registry.get_spec("filter", "test-scripted-filter")
+    with pytest.raises(RegistryError, match=r"cannot register filter 'My Filter!'.*\nhint: register it as 'my-filter'"):
+        registry.register(spec.model_copy(update={"name": "My Filter!"}))
+
+
+class NegativeDefault(FilterConfig):
+    threshold: float = Field(default=-1.0, ge=0)
+
+
+class NeedsUrl(FilterConfig):
+    api_url: str
+
+
+@pytest.mark.parametrize(("spec", "row"), [
+    (FilterSpec(name="test-no-module", factory="no_such_module_xyz:F"), "FAILED  PluginLoadError: factory 'no_such_module_xyz:F': no module named"),
+    (FilterSpec(name="test-bad-default", config_model=NegativeDefault, factory=f"{__name__}:ScriptedFilter"),
+     "FAILED  PluginConfigError: the default of threshold fails its own validation: Input should be greater than or equal to 0"),
+    (FilterSpec(name="test-needs-url", config_model=NeedsUrl, factory=f"{__name__}:ScriptedFilter"), "ok      no default for api_url: a run sets it"),
+])
+def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
+    registry.register(spec)
+    try:
+        strict = main(["plugins", "check", "--kind", "filter", "--strict"])
+        line = next(line for line in capsys.readouterr().out.splitlines() if spec.name in line)
+        assert " ".join(row.split()) in " ".join(line.split()), line
+        assert strict == (1 if row.startswith("FAILED") else 0)
+    finally:
+        registry.unregister("filter", spec.name)
+
+
+def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):
+    monkeypatch.setenv("RAGEN_DISABLE_PLUGINS", "ragen-filters")
+    assert main(["plugins", "check", "--kind", "filter", "--strict"]) == 0
+    out = capsys.readouterr().out
+    n_disabled = sum(1 for line in out.splitlines() if " disabled " in line)
+    assert n_disabled >= 1 and out.strip().splitlines()[-1].endswith(f", {n_disabled} disabled")
