@@ -399,10 +399,12 @@ def test_a_lora_wrapped_policy_is_called_with_its_base_models_cache_argument(mt)
 
     peft = pytest.importorskip("peft")
     from ragen_core.models import cache_argument
+    from ragen_core.trainer.setup import peft_quiet
 
     model, tok = mt
     base = copy.deepcopy(model)
-    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with peft_quiet():
+        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     assert cache_argument(lora) == cache_argument(model)
     prompts = _prompts(tok)
     plain = HFEngine(HFEngineConfig(), model=model, tokenizer=tok).generate(prompts, GREEDY)

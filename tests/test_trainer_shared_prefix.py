@@ -261,9 +261,11 @@ def test_session_critic_values_and_gradients_with_single_row_micro_batches(model
 def test_lora_policy_gradients_and_reference_logprobs_match(switch):
     peft = pytest.importorskip("peft")
     from ragen_core.trainer.prefix_session import PrefixSession
+    from ragen_core.trainer.setup import peft_quiet
 
     base, _ = load_model_and_tokenizer("tiny")
-    lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with peft_quiet():
+        lora = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
     with torch.no_grad():
         for name, p in lora.named_parameters():
             if "lora_B" in name:  # non-zero adapters, so they change the outputs

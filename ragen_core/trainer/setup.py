@@ -6,7 +6,9 @@ start can build the same model/engine/runner without a trainer.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +230,8 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
             from ragen_core.errors import CheckpointError
 
             raise CheckpointError(f"LoRA adapter {resume_from[1]} has no {ADAPTER_WEIGHTS} (adapters are loaded from safetensors only)")
-        return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
+        with peft_quiet():
+            return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
 
     if fresh_base and not hasattr(model, "ragen_warm_start"):
         base = config.model
@@ -237,4 +240,16 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
             print("resume: checkpoint has no adapter/ folder; new LoRA adapters start from its merged weights")
         base = save_lora_base(run_dir, model, tokenizer) if write else f"checkpoints/{LORA_BASE_DIR}"
     lora = peft.LoraConfig(r=peft_cfg.rank, lora_alpha=peft_cfg.alpha, target_modules=peft_cfg.target_modules, task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, lora), base
+    with peft_quiet():
+        return peft.get_peft_model(model, lora), base
+
+
+@contextlib.contextmanager
+def peft_quiet() -> Iterator[None]:
+    """Silence the FutureWarning peft itself triggers by reading transformers' deprecated
+    ``is_gradient_checkpointing`` (peft 0.21 with transformers 5): not the user's to act on."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
