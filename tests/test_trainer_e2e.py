@@ -266,6 +266,30 @@ def test_ctrl_c_finishes_the_step_and_saves_a_checkpoint(tmp_path):
     assert signal.getsignal(signal.SIGINT) is before  # the caller's handler is restored
 
 
+def test_sigterm_finishes_the_step_and_saves_a_checkpoint_like_ctrl_c(tmp_path, capsys):
+    """A scheduler's stop (SIGTERM) must not lose the steps since the last checkpoint."""
+    import os
+    import signal
+
+    from ragen_core import hookimpl
+
+    class Term:
+        @hookimpl
+        def ragen_on_rollout_end(self, step):
+            if step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-step
+
+    trainer = Trainer(make_config(tmp_path, "steps=5", "save_freq=0", "test_freq=0"))
+    trainer.setup()
+    trainer.pm.register(Term())
+    before = signal.getsignal(signal.SIGTERM)
+    history = trainer.train()
+    assert len(history) == 2 and "actor/pg_loss" in history[1]  # the interrupted step completed
+    assert [p.name for p in (trainer.run_dir / "checkpoints").iterdir()] == ["step_2"]
+    assert "interrupt (SIGTERM): finishing this step and saving a checkpoint (SIGTERM again to abort)" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_observer_with_a_misspelt_hook_is_refused(tmp_path, monkeypatch):
     from ragen_core import DiagnosticSpec, registry
     from ragen_core.errors import PluginLoadError

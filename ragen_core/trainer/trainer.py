@@ -348,8 +348,9 @@ class Trainer(CheckpointMixin):
             self.watchdog.stop()
             if bar is not None:
                 bar.close()
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
+            for sig, previous in (old_handler or {}).items():
+                if previous is not None:  # None: a handler not set from Python, which cannot be put back
+                    signal.signal(sig, previous)
             call_hook(self.pm, "ragen_on_train_end", run_dir=self.run_dir, context=self.context)
             self.close()
         if self.stop_reason == DIVERGED:
@@ -477,7 +478,9 @@ class Trainer(CheckpointMixin):
             return self._interrupts > 0
         return last or (freq > 0 and step % freq == 0)
 
-    def _install_sigint(self) -> Any:
+    def _install_sigint(self) -> dict[int, Any] | None:
+        """Ctrl-C (SIGINT) and SIGTERM (a scheduler's stop, ``kill``) finish the step, checkpoint it and
+        end the run; a second one aborts. Returns the handlers to put back (None off the main thread)."""
         import threading
 
         if threading.current_thread() is not threading.main_thread():
@@ -487,9 +490,10 @@ class Trainer(CheckpointMixin):
             self._interrupts += 1
             if self._interrupts > 1:
                 raise KeyboardInterrupt
-            print("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
+            how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
 
-        return signal.signal(signal.SIGINT, handler)
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _progress(self) -> Any:
         if not self.config.progress or not self.world.main:
