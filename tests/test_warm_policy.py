@@ -37,6 +37,10 @@ def test_the_check_key_follows_what_a_format_check_depends_on_only():
     base = warm_policy.check_key(_cfg())
     assert warm_policy.check_key(_cfg("seed=7", "rollout.env_groups=9", "rollout.group_size=3", "warm_start.episodes=5")) == base
     assert warm_policy.check_key(_cfg("env_config.length=7")) != base
+    from ragen_core import registry
+
+    default_length = registry.make_config("env", register_toy_env()).length  # type: ignore[attr-defined]
+    assert warm_policy.check_key(_cfg(f"env_config.length={default_length}")) == base  # spelling out a default changes nothing
     assert warm_policy.check_key(_cfg("sampling.train.temperature=0.5")) != base
     assert warm_policy.check_key(_cfg("sampling.train.max_new_tokens=20")) != base
     assert warm_policy.check_key(_cfg("rollout.enable_think=false")) != base
@@ -226,10 +230,34 @@ def test_the_policy_that_measured_the_run_best_is_preferred_to_the_general_one(m
     (special / "build.json").write_text(json.dumps(record))
     assert [p.folder.name for p in warm_policy.shipped_policies()] == [warm_policy.GENERAL, "corridor"]
     assert warm_policy.policy_for(_cfg()).folder == special  # it measured these settings best
-    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == general  # nobody measured them: the general one
+    # nobody measured these settings: the policy that measured this env best under others (the run checks it)
+    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == special
     assert warm_policy.policy_for(_cfg("warm_start.target_valid_rate=0.99")).folder == special  # still the best start
+    record["targets"][0]["env"] = "some-other-env"  # no policy measured this env at all: the general one
+    (special / "build.json").write_text(json.dumps(record))
+    assert warm_policy.policy_for(_cfg("env_config.length=9")).folder == general
     shutil.rmtree(general)
     assert warm_policy.policy_for(_cfg("env_config.length=9")) is None
+
+
+def test_every_shipped_target_keeps_its_check_key_and_an_explicit_default_finds_it():
+    """The check key leaves out env settings equal to the env's defaults; every measurement the
+    shipped builds recorded must still be found by the settings it was measured on."""
+    from ragen_core.trainer.warmstart import payload_digest
+
+    policies = warm_policy.shipped_policies()
+    assert policies
+    for policy in policies:
+        for entry in policy.record["targets"]:
+            check = entry["check"]
+            cfg = RunConfig.model_validate({"env": check["env"], "preset": check["preset"], "env_config": check["env_config"]})
+            assert payload_digest({**check, "env_config": warm_policy.changed_env_settings(cfg)}) == entry["check_key"], entry["label"]
+    from ragen_core import registry
+
+    if "webshop" not in registry.names("env"):
+        pytest.skip("ragen-env-webshop is not installed")
+    webshop = load_config(RunConfig, [], ["env=webshop", "env_config.show_guidance=true"])  # the default, spelled out
+    assert warm_policy.policy_for(webshop).folder.name == "webshop" and warm_policy.policy_for(webshop).target(webshop) is not None
 
 
 def test_the_shipped_policies_write_valid_replies_for_every_env_they_were_built_for():

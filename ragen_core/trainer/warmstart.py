@@ -199,12 +199,14 @@ _LOOK_UP: Any = object()
 def cache_payload(config: RunConfig, shipped: Any = _LOOK_UP) -> dict[str, Any]:
     """The settings a warm start depends on: hashed into the cache key, kept in ``warm_start.json``
     (``shipped``: the run's shipped policy, already looked up by :func:`shipped_for`)."""
+    from ragen_core.trainer.warm_policy import changed_env_settings
+
     if shipped is _LOOK_UP:
         shipped = shipped_for(config)
     return {
         "env": config.env,
         "preset": config.preset,
-        "env_config": config.env_config,
+        "env_config": changed_env_settings(config),
         "model": config.model,
         # Batch shape (groups x group size) never reaches the demonstrations (one episode per
         # group) nor the check, so changing it keeps the cached warm start.
@@ -319,7 +321,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             return model
         check = format_check(config, model, tokenizer, progress="warm start: checking the shipped warm policy" if bars else None)
         if verbose:
-            print(f"warm start: the shipped warm policy writes {check.valid_rate:.3f} valid replies on these env settings "
+            print(f"warm start: the shipped warm policy {shipped.folder.name!r} writes {check.valid_rate:.3f} valid replies on these env settings "
                   f"(target {ws.target_valid_rate:.2f})" + ("" if check.valid_rate >= ws.target_valid_rate else "; training it further"))
         if check.valid_rate >= ws.target_valid_rate:
             meta = {**base, "valid_rate": check.valid_rate, "reached_target": True, "measured": "checked by this run",
