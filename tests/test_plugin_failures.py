@@ -4,6 +4,8 @@ and the last finished step checkpointed (a resume continues from it)."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -69,12 +71,27 @@ class DiagBoom:
         raise KeyError("boom from a diagnostic")
 
 
+class SignalAtStep1:
+    def __init__(self, config):
+        self.signum = config.signum
+
+    @hookimpl
+    def ragen_on_rollout_end(self, trajectories, step, context):
+        if step == 1:
+            os.kill(os.getpid(), self.signum)  # arrives mid-step, as from a terminal or a scheduler
+
+
+class SignalConfig(PluginConfig):
+    signum: int = 2
+
+
 SPECS = [
     FilterSpec(name="test-scripted-filter", config_model=Answer, factory=f"{__name__}:ScriptedFilter"),
     AlgorithmSpec(name="test-shape-boom", factory=f"{__name__}:ShapeBoom"),
     EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
     FilterSpec(name="test-returns-dict", factory="builtins:dict"),
+    DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
 ]
 
 
@@ -210,3 +227,15 @@ def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):
     out = capsys.readouterr().out
     n_disabled = sum(1 for line in out.splitlines() if " disabled " in line)
     assert n_disabled >= 1 and out.strip().splitlines()[-1].endswith(f", {n_disabled} disabled")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_run_stopped_by_a_signal_says_so_and_does_not_exit_0(tmp_path, capsys, signum):
+    """``ragen run ... && ragen eval ...`` must not go on with a half-finished run."""
+    run_dir = tmp_path / "run"
+    rc = _run(run_dir, "diagnostics=[test-signal]", f"diagnostics_config.test-signal.signum={int(signum)}", steps=3)
+    out = capsys.readouterr().out
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert rc == 128 + signum
+    assert f"stopped by {name} after step 1 of 3: continue with 'ragen run --resume {run_dir}'" in out.splitlines()
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_1"]

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ragen_core.cli import positive_int
+
 if TYPE_CHECKING:  # the trainer config imports pydantic models of every layer; the CLI loads it lazily
     from ragen_core.trainer.config import RunConfig
 
@@ -40,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
     parser.add_argument("--engine", help="rollout engine plugin: hf (default) or vllm")
     parser.add_argument("--workers", help="env pool that runs the envs: local (default), process, ray (ragen-workers-ray); sets rollout.pool")
-    parser.add_argument("--steps", type=int, help="training steps")
+    parser.add_argument("--steps", type=positive_int, help="training steps")
     parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>-<suffix>); must be new or empty")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --run-dir (its metrics, config, checkpoints)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")
@@ -151,4 +153,12 @@ def run(args: argparse.Namespace) -> int:
     last = history[-1] if history else {}
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in ("train/reward", "train/success", "val-env/success") if k in last)
     print(f"run directory: {trainer.run_dir}" + (f" ({summary})" if summary else ""))
+    signum = trainer.interrupted_by
+    done = trainer.start_step - 1 + len(history)  # history: this call's steps, one row each
+    if signum is not None and done < config.steps:  # stopped early on purpose: say so, and do not exit 0 ('&& ragen eval')
+        import signal
+
+        print(f"stopped by {'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name} after step {done} of {config.steps}: "
+              f"continue with 'ragen run --resume {trainer.run_dir}'")
+        return 128 + signum
     return 0

@@ -103,6 +103,8 @@ class Trainer(CheckpointMixin):
         self.start_step = 1
         self.stop_reason: str | None = None
         self._interrupts = 0
+        self.interrupted_by: int | None = None
+        """The signal (SIGINT, SIGTERM) that ended training early, else None."""
         self._updating = False
         """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._built = False
@@ -488,6 +490,7 @@ class Trainer(CheckpointMixin):
 
         def handler(signum: int, frame: Any) -> None:
             self._interrupts += 1
+            self.interrupted_by = signum
             if self._interrupts > 1:
                 raise KeyboardInterrupt
             how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
