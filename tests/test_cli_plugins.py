@@ -181,3 +181,10 @@ def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback():
         os.close(write_end)
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
     assert proc.returncode == 141
+
+
+@pytest.mark.parametrize("argv", [["env", "play", "bandit", "--agent", "random", "--episodes", "-1"],
+                                  ["eval", "--env", "bandit", "--groups", "0"], ["run", "--env", "bandit", "--steps", "0"]])
+def test_counts_below_one_are_refused_by_the_parser(argv):
+    out = ragen(*argv)
+    assert out.returncode == 2 and "expected a number >= 1, got" in out.stderr.strip().splitlines()[-1], out.stderr

@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any, TextIO
 
+from ragen_core.cli import positive_int
 from ragen_core.errors import RagenError
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", help="named preset of the env (e.g. CoordSokoban)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     parser.add_argument("--agent", choices=["human", "random"], default="human", help="who plays (default: human)")
-    parser.add_argument("--episodes", type=int, default=1, help="episodes to play")
+    parser.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="env config override (repeatable)")
 
 

@@ -28,17 +28,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ragen_core.cli import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help="env plugin name")
     parser.add_argument("--preset", help="env preset")
     parser.add_argument("--model", default="tiny", help="'tiny', a model folder, or a run directory")
-    parser.add_argument("--groups", type=int, default=16, help="number of groups (distinct seeds)")
-    parser.add_argument("--group-size", type=int, default=1, help="episodes per group (k of pass@k)")
+    parser.add_argument("--groups", type=positive_int, default=16, help="number of groups (distinct seeds)")
+    parser.add_argument("--group-size", type=positive_int, default=1, help="episodes per group (k of pass@k)")
     parser.add_argument("--seed", type=int, default=123, help="base seed of the evaluation set")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.5)")
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="generation budget per turn")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None, help="generation budget per turn")
     parser.add_argument("--out", metavar="FILE.jsonl", help="write every trajectory as JSON lines")
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="run config for env/rollout settings")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted RunConfig overrides (env_config.*, rollout.*)")

@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ragen_core.cli import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -20,18 +22,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--name", default="tiny-warm", help="policy name: its folder under ragen_core/models/warm (default tiny-warm, the general one)")
     b.add_argument("--out", help="output folder (default: ragen_core/models/warm/NAME)")
     b.add_argument("--envs", nargs="+", help="envs to include (default: every installed env that can be demonstrated here)")
-    b.add_argument("--episodes", type=int, default=32, help="demonstrations per target per round (default 32)")
-    b.add_argument("--demo-turns", type=int, default=2, help="turns per demonstration episode (default 2)")
-    b.add_argument("--epochs", type=int, default=2, help="SFT epochs per round over its demonstrations (default 2)")
+    b.add_argument("--episodes", type=positive_int, default=32, help="demonstrations per target per round (default 32)")
+    b.add_argument("--demo-turns", type=positive_int, default=2, help="turns per demonstration episode (default 2)")
+    b.add_argument("--epochs", type=positive_int, default=2, help="SFT epochs per round over its demonstrations (default 2)")
     b.add_argument("--lr", type=float, default=1e-3, help="constant AdamW learning rate (default 1e-3)")
-    b.add_argument("--max-rounds", type=int, default=20, help="most rounds (default 20)")
-    b.add_argument("--check-episodes", type=int, default=32, help="episodes of each target's valid-rate check (default 32)")
+    b.add_argument("--max-rounds", type=positive_int, default=20, help="most rounds (default 20)")
+    b.add_argument("--check-episodes", type=positive_int, default=32, help="episodes of each target's valid-rate check (default 32)")
     b.add_argument("--no-recipes", action="store_true", help="only each env's default run, not its recipes")
     b.add_argument("--max-minutes", type=float, help="start no round after this many minutes (the model is written after every round)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--init-from", metavar="NAME|FOLDER",
                    help="continue from a built policy's weights (a shipped name such as tiny-warm, or a folder) instead of random ones")
-    b.add_argument("--delta-rank", type=int, metavar="R",
+    b.add_argument("--delta-rank", type=positive_int, metavar="R",
                    help="with --init-from: keep its weights and store only a rank-R change (about 0.25 MB at R=8 instead of 3.6 MB); "
                         "a run loads the base plus the change")
     b.add_argument("--own-thoughts", action="store_true", help="keep each target's reasoning texts (default: empty reasoning for all)")

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from pydantic import Field
 
 from ragen_core.config import short_repr
-from ragen_core.errors import EnvError
+from ragen_core.errors import EnvError, RagenError
 from ragen_core.interfaces.env import Env
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
@@ -127,6 +127,8 @@ def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:
         observation = env.reset(request.seed, member=request.member, mode=request.mode)
         instruction = env.instruction()
         facts = EnvFacts.of(env)
+    except RagenError as exc:  # said on purpose (a bad data file, a missing server): keep its hints
+        raise EnvError(f"{label} failed to reset: {type(exc).__name__}: {exc.message}", exc.hints) from exc
     except Exception as exc:
         raise EnvError(f"{label} failed to reset: {_first_line(exc)}") from exc
     return EpisodeStart(request.episode_id, _observation(observation, label, "from reset()"), str(instruction), facts)

@@ -175,7 +175,9 @@ def _rows_of(source: str, split: str, subsets: tuple[str, ...], cache_dir: str |
     datasets = _datasets()
     path = Path(source).expanduser()
     if path.exists():
-        return [(p.name, datasets.load_dataset(_SUFFIXES[p.suffix.lower()], data_files=str(p.resolve()), split="train", cache_dir=cache_dir))
+        from ragen_core.datafiles import load_local_file
+
+        return [(p.name, load_local_file(_SUFFIXES[p.suffix.lower()], p, cache_dir=cache_dir, what="DeepCoder data file"))
                 for p in _local_files(path)]
     hub_split = "train" if split == "train" else "test"
     return [(f"{subset}/{hub_split}", datasets.load_dataset(source, subset, split=hub_split, cache_dir=cache_dir)) for subset in subsets]

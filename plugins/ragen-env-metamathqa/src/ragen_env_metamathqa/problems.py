@@ -127,7 +127,9 @@ def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | No
             builder = _SUFFIXES.get(local.suffix.lower())
             if builder is None:
                 raise ConfigError(f"unsupported data file {local} (expected .json, .jsonl or .parquet)")
-            return datasets.load_dataset(builder, data_files=str(local.resolve()), split="train", cache_dir=cache_dir)
+            from ragen_core.datafiles import load_local_file
+
+            return load_local_file(builder, local, cache_dir=cache_dir, what="MetaMathQA data file")
         if local.is_dir():
             return datasets.load_dataset(str(local.resolve()), split=split, cache_dir=cache_dir)
         if path.startswith((".", "/", "~")) or path.endswith(tuple(_SUFFIXES)):
