@@ -133,3 +133,17 @@ def test_make_runner_builds_the_configured_pool():
     with pytest.raises(PluginConfigError, match=r"pool\.local\.workers: unknown key"):
         make_runner(bad, engine=None, tokenizer=tok)
 
+
+
+def test_process_workers_ignore_ctrl_c_so_the_step_being_finished_keeps_its_episodes():
+    # Ctrl-C in a terminal signals the whole process group; the trainer finishes the step on it, so
+    # a worker that died of KeyboardInterrupt would fail that step's episodes.
+    requests = [ResetRequest(i, 30 + i, 0) for i in range(2)]
+    with ProcessEnvPool(TOY, workers=2) as pool:
+        pool.reset(requests)
+        pids = pool.worker_pids()
+        for pid in pids.values():
+            os.kill(pid, signal.SIGINT)
+        outcomes = pool.step([StepRequest(i, ("Right",)) for i in range(2)])
+        assert [o.end_reason for o in outcomes] == ["", ""], [o.error for o in outcomes]
+        assert pool.worker_pids() == pids

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import signal
 import time
 import weakref
 from multiprocessing.connection import Connection, wait
@@ -61,6 +62,9 @@ def _worker_main(conn: Connection, env_json: str) -> None:
     """Loop of one worker: build envs per episode slot, answer resets and steps with dicts."""
     from ragen_core.rollout.env_pool import episode_label, reset_env, run_actions
 
+    # Ctrl-C in a terminal reaches the whole foreground process group: the trainer finishes its step
+    # on it, so the workers must keep serving that step (they end when the parent closes the pipe).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     ref = EnvRef.model_validate_json(env_json)
     envs: dict[int, Any] = {}
     labels: dict[int, str] = {}
