@@ -98,7 +98,13 @@ def run(args: argparse.Namespace) -> int:
     written = report.build_report(run_dir)
     for path in written:
         print(path)
-    if not any(path.name == "collapse_regimes.png" for path in written):
+    if any(path.name == "collapse_regimes.png" for path in written):
+        return 0
+    skipped = report.skipped_no_reasoning_steps(report.read_metrics(run_dir / "metrics.jsonl")
+                                                + report.read_metrics(run_dir / report.OFFLINE_FILE))
+    if skipped:
+        print(f"note: {run_dir} has no collapse metrics: {report.skipped_note(skipped)}")
+    else:
         print(f"note: {run_dir} has no collapse metrics (the report shows reward and filter curves only). Turn them on when training: "
               "ragen run ... diagnostics=[collapse]; or compute them afterwards from a checkpoint and its rollouts (a run with "
               f"save_rollouts=true): ragen diagnose {run_dir} --checkpoint step_N")

@@ -199,6 +199,27 @@ def _flag_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
     return [int(r["step"]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0]
 
 
+SKIPPED_KEY = "collapse/skipped_no_reasoning"
+
+
+def skipped_no_reasoning_steps(rows: list[dict[str, Any]]) -> list[int]:
+    """Steps at which the collapse diagnostic ran but skipped MI because no turn had reasoning."""
+    return sorted(set(_flag_steps(rows, SKIPPED_KEY)))
+
+
+def _step_list(steps: list[int], limit: int = 8) -> str:
+    shown = ", ".join(map(str, steps[:limit]))
+    return shown + (f", ... ({len(steps)} steps)" if len(steps) > limit else "")
+
+
+def skipped_note(steps: list[int]) -> str:
+    """Why a run with the collapse diagnostic on has no MI metrics: the reasoning was empty."""
+    return (f"the collapse diagnostic ran (steps {_step_list(steps)}) but every turn's <think> reasoning was empty "
+            f"({SKIPPED_KEY}=1), so MI, entropy and retrieval were skipped. For replies without reasoning, score the "
+            "whole reply: ragen run ... diagnostics=[collapse] diagnostics_config.collapse.z_source=response "
+            "(or 'auto'), or afterwards ragen diagnose RUN_DIR --checkpoint step_N --z-source response")
+
+
 def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str, Any]], pngs: list[Path], missing: list[str]) -> Path:
     """``RUN_DIR/diagnostics.html``: summary tables, warnings, and the PNGs inlined as base64."""
     parts = [
@@ -214,6 +235,9 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
         steps = _flag_steps(rows, key)
         if steps:
             parts.append(f"<p><b>{label}</b> at steps {', '.join(map(str, steps))}</p>")
+    skipped = skipped_no_reasoning_steps(rows + offline)
+    if skipped:
+        parts.append(f"<p><b>collapse metrics skipped</b>: {html.escape(skipped_note(skipped))}</p>")
     errors = _flag_steps(rows, "collapse/error")
     if errors:
         parts.append(f"<p><b>diagnostic errors</b> at steps {', '.join(map(str, errors))} (see the training log)</p>")
