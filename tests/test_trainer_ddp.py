@@ -110,3 +110,40 @@ def test_world_size_without_torchrun_is_a_one_line_error(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(ConfigError, match=r"WORLD_SIZE=2 but RANK, MASTER_ADDR, MASTER_PORT is not set: .*torchrun"):
         from_env("cpu")
+
+
+# On rank 1 only, the third rollout gather (step 3's: World.gather is called once per rollout) ends
+# the process as a crash would, while rank 0 waits in that gather.
+_DIE_ON_RANK_1 = """
+import os
+if os.environ.get("RANK") == "1":
+    from ragen_core.trainer import distributed
+    _calls = [0]
+    _gather = distributed.World.gather
+    def gather(self, items):
+        _calls[0] += 1
+        if _calls[0] == 3:
+            os._exit(3)
+        return _gather(self, items)
+    distributed.World.gather = gather
+"""
+
+
+def test_a_rank_that_dies_in_the_rollout_leaves_rank_0_a_checkpoint_and_one_line(tmp_path):
+    import os
+
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_DIE_ON_RANK_1)
+    env = distributed_child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hook"), *filter(None, [env.get("PYTHONPATH")])])
+    args = list(ARGS)
+    args[args.index("--steps") + 1] = "5"
+    out = subprocess.run([*torchrun_command(2), *args, "--run-dir", str(tmp_path / "run")], env=env, capture_output=True, text=True,
+                         timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "RankLostError: rank 0: a gather (all_gather_object) over 2 ranks failed: another rank stopped or crashed" in text, text[-3000:]
+    assert "step 3 failed: saved checkpoints/step_2, the last finished step" in text, text[-3000:]
+    assert "[rank0]: Traceback" not in text, text[-3000:]
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_2"]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2

@@ -70,11 +70,30 @@ FSDP needs several ranks (refused in one process). ``--resume`` loads any whole 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ragen_core.errors import ConfigError
+from ragen_core.errors import ConfigError, TrainingError
+
+
+class RankLostError(TrainingError):
+    """A collective failed: another rank of the run stopped or crashed (its own log says why)."""
+
+
+@contextmanager
+def _collective(world: World, what: str) -> Iterator[None]:
+    """Turn a collective's backend error (gloo: "Connection closed by peer", NCCL: a watchdog
+    timeout) into one line that says which rank saw it and where to look."""
+    try:
+        yield
+    except RuntimeError as exc:  # torch.distributed.DistBackendError is a RuntimeError too
+        first = str(exc).splitlines()[0].split(". ")[0] if str(exc) else type(exc).__name__
+        raise RankLostError(
+            f"rank {world.rank}: {what} over {world.size} ranks failed: another rank stopped or crashed ({first[:200]})",
+            ["the first rank to fail says why in its own output (torchrun's summary names it as the root cause)"],
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -113,7 +132,8 @@ class World:
         import torch.distributed as dist
 
         out = tensor.detach().to(self.device, copy=True)
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        with _collective(self, "a sum (all_reduce)"):
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out.to(tensor.device)
 
     def sum_floats(self, values: list[float]) -> list[float]:
@@ -136,7 +156,8 @@ class World:
         import torch.distributed as dist
 
         box = [obj if self.main else None]
-        dist.broadcast_object_list(box, src=0, device=self._object_device())
+        with _collective(self, "a broadcast from rank 0"):
+            dist.broadcast_object_list(box, src=0, device=self._object_device())
         return box[0]
 
     def gather(self, items: list[Any]) -> list[Any]:
@@ -146,7 +167,8 @@ class World:
         import torch.distributed as dist
 
         boxes: list[Any] = [None] * self.size
-        dist.all_gather_object(boxes, items)
+        with _collective(self, "a gather (all_gather_object)"):
+            dist.all_gather_object(boxes, items)
         return [x for box in boxes for x in box]
 
     def sync_module(self, module: Any) -> None:
@@ -159,7 +181,8 @@ class World:
         with torch.no_grad():
             for tensor in list(module.parameters()) + list(module.buffers()):
                 buf = tensor.detach().to(self.device, copy=True)
-                dist.broadcast(buf, src=0)
+                with _collective(self, "copying rank 0's weights"):
+                    dist.broadcast(buf, src=0)
                 tensor.copy_(buf.to(tensor.device))
 
     def sum_grads(self, params: Iterable[Any]) -> None:

@@ -441,13 +441,22 @@ class Trainer(CheckpointMixin):
         """Step ``step`` raised before changing any weight: checkpoint step ``step - 1`` (no lost work).
 
         The weights, optimiser and metrics rows are those of the last finished step; the failed
-        step's rollout is not replayed by a resume (the runner has moved past its seeds). Not for
-        several ranks (the others may wait in a collective), an async rollout in flight, or an
-        error inside the update (the weights are then no step's).
+        step's rollout is not replayed by a resume (the runner has moved past its seeds). With
+        several DDP ranks (another rank died, so a collective failed) rank 0 saves alone: every rank
+        holds the same whole weights and optimiser state, so no collective is needed. Not with FSDP
+        (gathering the shards needs every rank), an async rollout in flight, or an error inside the
+        update (the weights are then no step's).
         """
         done = step - 1
-        if (self._updating or done <= saved or not self.world.main or self.world.parallel or self.overlap is not None
-                or not self._good_to_save(done)):
+        if done <= saved or not self.world.main or self.overlap is not None:
+            return
+        if self._updating or self.world.sharded:
+            if self.world.parallel:  # say why a torchrun run that lost a rank kept nothing newer
+                why = "during the update (the weights are part-way through it)" if self._updating else "with FSDP (saving needs every rank)"
+                newest = f"checkpoints/step_{saved} stays the newest" if saved > 0 else "no checkpoint was written before (save_freq sets how often)"
+                report(f"step {step} failed {why}: step {done} was not saved; {newest}")
+            return
+        if not self._good_to_save(done):
             return
         try:
             path = self.save(done)
@@ -494,7 +503,8 @@ class Trainer(CheckpointMixin):
             if self._interrupts > 1:
                 raise KeyboardInterrupt
             how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-            print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
+            if self.world.main:  # under torchrun every rank gets the signal; one line says it
+                print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 
