@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from ragen_core.interfaces.rollout_filter import FilterConfig
 
@@ -42,7 +42,9 @@ class ScoreConfig(FilterConfig):
     statistic: Literal["std", "var"] = "std"
     """Spread statistic of the ``*_variance`` metrics: ``std`` (reference) or ``var`` (spec L14)."""
     ddof: int = Field(default=1, ge=0)
-    """Delta degrees of freedom of the spread; 1 = unbiased, as the reference."""
+    """Delta degrees of freedom of the spread; 1 = unbiased, as the reference. Must stay below the
+    group size (``rollout.group_size``): a group of ``size <= ddof`` has spread 0, so a filter whose
+    groups are all that small is refused on its first batch."""
     num_groups: int | None = Field(default=None, ge=1)
     """Configured number of prompt groups per step (``env_groups``); used by fractional top-k
     and the kept ratio. None = the number of groups present in the batch."""
@@ -89,8 +91,9 @@ class TopPConfig(OrderedConfig):
     """Share of the score mass to keep; ``>= 1`` keeps every candidate."""
     prob_mode: Literal["linear", "softmax"] = "linear"
     """``linear``: mass = share of summed scores (scale-free); ``softmax``: mass of softmax(scores)."""
-    selection_eps: float = 0.01
-    """Slack subtracted from the linear threshold; batches with ``value * sum <= eps`` keep nothing."""
+    selection_eps: float = Field(default=0.01, ge=0.0)
+    """Slack subtracted from the linear threshold; batches with ``value * sum <= eps`` keep nothing.
+    Not negative: a negative slack raises the threshold above ``value * sum`` (spec 9.3)."""
     include_zero: bool = False
     """Whether zero-score groups are candidates (off: flat groups are always dropped)."""
     on_all_zero: Literal["empty", "keep-all"] = "empty"
@@ -126,8 +129,9 @@ class TopKAbsConfig(OrderedConfig):
 class MinPConfig(OrderedConfig):
     """``snr-minp``: keep groups scoring at least ``value`` times the best score."""
 
-    value: float = Field(default=0.1, ge=0.0)
-    """Relative cut: largest keeps ``score >= max * value``; smallest keeps ``score <= min / value``."""
+    value: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Relative cut in [0, 1]: largest keeps ``score >= max * value``; smallest keeps
+    ``score <= min / value``. Above 1 no group can pass (not even the best), so it is refused."""
     include_zero: bool = False
     """Whether zero-score groups are candidates (off: flat groups are always dropped)."""
 
@@ -149,8 +153,8 @@ class ReferenceConfig(OrderedConfig):
     """Meaning depends on ``strategy`` (mass, fraction, count or relative cut)."""
     prob_mode: Literal["linear", "softmax"] = "linear"
     """Top-p mass computation (``linear`` or ``softmax``)."""
-    selection_eps: float = 0.01
-    """Linear top-p threshold slack."""
+    selection_eps: float = Field(default=0.01, ge=0.0)
+    """Linear top-p threshold slack (not negative)."""
     on_all_zero: Literal["empty", "keep-all"] = "empty"
     """When every group scores zero: ``empty`` (reference) or ``keep-all`` (L16)."""
 
@@ -158,6 +162,13 @@ class ReferenceConfig(OrderedConfig):
     @classmethod
     def _strategy(cls, value: Any) -> Any:
         return _canonical(value)
+
+    @field_validator("value")
+    @classmethod
+    def _min_p_cut(cls, value: float, info: ValidationInfo) -> float:
+        if info.data.get("strategy") == "min_p" and value > 1:
+            raise ValueError(f"with strategy min_p the value is a fraction of the best score, in [0, 1]; {value:g} keeps no group")
+        return value
 
     @field_validator("prob_mode", "on_all_zero", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ Filters are pure: they never mutate the input and are deterministic.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, ClassVar
 
 from ragen_core.errors import ConfigError
@@ -85,6 +86,23 @@ class ScoredFilter(RolloutFilter):
         """Drop reason for a zero-score group."""
         return "zero variance" if self.config.metric.endswith("variance") else "zero score"
 
+    def _check_ddof(self, batch: ScoredBatch) -> None:
+        """Refuse a spread metric whose ``ddof`` leaves every group of the batch with spread 0.
+
+        The group size is known only from the batch (``rollout.group_size``), so this runs on the
+        first step. Groups of one episode have no spread whatever ``ddof`` is; they are left alone.
+        """
+        cfg = self.config
+        if not str(cfg.metric).endswith("_variance") or not batch.index.members:
+            return
+        largest = max(len(m) for m in batch.index.members)
+        if 2 <= largest <= cfg.ddof:
+            raise ConfigError(
+                f"filter_config.ddof={cfg.ddof} is not below the group size {largest} (rollout.group_size): the in-group "
+                f"{cfg.statistic} of {cfg.metric} is 0 for every group, so the filter would drop every group; "
+                f"use ddof 0 or 1 (1 = unbiased, the default) or groups of more than {cfg.ddof} episodes"
+            )
+
     def select(self, rollouts: GroupedRollouts) -> FilterResult:
         """Choose the groups to train on.
 
@@ -96,9 +114,11 @@ class ScoredFilter(RolloutFilter):
             ``rollout/...`` metrics. An empty batch gives an empty result (with metrics).
 
         Raises:
-            ConfigError: When the metric needs entropies or lengths the batch lacks.
+            ConfigError: When the metric needs entropies or lengths the batch lacks, or when a
+                spread metric's ``ddof`` is at least the size of every group (spread 0 everywhere).
         """
         batch = score_batch(rollouts, self.config)
+        self._check_ddof(batch)
         kept, reasons = self.choose(batch) if len(batch.index) else ([], {})
         kept = sorted(set(kept))
         for pos, reason in list(reasons.items()):
@@ -139,6 +159,26 @@ class SelectionFilter(ScoredFilter):
 
     config_class = ReferenceConfig
     strategy: ClassVar[str] = "top_p"
+
+    def __init__(self, config: FilterConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
+        super().__init__(config, **overrides)
+        warning = self.never_keeps()
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+
+    def never_keeps(self) -> str | None:
+        """Why this setting keeps no group in any batch, or None.
+
+        Linear top-p with ``value == 0``: the threshold ``0 * sum - selection_eps`` is at most 0,
+        so the empty prefix already reaches it (spec 9.3) and every step is empty-after-filter.
+        This is warned about rather than refused: the spec defines the result. Softmax top-p
+        with ``value == 0`` keeps the single most probable group and is not affected.
+        """
+        cfg = self.config
+        if self._strategy() == "top_p" and getattr(cfg, "prob_mode", "linear") == "linear" and cfg.value == 0:
+            return ("filter_config.value=0 with linear top-p keeps no group in any batch (threshold 0 * sum - selection_eps "
+                    "is reached by the empty prefix): every step is skipped as empty; use a value in (0, 1]")
+        return None
 
     def _strategy(self) -> str:
         return str(getattr(self.config, "strategy", self.strategy))

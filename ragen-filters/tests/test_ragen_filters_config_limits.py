@@ -1,0 +1,83 @@
+"""Filter settings that can never keep a group are refused (or warned about, where the spec defines the result)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.errors import ConfigError, PluginConfigError
+from ragen_core.interfaces.rollout_filter import GroupedRollouts
+from ragen_core.testing.run_helpers import CHILD_MAIN, TOY_RUN, one_line_error, register_toy_env
+
+
+@pytest.mark.parametrize(("name", "settings", "key"), [
+    ("snr-minp", {"value": 1.5}, "filter.snr-minp.value"),
+    ("min-p", {"value": 2, "order": "smallest"}, "filter.snr-minp.value"),
+    ("reference", {"strategy": "min-p", "value": 1.01}, "filter.reference.value"),
+    ("snr-topp", {"selection_eps": -0.01}, "filter.snr-topp.selection_eps"),
+    ("snr-topp-softmax", {"selection_eps": -1}, "filter.snr-topp-softmax.selection_eps"),
+    ("reference", {"selection_eps": -0.5}, "filter.reference.selection_eps"),
+])
+def test_settings_that_keep_nothing_are_refused_naming_the_key(name, settings, key):
+    with pytest.raises(PluginConfigError) as info:
+        registry.make_config("filter", name, settings)
+    assert key in str(info.value).splitlines()[0]
+
+
+@pytest.mark.parametrize(("name", "settings"), [
+    ("snr-minp", {"value": 1.0}), ("snr-minp", {"value": 0.0}), ("snr-topp", {"selection_eps": 0.0}),
+    ("reference", {"strategy": "top_k", "value": 2.0}), ("reference", {"strategy": "min_p", "value": 0.5}),
+])
+def test_the_edges_of_the_valid_ranges_are_accepted(name, settings):
+    registry.make_config("filter", name, settings)
+
+
+def test_ddof_at_least_the_group_size_is_refused_on_the_first_batch():
+    batch = GroupedRollouts(group_ids=[0, 0, 1, 1], rewards=[0.0, 1.0, 1.0, 0.5])
+    for name in ("snr-topp", "snr-topk", "snr-soft", "none"):
+        with pytest.raises(ConfigError) as info:
+            registry.make("filter", name, {"ddof": 2}).select(batch)
+        message = str(info.value)
+        assert "\n" not in message and "filter_config.ddof=2" in message and "group size 2" in message
+    assert registry.make("filter", "snr-topp", {"ddof": 1}).select(batch).kept_groups == [0, 1]
+    # a spread metric is needed for ddof to matter; groups of one episode have no spread whatever ddof is
+    registry.make("filter", "snr-topp", {"ddof": 5, "metric": "reward"}).select(batch)
+    registry.make("filter", "snr-topp", {"ddof": 1}).select(GroupedRollouts(group_ids=[0, 1], rewards=[0.0, 1.0]))
+
+
+def test_linear_top_p_value_zero_warns_once_and_keeps_nothing(capsys):
+    filt = registry.make("filter", "snr-topp", {"value": 0})
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: filter_config.value=0") and "keeps no group" in lines[0]
+    assert filt.select(GroupedRollouts(group_ids=[0, 0, 1, 1], rewards=[0.0, 1.0, 1.0, 0.5])).kept_groups == []
+    registry.make("filter", "reference", {"value": 0, "include_zero": False})
+    assert "keeps no group" in capsys.readouterr().err
+    # softmax top-p at 0 keeps the most probable group (spec 9.3): no warning
+    soft = registry.make("filter", "snr-topp-softmax", {"value": 0})
+    registry.make("filter", "snr-topp", {"value": 0.5})
+    assert capsys.readouterr().err == ""
+    assert soft.select(GroupedRollouts(group_ids=[0, 0, 1, 1], rewards=[0.0, 1.0, 1.0, 3.0])).kept_groups == [1]
+
+
+def _ragen_run(tmp_path, *overrides):
+    args = ["--env", register_toy_env(), "--run-dir", str(tmp_path / "run"), "--steps", "1", *TOY_RUN, *overrides]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-c", CHILD_MAIN, "run", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_ragen_run_refuses_min_p_above_one_before_loading_a_model(tmp_path):
+    out = _ragen_run(tmp_path, "filter=snr-minp", "filter_config.value=2")
+    assert out.returncode == 2, out.stderr
+    assert "filter.snr-minp.value" in one_line_error(out.stderr)
+
+
+def test_ragen_run_refuses_ddof_at_the_group_size_in_one_line(tmp_path):
+    out = _ragen_run(tmp_path, "filter=snr-topp", "filter_config.ddof=2")  # TOY_RUN: rollout.group_size=2
+    assert out.returncode == 2, out.stderr
+    line = one_line_error(out.stderr)
+    assert "filter_config.ddof=2" in line and "group size 2" in line
