@@ -12,6 +12,7 @@ overrides (``rollout.group_size=16``).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -388,6 +389,39 @@ def check_plugin_configs(config: RunConfig) -> None:
     registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config))
     for name in config.diagnostics:
         registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}))
+    _unlisted_diagnostic_settings(config)
+
+
+def _unlisted_diagnostic_settings(config: RunConfig) -> list[str]:
+    """Keys of ``diagnostics_config`` that no name in ``diagnostics`` reads, for installed
+    diagnostics that are simply not turned on (``run_warnings`` warns about those).
+
+    Raises:
+        PluginConfigError: A key that names no installed diagnostic (one line listing the known
+            names), or one spelled differently from the ``diagnostics`` entry of the same
+            diagnostic (the trainer reads the settings under the name as listed).
+    """
+    from ragen_core import registry
+    from ragen_core.errors import PluginConfigError
+    from ragen_core.specs import normalize_name
+
+    known = sorted({e.name for e in registry.entries("diagnostic", include_disabled=True)})
+    listed = {normalize_name(name): name for name in config.diagnostics}
+    unlisted: list[str] = []
+    for key in config.diagnostics_config:
+        if key in config.diagnostics:
+            continue
+        name = normalize_name(key)
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            raise PluginConfigError(f"diagnostics_config.{key}: no diagnostic named {key!r}; {guess}"
+                                    f"known diagnostics: {', '.join(known) or 'none installed'}")
+        if name in listed:
+            raise PluginConfigError(f"diagnostics_config.{key}: diagnostics lists this diagnostic as {listed[name]!r}, which reads "
+                                    f"diagnostics_config.{listed[name]}; spell both the same way")
+        unlisted.append(key)
+    return unlisted
 
 
 def resolved_config(config: RunConfig) -> dict[str, Any]:
@@ -416,6 +450,9 @@ def run_warnings(config: RunConfig) -> list[str]:
     * ``rollout.group_size=1`` with an estimator whose baseline comes from the group
       (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
       group holds one episode, so the warning says what the advantage becomes instead.
+    * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
+      its settings are unused. A warning, not a refusal: turning a diagnostic off with
+      ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
     """
     from ragen_core import registry
 
@@ -426,6 +463,10 @@ def run_warnings(config: RunConfig) -> list[str]:
     if config.rollout.group_size == 1 and baseline:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
                    f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
+    for key in _unlisted_diagnostic_settings(config):
+        turned_on = ",".join([*config.diagnostics, key])
+        out.append(f"diagnostics_config.{key} is set but diagnostics does not list {key!r}, so these settings are unused; "
+                   f"to run it: diagnostics=[{turned_on}]")
     return out
 
 
