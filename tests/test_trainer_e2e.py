@@ -186,6 +186,7 @@ def test_cli_run_eval_and_plot(tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "success:" in printed and "pass@2:" in printed and "mean_reward:" in printed
+    assert f"model: {run_dir / 'checkpoints' / 'step_1'} (the latest checkpoint of {run_dir})" in printed
     lines = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert len(lines) == 4
     rec = lines[0]

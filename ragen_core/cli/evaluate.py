@@ -5,7 +5,10 @@ Examples::
     ragen eval --env bandit --model runs/bandit-grpo-X/checkpoints/step_20 --groups 32 --group-size 4
     ragen eval --env sokoban --preset CoordSokoban --model runs/sokoban-ppo-X --out val.jsonl
 
-``--model`` accepts ``tiny``, a model folder, or a run directory (its latest checkpoint is used).
+``--model`` accepts ``warm`` (the default: the shipped warm policy ``ragen run`` starts this env
+from with the tiny model), ``warm:NAME`` or a shipped policy folder (``ragen warm-policy show``
+lists them; delta policies included), ``tiny`` (the tiny model's random weights), a model folder,
+or a run directory (its latest checkpoint is used). The first line printed names what was evaluated.
 A checkpoint is checked against its manifest first and its weights load from safetensors only;
 a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
 Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
@@ -34,7 +37,9 @@ from ragen_core.cli import positive_int
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help="env plugin name")
     parser.add_argument("--preset", help="env preset")
-    parser.add_argument("--model", default="tiny", help="'tiny', a model folder, or a run directory")
+    parser.add_argument("--model", default="warm",
+                        help="'warm' (default: the shipped warm policy a run of this env starts from), 'warm:NAME', "
+                             "'tiny' (random weights), a model or shipped-policy folder, or a run directory")
     parser.add_argument("--groups", type=positive_int, default=16, help="number of groups (distinct seeds)")
     parser.add_argument("--group-size", type=positive_int, default=1, help="episodes per group (k of pass@k)")
     parser.add_argument("--seed", type=int, default=123, help="base seed of the evaluation set")
@@ -146,8 +151,18 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     )
 
     device = resolve_device(config.device)
-    path = resolve_model(model_path)
-    model, tokenizer = load_model_and_tokenizer(path, device=device, safetensors_only=written_by_ragen(path))
+    shipped = shipped_policy_named(model_path, config)
+    if shipped is not None:
+        model, tokenizer = load_model_and_tokenizer("tiny", device=device)
+        shipped.load_into(model)
+        print(f"model: shipped warm policy {shipped.folder.name!r} ({shipped.folder})", flush=True)
+    else:
+        path = resolve_model(model_path)
+        model, tokenizer = load_model_and_tokenizer(path, device=device, safetensors_only=written_by_ragen(path))
+        if path != model_path:
+            print(f"model: {path} (the latest checkpoint of {model_path})", flush=True)
+        elif model_path in ("tiny", "tiny-qwen-tok"):
+            print(f"model: {model_path} with random weights (untrained; --model warm evaluates the shipped warm policy)", flush=True)
     engine = make_engine(config, model, tokenizer)
     runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
     try:
@@ -162,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
     from ragen_core.trainer.config import RunConfig, check_plugin_configs
 
-    flags = [f"env={args.env}", f"model={args.model}", f"seed_val={args.seed}"]
+    flags = [f"env={args.env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
         flags.append(f"preset={args.preset}")
     if args.temperature is not None:
@@ -192,8 +207,46 @@ def check_model_name(model: str) -> None:
     """A ``--model`` that can only be a local path must exist: said at once, before torch loads."""
     from ragen_core.models import TINY_NAMES, check_model_folder
 
+    if is_shipped_name(model):
+        shipped_policy_named(model, None)  # a wrong name or a stale folder: said now
+        return
     if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
         check_model_folder(model)
+
+
+def is_shipped_name(model: str) -> bool:
+    """``warm``, ``warm:NAME`` or a folder holding a shipped policy's ``build.json``."""
+    from ragen_core.trainer.warm_policy import BUILD_FILE
+
+    return model == "warm" or model.startswith("warm:") or (Path(model) / BUILD_FILE).is_file()
+
+
+def shipped_policy_named(model: str, config: Any) -> Any:
+    """The shipped policy ``--model`` names (``warm``: the one a run of ``config`` starts from), else None.
+
+    Raises:
+        ConfigError: No such shipped policy, or one built for another tiny model.
+    """
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer import warm_policy as wp
+
+    if not is_shipped_name(model):
+        return None
+    names = [p.folder.name for p in wp.shipped_policies()]
+    if model == "warm":
+        if config is None:
+            return None
+        found = wp.policy_for(config)
+        if found is None:
+            raise ConfigError("--model warm: no shipped warm policy is installed with ragen-core",
+                              ["evaluate the tiny model's random weights with --model tiny, or a trained run with --model RUN_DIR"])
+        return found
+    folder = wp.SHIPPED_ROOT / model.split(":", 1)[1] if model.startswith("warm:") else Path(model)
+    found = wp.shipped_policy(folder)
+    if found is None:
+        raise ConfigError(f"--model {model}: {folder} is not a usable shipped warm policy (missing, or built for another tiny model)",
+                          [f"shipped policies: {', '.join('warm:' + n for n in names) or 'none'}"])
+    return found
 
 
 def check_writable(out: Path) -> Path:

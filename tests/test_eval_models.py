@@ -1,0 +1,45 @@
+"""``ragen eval --model``: the default is the shipped warm policy a run of the env starts from (not
+the tiny model's random weights), shipped policies (deltas too) can be named, and the first line
+says what was evaluated."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ragen_core.cli.main import main
+from ragen_core.trainer.warm_policy import SHIPPED_ROOT, shipped_policy
+
+
+def _eval(capsys, *argv: str) -> tuple[int, str]:
+    rc = main(["eval", "--env", "sudoku", "--groups", "2", *argv])
+    out = capsys.readouterr()
+    return rc, out.out + out.err
+
+
+def _valid(text: str) -> float:
+    return float(re.search(r"valid_turn_rate: ([0-9.]+)", text).group(1))
+
+
+@pytest.mark.skipif(shipped_policy(SHIPPED_ROOT / "sudoku") is None, reason="the shipped sudoku delta policy is not installed")
+def test_eval_defaults_to_the_shipped_warm_policy_and_names_it(capsys):
+    rc, warm = _eval(capsys)
+    assert rc == 0, warm
+    assert "model: shipped warm policy 'sudoku'" in warm
+    rc, random = _eval(capsys, "--model", "tiny")
+    assert rc == 0 and "model: tiny with random weights" in random
+    # The sudoku policy was built until its valid rate cleared the warm-start gate (0.5 and up) on
+    # these settings; random weights do not write <think>...</think><answer>...</answer> at all.
+    assert _valid(warm) >= 0.5 > _valid(random)
+    # a delta policy's folder names it too (it holds delta.safetensors, not model.safetensors)
+    rc, by_folder = _eval(capsys, "--model", str(SHIPPED_ROOT / "sudoku"))
+    assert rc == 0 and "model: shipped warm policy 'sudoku'" in by_folder
+    assert _valid(by_folder) == _valid(warm)  # same weights, same seeds, same machine
+
+
+def test_eval_refuses_an_unknown_shipped_policy_in_one_line(capsys):
+    rc, text = _eval(capsys, "--model", "warm:no-such-policy")
+    assert rc == 2
+    assert "ConfigError: --model warm:no-such-policy:" in text and "hint: shipped policies: warm:tiny-warm" in text
+    assert "Traceback" not in text
