@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="run directory containing metrics.jsonl")
     parser.add_argument("--checkpoint", help="recompute offline with this checkpoint: a name under RUN_DIR/checkpoints (step_N) or a path")
     parser.add_argument("--rollouts", help="recompute offline on this rollouts JSONL file (default RUN_DIR/rollouts/step_N.jsonl)")
-    parser.add_argument("--device", default="cpu", help="torch device for offline scoring (default cpu)")
-    parser.add_argument("--num-samples", default=None, help="pairs per family for offline scoring (int or 'all'; default 64)")
+    parser.add_argument("--device", default="cpu", help="torch device for offline scoring: cpu (default), auto, cuda[:N], mps, xpu[:N]")
+    parser.add_argument("--num-samples", default=None, help="pairs per family for offline scoring (int >= 2 or 'all'; default 64)")
     parser.add_argument("--z-source", choices=["reasoning", "response", "auto"], default="reasoning",
                         help="Z = think-block reasoning (default), the whole reply (no-think runs), or auto")
     parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default="shared-prefix", help="cross-scoring method")
@@ -68,23 +69,65 @@ def _resolve_rollouts(run_dir: Path, given: str | None, checkpoint: Path, step_o
     return candidate
 
 
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse a path that is not a directory: a file (often ``RUN_DIR/metrics.jsonl``) or nothing."""
+    if run_dir.is_file():
+        folder = run_dir.parent if run_dir.name == "metrics.jsonl" else None
+        hint = f"pass its folder: ragen diagnose {folder}" if folder else "pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"
+        raise RagenError(f"{run_dir} is a file, not a run directory", [hint])
     if not run_dir.is_dir():
         raise RagenError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
+
+
+def parse_num_samples(value: str | None) -> int | str | None:
+    """``--num-samples``: None (the default), ``all`` or an integer >= 2 (MI needs two pairs)."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "all":
+        return "all"
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    if number is None or number < 2:
+        raise RagenError(f"--num-samples must be an integer >= 2 or 'all', got {value!r}: the cross-scoring needs at least "
+                         "two (prompt, reasoning) pairs")
+    return number
+
+
+def resolve_device(name: str) -> str:
+    """``--device``: ``cpu``, ``auto``, ``cuda[:N]``, ``mps`` or ``xpu[:N]`` that exists on this machine."""
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer.config import DEVICE_PATTERN
+
+    if not re.match(DEVICE_PATTERN, name.strip()):
+        raise RagenError(f"--device {name}: not a torch device name; use cpu, auto, cuda, cuda:N, mps, xpu or xpu:N")
+    from ragen_core.trainer.setup import resolve_device as resolve
+
+    try:
+        return resolve(name.strip())
+    except ConfigError as exc:
+        reason = exc.message.partition(": ")[2] or exc.message
+        raise RagenError(f"--device {name}: {reason}", ["use --device cpu (the default) or --device auto"]) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    check_run_dir(run_dir)
     from ragen_diagnostics import offline, report
 
     if args.checkpoint or args.rollouts:
+        num_samples = parse_num_samples(args.num_samples)
+        device = resolve_device(args.device)
         rollouts = Path(args.rollouts) if args.rollouts else None
         checkpoint = _resolve_checkpoint(run_dir, args.checkpoint, rollouts, offline.step_of)
         rollouts = _resolve_rollouts(run_dir, args.rollouts, checkpoint, offline.step_of)
         config: dict[str, Any] = {"scoring": args.scoring, "z_source": args.z_source}
-        if args.num_samples is not None:
-            if args.num_samples != "all" and not args.num_samples.isdigit():
-                raise RagenError(f"--num-samples must be a positive integer or 'all', got {args.num_samples!r}")
-            config["num_samples"] = args.num_samples if args.num_samples == "all" else int(args.num_samples)
+        if num_samples is not None:
+            config["num_samples"] = num_samples
         step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
-        metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=args.device, step=step)
+        metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=device, step=step)
         saved = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
         keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
         if metrics.get("collapse/skipped_no_reasoning"):

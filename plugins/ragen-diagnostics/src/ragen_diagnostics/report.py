@@ -270,6 +270,8 @@ def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: f
             nor offline diagnostics).
     """
     run = Path(run_dir)
+    if run.is_file():
+        raise RagenError(f"{run} is a file, not a run directory", ["pass the folder a training run wrote (it holds metrics.jsonl)"])
     if not run.is_dir():
         raise RagenError(f"run directory {run} does not exist", ["pass the folder a training run wrote (it holds metrics.jsonl), e.g. runs/<name>"])
     rows = read_metrics(run / "metrics.jsonl")
