@@ -45,3 +45,14 @@ def test_loss_scaling_in_two_places_is_refused_before_rollout(tmp_path):
     cfg = _config(tmp_path, "filter=snr-topp", "filter_config.loss_scaling=linear", "optim.filter_loss_scaling=sqrt")
     with pytest.raises(ConfigError, match="scaled twice"):
         Trainer(cfg).setup()
+
+
+@pytest.mark.parametrize("scaling", ["linear", "sqrt"])
+def test_optim_loss_scaling_is_the_logged_filter_loss_scale(tmp_path, scaling):
+    # top-k-abs keeps 1 of the 2 groups whatever their rewards; the advantages are scaled by
+    # optim.filter_loss_scaling, and the metric must say by how much (it read only the filter's own setting).
+    trainer = Trainer(_config(tmp_path, "steps=1", "filter=snr-topk-abs", "filter_config.value=1", f"optim.filter_loss_scaling={scaling}"))
+    trainer.train()
+    (row,) = read_metrics(trainer.run_dir / "metrics.jsonl")
+    assert row["rollout/filter_kept_ratio"] == 0.5
+    assert row["rollout/filter_loss_scale"] == pytest.approx(0.5 if scaling == "linear" else 0.5**0.5, rel=1e-12)

@@ -172,6 +172,8 @@ def prepare(
     weights = torch.tensor([float((group_weights or {}).get(int(g), 1.0)) for g in batch.group_ids.tolist()])
     scaling = optim.filter_loss_scaling
     factor = 1.0 if scaling == "none" else (kept_ratio if scaling == "linear" else math.sqrt(kept_ratio))
+    if scaling != "none":  # the filter logs its own scale; here the trainer scales instead (never both: refused)
+        metrics["rollout/filter_loss_scale"] = factor
     advantages = (out.advantages.float() * m) * (weights * factor).unsqueeze(1)
     prepared = replace(batch, old_log_probs=old, ref_log_probs=ref, values=values, advantages=advantages, returns=out.returns.float())
     for k, v in (out.metrics or {}).items():
