@@ -87,3 +87,48 @@ def test_a_file_given_as_the_run_directory_is_called_a_file(tmp_path, capsys):
     assert "is a file, not a run directory" in line and "does not exist" not in line
     assert main(["diagnose", str(tmp_path / "nope")]) == 2
     assert "does not exist" in one_line_error(capsys.readouterr().err)
+
+
+# -- plots: whole-number step ticks --------------------------------------------------------------
+
+
+def test_step_axes_have_integer_ticks(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from ragen_diagnostics.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "rollout/in_group_reward_std": 0.5 / s, "rollout/filter_kept_ratio": 0.9,
+             "collapse_trajectory_sample/mi_estimate": 0.4 / s, "collapse_trajectory_sample/conditional_entropy_est": 1.2}
+            for s in (1, 2, 3)]  # three steps: matplotlib's default ticks would be 1.00, 1.25, 1.50, ...
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    figures = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (figures.append(fig), real_close(fig)))
+    build_report(run)
+    assert len(figures) == 5  # regime plot, MI, entropy, reward variance, kept ratio
+    step_axes = [f.axes[0] for f in figures[1:]] + [figures[0].axes[1]]  # curves' x axes, the regime plot's step colorbar
+    for ax in step_axes[:-1]:
+        lo, hi = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    bar = step_axes[-1]
+    lo, hi = bar.get_ylim()
+    ticks = [t for t in bar.get_yticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_offline_recomputation_reports_its_stages_on_stderr(tmp_path, capsys, monkeypatch):
+    from ragen_diagnostics import offline
+
+    def fake(checkpoint, rollouts, *, config, device, step, progress):
+        for line in ("reading rollouts", "loading checkpoint", "scoring collapse_first_turn_sample", "scoring collapse_trajectory_sample"):
+            progress(line)
+        return {"collapse/error": 0.0}
+
+    monkeypatch.setattr(offline, "diagnose_offline", fake)
+    run = _run_with_checkpoint_dir(tmp_path)
+    assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split("]")[0] for line in err] == [f"diagnose [{i}/5" for i in range(1, 6)], err
+    assert "loading checkpoint" in err[1] and "report" in err[4]

@@ -199,7 +199,11 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     assert (run / "plots" / "collapse_regimes.png").is_file()
     page = (run / "diagnostics.html").read_text()
     assert "Offline recomputation" in page
-    assert "offline metrics appended" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "offline metrics appended" in captured.out
+    stages = [line for line in captured.err.splitlines() if line.startswith("diagnose [")]  # progress on stderr
+    assert [line[:14] for line in stages] == [f"diagnose [{i}/5]" for i in range(1, 6)], captured.err
+    assert "collapse_first_turn_sample" in stages[2] and "collapse_trajectory_sample" in stages[3]
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_99"]) == 2
     # --rollouts alone finds the checkpoint of the same step
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_5.jsonl")]) == 0

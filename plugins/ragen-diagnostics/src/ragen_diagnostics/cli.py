@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
         if num_samples is not None:
             config["num_samples"] = num_samples
         step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
-        metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=device, step=step)
+        stages = iter(range(1, 6))
+
+        def progress(line: str) -> None:  # stages: rollouts, checkpoint, 2 families, report
+            print(f"diagnose [{next(stages, 5)}/5] {line} ...", file=sys.stderr, flush=True)
+
+        metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=device, step=step, progress=progress)
         saved = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
         keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
         if metrics.get("collapse/skipped_no_reasoning"):
@@ -138,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         if metrics.get("collapse/error"):
             print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
         print(f"offline metrics appended to {saved}")
+    if args.checkpoint or args.rollouts:
+        print(f"diagnose [5/5] drawing the report in {run_dir} ...", file=sys.stderr, flush=True)
     written = report.build_report(run_dir)
     for path in written:
         print(path)

@@ -79,6 +79,8 @@ class CollapseDiagnostic(Diagnostic):
         """Messages of every family failure so far (also logged)."""
         self.last_reasons: dict[str, str] = {}
         """Per family: why the last estimate was undefined (absent when it was defined)."""
+        self.progress: Any = None
+        """Optional ``callable(str)`` told when each family starts (``ragen diagnose`` prints it)."""
 
     # -- resume ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -113,6 +115,8 @@ class CollapseDiagnostic(Diagnostic):
         for family, enabled in families:
             if not enabled:
                 continue
+            if self.progress is not None:
+                self.progress(f"scoring {family}")
             start = time.perf_counter()
             try:
                 estimate = self._run_family(family, trajectories, step, context, z_of)

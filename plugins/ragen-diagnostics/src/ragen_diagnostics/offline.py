@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ def diagnose_offline(
     config: CollapseConfig | dict[str, Any] | None = None,
     device: str = "cpu",
     step: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     """Collapse metrics of a checkpoint on saved rollouts.
 
@@ -107,6 +109,7 @@ def diagnose_offline(
         config: Diagnostic settings (the schedule is ignored: it always runs).
         device: Torch device for scoring.
         step: Step number used to seed the pair sampling; default the N of the rollouts file.
+        progress: Called with a short line as each stage starts (loading, each family's scoring).
 
     Returns:
         The metrics the diagnostic logs during training, same keys.
@@ -116,11 +119,15 @@ def diagnose_offline(
 
     cfg = config if isinstance(config, CollapseConfig) else CollapseConfig(**(config or {}))
     cfg = cfg.model_copy(update={"compute_freq": 1})
+    say = progress or (lambda _line: None)
+    say(f"reading rollouts {rollouts_jsonl}")
     trajectories = load_trajectories(rollouts_jsonl)
+    say(f"loading checkpoint {checkpoint_dir} on {device} ({len(trajectories)} trajectories read)")
     model, tokenizer = load_model(checkpoint_dir, device)
     ctx = TrainContext(config=None, run_dir=Path(checkpoint_dir), model=model, tokenizer=tokenizer, device=device)
     step = step if step is not None else (step_of(rollouts_jsonl) or 1)
     diag = CollapseDiagnostic(cfg)
+    diag.progress = progress
     # family failures are logged by the diagnostic and counted in ``collapse/error``
     return diag.ragen_on_rollout_end(trajectories, max(step, 1), ctx) or {}
 

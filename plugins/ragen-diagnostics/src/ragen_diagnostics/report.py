@@ -66,6 +66,13 @@ def _plt() -> Any:
     return plt
 
 
+def _integer_locator() -> Any:
+    """Tick locator that only places whole numbers (training steps)."""
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
 def _family_paths(rows: list[dict[str, Any]]) -> list[tuple[str, list[float], list[float], list[float]]]:
     """Per family with data: (label, steps, H(Z|X), MI) at the steps that logged both."""
     paths = []
@@ -116,7 +123,9 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
     for label, _, h, mi in off_paths:
         ax.scatter(h, mi, marker="*", s=160, color="crimson", zorder=3, label=f"offline ({label})")
     if sc is not None:
-        fig.colorbar(sc, ax=ax, label="training step")
+        bar = fig.colorbar(sc, ax=ax, label="training step")
+        bar.locator = _integer_locator()
+        bar.update_ticks()
     ax.set_xlim(lo_x, hi_x)
     ax.set_ylim(lo_y, hi_y)
     ax.set_xlabel("conditional entropy H(Z|X) (nats/token)")
@@ -142,6 +151,7 @@ def _curves(rows: list[dict[str, Any]], out: Path, title: str, ylabel: str, keys
     for (xs, ys), label, style in data:
         ax.plot(xs, ys, style, label=label, marker="." if len(xs) < 60 else None)
     ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(_integer_locator())  # steps are whole numbers: no 1.25, 1.5 ticks
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
