@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,9 +87,14 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if base is not None and resumed is None and "algo" in base:
         _check_recipe_algo(args.recipe, base["algo"], config.algo)
     if resumed is not None:  # another env/algo/model is refused before its plugin settings are checked against the run's
-        from ragen_core.trainer.run_dir import resume_changes
+        from ragen_core.trainer.run_dir import resume_changes, stale_plugin_settings, without_settings
 
         resume_changes(resumed, config)
+        stale = stale_plugin_settings(resumed, config)
+        if stale:  # settings of the plugin the run used before belong to it, not to the one chosen now
+            config = load_config(RunConfig, files, flags + list(args.overrides), base=without_settings(resumed, [key for key, _ in stale]))
+            for key, why in stale:
+                print(f"resume: {why}, so the run's saved {key} is dropped (set new values as overrides)", file=sys.stderr)
     from ragen_core.trainer.config import check_plugin_configs
 
     check_plugin_configs(config)  # unknown plugins and bad plugin settings fail here (--print-config too), before a model loads

@@ -105,7 +105,7 @@ def write_run_config(run_dir: Path, config: Any, *, fresh: bool) -> None:
     """
     import yaml
 
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    text = yaml.safe_dump(_resolved(config), sort_keys=False)  # every plugin's settings filled in (their defaults may change)
     path = run_dir / CONFIG_FILE
     if fresh:
         try:
@@ -153,10 +153,10 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
             algorithm and model, and continuing them under another would mix two experiments.
     """
     try:
-        before = _flat(type(config).model_validate(previous).model_dump(mode="json"))
+        before = _flat(_resolved(type(config).model_validate(previous)))
     except ValueError:  # an older config.yaml the current schema does not take: compare what it says
         before = _flat(previous)
-    after = _flat(config.model_dump(mode="json"))
+    after = _flat(_resolved(config))
     for key in RESUME_FIXED:
         if key in before and before[key] != after.get(key):
             raise ConfigError(f"--resume: this run trains {key} {before[key]!r}; continuing it with {key} {after.get(key)!r} "
@@ -164,6 +164,65 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
                               [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
     keys = sorted(set(before) | set(after))
     return {k: [before.get(k), after.get(k)] for k in keys if before.get(k) != after.get(k) and k.split(".")[0] not in RESUME_QUIET}
+
+
+#: ``(plugin name key, preset key or None, its settings key)``: a resume that picks another plugin (or
+#: preset) drops the settings config.yaml holds for the one before (config.yaml spells them all out).
+PLUGIN_SETTINGS = (("filter", "filter_preset", "filter_config"), ("engine", None, "engine_config"),
+                   ("rollout.pool", None, "rollout.pool_config"), ("algo_preset", None, "algo_config"))
+
+
+def stale_plugin_settings(previous: dict[str, Any], config: Any) -> list[tuple[str, str]]:
+    """``[(settings key, why)]`` for plugin settings in the run's ``previous`` config that belong to a
+    plugin (or preset) ``config`` no longer uses: another filter, engine or env pool, another
+    filter or algorithm preset, a diagnostic no longer listed."""
+    try:
+        before = _flat(type(config).model_validate(previous).model_dump(mode="json"))
+    except ValueError:
+        before = _flat(previous)
+    after = _flat(config.model_dump(mode="json"))
+    given = _flat(previous)
+    out: list[tuple[str, str]] = []
+    for name_key, preset_key, settings_key in PLUGIN_SETTINGS:
+        if not any(k.startswith(settings_key + ".") for k in given):
+            continue  # nothing saved for it
+        for key in filter(None, (name_key, preset_key)):
+            if before.get(key) != after.get(key):
+                out.append((settings_key, f"{key} changed from {before.get(key)!r} to {after.get(key)!r}"))
+                break
+    saved = previous.get("diagnostics_config")
+    listed = previous.get("diagnostics") or []
+    for name in saved if isinstance(saved, dict) else ():
+        if name in listed and name not in config.diagnostics:
+            out.append((f"diagnostics_config.{name}", f"diagnostics no longer lists {name!r}"))
+    return out
+
+
+def without_settings(previous: dict[str, Any], keys: list[str]) -> dict[str, Any]:
+    """A copy of ``previous`` without the dotted ``keys``."""
+    import copy
+
+    out = copy.deepcopy(previous)
+    for key in keys:
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return out
+
+
+def _resolved(config: Any) -> dict[str, Any]:
+    """``config`` with every plugin's settings filled in (as config.yaml holds them), else as given
+    (a plugin that is missing or refuses its settings: reported by the plugin checks after this)."""
+    from ragen_core.errors import RagenError
+    from ragen_core.trainer.config import resolved_config
+
+    try:
+        return resolved_config(config)
+    except (RagenError, ValueError):
+        return dict(config.model_dump(mode="json"))
 
 
 def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_step: int) -> str:

@@ -1,0 +1,65 @@
+"""config.yaml holds the resolved config (every plugin's settings filled in), and a resume that picks
+another filter / pool drops the settings the run saved for the one before."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from ragen_core.cli.main import main
+from ragen_core.testing.run_helpers import TOY_RUN
+from ragen_core.testing.toy_env import register_toy_env
+
+
+def _run(run_dir, *argv: str) -> int:
+    return main(["run", "--run-dir", str(run_dir), "--no-progress", *argv])
+
+
+def test_config_yaml_spells_out_plugin_settings_and_a_resume_drops_the_old_filters(tmp_path, capsys):
+    env = register_toy_env()
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "--env", env, "--steps", "1", "filter=snr-topp", *TOY_RUN) == 0
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    # defaults nobody passed are written (the env's, the filter's, the pool's), so the run reads without the plugins
+    assert saved["filter_config"]["value"] == 0.9 and saved["filter_config"]["prob_mode"] == "linear"
+    assert saved["env_config"]["length"] == 3 and "max_turns" in saved["env_config"] and len(saved["env_config"]) > 3
+    assert "step_timeout_s" in saved["rollout"]["pool_config"]
+    capsys.readouterr()
+
+    assert main(["run", "--resume", str(run_dir), "--steps", "2", "filter=snr-topk"]) == 0
+    err = capsys.readouterr().err
+    assert "resume: filter changed from 'snr-topp' to 'snr-topk', so the run's saved filter_config is dropped" in err
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["filter"] == "snr-topk" and "prob_mode" not in saved["filter_config"] and saved["filter_config"]["value"] == 0.25
+    (change,) = [json.loads(line) for line in (run_dir / "config_changes.jsonl").read_text().splitlines()]
+    # resolved on both sides: only what really changed, no "setting -> None" for the defaults
+    assert change["changed"]["filter"] == ["snr-topp", "snr-topk"]
+    assert change["changed"]["filter_config.value"] == [0.9, 0.25]
+    assert "filter_config.metric" not in change["changed"] and "filter_config" not in change["changed"]
+
+    # another pool: the local pool's saved settings are not handed to the process pool
+    # (--print-config: the toy env is registered in this process only, which the process pool refuses at start)
+    assert main(["run", "--resume", str(run_dir), "--print-config", "rollout.pool=process", "rollout.pool_config.workers=1"]) == 0
+    printed = capsys.readouterr()
+    assert "rollout.pool changed from 'local' to 'process', so the run's saved rollout.pool_config is dropped" in printed.err
+    from ragen_core import registry
+    from ragen_core.trainer.config import DEFAULT_STEP_TIMEOUT_S
+
+    expected = registry.make_config("pool", "process", {"workers": 1, "step_timeout_s": DEFAULT_STEP_TIMEOUT_S}).model_dump(mode="json")
+    assert yaml.safe_load(printed.out)["rollout"]["pool_config"] == expected
+
+def test_resume_of_a_run_whose_config_yaml_holds_only_overrides_reports_no_changes(tmp_path, capsys):
+    env = register_toy_env()
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "--env", env, "--steps", "1", "filter=snr-topp", "filter_config.value=0.5", *TOY_RUN) == 0
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    saved["filter_config"] = {"value": 0.5}  # as older versions wrote it
+    saved["env_config"] = {"length": 3, "max_turns": 2, "max_actions_per_turn": 1}
+    saved["rollout"]["pool_config"] = {}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run_dir), "--steps", "2"]) == 0
+    assert "settings changed" not in capsys.readouterr().out
+    assert not (run_dir / "config_changes.jsonl").exists()
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["filter_config"]["prob_mode"] == "linear"
