@@ -202,3 +202,39 @@ def test_installed_env_by_name_matches_the_local_pool():
         action = starts[0].facts.action_names[0]
         steps = [StepRequest(0, (action,)), StepRequest(1, ())]
         assert remote.step(steps) == here.step(steps)
+
+
+def test_replacing_an_actor_names_only_the_episodes_it_was_still_running(caplog):
+    requests = [ResetRequest(i, 60 + i, 0) for i in range(2)]
+    with RayEnvPool(TOY, num_workers=1) as pool:  # one actor holds both episodes
+        starts = pool.reset(requests)
+        board = starts[0].observation.strip().splitlines()[-1]
+        walk = ["Right" if board.index("G") > board.index("P") else "Left"] * abs(board.index("G") - board.index("P"))
+        (finished,) = pool.step([StepRequest(0, tuple(walk))])
+        assert finished.done and finished.end_reason == ""
+        (pid,) = pool.worker_pids().values()
+        killer = threading.Timer(0.5, os.kill, (pid, signal.SIGKILL))
+        killer.start()
+        (lost,) = pool.step([StepRequest(1, ("Wait",))])
+        killer.join()
+        assert lost.end_reason == "failed"
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ragen_workers_ray" and "replaced" in r.getMessage()]
+    assert warning.endswith("; episodes [1] failed"), warning  # episode 0 had finished: nothing of it was lost
+
+
+def test_a_local_ray_the_pool_started_caps_num_workers_to_what_it_holds(monkeypatch, caplog):
+    from ragen_workers_ray import pool as pool_module
+
+    pool = RayEnvPool(TOY, num_workers=1)
+    pool.config = pool.config.model_copy(update={"num_workers": 8})
+    # the module's Ray was started by the test (a joined Ray may grow: taken as given) ...
+    assert pool._fitting_size({"CPU": 2.0}) == 8
+    # ... while a Ray this module started on this machine never holds more than its CPUs allow
+    monkeypatch.setattr(pool_module._OWNED, "started", True)
+    assert pool._fitting_size({"CPU": 2.0}) == 2
+    assert any("num_workers=8, but the local Ray this pool started holds 2 actors" in r.getMessage() for r in caplog.records)
+    pool.resources = EnvResources(cpus=1.0, gpus=1.0)
+    with pytest.raises(ConfigError, match=r"the local Ray this pool started has 2 CPU, 0 GPU, and one actor of env .* needs 1 CPU, 1 GPU"):
+        pool._fitting_size({"CPU": 2.0})
+    monkeypatch.setattr(pool_module._OWNED, "started", False)
+    pool.close()

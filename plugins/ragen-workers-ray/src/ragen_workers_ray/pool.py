@@ -212,13 +212,40 @@ class RayEnvPool(EnvPool):
         self._shares_owned = False
         """This pool counts as a user of a Ray this module started."""
         self._connect()
-        cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
-        self.size = self.config.num_workers or max(1, int(cluster_cpus // self.resources.cpus))
+        self.size = self._fitting_size(ray.cluster_resources())  # type: ignore[no-untyped-call]
         self._actors: dict[int, _Actor] = {}
         self._live: dict[int, int] = {}
         """Running episode id -> index of the actor holding its env."""
         self._lost: dict[int, str] = {}
         """Episode id -> why its env is gone (its actor was replaced)."""
+        self._finished: set[int] = set()
+        """Episodes of this rollout that are done (their outcome said so)."""
+
+    def _fitting_size(self, cluster: dict[str, float]) -> int:
+        """How many actors to run: ``num_workers`` (0: as many as the cluster holds).
+
+        A Ray this module started on this machine never grows, so actors beyond what it holds would
+        wait ``start_timeout_s`` and fail: ``num_workers`` is capped to what fits, saying so, and an
+        env that needs more than the whole local Ray is refused. A joined cluster may grow
+        (autoscaling, nodes joining): its ``num_workers`` is taken as given.
+        """
+        r = self.resources
+        need = {"CPU": float(r.cpus), "GPU": float(r.gpus)}
+        fits = min(int(float(cluster.get(key, 0.0)) // amount) for key, amount in need.items() if amount > 0) if any(
+            amount > 0 for amount in need.values()) else 0
+        if not _OWNED.started:
+            return self.config.num_workers or max(1, fits)
+        have = ", ".join(f"{cluster.get(k, 0.0):g} {k}" for k, v in need.items() if v > 0)
+        per = ", ".join(f"{v:g} {k}" for k, v in need.items() if v > 0)
+        if fits < 1:
+            raise ConfigError(f"ray pool: the local Ray this pool started has {have}, and one actor of env {self.env.name!r} needs {per}",
+                              ["raise rollout.pool_config.local_cpus (or run on a machine that has them), or join a cluster with "
+                               "rollout.pool_config.address"])
+        if self.config.num_workers > fits:
+            log.warning("ray pool: num_workers=%d, but the local Ray this pool started holds %d actors of env %r (%s; %s each): using %d",
+                        self.config.num_workers, fits, self.env.name, have, per, fits)
+            return fits
+        return self.config.num_workers or fits
 
     def _env_resources(self) -> EnvResources:
         """``resources`` of the env's spec (defaults for a factory); refuses in-process-only envs."""
@@ -287,7 +314,7 @@ class RayEnvPool(EnvPool):
         """Kill actor ``index`` and mark every episode it held as lost (a fresh one starts at the next reset)."""
         actor = self._actors.pop(index)
         _kill(actor.handle)
-        lost = sorted(eid for eid, k in self._live.items() if k == index)
+        lost = sorted(eid for eid, k in self._live.items() if k == index and eid not in self._finished)
         for eid in lost:
             del self._live[eid]
             self._lost[eid] = why
@@ -296,7 +323,7 @@ class RayEnvPool(EnvPool):
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
         self._connect()
-        self._live, self._lost = {}, {}
+        self._live, self._lost, self._finished = {}, {}, set()
         count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
@@ -385,6 +412,8 @@ class RayEnvPool(EnvPool):
                             errors.append(payload)
                         else:
                             outcomes[eid] = _step_outcome(payload)
+                            if outcomes[eid].done:  # finished: a later replacement of its actor loses nothing of it
+                                self._finished.add(eid)
                 elif limit is not None and now - heard[k] >= limit:
                     why = f"{self._actors[k].describe()} did not finish episode {eid}'s step within step_timeout_s={limit:g} and was replaced"
                     self._fail(k, queue, outcomes, why, "timeout")
@@ -406,7 +435,7 @@ class RayEnvPool(EnvPool):
     def close(self) -> None:
         """Close every actor's envs (5 s grace), kill the actors; stop a Ray this pool started. Idempotent."""
         actors, self._actors = self._actors, {}
-        self._live, self._lost = {}, {}
+        self._live, self._lost, self._finished = {}, {}, set()
         if actors and ray.is_initialized():
             refs = [a.handle.close.remote() for a in actors.values()]
             ray.wait(refs, num_returns=len(refs), timeout=5.0)
