@@ -84,6 +84,18 @@ class PluginSpec(BaseModel):
     """``"module:Class"`` every config model of this kind must subclass (and the default one):
     the trainer reads that class's fields (an algorithm's ``estimator``, a filter's
     ``empty_stop_steps``). None: any :class:`PluginConfig`."""
+    availability: str | None = None
+    """``"package.module:function"`` that says whether this machine can run the plugin with a
+    config: called as ``function(config)`` before anything is built (``ragen run`` checks the env,
+    the engine and the env pool; ``ragen env play`` the env), it raises a
+    :class:`~ragen_core.errors.RagenError` naming what to install or configure (a missing toolchain
+    or package, no server URL, a cluster address that does not answer). It must be cheap and import
+    nothing heavy. None: always available."""
+
+    def check_available(self, config: PluginConfig) -> None:
+        """Run the :attr:`availability` check on a validated config (nothing when there is none)."""
+        if self.availability is not None:
+            import_string(self.availability)(config)
 
     @model_validator(mode="before")
     @classmethod
@@ -182,17 +194,6 @@ class EnvSpec(PluginSpec):
     multimodal: bool = False
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     """Named run settings for this env (``ragen run --recipe NAME``), e.g. one measured to learn."""
-    availability: str | None = None
-    """``"package.module:function"`` that says whether this machine can run the env: called as
-    ``function(config)`` by ``ragen run`` and ``ragen env play`` before they build anything, it
-    raises a :class:`~ragen_core.errors.RagenError` naming what to install or configure (a missing
-    toolchain, no server URL). It must be cheap and import nothing heavy. None: always available."""
-
-    def check_available(self, config: PluginConfig) -> None:
-        """Run the :attr:`availability` check on a validated config (nothing when there is none)."""
-        if self.availability is not None:
-            import_string(self.availability)(config)
-
     def recipe(self, name: str) -> dict[str, Any]:
         """The run-config fragment of recipe ``name`` with ``env`` set, ready as a config base.
 

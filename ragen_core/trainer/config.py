@@ -479,3 +479,15 @@ def check_env_available(config: RunConfig) -> None:
 
     env_config = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
     registry.get_spec("env", config.env).check_available(env_config)
+
+
+def check_run_available(config: RunConfig) -> None:
+    """:func:`check_env_available`, then the engine's and the env pool's availability checks (vLLM
+    not installed, a Ray address that does not answer): refused before the run folder, the model
+    or a warm start (minutes) exist."""
+    from ragen_core import registry
+
+    check_env_available(config)
+    registry.get_spec("engine", config.engine).check_available(registry.make_config("engine", config.engine, dict(config.engine_config)))
+    pool = config.rollout.pool
+    registry.get_spec("pool", pool).check_available(registry.make_config("pool", pool, dict(config.rollout.pool_config)))

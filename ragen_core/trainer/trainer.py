@@ -58,7 +58,7 @@ from ragen_core.hookspecs import call_hook
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
-from ragen_core.trainer.config import RunConfig, check_env_available, check_plugin_configs, run_warnings
+from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
 from ragen_core.trainer.distributed import World, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
@@ -87,12 +87,12 @@ class Trainer(CheckpointMixin):
 
         if resume and (overwrite or not config.run_dir):
             raise ConfigError("resume needs the run directory (config.run_dir) and cannot be combined with overwrite")
-        check_env_available(config)  # e.g. no Lean toolchain: refuse before any work, the default run folder included
         self.config = config
         self.world = world if world is not None else from_env(config.device)
         """This process's rank among the run's ranks (:data:`~ragen_core.trainer.distributed.ONE` without torchrun)."""
         # refused before a default run folder is created (a refused run leaves nothing behind)
         check_plugin_configs(config)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
+        check_run_available(config)  # no Lean toolchain, no vllm, a Ray address that does not answer: before any work
         check_supported(config, self.world)
         if config.run_dir:
             self.run_dir = Path(config.run_dir)

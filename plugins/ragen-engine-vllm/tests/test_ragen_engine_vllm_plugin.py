@@ -122,3 +122,14 @@ def test_run_with_a_bad_engine_model_path_stops_before_training(tmp_path, capsys
     assert f"could not load model '{tmp_path / 'nope'}': the folder does not exist" in line
     assert not (run_dir / "metrics.jsonl").exists()
     assert not any((run_dir / "checkpoints").glob("step_*"))
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed here: the missing-install refusal cannot be reached")
+def test_run_without_vllm_is_refused_before_the_run_folder_or_a_warm_start(tmp_path, capsys):
+    register_run_helpers()
+    run_dir = tmp_path / "run"
+    code = main(["run", "--env", TOY_ENV_NAME, "--steps", "1", "--no-progress", "--run-dir", str(run_dir), "--engine", "vllm"])
+    assert code == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith("RagenError: engine 'vllm' needs the vllm package, which is not installed")
+    assert not run_dir.exists()  # no folder holding only warm_start.json, which a rerun would then refuse

@@ -39,7 +39,7 @@ def test_unreachable_ray_address_stops_the_run_before_training(tmp_path, capsys)
     assert code == 2
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith(f"ConfigError: ray pool: no Ray cluster answers at address '127.0.0.1:{port}'")
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert not (tmp_path / "run").exists()  # refused before the run folder, the model or a warm start
     assert not ray.is_initialized()
 
 

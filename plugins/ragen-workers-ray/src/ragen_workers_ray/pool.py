@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import math
 import os
-import socket
 import time
 from typing import Any
 
@@ -51,6 +50,7 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
 )
 from ragen_core.specs import EnvResources
+from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
 
 log = logging.getLogger("ragen_workers_ray")
@@ -123,37 +123,6 @@ class _OwnedRay:
 
 
 _OWNED = _OwnedRay()
-
-
-def resolve_address(address: str | None) -> str | None:
-    """The cluster address a pool joins: ``address``, else ``RAY_ADDRESS``, else None (local)."""
-    return address or os.environ.get("RAY_ADDRESS") or None
-
-
-def check_reachable(address: str, timeout_s: float) -> None:
-    """Refuse a ``host:port`` (or ``ray://host:port``) address that does not accept a TCP connection.
-
-    Ray itself would keep retrying for minutes; this answers in at most ``timeout_s``.
-    ``"auto"``/``"local"`` are left to Ray.
-
-    Raises:
-        ConfigError: nothing answers there, or the address is not ``host:port``.
-    """
-    if address in ("auto", "local"):
-        return
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"ray pool: address {address!r} is not host:port",
-                          ["example: rollout.pool_config.address=10.0.0.5:6379 (the port 'ray start --head' prints)"])
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
-        raise ConfigError(
-            f"ray pool: no Ray cluster answers at address {address!r} ({reason})",
-            ["start the cluster's head there ('ray start --head'), fix rollout.pool_config.address, or unset it to start Ray on this machine"],
-        ) from None
 
 
 def connect(config: RayPoolConfig) -> bool:

@@ -1,0 +1,50 @@
+"""Where the ray pool's cluster is, and whether it answers (light: no Ray import, used by the spec's
+availability check before a run builds anything)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from ragen_core.errors import ConfigError
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The cluster address a pool joins: ``address``, else ``RAY_ADDRESS``, else None (local)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Refuse a ``host:port`` (or ``ray://host:port``) address that does not accept a TCP connection.
+
+    Ray itself would keep retrying for minutes; this answers in at most ``timeout_s``.
+    ``"auto"``/``"local"`` are left to Ray.
+
+    Raises:
+        ConfigError: nothing answers there, or the address is not ``host:port``.
+    """
+    if address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"ray pool: address {address!r} is not host:port",
+                          ["example: rollout.pool_config.address=10.0.0.5:6379 (the port 'ray start --head' prints)"])
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise ConfigError(
+            f"ray pool: no Ray cluster answers at address {address!r} ({reason})",
+            ["start the cluster's head there ('ray start --head'), fix rollout.pool_config.address, or unset it to start Ray on this machine"],
+        ) from None
+
+
+def check_available(config: Any) -> None:
+    """The spec's availability check: a cluster address (``rollout.pool_config.address`` or
+    ``RAY_ADDRESS``) must be ``host:port`` and answer within ``connect_timeout_s``, said before a
+    run loads its model or warm-starts (the pool checks it again when it connects)."""
+    address = resolve_address(config.address)
+    if address is not None:
+        check_reachable(address, config.connect_timeout_s)
