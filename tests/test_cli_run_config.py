@@ -130,6 +130,19 @@ def test_metrics_jsonl_truncation_and_plot(tmp_path: Path):
     assert main(["plot", str(tmp_path / "missing")]) == 2
 
 
+def test_plot_given_files_says_so_in_one_line(tmp_path: Path, capsys):
+    from ragen_core.testing.run_helpers import one_line_error
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/success": 0.5}\n')
+    assert main(["plot", str(tmp_path / "metrics.jsonl")]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: {tmp_path / 'metrics.jsonl'} is a file, not a run directory"
+    (tmp_path / "taken").write_text("x")
+    for out in (tmp_path / "taken", tmp_path / "taken" / "plots"):
+        assert main(["plot", str(tmp_path), "--out", str(out)]) == 2
+        line = one_line_error(capsys.readouterr().err)
+        assert line == f"ConfigError: --out {out}: {tmp_path / 'taken'} is a file; the plots go into a folder"
+
+
 def test_checkpoint_roundtrip_restores_rng_and_keeps_latest(tmp_path: Path):
     import torch
 

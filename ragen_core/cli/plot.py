@@ -133,13 +133,22 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     from ragen_core.trainer.loggers import read_metrics
 
     run_dir = Path(run_dir)
+    if run_dir.is_file():
+        raise ConfigError(f"{run_dir} is a file, not a run directory", [f"pass the folder that holds it: ragen plot {run_dir.parent}"])
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
     rows = read_metrics(run_dir / "metrics.jsonl")
     if not rows:
         raise ConfigError(f"no metrics in {run_dir / 'metrics.jsonl'}", ["pass a run directory written by 'ragen run'"])
     out_dir = Path(out) if out else run_dir / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ConfigError(f"--out {out_dir}: {blocker} is a file; the plots go into a folder",
+                          ["pass a folder (it is created if missing), e.g. --out plots/"])
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out_dir}: cannot create the folder ({exc.strerror or type(exc).__name__})") from None
     written: list[Path] = []
     figures = plan(rows)
     for panel, chosen in figures:
