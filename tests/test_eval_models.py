@@ -27,6 +27,7 @@ def test_eval_defaults_to_the_shipped_warm_policy_and_names_it(capsys):
     rc, warm = _eval(capsys)
     assert rc == 0, warm
     assert "model: shipped warm policy 'sudoku'" in warm
+    assert "evaluating 2 episodes (2 groups x 1) on sudoku" in warm and "eval: reset (" in warm and "eval: turn 1 (" in warm
     rc, random = _eval(capsys, "--model", "tiny")
     assert rc == 0 and "model: tiny with random weights" in random
     # The sudoku policy was built until its valid rate cleared the warm-start gate (0.5 and up) on

@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +167,13 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
             print(f"model: {model_path} with random weights (untrained; --model warm evaluates the shipped warm policy)", flush=True)
     engine = make_engine(config, model, tokenizer)
     runner = make_runner(config, engine, tokenizer, "val", groups=groups, group_size=group_size)
+    started = time.monotonic()
+    print(f"evaluating {groups * group_size} episodes ({groups} groups x {group_size}) on {config.env}", file=sys.stderr, flush=True)
+
+    def progress(what: str) -> None:  # one line per turn of the rollout: a long evaluation is seen to move
+        print(f"eval: {what.replace(' of a val rollout', '').replace('the reset', 'reset')} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    runner.progress = progress
     try:
         trajs = runner.run(mode="val", sampling=config.sampling.val)
     finally:
