@@ -223,3 +223,12 @@ def test_algorithm_estimator_and_filter_presets_reach_the_run(tmp_path):
         assert trainer.estimator.config.whiten is False and trainer.algorithm.config.clip_ratio_low == 0.1
     with pytest.raises(PluginConfigError, match="filter 'snr-topp' has no preset 'nope'"):
         check_plugin_configs(toy_run_config(tmp_path / "c", "filter=snr-topp", "filter_preset=nope"))
+
+
+def test_filter_plot_shows_the_kept_groups_reward_std_beside_all_groups():
+    from ragen_core.cli.plot import plan
+
+    rows = [{"step": s, "rollout/filter_kept_ratio": 0.5, "rollout/in_group_reward_std": 0.2 + 0.01 * s,
+             "rollout/chosen_in_group_reward_std": 0.4 + 0.02 * s} for s in (1, 2, 3)]
+    (chosen,) = [keys for panel, keys in plan(rows) if panel.name == "filter"]
+    assert {"rollout/in_group_reward_std", "rollout/chosen_in_group_reward_std"} <= set(chosen)

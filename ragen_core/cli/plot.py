@@ -38,7 +38,7 @@ PANELS: list[Panel] = [
     Panel("actor_loss", r"^actor/(pg_loss|entropy|kl_loss|ppo_kl|grad_norm)$", "", own_scale=True),
     # logged only when a critic trains (PPO): a GRPO run has no critic panel
     Panel("critic", r"^critic/(vf_loss|values/mean)$", "", own_scale=True),
-    Panel("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|empty_after_filter)$", "", own_scale=True),
+    Panel("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|chosen_in_group_reward_std|empty_after_filter)$", "", own_scale=True),
     Panel("validity", r"^(train|val-env)/[^/]+/action_is_valid$", "share of valid actions"),
     Panel("timing", r"^timing_s/(step|gen|update_actor|update_critic)$", "seconds per step"),
     Panel("collapse", r"^collapse.*", "", own_scale=True),
@@ -54,7 +54,8 @@ LABELS = {
     "critic/vf_loss": "value loss",
     "critic/values/mean": "mean value estimate",
     "rollout/filter_kept_ratio": "share of groups kept",
-    "rollout/in_group_reward_std": "in-group reward std",
+    "rollout/in_group_reward_std": "in-group reward std (all groups)",
+    "rollout/chosen_in_group_reward_std": "in-group reward std (kept groups)",
     "rollout/empty_after_filter": "batches emptied by the filter",
 }
 
