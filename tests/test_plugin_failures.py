@@ -71,6 +71,15 @@ class DiagBoom:
         raise KeyError("boom from a diagnostic")
 
 
+class EndBoom:
+    def __init__(self, config):
+        pass
+
+    @hookimpl
+    def ragen_on_train_end(self, run_dir, context):
+        raise OSError("boom at the end")
+
+
 class SignalAtStep1:
     def __init__(self, config):
         self.signum = config.signum
@@ -90,6 +99,7 @@ SPECS = [
     AlgorithmSpec(name="test-shape-boom", factory=f"{__name__}:ShapeBoom"),
     EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
+    DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
     FilterSpec(name="test-returns-dict", factory="builtins:dict"),
     DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
 ]
@@ -177,6 +187,20 @@ def test_a_diagnostic_that_raises_is_named(tmp_path):
     with pytest.raises(PluginError, match=r"^diagnostic 'test-diag-boom' \(<in-process>\) raised in ragen_on_rollout_end: KeyError"), \
             Trainer(cfg) as trainer:
         trainer.train()
+
+
+def test_an_observer_failing_at_the_end_does_not_hide_why_training_failed(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "algo=test-shape-boom", "diagnostics=[test-end-boom]") == 2
+    err = capsys.readouterr().err
+    assert "PluginError: algorithm 'test-shape-boom' (<in-process>) raised in shape_rewards: ValueError: boom from shape_rewards" in err
+    assert "also: diagnostic 'test-end-boom' (<in-process>) raised in ragen_on_train_end: OSError: boom at the end" in err
+
+
+def test_an_observer_failing_at_the_end_of_a_good_run_is_the_error(tmp_path, capsys):
+    assert _run(tmp_path / "run", "diagnostics=[test-end-boom]", steps=1) == 2
+    assert one_line_error(capsys.readouterr().err) == \
+        "PluginError: diagnostic 'test-end-boom' (<in-process>) raised in ragen_on_train_end: OSError: boom at the end"
 
 
 def test_a_factory_that_builds_the_wrong_thing_is_refused_by_make():

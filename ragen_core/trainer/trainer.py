@@ -304,6 +304,7 @@ class Trainer(CheckpointMixin):
         bar = self._progress()
         t_start = time.perf_counter()
         step = self.start_step - 1
+        failed = True  # until the loop ends without an exception
         try:
             self.watchdog.start()
             if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
@@ -346,6 +347,7 @@ class Trainer(CheckpointMixin):
                     call_hook(self.pm, "ragen_on_checkpoint", path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
+            failed = False
         finally:
             self.watchdog.stop()
             if bar is not None:
@@ -353,8 +355,16 @@ class Trainer(CheckpointMixin):
             for sig, previous in (old_handler or {}).items():
                 if previous is not None:  # None: a handler not set from Python, which cannot be put back
                     signal.signal(sig, previous)
-            call_hook(self.pm, "ragen_on_train_end", run_dir=self.run_dir, context=self.context)
-            self.close()
+            try:
+                call_hook(self.pm, "ragen_on_train_end", run_dir=self.run_dir, context=self.context)
+            except Exception as exc:
+                if not failed:
+                    raise
+                # training already failed: that error is the one to report; an observer failing at
+                # the end too must neither hide it nor keep the pool (workers, services) open
+                report(f"also: {str(exc).splitlines()[0]}")
+            finally:
+                self.close()
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
         if self.stop_reason and self.world.main:
