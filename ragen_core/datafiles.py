@@ -93,3 +93,41 @@ def load_local_file(builder: str, path: Path, *, cache_dir: str | None = None, w
                 text = str(cause).strip().splitlines()
                 why = f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
             raise ConfigError(f"cannot read {what} {path}: {why}", ["fix the file, or point the env's data setting at another one"]) from exc
+
+
+#: Suffixes that make a dataset setting a local file, not a Hugging Face hub id.
+DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt")
+
+
+def names_local_path(value: str) -> bool:
+    """True when ``value`` can only be a local path (never a hub id ``owner/name``): it starts with
+    ``.``, ``/`` or ``~``, has more than one ``/``, ends in a data-file suffix, or its first part is
+    a folder that exists here."""
+    parts = Path(value).parts
+    return (value.startswith((".", "/", "~")) or value.count("/") > 1 or value.lower().endswith(DATA_SUFFIXES)
+            or (len(parts) > 1 and Path(parts[0]).is_dir()))
+
+
+def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (), prefix: str = "env_config") -> None:
+    """An env's availability check for its data settings (dotted field names of ``config``): a
+    ``hub_or_path`` setting that can only be a local path (:func:`names_local_path`), or any
+    ``paths`` setting, must exist. Said in one line naming the setting, before a run loads a model
+    or warm-starts, instead of at the first env reset.
+
+    Raises:
+        ConfigError: the first setting that names nothing.
+    """
+    for field in (*hub_or_path, *paths):
+        value: Any = config
+        for part in field.split("."):
+            value = getattr(value, part, None)
+        if not isinstance(value, str) or not value:
+            continue
+        if field in hub_or_path and not names_local_path(value):
+            continue
+        path = Path(value).expanduser()
+        if not path.exists():
+            parent = next((p for p in path.parents if p.is_dir()), None)
+            near = f" ({parent} exists)" if parent is not None and str(parent) not in (".", "/") else ""
+            what = "a local file or folder, or a Hugging Face dataset id (owner/name)" if field in hub_or_path else "an existing file or folder"
+            raise ConfigError(f"{prefix}.{field}: {value} does not exist{near}", [f"{prefix}.{field} takes {what}"])

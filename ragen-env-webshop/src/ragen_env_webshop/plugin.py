@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragen_core.specs import EnvResources, EnvSpec
 from ragen_env_webshop.config import WebShopConfig
+
+
+def check_available(config: Any) -> None:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
+    from ragen_core.datafiles import check_data_paths
+
+    check_data_paths(config, paths=("catalog.product_path", "catalog.attribute_path"))
+
 
 SPEC = EnvSpec(
     name="webshop",
     summary="Buy the product an instruction describes in a simulated web shop (search, results, item pages, options).",
     config_model=WebShopConfig,
+    availability="ragen_env_webshop.plugin:check_available",
     factory="ragen_env_webshop.env:WebShopEnv",
     resources=EnvResources(cpus=1.0, memory_gb=0.5),
     presets={

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragen_core.specs import EnvResources, EnvSpec
 from ragen_env_deepcoder.config import DeepCoderConfig
+
+
+def check_available(config: Any) -> None:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
+    from ragen_core.datafiles import check_data_paths
+
+    check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
+
 
 SPEC = EnvSpec(
     name="deepcoder",
     summary="Write a Python program that passes a problem's unit tests, run in a sandbox (one answer).",
     config_model=DeepCoderConfig,
+    availability="ragen_env_deepcoder.plugin:check_available",
     factory="ragen_env_deepcoder.env:DeepCoderEnv",
     # step() waits on a sandboxed subprocess: the local pool steps episodes in threads, and the
     # process-wide sandbox pool keeps at most `sandbox.workers` programs running at once.

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragen_core.specs import EnvSpec
 from ragen_env_metamathqa.config import MetaMathQAConfig
 
 _TAG = {"max_actions_per_episode": 1, "max_actions_per_turn": 1, "max_turns": 5, "max_tokens": 100}
 
+
+def check_available(config: Any) -> None:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
+    from ragen_core.datafiles import check_data_paths
+
+    check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
+
+
 SPEC = EnvSpec(
     name="metamathqa",
     summary="Math word problems (built-in, MetaMathQA, GSM8K or MATH files); the final answer is checked by value.",
     config_model=MetaMathQAConfig,
+    availability="ragen_env_metamathqa.plugin:check_available",
     factory="ragen_env_metamathqa.env:MetaMathQAEnv",
     presets={
         # the reference tag, with the value-based checker

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ragen_core.specs import EnvResources, EnvSpec
 from ragen_env_searchqa.config import SearchQAConfig
 
 _TAG = {"max_actions_per_episode": 10, "max_tokens": 300, "max_steps": 10, "max_search_results": 5}
 
+
+def check_available(config: Any) -> None:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
+    from ragen_core.datafiles import check_data_paths
+
+    check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
+
+
 SPEC = EnvSpec(
     name="searchqa",
     summary="Answer questions by searching a corpus (search[...] / finish[...]); starts its own retrieval server.",
     config_model=SearchQAConfig,
+    availability="ragen_env_searchqa.plugin:check_available",
     factory="ragen_env_searchqa.env:SearchQAEnv",
     # step() waits on the retrieval server: the local pool steps a turn's episodes in threads, and
     # the process-wide client sends their searches as one batched request.

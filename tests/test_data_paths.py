@@ -1,0 +1,56 @@
+"""Data settings of the agentic envs that name a missing local file are refused before a run starts
+(one line naming the setting), while hub ids and the built-in defaults pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.cli.main import main
+from ragen_core.datafiles import names_local_path
+from ragen_core.errors import ConfigError
+from ragen_core.testing.run_helpers import one_line_error
+
+CASES = [  # env, the setting, a hub id the setting also takes (None: a path only)
+    ("deepcoder", "dataset", "agentica-org/DeepCoder-Preview-Dataset"),
+    ("deepcoder", "val_dataset", None),
+    ("metamathqa", "dataset_path", "openai/gsm8k"),
+    ("searchqa", "dataset", None),
+    ("searchqa", "retriever.corpus", None),
+    ("webshop", "catalog.product_path", None),
+]
+
+
+def _nested(field: str, value: str) -> dict:
+    head, _, rest = field.partition(".")
+    return {head: _nested(rest, value) if rest else value}
+
+
+@pytest.mark.parametrize(("env", "field", "hub"), CASES)
+def test_a_missing_local_data_file_is_refused_by_the_env_availability_check(tmp_path, env, field, hub):
+    if env not in registry.names("env"):
+        pytest.skip(f"env {env!r} is not installed")
+    spec = registry.get_spec("env", env)
+    missing = str(tmp_path / "nope" / "data.jsonl")
+    with pytest.raises(ConfigError, match=rf"^env_config\.{field}: {missing} does not exist \({tmp_path} exists\)"):
+        spec.check_available(registry.make_config("env", env, _nested(field, missing)))
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    spec.check_available(registry.make_config("env", env, _nested(field, str(tmp_path / "data.jsonl"))))
+    spec.check_available(registry.make_config("env", env, {}))  # the built-in data
+    if hub is not None:
+        spec.check_available(registry.make_config("env", env, _nested(field, hub)))  # not looked for on disk
+
+
+def test_what_can_only_be_a_local_path():
+    assert names_local_path("./train.jsonl") and names_local_path("~/d") and names_local_path("/data/x")
+    assert names_local_path("train.parquet") and names_local_path("a/b/c")
+    assert not names_local_path("openai/gsm8k") and not names_local_path("meta-math/MetaMathQA")
+
+
+def test_ragen_run_refuses_a_missing_dataset_before_the_run_folder(tmp_path, capsys):
+    if "deepcoder" not in registry.names("env"):
+        pytest.skip("ragen-env-deepcoder is not installed")
+    run_dir = tmp_path / "run"
+    assert main(["run", "--env", "deepcoder", "--steps", "1", "--run-dir", str(run_dir), f"env_config.dataset={tmp_path / 'x.jsonl'}"]) == 2
+    assert one_line_error(capsys.readouterr().err).startswith(f"ConfigError: env_config.dataset: {tmp_path / 'x.jsonl'} does not exist")
+    assert not run_dir.exists()
