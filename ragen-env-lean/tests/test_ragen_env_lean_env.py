@@ -132,9 +132,11 @@ class Scripted:
 
 
 def _env(answers: list[CheckResult], **overrides) -> tuple[LeanEnv, Scripted]:
-    env = LeanEnv(LeanConfig(server_url="http://127.0.0.1:9", theorem="ragen_eval_poly", **overrides))
-    env.reset(0)
+    # a command that exists (passes the start-up check) and is never started: the scripted checker
+    # is in place before reset, so nothing is probed
+    env = LeanEnv(LeanConfig(repl_command=[sys.executable], theorem="ragen_eval_poly", **overrides))
     env._checker = scripted = Scripted(answers)
+    env.reset(0)
     return env, scripted
 
 
@@ -152,6 +154,13 @@ def test_rewards_follow_the_reward_table():
     # only accepted tactics stay: the last check held "subst h₀" and "norm_num", nothing rejected
     assert scripted.asked[-1].endswith(":= by\n  subst h₀\n  norm_num")
     assert env.proof_text().endswith(":= by\n  subst h₀\n  norm_num")
+
+
+def test_a_reply_that_is_not_lean_ends_the_episode_with_an_error_not_a_reward():
+    env, _ = _env([CheckResult("ok", (UNSOLVED,)), transport_failure("the reply {} has none of a REPL response's fields", not_lean=True)])
+    assert env.step("subst h₀").reward == approx(0.9)
+    with pytest.raises(ConfigError, match=r"^lean env: env_config.repl_command '.+' is not a Lean REPL \(the reply \{\} has none"):
+        env.step("norm_num")
 
 
 def test_info_fields_and_episode_end():
@@ -195,7 +204,8 @@ def test_oracle_and_random_actions():
 
 
 def test_seeded_draws_use_the_fixed_splits():
-    env = LeanEnv(LeanConfig(server_url="http://127.0.0.1:9"))
+    env = LeanEnv(LeanConfig(repl_command=[sys.executable]))
+    env._checker = Scripted([])
     val_names = {env.reset(s, mode="val") and env.theorem.name for s in range(20)}
     train_names = {env.reset(s) and env.theorem.name for s in range(40)}
     assert val_names == {"ragen_abs_bound", "ragen_sum_sq"} and not val_names & train_names
@@ -236,7 +246,6 @@ def test_availability_messages(tmp_path, no_lean_on_path, monkeypatch):
     with pytest.raises(ConfigError, match="backend 'server' needs env_config.server_url"):
         check_available(LeanConfig(backend="server"))
     check_available(LeanConfig(repl_command=[sys.executable]))
-    check_available(LeanConfig(server_url="http://127.0.0.1:9"))
     with pytest.raises(ConfigError, match="^lean env: lean is on PATH"):
         LeanEnv()  # a directly built env refuses too
 
@@ -250,6 +259,31 @@ def test_cli_refuses_without_a_toolchain(tmp_path, no_lean_on_path, capsys):
     assert main(["run", "--env", "lean", "--steps", "1", "--run-dir", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ConfigError: lean env: no Lean checker configured") and err.count("\n") == 1
+    assert not run_dir.exists()  # refused before the run folder, the model or any env
+
+
+def test_cli_refuses_a_dead_server_url_fast(tmp_path):
+    """Before, nothing checked the URL at start: the warm start and then training ran against the
+    dead server for minutes (every check a server_error after retries). A child process, so that
+    a regression fails on the timeout instead of hanging the suite."""
+    import socket
+    import subprocess
+    import time
+
+    from ragen_core.testing.run_helpers import one_line_error
+
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there now
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ragen_core.cli.main", "run", "--env", "lean", "--steps", "1", "--run-dir", str(run_dir),
+                           f"env_config.server_url={url}"], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 10  # interpreter start and imports included
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = one_line_error(done.stderr)
+    assert line.startswith(f"ConfigError: lean env: env_config.server_url {url} does not answer (")
+    assert "start the Kimina Lean server there, or fix env_config.server_url" in line
     assert not run_dir.exists()  # refused before the run folder, the model or any env
 
 

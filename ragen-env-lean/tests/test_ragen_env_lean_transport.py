@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -15,12 +18,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ragen_env_lean.checker import parse_response, verdict
+from ragen_env_lean.availability import check_available
+from ragen_env_lean.checker import NotLeanReply, parse_response, verdict
 from ragen_env_lean.config import LeanConfig
 from ragen_env_lean.env import LeanEnv
 from ragen_env_lean.repl import ReplChecker, ReplProcess, close_shared
 from ragen_env_lean.server import ServerChecker
 from ragen_env_lean.statements import proof_text
+
+from ragen_core.errors import ConfigError
 
 DOUBLE = str(Path(__file__).with_name("lean_repl_double.py"))
 HEADER = "import Mathlib\nimport Aesop"
@@ -181,7 +187,11 @@ class _Server:
                     self.end_headers()
                     self.wfile.write(b"boom")
                     return
-                text = b"<html>not json" if kind == "garbage" else json.dumps({"results": [outer.result(s) for s in body["snippets"]]}).encode()
+                if kind == "empty":  # a server that answers every snippet with {} (not a REPL response)
+                    results = [{"id": s["id"], "time": 0.1, "error": None, "response": {}} for s in body["snippets"]]
+                else:
+                    results = [outer.result(s) for s in body["snippets"]]
+                text = b"<html>not json" if kind == "garbage" else json.dumps({"results": results}).encode()
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
@@ -303,3 +313,105 @@ def test_env_over_the_server_rewards_from_lean_verdicts(server):
     assert [s.reward for s in steps] == [pytest.approx(v, abs=1e-12) for v in (0.9, -2.1, 10.9)]
     assert steps[-1].done and steps[-1].info["success"]
     assert srv.seen[-1][2]["snippets"][0]["code"] == proof_text(env.theorem, ["constructor", "exact hp"])
+
+
+# ---------------------------------------------------------------------------- not a Lean checker
+#: Answers every request (blank-line separated, like the REPL) with ``{}``.
+ANSWERS_EMPTY = ("import sys\nbuf = []\nfor line in sys.stdin:\n    if line.strip():\n        buf.append(line)\n"
+                 "    elif buf:\n        buf = []\n        sys.stdout.write('{}\\n\\n')\n        sys.stdout.flush()\n")
+#: Echoes its input, like ``cat``, on machines without one.
+ECHOES = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
+
+
+def _cat() -> list[str]:
+    cat = shutil.which("cat")
+    return [cat] if cat else [sys.executable, "-c", ECHOES]
+
+
+@pytest.mark.parametrize("reply", [{}, {"cmd": HEADER}, {"cmd": BODY, "env": 0}, {"id": "x", "result": "ok"}, [], None,
+                                   {"env": 0, "messages": "oops"}], ids=repr)
+def test_parse_response_refuses_what_is_not_a_repl_response(reply):
+    with pytest.raises(ValueError) as raised:  # the documented ValueError ...
+        parse_response(reply)
+    assert isinstance(raised.value, NotLeanReply)  # ... of the kind that says "not a Lean checker"
+
+
+def test_parse_response_keeps_the_real_shapes():
+    assert (parse_response({"env": 0}).status, parse_response({"env": 0}).not_lean) == ("ok", False)
+    assert parse_response({"messages": [], "sorries": []}).status == "ok"
+    assert parse_response({"message": "Unknown environment."}).status == "repl_error"
+    with pytest.raises(ValueError) as malformed:
+        parse_response({"env": 0, "messages": [{"severity": "error"}]})
+    assert not isinstance(malformed.value, NotLeanReply)  # a REPL response with a broken message: a transport fault
+
+
+@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ECHOES], [sys.executable, "-c", ANSWERS_EMPTY]],
+                         ids=["cat", "python-echo", "python-empty"])
+def test_a_process_that_is_not_a_repl_is_flagged_at_once(command):
+    proc = ReplProcess(command, None, timeout=10.0, start_timeout=10.0, memory_mb=4096)
+    try:
+        result = proc.check(HEADER, BODY.format("rfl"))
+    finally:
+        proc.stop()
+    assert (result.status, result.not_lean, verdict(result).accepted) == ("server_error", True, False)
+    assert proc.starts == 1 and proc.pid is None  # stopped, and not retried: a retry would get the same
+
+
+@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ANSWERS_EMPTY]], ids=["cat", "python-empty"])
+def test_env_reset_with_a_command_that_is_not_a_repl_refuses_in_one_line(command):
+    env = LeanEnv(LeanConfig(repl_command=command, theorem="ragen_and_swap"))
+    try:
+        with pytest.raises(ConfigError) as refused:
+            env.reset(0)
+    finally:
+        close_shared()
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"lean env: env_config.repl_command {shlex.join(command)!r} is not a Lean REPL (")
+    assert "set env_config.repl_command to the community Lean REPL" in message
+
+
+def test_a_server_answering_empty_results_is_not_a_lean_server(server):
+    srv = server(("empty",))
+    result = _client(srv.url, max_retries=3).check(HEADER, BODY.format("omega"))
+    assert (result.status, result.not_lean, verdict(result).accepted) == ("server_error", True, False)
+    assert "none of a REPL response's fields" in result.error
+    env = LeanEnv(LeanConfig(server_url=srv.url, theorem="ragen_and_swap"))
+    with pytest.raises(ConfigError) as refused:
+        env.reset(0)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"lean env: env_config.server_url {srv.url} is not a Kimina Lean server (")
+
+
+def test_no_check_endpoint_is_not_a_lean_server(server):
+    srv = server(("status", 404))
+    result = _client(srv.url, max_retries=3).check(HEADER, BODY.format("omega"))
+    assert (result.status, result.not_lean) == ("server_error", True)
+    assert len(srv.seen) == 1
+
+
+# ---------------------------------------------------------------------------- dead server at start
+def _closed_port_url() -> str:
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_a_dead_server_url_is_refused_at_start_in_one_line():
+    url = _closed_port_url()
+    started = time.monotonic()
+    for make in (lambda: check_available(LeanConfig(server_url=url)), lambda: LeanEnv(LeanConfig(server_url=url))):
+        with pytest.raises(ConfigError) as refused:
+            make()
+        message = str(refused.value)
+        assert "\n" not in message
+        assert message.startswith(f"lean env: env_config.server_url {url} does not answer (")
+        assert "start the Kimina Lean server there, or fix env_config.server_url" in message
+    assert time.monotonic() - started < 10
+
+
+def test_a_live_server_url_passes_the_start_check(server):
+    srv = server(("ok",))
+    check_available(LeanConfig(server_url=srv.url))  # a GET /health the stand-in does not serve (501) still says "up"
+    assert srv.seen == []  # the start check sends no proof

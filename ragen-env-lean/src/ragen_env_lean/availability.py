@@ -2,14 +2,23 @@
 
 :func:`check_available` is the spec's ``availability`` hook: ``ragen run`` and ``ragen env play``
 call it before they build anything, and :class:`~ragen_env_lean.env.LeanEnv` calls it again when
-constructed directly. It only looks at the configuration and the ``PATH`` (no process is started,
-no server contacted), so it is cheap and imports nothing heavy.
+constructed directly. It looks at the configuration and the ``PATH`` (no process is started) and,
+for the server backend, asks the server once whether anything answers there (an HTTP request of at
+most :data:`HEALTH_TIMEOUT_S` seconds, remembered per URL for the process), so a dead
+``server_url`` is refused in one line at start instead of failing every check for minutes. It
+imports nothing heavy.
+
+Whether what answers is a Lean checker (and whether a REPL command is one) is learnt from a real
+check: the env probes its checker at reset (:meth:`~ragen_env_lean.env.LeanEnv.reset`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from ragen_core.errors import ConfigError
@@ -19,6 +28,44 @@ from ragen_env_lean.config import LeanConfig
 HOW_TO = ("install Lean 4 with elan (curl https://raw.githubusercontent.com/leanprover/elan/master/elan-init.sh -sSf | sh), "
           "build the Lean REPL in a Mathlib project and set env_config.repl_command, "
           "or set env_config.server_url to a Kimina Lean server")
+
+
+#: Seconds the start-up request to ``server_url`` may take (a live server answers at once).
+HEALTH_TIMEOUT_S = 3.0
+
+_reachable: set[str] = set()
+"""Server URLs that answered in this process (each is asked once)."""
+_reachable_lock = threading.Lock()
+
+
+def server_unreachable(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
+    """Why nothing answers HTTP at ``url`` (``GET {url}/health``), or None when something does.
+
+    Any HTTP answer counts (404, 401, 501: a server is there; whether it is a Lean checker the
+    env's probe tells); a refused or timed-out connection, an unknown host, or a proxy's 502 / 504
+    does not.
+    """
+    with _reachable_lock:
+        if url in _reachable:
+            return None
+    request = urllib.request.Request(f"{url}/health", method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            reply.read(1024)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code in (502, 504):
+            return f"HTTP {exc.code} from a proxy in front of it"
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        if isinstance(why, TimeoutError):
+            return f"no answer within {timeout:g} s"
+        return str(getattr(why, "strerror", None) or why)
+    with _reachable_lock:
+        _reachable.add(url)
+    return None
 
 
 def _program_exists(program: str, cwd: str | None) -> bool:
@@ -35,6 +82,10 @@ def check_available(config: LeanConfig) -> None:
     if config.chosen_backend() == "server":
         if not config.server_url:
             raise ConfigError(f"lean env: backend 'server' needs env_config.server_url (the Kimina Lean server's base URL); or {HOW_TO}")
+        why = server_unreachable(config.server_url, min(HEALTH_TIMEOUT_S, config.http_timeout))
+        if why is not None:
+            raise ConfigError(f"lean env: env_config.server_url {config.server_url} does not answer ({why}): start the Kimina Lean "
+                              f"server there, or fix env_config.server_url to the address it listens on")
         return
     command = config.repl_command
     if not command:

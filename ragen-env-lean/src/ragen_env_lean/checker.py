@@ -10,6 +10,11 @@ env's accepted / success flags:
 
 * transport failure (timeout, dead process, HTTP error, malformed reply) or a REPL-level error
   (the REPL's ``{"message": ...}`` answer): rejected;
+* a reply that is not a REPL response at all (``{}``, the request echoed back by ``cat``, any
+  JSON without ``env`` / ``messages`` / ``sorries``): a transport failure flagged ``not_lean``.
+  It is not a verdict but a misconfigured checker, and the env ends the run on it (one
+  :class:`~ragen_core.errors.ConfigError` naming ``env_config.repl_command`` or
+  ``env_config.server_url``) instead of training on it;
 * otherwise *accepted* iff no error other than ``unsolved goals`` and no ``sorry``; *success*
   iff no error at all and no ``sorry``.
 """
@@ -55,6 +60,9 @@ class CheckResult:
     """Why the check did not reach Lean (transport) or the REPL's own error message."""
     time_s: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    not_lean: bool = False
+    """The checker answered something that is not a Lean REPL response: the configured program or
+    server is not a Lean checker (the env refuses to go on; see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +83,22 @@ def verdict(result: CheckResult) -> Verdict:
     return Verdict(accepted, accepted and not errors, False, has_sorry)
 
 
-def transport_failure(reason: str, time_s: float = 0.0) -> CheckResult:
-    """A check that never reached Lean: ``timeout`` when the reason says "timed out", else ``server_error``."""
-    status: Status = "timeout" if "timed out" in reason.lower() else "server_error"
-    return CheckResult(status, error=reason, time_s=time_s)
+class NotLeanReply(ValueError):
+    """A reply that is not a Lean REPL response (raised by :func:`parse_response`)."""
+
+
+#: Fields of which a REPL command response has at least one (``{"env": n}`` for a clean check).
+REPL_FIELDS = ("env", "messages", "sorries")
+
+#: A check that any Lean answers in well under a second (no imports): what a checker is probed with.
+PROBE_CODE = "example : True := trivial"
+
+
+def transport_failure(reason: str, time_s: float = 0.0, *, not_lean: bool = False) -> CheckResult:
+    """A check that never reached Lean: ``timeout`` when the reason says "timed out", else ``server_error``
+    (``not_lean``: the other end is not a Lean checker at all)."""
+    status: Status = "timeout" if "timed out" in reason.lower() and not not_lean else "server_error"
+    return CheckResult(status, error=reason, time_s=time_s, not_lean=not_lean)
 
 
 def parse_response(response: dict[str, Any], line_offset: int = 0, time_s: float = 0.0) -> CheckResult:
@@ -86,12 +106,22 @@ def parse_response(response: dict[str, Any], line_offset: int = 0, time_s: float
 
     ``line_offset`` is added to every line number (the REPL backend checks the body without the
     header lines). A response with a top-level ``message`` is the REPL's own error (``repl_error``).
-    Raises ValueError on a shape that is not a REPL response.
+
+    Raises:
+        NotLeanReply: (a ValueError) not a REPL response at all: not a JSON object, an echoed
+            request (a ``cmd`` field), or none of ``env`` / ``messages`` / ``sorries``.
+        ValueError: a REPL response with a malformed message.
     """
     if not isinstance(response, dict):
-        raise ValueError(f"expected a JSON object, got {type(response).__name__}")
+        raise NotLeanReply(f"expected a JSON object, got {type(response).__name__}")
+    if "cmd" in response:
+        raise NotLeanReply(f"the request came back as the reply: {_short(response)}")
     if "message" in response and "messages" not in response:
         return CheckResult("repl_error", error=str(response["message"]), time_s=time_s, raw=response)
+    if not any(key in response for key in REPL_FIELDS):
+        raise NotLeanReply(f"the reply {_short(response)} has none of a REPL response's fields ({', '.join(REPL_FIELDS)})")
+    if not isinstance(response.get("messages") or [], list) or not isinstance(response.get("sorries") or [], list):
+        raise NotLeanReply(f"the reply {_short(response)} has messages or sorries that are not lists")
     messages = []
     for item in response.get("messages") or []:
         if not isinstance(item, dict) or "data" not in item:
@@ -107,6 +137,11 @@ def parse_response(response: dict[str, Any], line_offset: int = 0, time_s: float
         ))
     sorries = response.get("sorries") or []
     return CheckResult("ok", tuple(messages), len(sorries), time_s=time_s, raw=response)
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Checker(Protocol):

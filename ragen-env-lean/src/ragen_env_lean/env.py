@@ -20,14 +20,19 @@ Per step (one tactic), with the reward table of the config:
 (``ok``, ``timeout``, ``server_error``, ``repl_error``, ``refused``), ``messages`` (Lean's, as
 dicts), ``lean_time_s``.
 
-The env never guesses: constructing it without a configured checker raises the same one-line
-:class:`~ragen_core.errors.ConfigError` as the start-up check
-(:func:`~ragen_env_lean.availability.check_available`).
+The env never guesses: constructing it without a configured checker (or with a ``server_url``
+where nothing answers) raises the same one-line :class:`~ragen_core.errors.ConfigError` as the
+start-up check (:func:`~ragen_env_lean.availability.check_available`). At reset the checker is
+probed once per process with a tiny proof; a checker whose reply is not a Lean REPL response (a
+``repl_command`` such as ``cat`` that echoes, a server answering ``{}``) raises a one-line
+ConfigError naming ``env_config.repl_command`` / ``env_config.server_url`` there, and again at
+any later step that gets such a reply: it is never turned into a reward.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import Any
 
 from ragen_core.errors import ConfigError, EnvError
@@ -91,6 +96,9 @@ class LeanEnv(Env):
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         """Pick the theorem for ``(seed, mode)``; ``member`` is ignored (checking is deterministic)."""
         self._theorem = self._pick(seed, mode)
+        probe = getattr(self._ready_checker(), "probe", None)  # the built-in backends; a test's stand-in has none
+        if probe is not None:
+            self._refuse_if_not_lean(probe())
         self.seed = seed
         self._tactics, self._log, self._feedback = [], [], None
         self._steps, self._done, self._success = 0, False, False
@@ -110,9 +118,8 @@ class LeanEnv(Env):
             accepted = success = timeout = False
             status = "refused"
         else:
-            if self._checker is None:
-                self._checker = make_checker(cfg)
-            result = self._checker.check(theorem.imports, body_text(theorem, [*self._tactics, tactic]))
+            result = self._ready_checker().check(theorem.imports, body_text(theorem, [*self._tactics, tactic]))
+            self._refuse_if_not_lean(result)
             judged = verdict(result)
             accepted, success, timeout, status = judged.accepted, judged.success, judged.timeout, result.status
         reward = cfg.step_penalty + (cfg.valid_step_reward if accepted else cfg.invalid_step_reward)
@@ -175,6 +182,26 @@ class LeanEnv(Env):
         self._checker = None
 
     # ------------------------------------------------------------------ helpers
+    def _ready_checker(self) -> Checker:
+        if self._checker is None:
+            self._checker = make_checker(self.config)
+        return self._checker
+
+    def _refuse_if_not_lean(self, result: CheckResult) -> None:
+        """Raise the one-line ConfigError when the checker's reply was not a Lean REPL response."""
+        if not result.not_lean:
+            return
+        cfg = self.config
+        if cfg.chosen_backend() == "server":
+            what = f"env_config.server_url {cfg.server_url} is not a Kimina Lean server"
+            fix = "point env_config.server_url at a running Kimina Lean server"
+        else:
+            what = f"env_config.repl_command {shlex.join(cfg.repl_command or [])!r} is not a Lean REPL"
+            fix = ("set env_config.repl_command to the community Lean REPL (e.g. 'lake env /path/to/repl/.lake/build/bin/repl' "
+                   "with env_config.repl_cwd the Mathlib project)")
+        why = " ".join(result.error.split())  # one line, whatever the other end sent
+        raise ConfigError(f"lean env: {what} ({why}); {fix}")
+
     def _require_reset(self) -> Theorem:
         if self._theorem is None:
             raise EnvError("LeanEnv.step/render called before reset(seed)")

@@ -10,7 +10,7 @@ SPEC = EnvSpec(
     summary="Prove a Lean 4 theorem tactic by tactic; every verdict comes from a real Lean checker (REPL or Kimina server).",
     config_model=LeanConfig,
     factory="ragen_env_lean.env:LeanEnv",
-    # Refuse before any work when neither a REPL command nor a server URL is configured.
+    # Refuse before any work when neither a REPL command nor a server URL is configured, or nothing answers at the URL.
     availability="ragen_env_lean.availability:check_available",
     # step() waits on the Lean process or the server: the local pool steps episodes in threads.
     async_step=True,

@@ -22,6 +22,9 @@ process-group kill are reused so the child dies with the trainer):
 * end of output (the child died) or a reply that is not JSON kills it too; the check is retried
   once on a fresh process (the body is self-contained, so nothing is lost), then reported as a
   ``server_error``;
+* a JSON reply that is not a REPL response (``cat`` echoing the request, ``{}``) kills it and is
+  a ``server_error`` flagged ``not_lean`` at once (no retry: the command is not a Lean REPL);
+  :meth:`ReplChecker.probe` sends one tiny check first so the env can refuse at reset;
 * after each check the resident memory of the child's process group is read from ``/proc``
   (Linux); above ``repl_memory_mb`` the process is restarted before the next check.
 
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core.services import spawn_child, stop_process_group
-from ragen_env_lean.checker import CheckResult, parse_response, transport_failure
+from ragen_env_lean.checker import PROBE_CODE, CheckResult, NotLeanReply, parse_response, transport_failure
 
 
 class ReplProcess:
@@ -168,6 +171,7 @@ class ReplProcess:
         if header in self._envs:
             return self._envs[header], None
         reply = self.request({"cmd": header}, self.start_timeout)
+        parse_response(reply)  # NotLeanReply when the other end is no REPL (an echo, ``{}``)
         if "env" not in reply or any(m.get("severity") == "error" for m in reply.get("messages") or [] if isinstance(m, dict)):
             return None, reply
         self._envs[header] = int(reply["env"])
@@ -192,6 +196,9 @@ class ReplProcess:
                 return result
             except TimeoutError as exc:
                 return transport_failure(str(exc), time.monotonic() - started)
+            except NotLeanReply as exc:  # not a Lean REPL at all: a retry would get the same
+                self.stop()
+                return transport_failure(str(exc), time.monotonic() - started, not_lean=True)
             except (ConnectionError, ValueError) as exc:
                 if attempt == 1:
                     return transport_failure(str(exc), time.monotonic() - started)
@@ -208,6 +215,16 @@ class ReplChecker:
         self._free: queue.Queue[ReplProcess] = queue.Queue()
         for proc in self.processes:
             self._free.put(proc)
+        self._probe_lock = threading.Lock()
+        self._probe: CheckResult | None = None
+
+    def probe(self) -> CheckResult:
+        """The result of one tiny check (:data:`~ragen_env_lean.checker.PROBE_CODE`, no imports),
+        sent on the first call only: the env reads its ``not_lean`` flag at reset."""
+        with self._probe_lock:
+            if self._probe is None:
+                self._probe = self.check("", PROBE_CODE)
+            return self._probe
 
     def check(self, header: str, body: str) -> CheckResult:
         proc = self._free.get()

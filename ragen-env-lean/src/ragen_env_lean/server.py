@@ -15,20 +15,23 @@ with the standard library. Transport rules:
   are retried ``max_retries`` times, waiting ``retry_backoff`` seconds doubled each time (at most
   30 s); then every snippet of the request is a ``server_error`` (``timeout`` when the last
   failure was a timeout) with the reason;
-* other HTTP 4xx answers (a wrong key, a wrong URL) are not retried;
+* other HTTP 4xx answers (a wrong key, a wrong URL) are not retried; a 404 or 405 (no
+  ``/api/check`` there) and a result whose ``response`` is not a REPL response (``{}``) are
+  flagged ``not_lean``: the URL is not a Kimina Lean server, and the env refuses to go on;
 * several proofs are sent ``batch_size`` at a time (:meth:`ServerChecker.check_many`).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from typing import Any
 
-from ragen_env_lean.checker import CheckResult, parse_response, transport_failure
+from ragen_env_lean.checker import PROBE_CODE, CheckResult, NotLeanReply, parse_response, transport_failure
 
 MAX_BACKOFF_S = 30.0
 
@@ -39,6 +42,10 @@ class _Retryable(Exception):
 
 class ServerChecker:
     """Checks proofs on a Kimina Lean server (see the module docstring)."""
+
+    _probes: dict[tuple[str, str | None], CheckResult] = {}
+    """``(url, api_key)`` -> the result of its probe, shared by the checkers of this process."""
+    _probe_lock = threading.Lock()
 
     def __init__(self, url: str, *, api_key: str | None = None, request_timeout: float = 30.0, http_timeout: float = 60.0,
                  max_retries: int = 3, retry_backoff: float = 1.0, batch_size: int = 8) -> None:
@@ -68,6 +75,15 @@ class ServerChecker:
     def close(self) -> None:
         """Nothing held between requests."""
 
+    def probe(self) -> CheckResult:
+        """The result of one tiny check (:data:`~ragen_env_lean.checker.PROBE_CODE`, no imports),
+        sent once per server and key in this process: the env reads its ``not_lean`` flag at reset."""
+        key = (self.url, self.api_key)
+        with self._probe_lock:
+            if key not in self._probes:
+                self._probes[key] = self.check("", PROBE_CODE)
+            return self._probes[key]
+
     # ------------------------------------------------------------------ transport
     def _check_batch(self, items: list[tuple[str, str]]) -> list[CheckResult]:
         started = time.monotonic()
@@ -85,6 +101,9 @@ class ServerChecker:
                 reason = str(exc)
             except urllib.error.HTTPError as exc:  # 4xx other than 429: the request itself is wrong
                 reason = f"Lean server answered HTTP {exc.code}: {_body(exc)}"
+                if exc.code in (404, 405):  # no POST /api/check there: not a Kimina server
+                    return [transport_failure(f"{reason} (no POST {self.url}/api/check)", time.monotonic() - started, not_lean=True)
+                            for _ in items]
                 break
         return [transport_failure(reason, time.monotonic() - started) for _ in items]
 
@@ -124,6 +143,8 @@ class ServerChecker:
             return transport_failure(str(item["error"]), elapsed)
         try:
             return parse_response(item.get("response"), 0, float(item.get("time") or elapsed))  # type: ignore[arg-type]
+        except NotLeanReply as exc:
+            return transport_failure(str(exc), elapsed, not_lean=True)
         except (ValueError, TypeError) as exc:
             return transport_failure(f"Lean server sent a malformed result: {exc}", elapsed)
 
