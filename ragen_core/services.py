@@ -218,6 +218,24 @@ def _probe(url: str, health_path: str | None, timeout: float) -> str | None:
     return None if 200 <= status < 300 else f"GET {path} answered HTTP {status}"
 
 
+def check_url_answers(url: str | None, setting: str, timeout: float = 3.0) -> None:
+    """An env's availability check for a server it is given by URL (instead of starting one): the
+    URL must accept a TCP connection within ``timeout``. Said in one line naming ``setting`` before a
+    run starts, where waiting for it (``ready_timeout_s`` per episode) would take minutes.
+
+    Raises:
+        ConfigError: nothing answers at ``url``.
+    """
+    if url is None:
+        return
+    why = _probe(url, None, timeout)
+    if why is not None:
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError(f"{setting}: nothing answers at {url} ({why})",
+                          [f"start the server there, fix {setting}, or unset it to let RAGEN start the server itself"])
+
+
 # The child runs this shim before exec'ing the real command: the kernel then kills it when its
 # parent dies, even by SIGKILL. A shim rather than ``preexec_fn`` because preexec_fn is unsafe
 # with threads and stops CPython from using vfork (slow for a trainer with a large address space).

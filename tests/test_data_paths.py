@@ -54,3 +54,24 @@ def test_ragen_run_refuses_a_missing_dataset_before_the_run_folder(tmp_path, cap
     assert main(["run", "--env", "deepcoder", "--steps", "1", "--run-dir", str(run_dir), f"env_config.dataset={tmp_path / 'x.jsonl'}"]) == 2
     assert one_line_error(capsys.readouterr().err).startswith(f"ConfigError: env_config.dataset: {tmp_path / 'x.jsonl'} does not exist")
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(("env", "settings"), [
+    ("searchqa", {}),
+    ("webshop", {"shop": "server"}),
+])
+def test_a_server_url_that_does_not_answer_is_refused_at_once(env, settings):
+    import socket
+
+    if env not in registry.names("env"):
+        pytest.skip(f"env {env!r} is not installed")
+    with socket.socket() as s:  # a port nothing listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    spec = registry.get_spec("env", env)
+    with pytest.raises(ConfigError, match=rf"^env_config\.server\.url: nothing answers at {url} \(TCP connect failed"):
+        spec.check_available(registry.make_config("env", env, {**settings, "server": {"url": url}}))
+    with socket.socket() as listening:  # a server that accepts connections passes
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        spec.check_available(registry.make_config("env", env, {**settings, "server": {"url": f"http://127.0.0.1:{listening.getsockname()[1]}"}}))
