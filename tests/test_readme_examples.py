@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "ragen run --env frozenlake --algo ppo --config my.yaml rollout.group_size=8": PRINT_CONFIG + " (my.yaml: 'seed: 1')",
     "ragen run --resume runs/<dir> --steps 60": ON_A_RUN + " with --print-config",
     "ragen eval --env bandit --model runs/<dir>/checkpoints/step_30 --out trajectories.jsonl": ON_A_RUN,
+    "ragen eval --env sudoku --groups 4": RUN,
     "ragen plot runs/<dir>": ON_A_RUN,
     "ragen diagnose runs/<dir>": ON_A_RUN,
     "ragen init-env mygrid": WALKTHROUGH,
