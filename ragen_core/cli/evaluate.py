@@ -171,7 +171,8 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     print(f"evaluating {groups * group_size} episodes ({groups} groups x {group_size}) on {config.env}", file=sys.stderr, flush=True)
 
     def progress(what: str) -> None:  # one line per turn of the rollout: a long evaluation is seen to move
-        print(f"eval: {what.replace(' of a val rollout', '').replace('the reset', 'reset')} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+        what = what.replace(" of a val rollout", "").replace("the reset", "reset")
+        print(f"eval: {what} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
     runner.progress = progress
     try:

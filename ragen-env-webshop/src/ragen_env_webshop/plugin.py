@@ -12,7 +12,6 @@ def check_available(config: Any) -> None:
     """Data settings that name a local file or folder must exist, and a shop server given by URL
     must answer: said before a run starts, not at the first reset."""
     from ragen_core.datafiles import check_data_paths
-
     from ragen_core.services import check_url_answers
 
     check_data_paths(config, paths=("catalog.product_path", "catalog.attribute_path"))
