@@ -147,3 +147,18 @@ def test_a_rank_that_dies_in_the_rollout_leaves_rank_0_a_checkpoint_and_one_line
     assert "[rank0]: Traceback" not in text, text[-3000:]
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_2"]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_backend_errors_of_unwrapped_collectives_become_one_line():
+    from ragen_core.trainer.distributed import RankLostError, rank_lost
+
+    two = World(rank=1, size=2)
+    gloo = RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1. "
+                        "This is typically caused by a remote worker crashing.")
+    lost = rank_lost(two, gloo)
+    assert isinstance(lost, RankLostError)
+    assert lost.message == ("rank 1: a collective inside FSDP over 2 ranks failed: another rank stopped or crashed "
+                            "([/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1)")
+    assert rank_lost(two, RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None  # a bug, not a lost rank
+    assert rank_lost(two, ValueError("gloo")) is None
+    assert rank_lost(ONE, gloo) is None  # one process has no other rank to lose

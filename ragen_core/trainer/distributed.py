@@ -82,6 +82,24 @@ class RankLostError(TrainingError):
     """A collective failed: another rank of the run stopped or crashed (its own log says why)."""
 
 
+def rank_lost(world: World, exc: BaseException, what: str = "a collective inside FSDP") -> RankLostError | None:
+    """``exc`` as a :class:`RankLostError` when it is a backend error of a collective that this
+    module did not wrap (FSDP's all-gathers and reduce-scatters run inside forward and backward),
+    else None."""
+    if not world.parallel or not isinstance(exc, RuntimeError) or isinstance(exc, RankLostError):
+        return None
+    import torch.distributed as dist
+
+    text = str(exc)
+    backend = isinstance(exc, getattr(dist, "DistBackendError", ())) or any(
+        marker in text for marker in ("gloo", "NCCL", "Connection closed by peer", "Connection reset by peer"))
+    if not backend:
+        return None
+    first = text.splitlines()[0].split(". ")[0] if text else type(exc).__name__
+    return RankLostError(f"rank {world.rank}: {what} over {world.size} ranks failed: another rank stopped or crashed ({first[:200]})",
+                         ["the first rank to fail says why in its own output (torchrun's summary names it as the root cause)"])
+
+
 @contextmanager
 def _collective(world: World, what: str) -> Iterator[None]:
     """Turn a collective's backend error (gloo: "Connection closed by peer", NCCL: a watchdog

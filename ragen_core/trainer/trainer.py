@@ -60,7 +60,7 @@ from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
-from ragen_core.trainer.distributed import World, rollout_share
+from ragen_core.trainer.distributed import World, rank_lost, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
@@ -316,8 +316,11 @@ class Trainer(CheckpointMixin):
                 self._updating = False
                 try:
                     metrics = self.train_step(step)
-                except Exception:
+                except Exception as exc:
                     self._save_after_error(step, saved)
+                    lost = rank_lost(self.world, exc)
+                    if lost is not None:  # a raw backend error from FSDP's own collectives: one line too
+                        raise lost from exc
                     raise
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
