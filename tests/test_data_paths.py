@@ -75,3 +75,13 @@ def test_a_server_url_that_does_not_answer_is_refused_at_once(env, settings):
         listening.bind(("127.0.0.1", 0))
         listening.listen()
         spec.check_available(registry.make_config("env", env, {**settings, "server": {"url": f"http://127.0.0.1:{listening.getsockname()[1]}"}}))
+
+
+def test_ragen_eval_runs_the_same_start_checks_as_ragen_run(tmp_path, capsys):
+    if "metamathqa" not in registry.names("env"):
+        pytest.skip("ragen-env-metamathqa is not installed")
+    missing = tmp_path / "x.jsonl"
+    assert main(["eval", "--env", "metamathqa", "--groups", "1", f"env_config.dataset_path={missing}"]) == 2
+    printed = capsys.readouterr()
+    assert one_line_error(printed.err).startswith(f"ConfigError: env_config.dataset_path: {missing} does not exist")
+    assert "model:" not in printed.out + printed.err  # refused before a model loaded

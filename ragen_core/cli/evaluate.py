@@ -185,7 +185,7 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
 
 def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
-    from ragen_core.trainer.config import RunConfig, check_plugin_configs
+    from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
     flags = [f"env={args.env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
@@ -198,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     config = load_config(RunConfig, args.config, flags + list(args.overrides))
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
+    check_run_available(config)  # a missing data file, vllm or checker, a server or cluster that does not answer: at once
     check_model_name(args.model)
     out = check_writable(Path(args.out)) if args.out else None  # before the evaluation, not after it
     trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)
