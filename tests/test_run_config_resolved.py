@@ -63,3 +63,37 @@ def test_resume_of_a_run_whose_config_yaml_holds_only_overrides_reports_no_chang
     assert "settings changed" not in capsys.readouterr().out
     assert not (run_dir / "config_changes.jsonl").exists()
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["filter_config"]["prob_mode"] == "linear"
+
+
+def _printed(capsys, *argv: str) -> tuple[dict, str]:
+    assert main(["run", *argv, "--print-config"]) == 0
+    out = capsys.readouterr()
+    return yaml.safe_load(out.out), out.err
+
+
+def test_a_run_config_reused_with_another_plugin_drops_that_plugins_settings(tmp_path, capsys):
+    env = register_toy_env()
+    run_dir = tmp_path / "run"
+    assert _run(run_dir, "--env", env, "--steps", "1", *TOY_RUN) == 0
+    capsys.readouterr()
+    saved = run_dir / "config.yaml"
+    # --algo ppo on a grpo run's config: ppo's own estimator and critic, not grpo's spelled-out settings
+    fresh, _ = _printed(capsys, "--env", env, "--algo", "ppo")
+    reused, err = _printed(capsys, "--config", str(saved), "--algo", "ppo")
+    assert "config: algo changed from 'grpo' to 'ppo', so the config's algo_config is dropped" in err
+    assert reused["algo_config"] == fresh["algo_config"]
+    # another estimator preset on a resume: the preset's values, not the saved defaults of the old one
+    preset = _printed(capsys, "--env", env, "algo_config.estimator_preset=drgrpo")[0]["algo_config"]["estimator_config"]
+    resumed, err = _printed(capsys, "--resume", str(run_dir), "algo_config.estimator_preset=drgrpo")
+    assert "resume: algo_config.estimator_preset changed from None to 'drgrpo'" in err
+    assert resumed["algo_config"]["estimator_config"] == preset
+    # '=null' clears one plugin's settings
+    cleared, _ = _printed(capsys, "--resume", str(run_dir), "filter_config=null", "filter_config.value=0.5", "filter=snr-topp")
+    assert cleared["filter_config"]["value"] == 0.5
+
+
+def test_a_config_file_that_sets_only_a_plugins_settings_keeps_them_for_the_chosen_plugin(tmp_path, capsys):
+    env = register_toy_env()
+    (tmp_path / "my.yaml").write_text("filter_config:\n  value: 0.5\n")
+    config, err = _printed(capsys, "--env", env, "--config", str(tmp_path / "my.yaml"), "--filter", "snr-topp")
+    assert config["filter_config"]["value"] == 0.5 and "dropped" not in err

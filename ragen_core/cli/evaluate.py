@@ -196,7 +196,11 @@ def run(args: argparse.Namespace) -> int:
         flags.append("sampling.val.do_sample=false")
     if args.max_new_tokens is not None:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
-    config = load_config(RunConfig, args.config, flags + list(args.overrides))
+    from ragen_core.cli.run import drop_stale_settings
+    from ragen_core.config import merge_files
+
+    layers = merge_files(args.config)
+    config = drop_stale_settings(load_config(RunConfig, [], flags + list(args.overrides), base=layers), layers, flags + list(args.overrides))
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
     check_run_available(config)  # a missing data file, vllm or checker, a server or cluster that does not answer: at once
     check_model_name(args.model)

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import load_config
+    from ragen_core.config import load_config, merge_files
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -83,22 +83,37 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
-    config = load_config(RunConfig, files, flags + list(args.overrides), base=base)
+    layers = merge_files(files, base)  # the run's config.yaml or a recipe, then the --config files
+    args_ = flags + list(args.overrides)
+    config = load_config(RunConfig, [], args_, base=layers)
     if base is not None and resumed is None and "algo" in base:
         _check_recipe_algo(args.recipe, base["algo"], config.algo)
     if resumed is not None:  # another env/algo/model is refused before its plugin settings are checked against the run's
-        from ragen_core.trainer.run_dir import resume_changes, stale_plugin_settings, without_settings
+        from ragen_core.trainer.run_dir import resume_changes
 
         resume_changes(resumed, config)
-        stale = stale_plugin_settings(resumed, config)
-        if stale:  # settings of the plugin the run used before belong to it, not to the one chosen now
-            config = load_config(RunConfig, files, flags + list(args.overrides), base=without_settings(resumed, [key for key, _ in stale]))
-            for key, why in stale:
-                print(f"resume: {why}, so the run's saved {key} is dropped (set new values as overrides)", file=sys.stderr)
+    config = drop_stale_settings(config, layers, args_, resumed=resumed is not None)
     from ragen_core.trainer.config import check_plugin_configs
 
     check_plugin_configs(config)  # unknown plugins and bad plugin settings fail here (--print-config too), before a model loads
     return config
+
+
+def drop_stale_settings(config: RunConfig, layers: dict[str, Any], overrides: list[str], *, resumed: bool = False) -> RunConfig:
+    """``config`` loaded again without the settings ``layers`` (the run's config.yaml, a recipe,
+    ``--config`` files) hold for a plugin or preset that ``overrides`` replaced, saying so on stderr
+    (:func:`ragen_core.trainer.run_dir.stale_plugin_settings`)."""
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.run_dir import stale_plugin_settings, without_settings
+
+    stale = stale_plugin_settings(layers, config)
+    if not stale:
+        return config
+    where = "the run's saved" if resumed else "the config's"
+    for key, why in stale:
+        print(f"{'resume' if resumed else 'config'}: {why}, so {where} {key} is dropped (set new values as overrides)", file=sys.stderr)
+    return load_config(RunConfig, [], overrides, base=without_settings(layers, [key for key, _ in stale]))
 
 
 def recipe_base(args: argparse.Namespace, files: list[str]) -> dict[str, Any]:

@@ -95,6 +95,12 @@ class RolloutSection(_Section):
     episode (a frozen copy of the policy: twice the weight memory). ``rollout/policy_lag`` logs the
     gap (1 from step 2 on). Not with several ranks or ``grad_analysis``."""
 
+    @field_validator("pool_config", mode="before")
+    @classmethod
+    def _null_is_defaults(cls, value: Any) -> Any:
+        """``rollout.pool_config=null`` clears the pool's settings (see ``RunConfig.env_config``)."""
+        return {} if value is None else value
+
     @field_validator("pool_config")
     @classmethod
     def _default_step_timeout(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -352,6 +358,13 @@ class RunConfig(_Section):
     step, checkpoint, or rollout turn completed -- after writing every thread's stack to stderr
     and ``RUN_DIR/watchdog-stacks.txt`` (:mod:`ragen_core.trainer.watchdog`); ``None`` = off.
     Raise it when one update phase (or checkpoint save) of a large model takes longer."""
+
+    @field_validator("env_config", "algo_config", "filter_config", "engine_config", "diagnostics_config", mode="before")
+    @classmethod
+    def _null_is_defaults(cls, value: Any) -> Any:
+        """``filter_config=null`` clears a plugin's settings (its defaults apply): how an override
+        empties settings that a config file or a resumed run's config.yaml holds."""
+        return {} if value is None else value
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:

@@ -166,29 +166,34 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     return {k: [before.get(k), after.get(k)] for k in keys if before.get(k) != after.get(k) and k.split(".")[0] not in RESUME_QUIET}
 
 
-#: ``(plugin name key, preset key or None, its settings key)``: a resume that picks another plugin (or
-#: preset) drops the settings config.yaml holds for the one before (config.yaml spells them all out).
-PLUGIN_SETTINGS = (("filter", "filter_preset", "filter_config"), ("engine", None, "engine_config"),
-                   ("rollout.pool", None, "rollout.pool_config"), ("algo_preset", None, "algo_config"))
+#: ``(plugin name key, preset key or None, its settings key)``: when a later config layer (flags,
+#: overrides) picks another plugin or preset than an earlier one (the run's config.yaml on a resume,
+#: a ``--config`` file, a recipe) names, the earlier layer's settings for it are dropped: they belong
+#: to the plugin before (and a resolved config.yaml spells out all of them, defaults included, which
+#: would also override a newly chosen preset).
+PLUGIN_SETTINGS = (("env", "preset", "env_config"), ("algo", "algo_preset", "algo_config"),
+                   ("algo_config.estimator", "algo_config.estimator_preset", "algo_config.estimator_config"),
+                   ("filter", "filter_preset", "filter_config"), ("engine", None, "engine_config"),
+                   ("rollout.pool", None, "rollout.pool_config"))
 
 
 def stale_plugin_settings(previous: dict[str, Any], config: Any) -> list[tuple[str, str]]:
-    """``[(settings key, why)]`` for plugin settings in the run's ``previous`` config that belong to a
-    plugin (or preset) ``config`` no longer uses: another filter, engine or env pool, another
-    filter or algorithm preset, a diagnostic no longer listed."""
-    try:
-        before = _flat(type(config).model_validate(previous).model_dump(mode="json"))
-    except ValueError:
-        before = _flat(previous)
-    after = _flat(config.model_dump(mode="json"))
+    """``[(settings key, why)]`` for plugin settings of an earlier config layer ``previous`` that
+    belong to a plugin (or preset) ``config`` no longer uses: another env, algorithm, estimator,
+    filter, engine or env pool, another preset of one of them, a diagnostic no longer listed. Only
+    a plugin or preset that ``previous`` names itself counts (a file that sets ``filter_config``
+    alone sets it for whichever filter is chosen)."""
     given = _flat(previous)
+    after = _flat(config.model_dump(mode="json"))
     out: list[tuple[str, str]] = []
+    dropped: list[str] = []
     for name_key, preset_key, settings_key in PLUGIN_SETTINGS:
-        if not any(k.startswith(settings_key + ".") for k in given):
-            continue  # nothing saved for it
+        if not any(k.startswith(settings_key + ".") for k in given) or any(settings_key.startswith(d + ".") for d in dropped):
+            continue  # nothing set for it, or dropped with its parent already
         for key in filter(None, (name_key, preset_key)):
-            if before.get(key) != after.get(key):
-                out.append((settings_key, f"{key} changed from {before.get(key)!r} to {after.get(key)!r}"))
+            if key in given and given[key] != after.get(key):
+                out.append((settings_key, f"{key} changed from {given[key]!r} to {after.get(key)!r}"))
+                dropped.append(settings_key)
                 break
     saved = previous.get("diagnostics_config")
     listed = previous.get("diagnostics") or []
