@@ -85,3 +85,10 @@ def test_ragen_eval_runs_the_same_start_checks_as_ragen_run(tmp_path, capsys):
     printed = capsys.readouterr()
     assert one_line_error(printed.err).startswith(f"ConfigError: env_config.dataset_path: {missing} does not exist")
     assert "model:" not in printed.out + printed.err  # refused before a model loaded
+
+
+def test_webshop_refuses_a_server_url_its_in_process_shop_would_ignore():
+    if "webshop" not in registry.names("env"):
+        pytest.skip("ragen-env-webshop is not installed")
+    with pytest.raises(ConfigError, match=r"server\.url 'http://127\.0\.0\.1:1' is set but shop is 'inprocess', which never uses it"):
+        registry.make_config("env", "webshop", {"server": {"url": "http://127.0.0.1:1"}})

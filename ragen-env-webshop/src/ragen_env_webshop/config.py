@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragen_core.interfaces.env import EnvConfig
 from ragen_core.services import ServiceConfig
@@ -68,3 +68,10 @@ class WebShopConfig(EnvConfig):
     """Start, restart and readiness settings of the shop server (``shop: server``)."""
     request_timeout_s: float = Field(default=30.0, gt=0)
     """Timeout of one HTTP request to the shop server."""
+
+    @model_validator(mode="after")
+    def _url_needs_server_shop(self) -> WebShopConfig:
+        if self.shop == "inprocess" and self.server.url is not None:
+            raise ValueError(f"server.url {self.server.url!r} is set but shop is 'inprocess', which never uses it: "
+                             "set shop=server to play against that shop server, or drop server.url")
+        return self
