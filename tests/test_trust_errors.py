@@ -179,14 +179,17 @@ def test_a_plugin_config_validator_that_raises_is_one_line(tmp_path, capsys, bad
     assert f"env {VALIDATOR_ENV!r}" in line and "RuntimeError: validator bug" in line
 
 
-@pytest.mark.parametrize("args,where", [
-    (["--preset", "Broken"], "preset 'Broken' (seed 77, member 0) failed to reset"),  # the pre-flight reset
-    (["env_config.fault=reset_member_1"], "(seed 77, member 1) failed to reset"),  # a reset in the rollout's pool
+@pytest.mark.parametrize("args,where,folder_left", [
+    # the pre-flight reset, in set-up: the run folder it made is empty and removed (a rerun is not refused)
+    (["--preset", "Broken"], "preset 'Broken' (seed 77, member 0) failed to reset", False),
+    # a reset in the rollout's pool, in step 1: the folder holds the run's config (--overwrite to rerun)
+    (["env_config.fault=reset_member_1"], "(seed 77, member 1) failed to reset", True),
 ])
-def test_env_reset_raising_names_env_preset_and_seed(tmp_path, capsys, bad_envs, args, where):
+def test_env_reset_raising_names_env_preset_and_seed(tmp_path, capsys, bad_envs, args, where, folder_left):
     assert main(["run", "--env", BAD_ENV, "--run-dir", str(tmp_path / "run"), *SMALL, "seed=77", *args]) == 2
     line = one_line(capsys, "EnvError")
     assert f"env {BAD_ENV!r}" in line and where in line and "RuntimeError: the level file is missing" in line
+    assert (tmp_path / "run").exists() == folder_left
 
 
 @pytest.mark.parametrize("fault,needle", [

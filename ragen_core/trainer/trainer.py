@@ -45,6 +45,7 @@ off-policy against the behaviour log-probs that came with the episodes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -94,6 +95,8 @@ class Trainer(CheckpointMixin):
         check_plugin_configs(config)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
         check_run_available(config)  # no Lean toolchain, no vllm, a Ray address that does not answer: before any work
         check_supported(config, self.world)
+        self._made_run_dir = not (config.run_dir and Path(config.run_dir).exists())
+        """This run creates its folder (removed again when a fresh run's set-up fails leaving it empty)."""
         if config.run_dir:
             self.run_dir = Path(config.run_dir)
         else:  # a new default folder is created here, by rank 0 only
@@ -113,9 +116,22 @@ class Trainer(CheckpointMixin):
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
-        """Build model, plugins, engine and runners; run the pre-flight checks."""
+        """Build model, plugins, engine and runners; run the pre-flight checks.
+
+        A fresh run whose set-up fails before it wrote anything (a model that does not load, an env
+        that cannot reset during the warm start) removes the run folder it created, then empty.
+        """
         if self._built:
             return
+        try:
+            self._setup()
+        except BaseException:
+            if not self.resume and self.world.main and self._made_run_dir:
+                with contextlib.suppress(OSError):  # not empty, or gone: leave it as it is
+                    self.run_dir.rmdir()
+            raise
+
+    def _setup(self) -> None:
         import torch
 
         from ragen_core import registry
