@@ -44,3 +44,20 @@ def test_eval_refuses_an_unknown_shipped_policy_in_one_line(capsys):
     assert rc == 2
     assert "ConfigError: --model warm:no-such-policy:" in text and "hint: shipped policies: warm:tiny-warm" in text
     assert "Traceback" not in text
+
+
+def test_eval_of_a_run_folder_without_a_model_says_what_it_is(tmp_path, capsys):
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_2").mkdir(parents=True)
+    (run / "checkpoints" / "step_10").mkdir()
+    (run / "config.yaml").write_text("env: sudoku\n")
+    rc, text = _eval(capsys, "--model", str(run / "checkpoints"))
+    assert rc == 2 and one_line_error(text) == f"ConfigError: --model {run / 'checkpoints'} holds checkpoints, not a model: name one of them"
+    assert f"hint: --model {run / 'checkpoints' / 'step_10'} (the latest)" in text
+    stopped = tmp_path / "stopped"  # a run that ended before its first checkpoint
+    stopped.mkdir()
+    (stopped / "config.yaml").write_text("env: sudoku\n")
+    rc, text = _eval(capsys, "--model", str(stopped))
+    assert rc == 2 and one_line_error(text) == f"ConfigError: run directory {stopped} has no checkpoint yet (it stopped before saving one)"

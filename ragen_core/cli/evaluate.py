@@ -225,6 +225,17 @@ def check_model_name(model: str) -> None:
     if is_shipped_name(model):
         shipped_policy_named(model, None)  # a wrong name or a stale folder: said now
         return
+    path = Path(model)
+    if path.is_dir() and not (path / "config.json").is_file():
+        from ragen_core.errors import ConfigError
+
+        steps = sorted((p.name for p in path.glob("step_*") if p.is_dir()), key=lambda n: (len(n), n))
+        if steps:  # RUN_DIR/checkpoints
+            raise ConfigError(f"--model {model} holds checkpoints, not a model: name one of them",
+                              [f"--model {path / steps[-1]} (the latest), or --model {path.parent} for the run's latest"])
+        if (path / "config.yaml").is_file() and not any((path / "checkpoints").glob("step_*")):
+            raise ConfigError(f"run directory {path} has no checkpoint yet (it stopped before saving one)",
+                              ["evaluate it once a step was saved (save_freq), or evaluate the shipped warm policy: --model warm"])
     if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
         check_model_folder(model)
 
