@@ -89,6 +89,16 @@ def test_a_file_given_as_the_run_directory_is_called_a_file(tmp_path, capsys):
     assert "does not exist" in one_line_error(capsys.readouterr().err)
 
 
+def test_a_folder_for_rollouts_and_a_file_for_checkpoint_are_named_as_such(tmp_path, capsys):
+    run = _run_with_checkpoint_dir(tmp_path)
+    assert main(["diagnose", str(run), "--checkpoint", "step_1", "--rollouts", str(run / "rollouts")]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == f"RagenError: rollouts {run / 'rollouts'} is a folder; --rollouts takes one step's file"
+    assert f"e.g. --rollouts {run / 'rollouts' / 'step_1.jsonl'} (the latest)" in err
+    assert main(["diagnose", str(run), "--checkpoint", str(run / "metrics.jsonl")]) == 2
+    assert "is a file; a checkpoint is a folder" in one_line_error(capsys.readouterr().err)
+
+
 # -- plots: whole-number step ticks --------------------------------------------------------------
 
 

@@ -50,6 +50,9 @@ def _resolve_checkpoint(run_dir: Path, name: str | None, rollouts: Path | None, 
         path = Path(name)
         if not path.is_absolute() and not path.exists():
             path = run_dir / "checkpoints" / name
+        if path.is_file():
+            raise RagenError(f"checkpoint {name} is a file; a checkpoint is a folder (RUN_DIR/checkpoints/step_N)",
+                             [f"list {run_dir / 'checkpoints'} for saved steps"])
         if not path.is_dir():
             raise RagenError(f"checkpoint {name} not found (looked for {path})", [f"list {run_dir / 'checkpoints'} for saved steps"])
         return path

@@ -39,6 +39,10 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
         RagenError: The file is missing, or not one line of it is a trajectory.
     """
     p = Path(path)
+    if p.is_dir():
+        steps = sorted((f.name for f in p.glob("step_*.jsonl")), key=lambda n: (len(n), n))
+        raise RagenError(f"rollouts {p} is a folder; --rollouts takes one step's file",
+                         [f"e.g. --rollouts {p / steps[-1]} (the latest)" if steps else "rollouts are saved as RUN_DIR/rollouts/step_<N>.jsonl"])
     if not p.is_file():
         raise RagenError(f"rollouts file {p} does not exist", ["rollouts are saved as RUN_DIR/rollouts/step_<N>.jsonl when the trainer keeps them"])
     out: list[Trajectory] = []
