@@ -61,3 +61,21 @@ def test_eval_of_a_run_folder_without_a_model_says_what_it_is(tmp_path, capsys):
     (stopped / "config.yaml").write_text("env: sudoku\n")
     rc, text = _eval(capsys, "--model", str(stopped))
     assert rc == 2 and one_line_error(text) == f"ConfigError: run directory {stopped} has no checkpoint yet (it stopped before saving one)"
+
+
+def test_eval_refuses_a_model_override_beside_a_shipped_policy(capsys):
+    from ragen_core.testing.run_helpers import one_line_error
+
+    rc, text = _eval(capsys, "model=some/other-model")
+    assert rc == 2
+    assert one_line_error(text) == "ConfigError: --model warm is a shipped policy of the tiny model, but model=some/other-model is set too"
+
+
+def test_eval_says_when_the_shipped_policy_was_not_built_for_the_env(capsys):
+    from ragen_core.testing.toy_env import register_toy_env
+
+    env = register_toy_env()
+    rc = main(["eval", "--env", env, "--groups", "1", "--model", "warm:tiny-warm", "sampling.val.max_new_tokens=8"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert f"model: shipped warm policy 'tiny-warm' ({SHIPPED_ROOT / 'tiny-warm'}); not built for {env!r}: a run warm-starts further from it" in out.out

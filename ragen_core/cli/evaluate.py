@@ -157,7 +157,9 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     if shipped is not None:
         model, tokenizer = load_model_and_tokenizer("tiny", device=device)
         shipped.load_into(model)
-        print(f"model: shipped warm policy {shipped.folder.name!r} ({shipped.folder})", flush=True)
+        built_for = {str(t.get("env")) for t in shipped.record.get("targets", [])}
+        note = "" if config.env in built_for else f"; not built for {config.env!r}: a run warm-starts further from it"
+        print(f"model: shipped warm policy {shipped.folder.name!r} ({shipped.folder}){note}", flush=True)
     else:
         path = resolve_model(model_path)
         model, tokenizer = load_model_and_tokenizer(path, device=device, safetensors_only=written_by_ragen(path))
@@ -201,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
 
     layers = merge_files(args.config)
     config = drop_stale_settings(load_config(RunConfig, [], flags + list(args.overrides), base=layers), layers, flags + list(args.overrides))
+    if is_shipped_name(args.model) and config.model != "tiny":
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",
+                          [f"evaluate that model with --model {config.model}"])
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
     check_run_available(config)  # a missing data file, vllm or checker, a server or cluster that does not answer: at once
     check_model_name(args.model)
