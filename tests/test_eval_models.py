@@ -78,4 +78,5 @@ def test_eval_says_when_the_shipped_policy_was_not_built_for_the_env(capsys):
     rc = main(["eval", "--env", env, "--groups", "1", "--model", "warm:tiny-warm", "sampling.val.max_new_tokens=8"])
     out = capsys.readouterr()
     assert rc == 0, out.err
-    assert f"model: shipped warm policy 'tiny-warm' ({SHIPPED_ROOT / 'tiny-warm'}); not built for {env!r}: a run warm-starts further from it" in out.out
+    folder = SHIPPED_ROOT / "tiny-warm"
+    assert f"model: shipped warm policy 'tiny-warm' ({folder}); not built for {env!r}: a run warm-starts further from it" in out.out
