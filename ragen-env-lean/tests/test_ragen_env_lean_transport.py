@@ -211,7 +211,7 @@ class _Server:
         if "leantimeout" in code:
             return {"id": snippet["id"], "time": 0.1, "error": "Lean REPL command timed out", "response": None}
         last = code.rstrip().split("\n")[-1].strip()
-        messages = [] if last in ("omega", "exact hp") else [
+        messages = [] if last in ("omega", "exact hp") or last.endswith(":= trivial") else [  # proved; the probe too
             {"severity": "error", "pos": {"line": 7, "column": 60}, "endPos": {"line": 8, "column": 5}, "data": f"unsolved goals\n{last}"}]
         return {"id": snippet["id"], "time": 0.25, "error": None, "response": {"env": 0, "messages": messages}}
 
@@ -357,9 +357,12 @@ def test_a_process_that_is_not_a_repl_is_flagged_at_once(command):
     assert proc.starts == 1 and proc.pid is None  # stopped, and not retried: a retry would get the same
 
 
-@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ANSWERS_EMPTY]], ids=["cat", "python-empty"])
+@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ANSWERS_EMPTY], [sys.executable, "-c", "pass"],
+                                     [sys.executable, "-c", "import time; time.sleep(60)"]],
+                         ids=["cat", "python-empty", "exits-at-once", "never-answers"])
 def test_env_reset_with_a_command_that_is_not_a_repl_refuses_in_one_line(command):
-    env = LeanEnv(LeanConfig(repl_command=command, theorem="ragen_and_swap"))
+    # a program that exits or never answers proves nothing either: every verdict must come from Lean
+    env = LeanEnv(LeanConfig(repl_command=command, theorem="ragen_and_swap", request_timeout=2.0))
     try:
         with pytest.raises(ConfigError) as refused:
             env.reset(0)

@@ -98,7 +98,7 @@ class LeanEnv(Env):
         self._theorem = self._pick(seed, mode)
         probe = getattr(self._ready_checker(), "probe", None)  # the built-in backends; a test's stand-in has none
         if probe is not None:
-            self._refuse_if_not_lean(probe())
+            self._refuse_unless_proved(probe())
         self.seed = seed
         self._tactics, self._log, self._feedback = [], [], None
         self._steps, self._done, self._success = 0, False, False
@@ -186,6 +186,16 @@ class LeanEnv(Env):
         if self._checker is None:
             self._checker = make_checker(self.config)
         return self._checker
+
+    def _refuse_unless_proved(self, probe: CheckResult) -> None:
+        """The checker must prove the probe (``example : True := trivial``): a program that exits, hangs,
+        crashes or answers anything else is not a Lean checker, and every verdict must come from Lean."""
+        if verdict(probe).success:
+            return
+        if probe.not_lean:
+            self._refuse_if_not_lean(probe)
+        why = probe.error or f"{probe.status}: " + "; ".join(m.text for m in probe.messages)
+        self._refuse_if_not_lean(dataclasses.replace(probe, not_lean=True, error=f"it did not prove 'example : True := trivial': {why}"))
 
     def _refuse_if_not_lean(self, result: CheckResult) -> None:
         """Raise the one-line ConfigError when the checker's reply was not a Lean REPL response."""
