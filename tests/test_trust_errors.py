@@ -206,6 +206,20 @@ def test_env_returning_a_bad_reward_or_observation_is_one_line(tmp_path, capsys,
     assert f"env {BAD_ENV!r} (seed 5, member 0)" in line and needle in line and "for action 'Right'" in line
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--preset", "Broken"], "preset 'Broken' (seed 5, member 0) failed to reset: RuntimeError: the level file is missing"),
+    (["--set", "fault=reward_text"], "(seed 5, member 0) returned a reward of type str ('high') for action"),
+    (["--set", "fault=observation_none"], "(seed 5, member 0) returned an observation of type NoneType"),
+])
+def test_env_play_checks_the_env_as_a_rollout_does(capsys, bad_envs, monkeypatch, args, needle):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Right\nRight\nq\n"))
+    assert main(["env", "play", BAD_ENV, "--seed", "5", *args]) == 2
+    line = one_line(capsys, "EnvError")
+    assert f"env {BAD_ENV!r}" in line and needle in line
+
+
 # ---------------------------------------------------------------------- run directories and outputs
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, one_torch_thread):

@@ -70,10 +70,20 @@ def read_reply(inp: TextIO, free_form: bool) -> str | None:
     return text.rstrip("\n")
 
 
-def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any) -> dict[str, Any]:
-    """Play one episode; returns ``{"reward", "success", "actions"}``."""
+def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any, name: str | None = None,
+         preset: str | None = None) -> dict[str, Any]:
+    """Play one episode; returns ``{"reward", "success", "actions"}``.
+
+    Resets and steps go through the checks a rollout makes (:func:`~ragen_core.rollout.env_pool.reset_env`,
+    :func:`~ragen_core.rollout.env_pool.run_actions`): an env that raises, or returns an observation
+    that is not a str, is one :class:`~ragen_core.errors.EnvError` line naming it, as in ``ragen run``.
+    """
+    from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
+    from ragen_core.rollout.env_pool import episode_label, reset_env, run_actions
+
     cfg = env.config
-    obs = env.reset(seed)
+    label = episode_label(EnvRef(name=name or type(env).__name__, preset=preset), seed)
+    obs = reset_env(env, ResetRequest(0, seed), label=label).observation
     print(f"=== {type(env).__name__} seed={seed} ===", file=out)
     if env.instruction():
         print(env.instruction(), file=out)
@@ -103,7 +113,8 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any)
             continue
         done = False
         for action in actions[: limit_actions - actions_done]:
-            obs, reward, done, info = env.step(action)
+            outcome = run_actions(env, 0, (action,), label=label)
+            obs, reward, done, info = outcome.observation, outcome.reward, outcome.done, outcome.info
             actions_done += 1
             total += reward
             valid = info.get("action_is_valid", True)
@@ -148,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     rng = make_rng(args.seed, "play")
     try:
         for episode in range(args.episodes):
-            play(env, seed=args.seed + episode, agent=args.agent, out=sys.stdout, inp=sys.stdin, rng=rng)
+            play(env, seed=args.seed + episode, agent=args.agent, out=sys.stdout, inp=sys.stdin, rng=rng, name=args.name, preset=args.preset)
     finally:
         env.close()
     return 0
