@@ -291,20 +291,36 @@ class Registry:
         from pydantic import ValidationError
 
         try:
-            return spec.make_config(dict(config or {}), preset=preset)
+            made = spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
             raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}", model_cls=spec.config_model) from None
         except RagenError:
             raise
         except Exception as exc:  # a validator of the plugin raised something pydantic does not wrap: a plugin bug
+            raise self._validator_bug(kind, name, spec, exc) from exc
+        try:  # pydantic does not validate defaults: one that breaks its own rules is said here, not deep in the env
+            spec.config_model.model_validate(made.model_dump())
+        except ValidationError as exc:
+            errors = exc.errors()
+            where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
             entry = self.find(kind, name)
-            text = str(exc).strip()
-            raise PluginConfigError(
-                f"{kind} {spec.name!r} from {entry.origin}: validating its config raised {type(exc).__name__}"
-                + (f": {text.splitlines()[0]}" if text else ""),
-                [f"check the settings given to {kind} {spec.name!r}; if they look right, report it to {entry.dist_name} "
-                 "(config validators should raise ValueError, which names the field); -v shows the traceback"],
-            ) from exc
+            raise PluginConfigError(f"{kind} {spec.name!r} from {entry.origin}: the default of {where} fails its own validation: "
+                                    f"{errors[0]['msg'] if errors else exc}",
+                                    [f"set {where} explicitly, and report it to {entry.dist_name} ('ragen plugins check' finds these)"]) from None
+        except Exception:  # noqa: BLE001 - a validator that cannot read its own output back: the first validation stands
+            pass
+        return made
+
+    def _validator_bug(self, kind: str, name: str, spec: Any, exc: Exception) -> PluginConfigError:
+        """The one-line error for a config validator that raised something other than ValueError."""
+        entry = self.find(kind, name)
+        text = str(exc).strip()
+        return PluginConfigError(
+            f"{kind} {spec.name!r} from {entry.origin}: validating its config raised {type(exc).__name__}"
+            + (f": {text.splitlines()[0]}" if text else ""),
+            [f"check the settings given to {kind} {spec.name!r}; if they look right, report it to {entry.dist_name} "
+             "(config validators should raise ValueError, which names the field); -v shows the traceback"],
+        )
 
     def make(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:
         """Build a plugin: validate its config, import its factory, call ``factory(config)``."""

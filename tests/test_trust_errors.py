@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ragen_core import registry
 from ragen_core.cli.main import main
+from ragen_core.errors import PluginConfigError
 from ragen_core.interfaces.env import StepResult
 from ragen_core.seeding import _words, derive_seed, make_rng
 from ragen_core.specs import EnvSpec
@@ -275,3 +276,20 @@ def test_eval_out_is_written_whole(tmp_path, capsys, finished_run):
                  "env_config.length=3", "env_config.max_turns=1", "sampling.val.max_new_tokens=8", "rollout.max_model_len=512"]) == 0
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert len(rows) == 2 and [p.name for p in out.parent.iterdir()] == ["val.jsonl"]  # no probe or temp file left
+
+
+class BadDefaultConfig(CorridorConfig):
+    length: int = Field(default=1, ge=2)  # a plugin bug: its own default breaks its rule
+
+
+def test_a_config_default_that_breaks_its_own_rule_is_named_when_the_env_is_made(tmp_path, capsys):
+    spec = EnvSpec(name="trust-bad-default", config_model=BadDefaultConfig, factory="ragen_core.testing.toy_env:CorridorEnv")
+    registry.register(spec)
+    try:
+        with pytest.raises(PluginConfigError, match=r"env 'trust-bad-default' from .*: the default of length fails its own validation"):
+            registry.make_config("env", "trust-bad-default", {})
+        registry.make_config("env", "trust-bad-default", {"length": 3})  # set explicitly: fine
+        assert main(["env", "play", "trust-bad-default", "--agent", "random"]) == 2  # it printed a numpy traceback
+        assert "the default of length fails its own validation" in one_line(capsys, "PluginConfigError")
+    finally:
+        registry.unregister("env", "trust-bad-default")
