@@ -409,7 +409,9 @@ def gate_missed(config: RunConfig, model: Any, meta: dict[str, Any], *, verbose:
             f"{meta['history'][-1]['seconds']:.0f} s (target {ws.target_valid_rate:.2f}; budget {ws.max_rounds} rounds / "
             f"{ws.max_seconds:.0f} s); not cached")
     if ws.on_gate_miss == "stop":
-        raise TrainingError(what, [f"give it more time (warm_start.max_seconds={2 * ws.max_seconds:.0f}, warm_start.max_rounds="
+        spent = float(meta["history"][-1]["seconds"])
+        more = max(2 * ws.max_seconds, 2 * spent, 60.0)  # at least twice what the rounds so far took: one round may outlast the budget
+        raise TrainingError(what, [f"give it more time (warm_start.max_seconds={more:.0f}, warm_start.max_rounds="
                                    f"{ws.max_rounds + 2}) or a lower target (warm_start.target_valid_rate), then run again",
                                    "or train from this model anyway with warm_start.on_gate_miss=continue "
                                    "(RL from mostly invalid replies sees format penalties only)"])
