@@ -93,8 +93,12 @@ def rank_lost(world: World, exc: BaseException, what: str = "a collective inside
     text = str(exc)
     backend = isinstance(exc, getattr(dist, "DistBackendError", ())) or any(
         marker in text for marker in ("gloo", "NCCL", "Connection closed by peer", "Connection reset by peer"))
-    if not backend:
-        return None
+    return _lost(world, what, exc) if backend else None
+
+
+def _lost(world: World, what: str, exc: BaseException) -> RankLostError:
+    """The one line for a collective ``what`` that failed with the backend error ``exc``."""
+    text = str(exc)
     first = text.splitlines()[0].split(". ")[0] if text else type(exc).__name__
     return RankLostError(f"rank {world.rank}: {what} over {world.size} ranks failed: another rank stopped or crashed ({first[:200]})",
                          ["the first rank to fail says why in its own output (torchrun's summary names it as the root cause)"])
@@ -107,11 +111,7 @@ def _collective(world: World, what: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:  # torch.distributed.DistBackendError is a RuntimeError too
-        first = str(exc).splitlines()[0].split(". ")[0] if str(exc) else type(exc).__name__
-        raise RankLostError(
-            f"rank {world.rank}: {what} over {world.size} ranks failed: another rank stopped or crashed ({first[:200]})",
-            ["the first rank to fail says why in its own output (torchrun's summary names it as the root cause)"],
-        ) from exc
+        raise _lost(world, what, exc) from exc
 
 
 @dataclass(frozen=True)
