@@ -298,17 +298,15 @@ class Registry:
             raise
         except Exception as exc:  # a validator of the plugin raised something pydantic does not wrap: a plugin bug
             raise self._validator_bug(kind, name, spec, exc) from exc
-        try:  # pydantic does not validate defaults: one that breaks its own rules is said here, not deep in the env
-            spec.config_model.model_validate(made.model_dump())
-        except ValidationError as exc:
-            errors = exc.errors()
-            where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
-            entry = self.find(kind, name)
-            raise PluginConfigError(f"{kind} {spec.name!r} from {entry.origin}: the default of {where} fails its own validation: "
-                                    f"{errors[0]['msg'] if errors else exc}",
-                                    [f"set {where} explicitly, and report it to {entry.dist_name} ('ragen plugins check' finds these)"]) from None
+        try:  # pydantic does not validate defaults: one that breaks its own rule is said here, not deep in the env
+            fault = default_fault(spec.config_model, made)
         except Exception:  # noqa: BLE001 - a validator that cannot read its own output back: the first validation stands
-            pass
+            fault = None
+        if fault is not None:
+            entry = self.find(kind, name)
+            raise PluginConfigError(f"{kind} {spec.name!r} from {entry.origin}: the default of {fault[0]} fails its own validation: "
+                                    f"{fault[1]}",
+                                    [f"set {fault[0]} explicitly, and report it to {entry.dist_name} ('ragen plugins check' finds these)"])
         return made
 
     def _validator_bug(self, kind: str, name: str, spec: Any, exc: Exception) -> PluginConfigError:
@@ -498,6 +496,21 @@ def get_spec(kind: Literal["estimator"], name: str) -> EstimatorSpec: ...
 def get_spec(kind: str, name: str) -> PluginSpec: ...
 def get_spec(kind: str, name: str) -> PluginSpec:
     return default_registry().get_spec(kind, name)
+
+
+def default_fault(model: type[PluginConfig], made: PluginConfig) -> tuple[str, str] | None:
+    """``(field path, why)`` when ``made`` (defaults included) does not pass ``model``'s own
+    validation when read back, else None. Pydantic never validates defaults, so a default that
+    breaks its field's rule shows up only here. Other exceptions of the model's validators propagate."""
+    from pydantic import ValidationError
+
+    try:
+        model.model_validate(made.model_dump())
+    except ValidationError as exc:
+        errors = exc.errors()
+        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
+        return where, (errors[0]["msg"] if errors else str(exc).splitlines()[0])
+    return None
 
 
 def make_config(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None) -> PluginConfig:

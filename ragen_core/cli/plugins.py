@@ -149,13 +149,11 @@ def _check_defaults(spec: Any) -> list[str]:
     required = [name for name, info in model.model_fields.items() if info.is_required()]
     if required:
         return [f"no default for {', '.join(required)}: a run sets {'them' if len(required) > 1 else 'it'}"]
-    try:
-        model.model_validate(model().model_dump())
-    except ValueError as exc:
-        errors: list[Any] = getattr(exc, "errors", lambda: [])()
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
-        why = errors[0]["msg"] if errors else str(exc).splitlines()[0]
-        raise PluginConfigError(f"the default of {where} fails its own validation: {why}") from exc
+    from ragen_core.registry import default_fault
+
+    fault = default_fault(model, model())
+    if fault is not None:
+        raise PluginConfigError(f"the default of {fault[0]} fails its own validation: {fault[1]}")
     return []
 
 
