@@ -201,8 +201,8 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.cli.run import drop_stale_settings
     from ragen_core.config import merge_files
 
-    layers = merge_files(args.config)
-    config = drop_stale_settings(load_config(RunConfig, [], flags + list(args.overrides), base=layers), layers, flags + list(args.overrides))
+    layers, given = merge_files(args.config), flags + list(args.overrides)
+    config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
         from ragen_core.errors import ConfigError
 
@@ -265,7 +265,6 @@ def shipped_policy_named(model: str, config: Any) -> Any:
 
     if not is_shipped_name(model):
         return None
-    names = [p.folder.name for p in wp.shipped_policies()]
     if model == "warm":
         if config is None:
             return None
@@ -276,7 +275,8 @@ def shipped_policy_named(model: str, config: Any) -> Any:
         return found
     folder = wp.SHIPPED_ROOT / model.split(":", 1)[1] if model.startswith("warm:") else Path(model)
     found = wp.shipped_policy(folder)
-    if found is None:
+    if found is None:  # only now read every shipped policy's record, for the list of names
+        names = [p.folder.name for p in wp.shipped_policies()]
         raise ConfigError(f"--model {model}: {folder} is not a usable shipped warm policy (missing, or built for another tiny model)",
                           [f"shipped policies: {', '.join('warm:' + n for n in names) or 'none'}"])
     return found
