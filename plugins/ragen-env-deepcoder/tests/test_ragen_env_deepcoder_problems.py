@@ -132,7 +132,7 @@ def test_directory_of_sample_files_is_one_split_and_max_problems_caps_it():
 def test_real_problems_are_graded_end_to_end():
     """Correct programs for real rows pass every test: stdin (Codeforces) and function-call (LCB)."""
     env = DeepCoderEnv(dataset=str(DATA))
-    problems = env.problems("train")
+    problems = env.problems("train") + env.problems("val")
     minmax = next(p for p in problems if p.statement.strip().startswith("You are given two integers $x$ and $y$"))
     snake = next(p for p in problems if "finalPositionOfSnake" in p.starter_code)
     programs = {
@@ -180,6 +180,57 @@ def test_missing_datasets_names_the_install(monkeypatch, tmp_path):
     (tmp_path / "rows.jsonl").write_text("{}\n")
     with pytest.raises(ImportError, match="pip install datasets"):
         load_problems(str(tmp_path / "rows.jsonl"), "train")
+
+
+def _rows_file(path: Path, statements: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"problem": s, "tests": json.dumps([{"input": "1\n", "output": "1\n"}])}) + "\n"
+                            for s in statements))
+    return path
+
+
+def test_local_file_holds_out_val_fraction_by_hash_never_validating_on_training_problems(tmp_path):
+    """A local file without val_dataset: validation is a hash-chosen share, disjoint from training."""
+    statements = [f"Problem number {i}: print one." for i in range(200)]
+    data = _rows_file(tmp_path / "rows.jsonl", statements)
+    env = DeepCoderEnv(dataset=str(data))
+    train, val = {p.statement for p in env.problems("train")}, {p.statement for p in env.problems("val")}
+    assert not train & val and train | val == set(statements)
+    # the share follows val_fraction (200 draws of a 0.1 coin: 20 expected; 5..40 is > 4 sigma either side)
+    assert 5 <= len(val) <= 40
+    # the split does not depend on row order, nor on spacing or case of the statement
+    problems_mod._load_cached.cache_clear()
+    _rows_file(tmp_path / "shuffled.jsonl", [s.upper().replace(" ", "  ") for s in reversed(statements)])
+    moved = {p.statement.lower().replace("  ", " ") for p in DeepCoderEnv(dataset=str(tmp_path / "shuffled.jsonl")).problems("val")}
+    assert moved == {s.lower() for s in val}
+    half = DeepCoderEnv(dataset=str(data), val_fraction=0.5)
+    assert len(half.problems("val")) > len(val)
+    # max_problems caps each side after the split
+    assert len(DeepCoderEnv(dataset=str(data), max_problems=3).problems("val")) == 3
+
+
+def test_a_split_left_empty_names_the_settings(tmp_path):
+    data = _rows_file(tmp_path / "one.jsonl", ["Print one."])
+    env = DeepCoderEnv(dataset=str(data))
+    side = "train" if _is_val("Print one.", 0.1) else "val"  # the side the one problem did not go to
+    with pytest.raises(ValueError, match=rf"no DeepCoder {side} problems.*val_fraction.*val_dataset"):
+        env.problems(side)
+
+
+def _is_val(statement: str, fraction: float) -> bool:
+    return problems_mod.in_validation(problems_mod.statement_key(problem_from_row(
+        {"problem": statement, "tests": [{"input": "1", "output": "1"}]})), fraction)
+
+
+def test_val_dataset_removes_its_problems_from_training(tmp_path):
+    train_file = _rows_file(tmp_path / "train.jsonl", ["A.", "B.", "C.", "D."])
+    val_file = _rows_file(tmp_path / "val.jsonl", ["b.", "  D. "])
+    env = DeepCoderEnv(dataset=str(train_file), val_dataset=str(val_file))
+    assert [p.statement for p in env.problems("train")] == ["A.", "C."]
+    assert [p.statement for p in env.problems("val")] == ["b.", "  D. "]
+    problems_mod._load_cached.cache_clear()
+    same = DeepCoderEnv(dataset=str(val_file), val_dataset=str(val_file))
+    with pytest.raises(ValueError, match="every one is also in val_dataset"):
+        same.problems("train")
 
 
 # ------------------------------------------------------------------------------ hub splits

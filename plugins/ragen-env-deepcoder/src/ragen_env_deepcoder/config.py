@@ -70,7 +70,14 @@ class DeepCoderConfig(EnvConfig):
     or parquet file (or a directory of them) in the original schema."""
     val_dataset: str | None = None
     """Problems of ``mode="val"``; ``None``: the built-in validation problems, the hub
-    dataset's ``val_subsets`` test splits, or (local files) the same files as ``dataset``."""
+    dataset's ``val_subsets`` test splits, or (local files) the ``val_fraction`` of ``dataset``'s
+    problems held out by hash. When given, training problems whose statement is also in it are
+    dropped."""
+    val_fraction: float = Field(default=0.1, gt=0, lt=1)
+    """Share of a local ``dataset``'s problems held out for validation when there is no
+    ``val_dataset``: a problem goes to validation when the SHA-256 hash of its normalised statement
+    falls below this share, so train and validation never share a problem and the split does not
+    depend on row order. Unused for the built-in set and hub datasets (they have their own splits)."""
     train_subsets: list[str] = Field(default_factory=lambda: ["primeintellect", "taco", "lcbv5"])
     """Hub subsets whose ``train`` split is trained on (never a test split)."""
     val_subsets: list[str] = Field(default_factory=lambda: ["codeforces", "lcbv5"])
@@ -78,7 +85,7 @@ class DeepCoderConfig(EnvConfig):
     cache_dir: str | None = None
     """``datasets`` cache folder (``None``: its default)."""
     max_problems: int | None = Field(default=None, ge=1)
-    """Keep at most this many problems per split (the first ones)."""
+    """Keep at most this many problems per split (the first ones, after the split)."""
     max_tests: int | None = Field(default=None, ge=1)
     """Run at most this many tests per problem (the first ones); ``None`` runs all."""
 

@@ -30,10 +30,9 @@ from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
 from ragen_env_deepcoder.answer import assemble, extract_code
-from ragen_env_deepcoder.builtin import builtin_problems
 from ragen_env_deepcoder.config import DeepCoderConfig
 from ragen_env_deepcoder.grading import passed
-from ragen_env_deepcoder.problems import Problem, env_cache_dir, load_problems, split_source
+from ragen_env_deepcoder.problems import Problem, problems_for
 from ragen_env_deepcoder.sandbox import Sandbox
 
 #: Trivial one-line programs that compile (and are almost always wrong): the warm start's
@@ -64,13 +63,7 @@ class DeepCoderEnv(Env):
     # ------------------------------------------------------------------ problems
     def problems(self, mode: str = "train") -> tuple[Problem, ...]:
         """The problems ``reset`` draws from in ``mode``."""
-        cfg = self.config
-        split = "val" if mode == "val" else "train"
-        source = split_source(cfg.dataset, cfg.val_dataset, split)
-        if source is None:
-            return builtin_problems(split)
-        subsets = cfg.val_subsets if split == "val" else cfg.train_subsets
-        return load_problems(source, split, subsets, env_cache_dir(cfg.cache_dir), cfg.max_problems)
+        return problems_for(self.config, "val" if mode == "val" else "train")
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:

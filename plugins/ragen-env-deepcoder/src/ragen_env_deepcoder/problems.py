@@ -15,12 +15,15 @@ string on the hub, a list in the rLLM files), optional ``starter_code`` and ``me
 Loading goes through Hugging Face ``datasets`` (imported only here, when a dataset is asked
 for): a hub name reads the ``train`` split of ``train_subsets`` for training and the ``test``
 split of ``val_subsets`` for validation (the reference trained and validated on the test
-split); a local JSON, JSONL or parquet file, or a directory of them, is read as one split.
-Problems are cached per process, so every env of a pool shares one copy.
+split); a local JSON, JSONL or parquet file, or a directory of them, is read as one set, and
+without a ``val_dataset`` the ``val_fraction`` of its problems whose statement hashes lowest
+(SHA-256) is held out for validation. A given ``val_dataset`` removes its statements from
+training. Problems are cached per process, so every env of a pool shares one copy.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragen_env_deepcoder.answer import function_name
+from ragen_env_deepcoder.config import DeepCoderConfig
 
 _STDIN_TYPES = {"stdin", "stdin_stdout", "stdio", "standard_io"}
 _CALL_TYPES = {"functional", "function_call", "call", "call_based"}
@@ -221,6 +225,55 @@ def split_source(dataset: str | None, val_dataset: str | None, mode: str) -> str
     if mode == "val" and val_dataset is not None:
         return val_dataset
     return dataset
+
+
+def statement_key(problem: Problem) -> str:
+    """Case- and whitespace-insensitive identity of a problem (its statement and starter code)."""
+    return " ".join(f"{problem.statement}\n{problem.starter_code}".casefold().split())
+
+
+def in_validation(key: str, fraction: float) -> bool:
+    """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
+def _is_local(source: str) -> bool:
+    return Path(source).expanduser().exists()
+
+
+def problems_for(config: DeepCoderConfig, split: Literal["train", "val"]) -> tuple[Problem, ...]:
+    """The problems of ``split`` under ``config``: built-in, hub splits, or a local file's share.
+
+    Raises:
+        ImportError: ``datasets`` is not installed.
+        ValueError: a row cannot be converted, or the split is empty.
+    """
+    source = split_source(config.dataset, config.val_dataset, split)
+    if source is None:
+        from ragen_env_deepcoder.builtin import builtin_problems  # builtin.py builds on this module
+
+        return builtin_problems(split)
+    cache_dir = env_cache_dir(config.cache_dir)
+    if config.val_dataset is None and _is_local(source):
+        everything = load_problems(source, "train", (), cache_dir)
+        side = tuple(p for p in everything if in_validation(statement_key(p), config.val_fraction) == (split == "val"))
+        if not side:
+            raise ValueError(
+                f"no DeepCoder {split} problems: holding out val_fraction={config.val_fraction} of the "
+                f"{len(everything)} problems in {source} by hash left none for {split}; set "
+                f"{'a larger ' if split == 'val' else 'a smaller '}env_config.val_fraction or name "
+                "env_config.val_dataset")
+        return side[: config.max_problems]
+    subsets = config.val_subsets if split == "val" else config.train_subsets
+    problems = load_problems(source, split, subsets, cache_dir, config.max_problems)
+    if split == "train" and config.val_dataset is not None:
+        held_out = {statement_key(p) for p in problems_for(config, "val")}
+        problems = tuple(p for p in problems if statement_key(p) not in held_out)
+        if not problems:
+            raise ValueError(f"no DeepCoder training problems left in {source}: every one is also in "
+                             f"val_dataset {config.val_dataset}")
+    return problems
 
 
 def env_cache_dir(cache_dir: str | None) -> str | None:
