@@ -11,6 +11,7 @@ cause. Envs that read local data (DeepCoder, MetaMathQA) use it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,6 +98,27 @@ def load_local_file(builder: str, path: Path, *, cache_dir: str | None = None, w
 
 #: Suffixes that make a dataset setting a local file, not a Hugging Face hub id.
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt")
+
+
+def named_test_split_warnings(config: Any, fields: tuple[str, ...], *, prefix: str = "env_config", val_field: str = "val_dataset") -> list[str]:
+    """Warnings for training-data settings (dotted field names of ``config``) that name a local
+    file, or a folder holding a data file, whose name has the word ``test`` (``gsm8k_test_100.jsonl``):
+    a run would train on test problems without a word. A warning, not a refusal: a file may be
+    named so for other reasons."""
+    out = []
+    for field in fields:
+        value: Any = config
+        for part in field.split("."):
+            value = getattr(value, part, None)
+        if not isinstance(value, str) or not value or not names_local_path(value):
+            continue
+        path = Path(value).expanduser()
+        names = [p.name for p in path.iterdir() if p.suffix.lower() in DATA_SUFFIXES] if path.is_dir() else []
+        named = next((n for n in [path.name, *names] if "test" in re.split(r"[^a-z]+", n.lower())), None)
+        if named is not None:
+            out.append(f"{prefix}.{field}={value} trains on {named}, whose name says it is a test split: train on a train "
+                       f"split and evaluate on the test file with {prefix}.{val_field}")
+    return out
 
 
 def names_local_path(value: str) -> bool:

@@ -89,13 +89,18 @@ class PluginSpec(BaseModel):
     config: called as ``function(config)`` before anything is built (``ragen run`` checks the env,
     the engine and the env pool; ``ragen env play`` the env), it raises a
     :class:`~ragen_core.errors.RagenError` naming what to install or configure (a missing toolchain
-    or package, no server URL, a cluster address that does not answer). It must be cheap and import
-    nothing heavy. None: always available."""
+    or package, no server URL, a cluster address that does not answer). It may return a list of
+    one-sentence warnings about settings that run but probably do not do what was meant (a
+    training file named as a test split); ``ragen run`` and ``ragen eval`` print them. It must be
+    cheap and import nothing heavy. None: always available."""
 
-    def check_available(self, config: PluginConfig) -> None:
-        """Run the :attr:`availability` check on a validated config (nothing when there is none)."""
-        if self.availability is not None:
-            import_string(self.availability)(config)
+    def check_available(self, config: PluginConfig) -> list[str]:
+        """Run the :attr:`availability` check on a validated config; the warnings it returned (none
+        when there is no check or it returned None)."""
+        if self.availability is None:
+            return []
+        found = import_string(self.availability)(config)
+        return [str(w) for w in found] if found else []
 
     @model_validator(mode="before")
     @classmethod

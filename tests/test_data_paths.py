@@ -92,3 +92,38 @@ def test_webshop_refuses_a_server_url_its_in_process_shop_would_ignore():
         pytest.skip("ragen-env-webshop is not installed")
     with pytest.raises(ConfigError, match=r"server\.url 'http://127\.0\.0\.1:1' is set but shop is 'inprocess', which never uses it"):
         registry.make_config("env", "webshop", {"server": {"url": "http://127.0.0.1:1"}})
+
+
+def test_a_training_file_named_as_a_test_split_is_warned_about(tmp_path):
+    from types import SimpleNamespace
+
+    from ragen_core.datafiles import named_test_split_warnings
+
+    for name in ("gsm8k_test_100.jsonl", "test.parquet", "livecodebench-Test2408.json"):
+        (tmp_path / name).write_text("{}\n")
+        found = named_test_split_warnings(SimpleNamespace(dataset=str(tmp_path / name)), ("dataset",))
+        assert len(found) == 1 and found[0].startswith(f"env_config.dataset={tmp_path / name} trains on {name}, whose name says")
+        assert "env_config.val_dataset" in found[0]
+    for name in ("gsm8k_train.jsonl", "contest_latest.jsonl", "testing.json"):
+        (tmp_path / name).write_text("{}\n")
+        assert named_test_split_warnings(SimpleNamespace(dataset=str(tmp_path / name)), ("dataset",)) == []
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a_train.jsonl").write_text("{}\n")
+    (folder / "b_test.jsonl").write_text("{}\n")
+    assert "trains on b_test.jsonl" in named_test_split_warnings(SimpleNamespace(dataset=str(folder)), ("dataset",))[0]
+    assert named_test_split_warnings(SimpleNamespace(dataset="openai/gsm8k", other=None), ("dataset", "other")) == []  # hub ids: the config's business
+
+
+@pytest.mark.parametrize(("env", "field", "val_field"), [("metamathqa", "dataset_path", "val_dataset_path"),
+                                                         ("deepcoder", "dataset", "val_dataset"), ("searchqa", "dataset", "val_dataset")])
+def test_the_agentic_envs_warn_about_a_local_test_file(tmp_path, env, field, val_field):
+    if env not in registry.names("env"):
+        pytest.skip(f"env {env!r} is not installed")
+    spec = registry.get_spec("env", env)
+    settings = {"mock_mode": True} if env == "searchqa" else {}
+    (tmp_path / "gsm8k_test_5.jsonl").write_text("{}\n")
+    (tmp_path / "gsm8k_train_5.jsonl").write_text("{}\n")
+    found = spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_test_5.jsonl")}))
+    assert len(found) == 1 and f"env_config.{val_field}" in found[0]
+    assert spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_train_5.jsonl")})) == []

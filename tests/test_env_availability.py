@@ -77,3 +77,35 @@ def test_a_trainer_built_in_python_refuses_before_its_default_run_folder(guarded
     assert not (tmp_path / "runs").exists()
     Trainer(load_config(RunConfig, [], [f"env={NAME}", "env_config.length=9", f"run_dir={tmp_path / 'r'}"]))  # available: built
     assert len(CALLS) == 2
+
+
+WARNED = "needs-a-look"
+
+
+def warn_only(config: object) -> list[str]:
+    """An availability function that passes with a warning (a setting that runs but looks wrong)."""
+    return [f"length={getattr(config, 'length', None)} looks odd"]
+
+
+@pytest.fixture
+def warned_env():
+    spec = EnvSpec(name=WARNED, summary="s", config_model=TOY_ENV_SPEC.config_model, factory=TOY_ENV_SPEC.factory,
+                   availability=f"{__name__}:warn_only")
+    registry.register(spec)
+    yield spec
+    registry.unregister("env", WARNED)
+
+
+def test_warnings_returned_by_the_check_are_printed_by_run_and_play(warned_env, tmp_path, capsys, monkeypatch):
+    import io
+
+    from ragen_core.testing.run_helpers import TOY_RUN
+
+    assert warned_env.check_available(registry.make_config("env", WARNED, {"length": 3})) == ["length=3 looks odd"]
+    run_dir = tmp_path / "run"
+    assert main(["run", "--env", WARNED, "--steps", "1", "--run-dir", str(run_dir), *TOY_RUN]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("warning: ")] == ["warning: length=3 looks odd"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("q\n"))
+    main(["env", "play", WARNED, "--set", "length=4"])
+    assert "warning: length=4 looks odd" in capsys.readouterr().err.splitlines()

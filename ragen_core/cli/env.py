@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
     overrides = apply_overrides({}, args.set)
     config = registry.make_config("env", args.name, overrides, preset=args.preset)
-    registry.get_spec("env", args.name).check_available(config)  # e.g. no toolchain: refuse before building the env
+    for warning in registry.get_spec("env", args.name).check_available(config):  # e.g. no toolchain: refuse before building the env
+        print(f"warning: {warning}", file=sys.stderr)
     env = registry.make("env", args.name, config)
     rng = make_rng(args.seed, "play")
     try:

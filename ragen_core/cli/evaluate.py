@@ -209,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",
                           [f"evaluate that model with --model {config.model}"])
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
-    check_run_available(config)  # a missing data file, vllm or checker, a server or cluster that does not answer: at once
+    for warning in check_run_available(config):  # a missing data file, vllm or checker, a server or cluster that does not answer: at once
+        print(f"warning: {warning}", file=sys.stderr)
     check_model_name(args.model)
     out = check_writable(Path(args.out)) if args.out else None  # before the evaluation, not after it
     trajs, summary, tokenizer = evaluate(config, args.model, groups=args.groups, group_size=args.group_size)

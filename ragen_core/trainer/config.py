@@ -483,24 +483,25 @@ def run_warnings(config: RunConfig) -> list[str]:
     return out
 
 
-def check_env_available(config: RunConfig) -> None:
+def check_env_available(config: RunConfig) -> list[str]:
     """Run the env's availability check (:attr:`~ragen_core.specs.EnvSpec.availability`) on the
     run's env settings: a missing toolchain or server refuses (exit 2) before any work.
     :class:`~ragen_core.trainer.trainer.Trainer` calls it first, before it makes a default run
-    folder; ``--print-config`` does not (it prints on any machine)."""
+    folder; ``--print-config`` does not (it prints on any machine). Returns the check's warnings."""
     from ragen_core import registry
 
     env_config = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
-    registry.get_spec("env", config.env).check_available(env_config)
+    return registry.get_spec("env", config.env).check_available(env_config)
 
 
-def check_run_available(config: RunConfig) -> None:
+def check_run_available(config: RunConfig) -> list[str]:
     """:func:`check_env_available`, then the engine's and the env pool's availability checks (vLLM
     not installed, a Ray address that does not answer): refused before the run folder, the model
-    or a warm start (minutes) exist."""
+    or a warm start (minutes) exist. Returns the checks' warnings (printed by the caller)."""
     from ragen_core import registry
 
-    check_env_available(config)
-    registry.get_spec("engine", config.engine).check_available(registry.make_config("engine", config.engine, dict(config.engine_config)))
+    found = check_env_available(config)
+    found += registry.get_spec("engine", config.engine).check_available(registry.make_config("engine", config.engine, dict(config.engine_config)))
     pool = config.rollout.pool
-    registry.get_spec("pool", pool).check_available(registry.make_config("pool", pool, dict(config.rollout.pool_config)))
+    found += registry.get_spec("pool", pool).check_available(registry.make_config("pool", pool, dict(config.rollout.pool_config)))
+    return found

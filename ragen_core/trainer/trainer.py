@@ -93,7 +93,7 @@ class Trainer(CheckpointMixin):
         """This process's rank among the run's ranks (:data:`~ragen_core.trainer.distributed.ONE` without torchrun)."""
         # refused before a default run folder is created (a refused run leaves nothing behind)
         check_plugin_configs(config)  # every plugin's settings, from specs only: a typo fails before the run folder or a model
-        check_run_available(config)  # no Lean toolchain, no vllm, a Ray address that does not answer: before any work
+        self._warnings = check_run_available(config)  # no Lean toolchain, no vllm, a Ray address that does not answer: before any work
         check_supported(config, self.world)
         self._made_run_dir = not (config.run_dir and Path(config.run_dir).exists())
         """This run creates its folder (removed again when a fresh run's set-up fails leaving it empty)."""
@@ -147,7 +147,7 @@ class Trainer(CheckpointMixin):
         world = self.world
         if world.parallel and cfg.distributed.strategy == "fsdp":
             world = self.world = dataclasses.replace(world, sharded=True)
-        for warning in run_warnings(cfg) if world.main else []:
+        for warning in [*run_warnings(cfg), *self._warnings] if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
         changes: dict[str, list[Any]] = {}
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway

@@ -8,11 +8,13 @@ from ragen_core.specs import EnvResources, EnvSpec
 from ragen_env_deepcoder.config import DeepCoderConfig
 
 
-def check_available(config: Any) -> None:
-    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
-    from ragen_core.datafiles import check_data_paths
+def check_available(config: Any) -> list[str]:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at
+    the first reset. A local training file named as a test split is warned about."""
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings
 
     check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
+    return named_test_split_warnings(config, ("dataset",))
 
 
 SPEC = EnvSpec(

@@ -10,11 +10,14 @@ from ragen_env_metamathqa.config import MetaMathQAConfig
 _TAG = {"max_actions_per_episode": 1, "max_actions_per_turn": 1, "max_turns": 5, "max_tokens": 100}
 
 
-def check_available(config: Any) -> None:
-    """Data settings that name a local file or folder must exist: said before a run starts, not at the first reset."""
-    from ragen_core.datafiles import check_data_paths
+def check_available(config: Any) -> list[str]:
+    """Data settings that name a local file or folder must exist: said before a run starts, not at
+    the first reset. A local training file named as a test split is warned about (the hub's test
+    splits are refused by the config)."""
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings
 
     check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
+    return named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path")
 
 
 SPEC = EnvSpec(

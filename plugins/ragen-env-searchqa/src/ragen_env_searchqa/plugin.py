@@ -10,15 +10,17 @@ from ragen_env_searchqa.config import SearchQAConfig
 _TAG = {"max_actions_per_episode": 10, "max_tokens": 300, "max_steps": 10, "max_search_results": 5}
 
 
-def check_available(config: Any) -> None:
+def check_available(config: Any) -> list[str]:
     """Data settings that name a local file or folder must exist, and a retrieval server given by
-    URL must answer: said before a run starts, not at the first reset or search."""
-    from ragen_core.datafiles import check_data_paths
+    URL must answer: said before a run starts, not at the first reset or search. A local training
+    file named as a test split is warned about."""
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings
     from ragen_core.services import check_url_answers
 
     check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
     if not config.mock_mode:  # mock mode never searches
         check_url_answers(config.server.url, "env_config.server.url")
+    return named_test_split_warnings(config, ("dataset",))
 
 
 SPEC = EnvSpec(
