@@ -112,7 +112,7 @@ def test_a_training_file_named_as_a_test_split_is_warned_about(tmp_path):
     (folder / "a_train.jsonl").write_text("{}\n")
     (folder / "b_test.jsonl").write_text("{}\n")
     assert "trains on b_test.jsonl" in named_test_split_warnings(SimpleNamespace(dataset=str(folder)), ("dataset",))[0]
-    assert named_test_split_warnings(SimpleNamespace(dataset="openai/gsm8k", other=None), ("dataset", "other")) == []  # hub ids: the config's business
+    assert named_test_split_warnings(SimpleNamespace(dataset="openai/gsm8k", other=None), ("dataset", "other")) == []  # hub ids pass
 
 
 @pytest.mark.parametrize(("env", "field", "val_field"), [("metamathqa", "dataset_path", "val_dataset_path"),
