@@ -129,3 +129,5 @@ def test_a_person_can_play_sokoban_in_the_terminal():
     assert out.returncode == 0, out.stderr
     assert "success True" in out.stdout
     assert "+10.90" in out.stdout  # the solving push: -0.1 + 1 + 10
+    max_turns, max_actions = env.config.max_turns, env.config.max_actions_per_episode
+    assert f"--- turn 1/{max_turns} ({max_actions} actions left) ---" in out.stdout  # both budgets the rollout applies

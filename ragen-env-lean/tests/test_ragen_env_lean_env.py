@@ -183,6 +183,17 @@ def test_max_steps_ends_the_episode_with_its_penalty():
     assert second.observation.startswith("Steps taken: 2/2 | accepted tactics: 1")
 
 
+def test_the_shown_budget_and_the_penalty_follow_the_action_cap_when_it_is_smaller():
+    """Defaults: max_steps 100, max_actions_per_episode 30 -- the rollout stops at 30, so the env does."""
+    env, _ = _env([CheckResult("ok", (WRONG,))] * 40)
+    assert env.step_budget == 30 and env.render().startswith("Steps taken: 0/30 | ")
+    results = [env.step("simpx") for _ in range(30)]
+    assert [r.done for r in results] == [False] * 29 + [True]
+    assert results[-1].reward == approx(-3.1) and results[-1].observation.startswith("Steps taken: 30/30 | ")
+    capped, _ = _env([], max_steps=5, max_actions_per_episode=30)
+    assert capped.step_budget == 5
+
+
 def test_refused_tactics_are_rejected_without_a_check():
     env, scripted = _env([])
     for bad in ("", "   ", "axiom cheat : False", "x" * 3000):

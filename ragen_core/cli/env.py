@@ -93,7 +93,7 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
     if free_form and agent == "human":
         print("(answer on one line, or over several: start with <answer> or ``` and end with </answer> or ```)", file=out)
     for turn in range(1, limit_turns + 1):
-        print(f"\n--- turn {turn} ({limit_actions - actions_done} actions left) ---\n{obs}", file=out)
+        print(f"\n--- turn {turn}/{limit_turns} ({limit_actions - actions_done} actions left) ---\n{obs}", file=out)
         if env.action_names:
             print(f"actions: {', '.join(env.action_names)}" + (f"  (join several with ' {env.action_sep} ')" if env.action_sep else ""), file=out)
         if agent == "random":

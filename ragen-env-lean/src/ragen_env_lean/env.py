@@ -14,7 +14,12 @@ Per step (one tactic), with the reward table of the config:
   kept, rejected ones dropped (the agent may try again); reward ``step_penalty`` +
   ``valid_step_reward`` or ``invalid_step_reward`` + ``success_reward`` on success +
   ``timeout_penalty`` on a timeout;
-* the episode ends on success, or after ``max_steps`` tactics with ``max_steps_penalty`` more.
+* the episode ends on success, or when its tactic budget is spent, with ``max_steps_penalty``
+  more. The budget (:attr:`LeanEnv.step_budget`, shown as ``Steps taken: i/N``) is the smaller of
+  ``max_steps`` and ``max_actions_per_episode``: the rollout stops an episode at the latter, so a
+  larger ``max_steps`` (the reference's 100 against its tag's 30 actions) was a budget the
+  observation showed and its penalty never met. An episode cut short by ``max_turns`` (fewer
+  tactics per reply) ends without the penalty: the env does not see turns.
 
 ``info``: ``success``, ``action_is_valid`` = ``action_is_effective`` = accepted, ``status``
 (``ok``, ``timeout``, ``server_error``, ``repl_error``, ``refused``), ``messages`` (Lean's, as
@@ -129,7 +134,7 @@ class LeanEnv(Env):
         self._log.append((tactic, accepted))
         self._feedback = feedback_lines(result, accepted, problem, cfg.message_truncate_limit)
         self._success = success
-        self._done = success or self._steps >= cfg.max_steps
+        self._done = success or self._steps >= self.step_budget
         if self._done and not success:
             reward += cfg.max_steps_penalty
         info = {"success": success, "action_is_valid": accepted, "action_is_effective": accepted, "status": status,
@@ -144,8 +149,13 @@ class LeanEnv(Env):
 
     def render(self) -> str:
         theorem = self._require_reset()
-        return observation(steps=self._steps, max_steps=self.config.max_steps, accepted=len(self._tactics),
+        return observation(steps=self._steps, max_steps=self.step_budget, accepted=len(self._tactics),
                            informal=theorem.informal, proof=self.proof_text(), log=self._log, feedback=self._feedback)
+
+    @property
+    def step_budget(self) -> int:
+        """Tactics an episode may take: ``min(max_steps, max_actions_per_episode)``."""
+        return min(self.config.max_steps, self.config.max_actions_per_episode)
 
     def instruction(self) -> str:
         """How to answer, in our own words (spec 13.9's instruction)."""
