@@ -24,7 +24,8 @@ def test_reset_shows_the_goal_guidance_and_the_search_action(env):
     obs = env.reset(3)
     lines = obs.split("\n")
     assert lines[0] == env.goal.instruction + "."
-    assert lines[1:10] == list(GUIDANCE) and len(GUIDANCE) == 9
+    assert lines[1:10] == [g.format(budget=9) for g in GUIDANCE] and len(GUIDANCE) == 9
+    assert lines[1] == "Buy a product within 9 actions."  # the default cap: 9 turns and 9 actions
     assert lines[10] == "Available actions: search[<content>]"
     assert env.reset(3, member=5) == obs and env.reset(4) != obs
 
@@ -160,3 +161,13 @@ def test_a_person_can_shop_in_the_terminal():
     assert "Thank you for shopping with us!" in out.getvalue()
     random_run = play(env, seed=21, agent="random", out=io.StringIO(), inp=io.StringIO(), rng=make_rng(1))
     assert 1 <= random_run["actions"] <= env.config.max_actions_per_episode
+
+
+def test_the_guidance_states_the_budget_of_the_preset():
+    from ragen_core import registry
+
+    full = registry.make_env("webshop", preset="WebShopFull")
+    try:
+        assert "Buy a product within 15 actions." in full.reset(0).split("\n")
+    finally:
+        full.close()

@@ -37,6 +37,13 @@ class EnvConfig(PluginConfig):
     max_tokens: int = Field(default=100, ge=1)
     """Response-length hint shown in the prompt ("max response length: N words (tokens)")."""
 
+    @property
+    def action_budget(self) -> int:
+        """The most actions a rollout executes in one episode: ``max_actions_per_episode``, or
+        fewer when ``max_turns`` replies of ``max_actions_per_turn`` actions cannot reach it. A
+        budget an env states in its prompt or observation should not exceed it."""
+        return min(self.max_actions_per_episode, self.max_turns * self.max_actions_per_turn)
+
 
 class StepResult(NamedTuple):
     """What :meth:`Env.step` returns; unpacks like Gym's ``(obs, reward, done, info)``."""

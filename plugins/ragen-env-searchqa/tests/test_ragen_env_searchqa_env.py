@@ -77,6 +77,16 @@ def test_step_budget_ends_the_episode(cfg):
         assert done and obs.endswith("Maximum number of searches reached without an answer.")
 
 
+def test_the_stated_budget_is_the_one_the_rollout_allows():
+    """Defaults: max_steps 10, but 5 turns of one action; the instruction and the end say 5."""
+    with SearchQAEnv(mock_mode=True) as e:
+        assert e.step_budget == 5 and "You have 5 actions in all." in e.instruction()
+        e.reset(0)
+        assert [e.step(f"search[q{i}]").done for i in range(5)] == [False] * 4 + [True]
+    with SearchQAEnv(mock_mode=True, max_turns=20) as e:
+        assert e.step_budget == 10 and "You have 10 actions in all." in e.instruction()
+
+
 def test_mock_mode_needs_no_server():
     with SearchQAEnv(mock_mode=True) as e:
         e.reset(0)

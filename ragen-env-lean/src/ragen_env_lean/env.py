@@ -154,8 +154,9 @@ class LeanEnv(Env):
 
     @property
     def step_budget(self) -> int:
-        """Tactics an episode may take: ``min(max_steps, max_actions_per_episode)``."""
-        return min(self.config.max_steps, self.config.max_actions_per_episode)
+        """Tactics an episode may take: ``min(max_steps, max_actions_per_episode)`` (and no more than
+        ``max_turns * max_actions_per_turn``: :attr:`~ragen_core.interfaces.env.EnvConfig.action_budget`)."""
+        return min(self.config.max_steps, self.config.action_budget)
 
     def instruction(self) -> str:
         """How to answer, in our own words (spec 13.9's instruction)."""

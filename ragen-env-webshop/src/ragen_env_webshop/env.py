@@ -29,7 +29,7 @@ from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for, well
 from ragen_env_webshop.goals import Goal
 
 GUIDANCE = (
-    "Buy a product within 10 actions.",
+    "Buy a product within {budget} actions.",
     "The product need not match the description perfectly, so do not be too strict when choosing.",
     "Do not put size or colour in your search words; pick them on the product page.",
     "Search at most 2 times.",
@@ -197,7 +197,7 @@ class WebShopEnv(Env):
         self._require_reset()
         lines = [(self._instruction_text if self._at_reset else self._view["text"]) + "."]
         if self.config.show_guidance:
-            lines += list(GUIDANCE)
+            lines += [line.format(budget=self.config.action_budget) for line in GUIDANCE]
         lines.append("Available actions: " + ", ".join(self.available_actions()))
         return "\n".join(lines)
 

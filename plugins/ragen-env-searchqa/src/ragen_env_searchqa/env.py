@@ -5,7 +5,8 @@ reads held-out questions, not training ones) and shows ``Question: ...`` and the
 Each ``step`` counts one step, then:
 
 * ``search[q]``: the top ``max_search_results`` passages for ``q``, formatted and truncated;
-  reward 0; the episode ends (unanswered) when the step budget ``max_steps`` is used up;
+  reward 0; the episode ends (unanswered) when the step budget is used up (``max_steps``, or
+  fewer when the rollout's turns and action caps stop it sooner: :attr:`SearchQAEnv.step_budget`);
 * ``finish[a]``: ``a`` is scored against the gold answers (EM, else F1 above a threshold, see
   :mod:`ragen_env_searchqa.answer`); the episode ends;
 * any other non-empty text: an answer attempt in free form; the answer is extracted from it
@@ -111,7 +112,7 @@ class SearchQAEnv(Env):
             return StepResult(self._observation, 0.0, True, {"success": False, "action_is_valid": False, "action_is_effective": False})
         parsed = parse_action(action)
         self._steps += 1
-        out_of_steps = self._steps >= self.config.max_steps
+        out_of_steps = self._steps >= self.step_budget
         if parsed.kind in ("finish", "answer"):
             answer = parsed.text if parsed.kind == "finish" else extract_answer(parsed.text)
             c = self.config
@@ -174,13 +175,19 @@ class SearchQAEnv(Env):
         self._require_reset()
         return self._observation
 
+    @property
+    def step_budget(self) -> int:
+        """Actions an episode may take: ``max_steps``, or fewer when the rollout stops sooner
+        (:attr:`~ragen_core.interfaces.env.EnvConfig.action_budget`: 5 turns of one action by default)."""
+        return min(self.config.max_steps, self.config.action_budget)
+
     def instruction(self) -> str:
         c = self.config
         return (
             "You are a search agent answering questions by searching a document collection. Each turn, do one "
             f"action: search[your query] returns the {c.max_search_results} most relevant documents, and "
             "finish[your answer] submits your final answer (short: a name, place, year or phrase), which ends the "
-            f"episode. You have {c.max_steps} actions in all. Think first inside <think></think>, then give the action "
+            f"episode. You have {self.step_budget} actions in all. Think first inside <think></think>, then give the action "
             "inside <answer></answer>. Examples: <think>I need to know who founded the company.</think>"
             "<answer>search[Brenthal Works founder]</answer> and later <think>The documents say it was Oren Valdris."
             "</think><answer>finish[Oren Valdris]</answer>"
