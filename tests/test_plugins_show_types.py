@@ -27,3 +27,39 @@ def test_plugins_show_prints_no_class_reprs(capsys):
     assert "<class" not in out
     row = next(line.split() for line in out.splitlines() if line.startswith("max_turns "))
     assert row[1] == "int"
+
+
+def test_nested_settings_are_shown_field_by_field_as_overrides_name_them(capsys, monkeypatch):
+    from pydantic import BaseModel, Field
+
+    from ragen_core.cli.plugins import field_rows
+    from ragen_core.specs import PluginConfig
+
+    class Inner(PluginConfig):
+        port: int = 8000
+        """Where it listens."""
+
+    class Outer(PluginConfig):
+        name: str = "x"
+        server: Inner = Field(default_factory=Inner)
+        """The server."""
+
+    rows = field_rows(Outer)
+    assert [r[:3] for r in rows] == [["name", "str", "'x'"], ["server.port", "int", "8000"]]
+    assert rows[1][3] == "Where it listens." and all(not isinstance(r[2], BaseModel) for r in rows)
+    from ragen_core.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plugins", "show", "env", "bandit"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()[out.splitlines().index("config fields:"):]) <= 80
+
+
+def test_an_installed_envs_nested_settings_are_listed():
+    from ragen_core import registry
+    from ragen_core.cli.plugins import field_rows
+
+    if "deepcoder" not in registry.names("env"):
+        pytest.skip("ragen-env-deepcoder is not installed")
+    names = [r[0] for r in field_rows(registry.get_spec("env", "deepcoder").config_model)]
+    assert "sandbox.memory_mb" in names and "sandbox" not in names

@@ -60,12 +60,32 @@ def _command_rows() -> list[tuple[Any, str]]:
             for name, offers in sorted(plugin_commands().items()) for entry in sorted(offers, key=lambda e: e.dist_name)]
 
 
-def _print_table(header: list[str], rows: list[list[str]]) -> None:
+def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False) -> None:
+    """Columns padded to their widest cell. ``wrap_last`` fits the last column to the terminal's
+    width instead of letting the terminal cut or fold it: wrapped in its column, continuation lines
+    under its start, or (when fewer than 40 columns are left for it) wrapped on the lines below
+    each row, indented by four."""
+    import shutil
+    import textwrap
+
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*header).rstrip())
+    columns = shutil.get_terminal_size().columns
+    indent = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    below = wrap_last and columns - indent - 1 < 40
+    shown = widths[:-1] if below else widths
+    fmt = "  ".join(f"{{:<{w}}}" for w in shown)
+    print(fmt.format(*header[: len(shown)]).rstrip())
     for r in rows:
-        print(fmt.format(*r).rstrip())
+        if below:
+            print(fmt.format(*r[:-1]).rstrip())
+            for line in textwrap.wrap(str(r[-1]), max(20, columns - 5)):
+                print("    " + line)
+            continue
+        room = columns - indent - 1
+        last = textwrap.wrap(str(r[-1]), room) if wrap_last and len(str(r[-1])) > room else [str(r[-1])]
+        print(fmt.format(*r[:-1], last[0] if last else "").rstrip())
+        for more in last[1:]:
+            print(" " * indent + more)
 
 
 def list_plugins(args: argparse.Namespace) -> int:
@@ -208,12 +228,24 @@ def show_plugin(args: argparse.Namespace) -> int:
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")
     print("\nconfig fields:")
-    rows = []
-    for field_name, field in spec.config_model.model_fields.items():
-        default = field.get_default(call_default_factory=True)
-        rows.append([field_name, type_name(field.annotation), clip(repr(default), 30), first_sentence(field.description or "")])
-    _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows)
+    _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], field_rows(spec.config_model), wrap_last=True)
     return 0
+
+
+def field_rows(model: Any, prefix: str = "") -> list[list[str]]:
+    """``[name, type, default, description]`` rows of a config model's fields; a field that is itself
+    a settings model (DeepCoder's ``sandbox``, WebShop's ``catalog``) is shown as its own fields,
+    named ``parent.child`` as ``--set`` and ``env_config.`` overrides spell them."""
+    from pydantic import BaseModel
+
+    rows = []
+    for field_name, field in model.model_fields.items():
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel) and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            rows += field_rows(field.annotation, f"{prefix}{field_name}.")
+            continue
+        rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), 30), first_sentence(field.description or "")])
+    return rows
 
 
 def clip(text: str, limit: int) -> str:
