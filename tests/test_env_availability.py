@@ -109,3 +109,11 @@ def test_warnings_returned_by_the_check_are_printed_by_run_and_play(warned_env, 
     monkeypatch.setattr("sys.stdin", io.StringIO("q\n"))
     main(["env", "play", WARNED, "--set", "length=4"])
     assert "warning: length=4 looks odd" in capsys.readouterr().err.splitlines()
+
+
+def test_play_takes_env_config_prefixed_settings_as_errors_name_them(guarded_env, capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("q\n"))
+    main(["env", "play", NAME, "--set", "env_config.length=9"])  # refused unless length=9 reached the check
+    assert CALLS and CALLS[-1].length == 9

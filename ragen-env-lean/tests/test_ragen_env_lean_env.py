@@ -313,3 +313,12 @@ def test_play_proves_tactic_by_tactic(monkeypatch, capsys):
     assert out.rstrip().endswith("episode over: total reward +10.70, success True")
     assert "    9 |   constructor\n   10 |   exact hp" in out  # the finished proof, rejected tactic dropped
     assert os.environ.get("LEAN_DOUBLE_DIR") is None
+
+
+def test_repl_command_takes_a_string_or_a_bare_word_from_an_override():
+    from ragen_core.config import apply_overrides
+
+    assert LeanConfig(repl_command="lake env /r/repl").repl_command == ["lake", "env", "/r/repl"]
+    parsed = apply_overrides({}, ["repl_command=true"])  # YAML reads the bare word as a bool
+    assert LeanConfig(**parsed).repl_command == ["true"]
+    assert LeanConfig(repl_command=7).repl_command == ["7"]

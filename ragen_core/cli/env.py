@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     parser.add_argument("--agent", choices=["human", "random"], default="human", help="who plays (default: human)")
     parser.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="env config override (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="env config override (repeatable; KEY or env_config.KEY, as in ragen run)")
 
 
 def split_reply(text: str, env: Any) -> list[str]:
@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
         raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
-    overrides = apply_overrides({}, args.set)
+    # the env_config. prefix is optional: errors and READMEs name settings as a run spells them
+    overrides = apply_overrides({}, [item.removeprefix("env_config.") for item in args.set])
     config = registry.make_config("env", args.name, overrides, preset=args.preset)
     for warning in registry.get_spec("env", args.name).check_available(config):  # e.g. no toolchain: refuse before building the env
         print(f"warning: {warning}", file=sys.stderr)

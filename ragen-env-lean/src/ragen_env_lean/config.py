@@ -120,6 +120,10 @@ class LeanConfig(EnvConfig):
     @field_validator("repl_command", mode="before")
     @classmethod
     def _split_command(cls, value: object) -> object:
+        if isinstance(value, bool):  # an override's bare word: repl_command=true is the program 'true'
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = str(value)
         return shlex.split(value) if isinstance(value, str) else value  # "lake env repl" -> a list
 
     @field_validator("repl_command")
