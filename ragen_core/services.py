@@ -194,14 +194,23 @@ def _port_busy(host: str, port: int) -> bool:
     return False
 
 
-def _probe(url: str, health_path: str | None, timeout: float) -> str | None:
-    """None when the server at ``url`` is ready, else why not (for the error message)."""
+def why_unreachable(url: str, health_path: str | None = None, timeout: float = 3.0, *, any_status: bool = False) -> str | None:
+    """None when something answers at ``url``, else why not, in a few words for an error message.
+
+    The one reachability rule of the project (services, env servers given by URL, a Lean server, a
+    Ray cluster, the Hugging Face hub): without ``health_path`` a TCP connection to the URL's host
+    and port is enough (``tcp://host:port`` works too); with it, ``GET`` of the URL's path plus
+    ``health_path`` must answer 2xx, or, with ``any_status``, any HTTP status but a proxy's 502 or
+    504 (a server is there; what it is, the caller learns otherwise).
+    """
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     host = parts.hostname or HOST
     if health_path is None:
         try:
             socket.create_connection((host, port), timeout=timeout).close()
+        except TimeoutError:
+            return f"no answer within {timeout:g} s"
         except OSError as e:
             return f"TCP connect failed ({e.strerror or e})"
         return None
@@ -211,10 +220,14 @@ def _probe(url: str, health_path: str | None, timeout: float) -> str | None:
     try:
         conn.request("GET", path)
         status = conn.getresponse().status
+    except TimeoutError:
+        return f"no answer within {timeout:g} s"
     except (OSError, http.client.HTTPException) as e:
         return f"GET {path} failed ({getattr(e, 'strerror', None) or e!r})"
     finally:
         conn.close()
+    if any_status:
+        return f"HTTP {status} from a proxy in front of it" if status in (502, 504) else None
     return None if 200 <= status < 300 else f"GET {path} answered HTTP {status}"
 
 
@@ -228,7 +241,7 @@ def check_url_answers(url: str | None, setting: str, timeout: float = 3.0) -> No
     """
     if url is None:
         return
-    why = _probe(url, None, timeout)
+    why = why_unreachable(url, None, timeout)
     if why is not None:
         from ragen_core.errors import ConfigError
 
@@ -414,7 +427,7 @@ class _Service:
         deadline = time.monotonic() + self.config.ready_timeout_s
         delay = 0.02
         while True:
-            why = _probe(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            why = why_unreachable(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
             code = self.poll()  # after the probe: a dying child must not pass for ready
             if code is not None:
                 if _port_busy(HOST, port) or "address already in use" in self.output_tail().lower():
@@ -434,7 +447,7 @@ class _Service:
     def _wait_for_url(self) -> None:
         assert self.url is not None
         deadline = time.monotonic() + self.config.ready_timeout_s
-        while (why := _probe(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
+        while (why := why_unreachable(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
             if time.monotonic() >= deadline:
                 raise ServiceError(
                     f"service {self.spec.name!r} at {self.url} was not ready after {self.config.ready_timeout_s:g} s ({why})",

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     parser.add_argument("--agent", choices=["human", "random"], default="human", help="who plays (default: human)")
     parser.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="env config override (repeatable; KEY or env_config.KEY, as in ragen run)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="env config override (repeatable; KEY or env_config.KEY, as in ragen run)")
 
 
 def split_reply(text: str, env: Any) -> list[str]:

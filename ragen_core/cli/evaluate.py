@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check_model_name(model: str) -> None:
     """A ``--model`` that can only be a local path must exist: said at once, before torch loads."""
-    from ragen_core.models import TINY_NAMES, check_model_folder
+    from ragen_core.models import TINY_NAMES, check_hub_model, check_model_folder
 
     if is_shipped_name(model):
         shipped_policy_named(model, None)  # a wrong name or a stale folder: said now
@@ -246,6 +246,7 @@ def check_model_name(model: str) -> None:
                               ["evaluate it once a step was saved (save_freq), or evaluate the shipped warm policy: --model warm"])
     if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
         check_model_folder(model)
+        check_hub_model(model)
 
 
 def is_shipped_name(model: str) -> bool:

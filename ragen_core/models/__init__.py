@@ -205,6 +205,37 @@ def check_model_folder(path: str) -> None:
         raise RagenError(f"could not load model {path!r}: it is {what}, not a model folder", hints=[hint])
 
 
+def check_hub_model(name: str, cache_dir: str | Path | None = None, timeout: float = 3.0) -> None:
+    """A model name that is no local folder is a Hugging Face hub id: it must be in the local hub
+    cache, or the hub must answer. Said in one line at once, where ``from_pretrained`` would
+    retry for about a minute offline before a long error about repo ids. One of our names spelt in
+    another case (``WARM``, ``Tiny``) is refused at once, naming the right spelling.
+
+    Raises:
+        RagenError: not cached, and offline (``HF_HUB_OFFLINE``) or the hub does not answer.
+    """
+    if name in TINY_NAMES or Path(name).expanduser().exists():
+        return
+    folded = name.casefold()
+    if folded in (*TINY_NAMES, "warm") or folded.startswith("warm:"):  # our names, spelt in another case
+        raise RagenError(f"could not load model {name!r}: no such model; did you mean {folded!r}? (names are case-sensitive)")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    from ragen_core.services import why_unreachable
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir), str):
+            return  # cached: from_pretrained reads it without the network
+    except ValueError:  # not a valid repo id at all ('a b', 'x//y'): from_pretrained says why
+        return
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else why_unreachable(constants.ENDPOINT, timeout=timeout)
+    if why is None:
+        return
+    raise RagenError(f"could not load model {name!r}: it is no local folder, not in the Hugging Face cache, and the hub "
+                     f"cannot be reached ({why})",
+                     hints=["pass a local model folder, 'tiny', or a hub id already in the cache (download it where the hub answers)"])
+
+
 @contextlib.contextmanager
 def quiet_progress() -> Iterator[None]:
     """Turn off transformers' progress bars ("Loading weights", "Writing model shards") inside.
@@ -266,6 +297,7 @@ def _load_model_and_tokenizer(name_or_path: str, *, device: str, dtype: Any, cac
         if cache_dir is not None:
             kwargs["cache_dir"] = str(cache_dir)
         check_model_folder(path)
+        check_hub_model(path, kwargs.get("cache_dir"))
     with _load_errors(name_or_path):
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
     model = load_weights(path, safetensors_only=safetensors_only, name=name_or_path, **kwargs)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ragen_core.errors import ConfigError
@@ -45,27 +43,16 @@ def server_unreachable(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | Non
     env's probe tells); a refused or timed-out connection, an unknown host, or a proxy's 502 / 504
     does not.
     """
+    from ragen_core.services import why_unreachable
+
     with _reachable_lock:
         if url in _reachable:
             return None
-    request = urllib.request.Request(f"{url}/health", method="GET")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            reply.read(1024)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code in (502, 504):
-            return f"HTTP {exc.code} from a proxy in front of it"
-    except TimeoutError:
-        return f"no answer within {timeout:g} s"
-    except (urllib.error.URLError, OSError) as exc:
-        why = getattr(exc, "reason", exc)
-        if isinstance(why, TimeoutError):
-            return f"no answer within {timeout:g} s"
-        return str(getattr(why, "strerror", None) or why)
-    with _reachable_lock:
-        _reachable.add(url)
-    return None
+    why = why_unreachable(url, "/health", timeout, any_status=True)
+    if why is None:
+        with _reachable_lock:
+            _reachable.add(url)
+    return why
 
 
 def _program_exists(program: str, cwd: str | None) -> bool:

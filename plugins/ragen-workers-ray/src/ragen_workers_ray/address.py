@@ -4,7 +4,6 @@ availability check before a run builds anything)."""
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 from ragen_core.errors import ConfigError
@@ -31,14 +30,14 @@ def check_reachable(address: str, timeout_s: float) -> None:
     if not sep or not host or not port.isdigit():
         raise ConfigError(f"ray pool: address {address!r} is not host:port",
                           ["example: rollout.pool_config.address=10.0.0.5:6379 (the port 'ray start --head' prints)"])
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        reason = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+    from ragen_core.services import why_unreachable
+
+    reason = why_unreachable(f"tcp://{host}:{port}" if host.startswith("[") or ":" not in host else f"tcp://[{host}]:{port}", timeout=timeout_s)
+    if reason is not None:
         raise ConfigError(
             f"ray pool: no Ray cluster answers at address {address!r} ({reason})",
             ["start the cluster's head there ('ray start --head'), fix rollout.pool_config.address, or unset it to start Ray on this machine"],
-        ) from None
+        )
 
 
 def check_available(config: Any) -> None:
