@@ -42,8 +42,10 @@ Lifecycle:
        (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the trainer does not leak it.
 
 URL mode: when the user sets ``config.url`` no child is started. The server at that URL is
-checked for readiness once (polling up to ``ready_timeout_s``), ``ensure_ready()`` returns the
-URL without further checks, and releasing the handle does nothing to the remote server.
+checked for readiness once (polling up to ``ready_timeout_s`` the first time a process asks for
+it, one probe of at most 3 s any later time, so a server that went away mid-run fails each new
+env at once), ``ensure_ready()`` returns the URL without further checks, and releasing the
+handle does nothing to the remote server.
 
 Example (an env package)::
 
@@ -269,6 +271,10 @@ _DIE_WITH_PARENT = sys.platform.startswith("linux")
 
 _registry_lock = threading.Lock()
 _services: dict[str, _Service] = {}
+_urls_asked: set[tuple[str, str | None]] = set()
+"""URL-mode servers (URL, health path) this process has waited for once already."""
+#: Seconds a URL-mode server asked for again may take to accept a connection (it answered before).
+_URL_RECHECK_S = 3.0
 _hooks_installed = False
 _shutting_down = False
 _spawner: ThreadPoolExecutor | None = None
@@ -445,7 +451,22 @@ class _Service:
             delay = min(delay * 2, _POLL_MAX_S)
 
     def _wait_for_url(self) -> None:
+        """Wait up to ``ready_timeout_s`` for the server at the URL (it may still be loading) the
+        first time this process asks; any later time (an env rebuilt after a failure, a pickled
+        env's first search), one probe: a server that went away mid-run fails each episode at
+        once instead of after ``ready_timeout_s`` each."""
         assert self.url is not None
+        key = (self.url, self.spec.health_path)
+        with _registry_lock:
+            asked_before = key in _urls_asked
+            _urls_asked.add(key)
+        if asked_before:
+            why = why_unreachable(self.url, self.spec.health_path, timeout=_URL_RECHECK_S)
+            if why is not None:
+                raise ServiceError(f"service {self.spec.name!r} at {self.url} no longer answers ({why}); it was asked for "
+                                   "before in this process, so it is not waited for again",
+                                   ["restart the server at `url` (then resume the run), or unset `url` to let RAGEN start it"])
+            return
         deadline = time.monotonic() + self.config.ready_timeout_s
         while (why := why_unreachable(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
             if time.monotonic() >= deadline:

@@ -434,6 +434,28 @@ def test_url_mode_connects_without_starting_and_release_leaves_the_server(tmp_pa
         server.wait()
 
 
+def test_url_mode_server_gone_mid_run_fails_later_acquires_at_once():
+    """The first acquire may wait ready_timeout_s (a server still loading); once a process has
+    asked for a URL, a later acquire (an env rebuilt after a failure) probes once."""
+    import time
+
+    port = services.free_port()
+    server = subprocess.Popen([sys.executable, CHILD, "--port", str(port)], stdout=subprocess.DEVNULL)
+    url = f"http://{HOST}:{port}"
+    try:
+        with acquire(child_spec(), fast(url=url)) as handle:  # the first ask: polls until it is up
+            assert handle.ensure_ready() == url
+        with acquire(child_spec(), fast(url=url)):  # asked again while it answers: fine
+            pass
+    finally:
+        server.kill()
+        server.wait()
+    started = time.monotonic()
+    with pytest.raises(ServiceError, match=f"^service 'child' at {url} no longer answers \\("):
+        acquire(child_spec(), fast(url=url))  # ready_timeout_s is DEADLINE_S: waiting for it would take that long
+    assert time.monotonic() - started < DEADLINE_S / 2
+
+
 def test_url_mode_unreachable_server_is_a_clear_error():
     url = f"http://{HOST}:{services.free_port()}"
     with pytest.raises(ServiceError, match=f"service 'child' at {url} was not ready after 0.5 s"):
