@@ -37,6 +37,9 @@ def test_config_yaml_spells_out_plugin_settings_and_a_resume_drops_the_old_filte
     assert change["changed"]["filter"] == ["snr-topp", "snr-topk"]
     assert change["changed"]["filter_config.value"] == [0.9, 0.25]
     assert "filter_config.metric" not in change["changed"] and "filter_config" not in change["changed"]
+    # a setting only the old filter has is "removed", not a change to null (which an explicit null would be)
+    assert change["removed"]["filter_config.prob_mode"] == "linear" and "filter_config.prob_mode" not in change["changed"]
+    assert None not in [v for pair in change["changed"].values() for v in pair]
 
     # another pool: the local pool's saved settings are not handed to the process pool
     # (--print-config: the toy env is registered in this process only, which the process pool refuses at start)

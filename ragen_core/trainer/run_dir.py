@@ -144,8 +144,21 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+class _NotSet:
+    """The side of a change where a setting does not exist (not an explicit null)."""
+
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+NOT_SET: Any = _NotSet()
+"""Old or new value in :func:`resume_changes` of a setting one side does not have (a setting of a
+plugin the resumed run no longer uses, or of a newly chosen one)."""
+
+
 def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]]:
-    """``{dotted key: [old, new]}`` for every setting ``config`` changes from the run's ``previous`` one.
+    """``{dotted key: [old, new]}`` for every setting ``config`` changes from the run's ``previous``
+    one; :data:`NOT_SET` stands for a side that does not have the setting at all.
 
     Raises:
         ConfigError: ``config`` changes one of :data:`RESUME_FIXED`: the checkpoint's weights and
@@ -163,7 +176,8 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
                               "would mix two experiments in one run directory",
                               [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
     keys = sorted(set(before) | set(after))
-    return {k: [before.get(k), after.get(k)] for k in keys if before.get(k) != after.get(k) and k.split(".")[0] not in RESUME_QUIET}
+    return {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
+            if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
 
 
 #: ``(plugin name key, preset key or None, its settings key)``: when a later config layer (flags,
@@ -231,12 +245,21 @@ def _resolved(config: Any) -> dict[str, Any]:
 
 
 def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_step: int) -> str:
-    """Append ``changes`` to ``config_changes.jsonl``; returns the line to print (``""`` when none)."""
+    """Append ``changes`` to ``config_changes.jsonl``; returns the line to print (``""`` when none).
+
+    A row holds ``changed`` (``{key: [old, new]}``), and, when there are any, ``removed``
+    (``{key: old}``: settings the resumed run no longer has, such as a replaced plugin's) and
+    ``added`` (``{key: new}``), so an explicit ``null`` stays distinct from a setting that is gone."""
     import json
 
     if not changes:
         return ""
-    row = {"from_step": from_step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": changes}
+    row: dict[str, Any] = {"from_step": from_step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           "changed": {k: v for k, v in changes.items() if v[0] is not NOT_SET and v[1] is not NOT_SET}}
+    removed = {k: old for k, (old, new) in changes.items() if new is NOT_SET}
+    added = {k: new for k, (old, new) in changes.items() if old is NOT_SET}
+    row.update({"removed": removed} if removed else {})
+    row.update({"added": added} if added else {})
     with (run_dir / CHANGES_FILE).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, default=str) + "\n")
     shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:8])
