@@ -188,3 +188,17 @@ def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback():
 def test_counts_below_one_are_refused_by_the_parser(argv):
     out = ragen(*argv)
     assert out.returncode == 2 and "expected a number >= 1, got" in out.stderr.strip().splitlines()[-1], out.stderr
+
+
+def test_init_env_refuses_a_name_an_installed_env_already_has(tmp_path):
+    import re
+
+    from ragen_core import registry
+    from ragen_core.cli.init_env import scaffold
+    from ragen_core.errors import RagenError
+
+    taken = registry.names("env")[0]
+    origin = registry.find("env", taken).origin
+    with pytest.raises(RagenError, match=rf"^env name {taken!r} is taken: installed env {taken!r} comes from {re.escape(str(origin))}"):
+        scaffold(taken, tmp_path)
+    assert not any(tmp_path.iterdir())

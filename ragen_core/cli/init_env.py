@@ -28,6 +28,11 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     if not re.match(NAME_PATTERN, name):
         raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter",
                          ["example: ragen init-env mygrid"])
+    taken = installed_env_named(name)
+    if taken is not None:
+        raise RagenError(f"env name {name!r} is taken: {taken}; a second package registering it would clash "
+                         "(ragen plugins would show a duplicate and runs could not pick one)",
+                         [f"choose another name, e.g. ragen init-env my-{name}"])
     from ragen_core import __version__
 
     major = int(__version__.split(".")[0])
@@ -56,6 +61,25 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text, encoding="utf-8")
     return target
+
+
+def installed_env_named(name: str) -> str | None:
+    """Who already uses env name ``name`` here (an installed env or alias, or a distribution named
+    ``ragen-env-NAME``), or None when it is free."""
+    from importlib import metadata
+
+    from ragen_core import registry
+    from ragen_core.errors import PluginNotFoundError
+
+    try:
+        entry = registry.find("env", name)
+        return f"installed env {name!r} comes from {entry.origin}"
+    except PluginNotFoundError:
+        pass
+    try:
+        return f"distribution ragen-env-{name} {metadata.version(f'ragen-env-{name}')} is installed"
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
