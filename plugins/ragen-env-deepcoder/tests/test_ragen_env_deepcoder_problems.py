@@ -208,17 +208,20 @@ def test_local_file_holds_out_val_fraction_by_hash_never_validating_on_training_
     assert len(DeepCoderEnv(dataset=str(data), max_problems=3).problems("val")) == 3
 
 
-def test_a_split_left_empty_names_the_settings(tmp_path):
-    data = _rows_file(tmp_path / "one.jsonl", ["Print one."])
-    env = DeepCoderEnv(dataset=str(data))
-    side = "train" if _is_val("Print one.", 0.1) else "val"  # the side the one problem did not go to
-    with pytest.raises(ValueError, match=rf"no DeepCoder {side} problems.*val_fraction.*val_dataset"):
-        env.problems(side)
-
-
-def _is_val(statement: str, fraction: float) -> bool:
-    return problems_mod.in_validation(problems_mod.statement_key(problem_from_row(
-        {"problem": statement, "tests": [{"input": "1", "output": "1"}]})), fraction)
+def test_a_small_file_still_validates_on_one_problem_and_one_problem_is_refused(tmp_path):
+    """A hash share that leaves a side empty: the lowest hash validates, the highest trains."""
+    three = ["Print one.", "Print two.", "Print three."]
+    env = DeepCoderEnv(dataset=str(_rows_file(tmp_path / "three.jsonl", three)))
+    train, val = env.problems("train"), env.problems("val")
+    assert len(val) == 1 and len(train) == 2 and {p.statement for p in train + val} == set(three)
+    lowest = min(three, key=lambda s: problems_mod._hash(problems_mod.statement_key(problem_from_row(
+        {"problem": s, "tests": [{"input": "1", "output": "1"}]}))))
+    assert val[0].statement == lowest
+    nearly_all = DeepCoderEnv(dataset=str(tmp_path / "three.jsonl"), val_fraction=0.999)
+    assert len(nearly_all.problems("train")) == 1
+    one = DeepCoderEnv(dataset=str(_rows_file(tmp_path / "one.jsonl", ["Print one."])))
+    with pytest.raises(ValueError, match=r"one.jsonl holds 1 DeepCoder problem\(s\): .*at least two; .*env_config.val_dataset"):
+        one.problems("train")
 
 
 def test_val_dataset_removes_its_problems_from_training(tmp_path):
@@ -229,8 +232,15 @@ def test_val_dataset_removes_its_problems_from_training(tmp_path):
     assert [p.statement for p in env.problems("val")] == ["b.", "  D. "]
     problems_mod._load_cached.cache_clear()
     same = DeepCoderEnv(dataset=str(val_file), val_dataset=str(val_file))
-    with pytest.raises(ValueError, match="every one is also in val_dataset"):
+    with pytest.raises(ValueError, match="every one is also in env_config.val_dataset"):
         same.problems("train")
+    problems_mod._load_cached.cache_clear()
+    # max_problems keeps the first N after the overlap is removed, not before
+    capped = DeepCoderEnv(dataset=str(train_file), val_dataset=str(val_file), max_problems=1)
+    assert [p.statement for p in capped.problems("train")] == ["A."]
+    val_first = _rows_file(tmp_path / "val_first.jsonl", ["A.", "B."])
+    assert [p.statement for p in DeepCoderEnv(dataset=str(train_file), val_dataset=str(val_first), max_problems=2)
+            .problems("train")] == ["C.", "D."]
 
 
 # ------------------------------------------------------------------------------ hub splits

@@ -77,7 +77,8 @@ class DeepCoderConfig(EnvConfig):
     """Share of a local ``dataset``'s problems held out for validation when there is no
     ``val_dataset``: a problem goes to validation when the SHA-256 hash of its normalised statement
     falls below this share, so train and validation never share a problem and the split does not
-    depend on row order. Unused for the built-in set and hub datasets (they have their own splits)."""
+    depend on row order (each side keeps at least one problem: a file of a few problems still
+    validates on one). Unused for the built-in set and hub datasets (they have their own splits)."""
     train_subsets: list[str] = Field(default_factory=lambda: ["primeintellect", "taco", "lcbv5"])
     """Hub subsets whose ``train`` split is trained on (never a test split)."""
     val_subsets: list[str] = Field(default_factory=lambda: ["codeforces", "lcbv5"])

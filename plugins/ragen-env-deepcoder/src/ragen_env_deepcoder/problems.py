@@ -232,10 +232,30 @@ def statement_key(problem: Problem) -> str:
     return " ".join(f"{problem.statement}\n{problem.starter_code}".casefold().split())
 
 
+def _hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+
+
 def in_validation(key: str, fraction: float) -> bool:
     """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return _hash(key) < fraction * 2**64
+
+
+def hash_holdout(problems: tuple[Problem, ...], fraction: float, source: str) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
+    """``(train, val)``: the problems whose statement hash falls below ``fraction`` validate. A file
+    where that leaves a side empty (a few problems) still gets one problem on each side: the lowest
+    hash validates, the highest trains.
+
+    Raises:
+        ValueError: fewer than two problems, which cannot be split.
+    """
+    if len(problems) < 2:
+        raise ValueError(f"{source} holds {len(problems)} DeepCoder problem(s): holding one out for validation needs at "
+                         "least two; add problems or name env_config.val_dataset")
+    order = sorted(problems, key=lambda p: _hash(statement_key(p)))
+    count = sum(in_validation(statement_key(p), fraction) for p in problems)
+    held = {id(p) for p in order[: min(max(count, 1), len(order) - 1)]}
+    return tuple(p for p in problems if id(p) not in held), tuple(p for p in problems if id(p) in held)
 
 
 def _is_local(source: str) -> bool:
@@ -256,24 +276,17 @@ def problems_for(config: DeepCoderConfig, split: Literal["train", "val"]) -> tup
         return builtin_problems(split)
     cache_dir = env_cache_dir(config.cache_dir)
     if config.val_dataset is None and _is_local(source):
-        everything = load_problems(source, "train", (), cache_dir)
-        side = tuple(p for p in everything if in_validation(statement_key(p), config.val_fraction) == (split == "val"))
-        if not side:
-            raise ValueError(
-                f"no DeepCoder {split} problems: holding out val_fraction={config.val_fraction} of the "
-                f"{len(everything)} problems in {source} by hash left none for {split}; set "
-                f"{'a larger ' if split == 'val' else 'a smaller '}env_config.val_fraction or name "
-                "env_config.val_dataset")
-        return side[: config.max_problems]
+        train, val = hash_holdout(load_problems(source, "train", (), cache_dir), config.val_fraction, source)
+        return (val if split == "val" else train)[: config.max_problems]
     subsets = config.val_subsets if split == "val" else config.train_subsets
-    problems = load_problems(source, split, subsets, cache_dir, config.max_problems)
-    if split == "train" and config.val_dataset is not None:
-        held_out = {statement_key(p) for p in problems_for(config, "val")}
-        problems = tuple(p for p in problems if statement_key(p) not in held_out)
-        if not problems:
-            raise ValueError(f"no DeepCoder training problems left in {source}: every one is also in "
-                             f"val_dataset {config.val_dataset}")
-    return problems
+    if split == "val" or config.val_dataset is None:
+        return load_problems(source, split, subsets, cache_dir, config.max_problems)
+    held_out = {statement_key(p) for p in load_problems(config.val_dataset, "val", config.val_subsets, cache_dir)}
+    problems = tuple(p for p in load_problems(source, split, subsets, cache_dir) if statement_key(p) not in held_out)
+    if not problems:
+        raise ValueError(f"no DeepCoder training problems left in {source}: every one is also in "
+                         f"env_config.val_dataset {config.val_dataset}")
+    return problems[: config.max_problems]  # after the overlap is removed
 
 
 def env_cache_dir(cache_dir: str | None) -> str | None:
