@@ -117,3 +117,20 @@ def test_play_takes_env_config_prefixed_settings_as_errors_name_them(guarded_env
     monkeypatch.setattr("sys.stdin", io.StringIO("q\n"))
     main(["env", "play", NAME, "--set", "env_config.length=9"])  # refused unless length=9 reached the check
     assert CALLS and CALLS[-1].length == 9
+
+
+def test_play_shows_the_actions_the_remaining_turns_allow_and_the_last_observation():
+    import io
+
+    import numpy as np
+
+    from ragen_core.cli.env import play
+    from ragen_core.testing.toy_env import CorridorEnv
+
+    env = CorridorEnv(length=40, max_turns=2, max_actions_per_turn=1, max_actions_per_episode=10)
+    out = io.StringIO()
+    # typed moves that never reach the goal of a 40-cell corridor in two steps: Left twice
+    result = play(env, seed=3, agent="human", out=out, inp=io.StringIO("Left\nLeft\n"), rng=np.random.default_rng(0))
+    text = out.getvalue()
+    assert "--- turn 1/2 (2 actions left) ---" in text and "--- turn 2/2 (1 action left) ---" in text
+    assert result["actions"] == 2 and "(no turns left)\n" + env.render() in text

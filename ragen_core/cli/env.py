@@ -94,7 +94,9 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
     if free_form and agent == "human":
         print("(answer on one line, or over several: start with <answer> or ``` and end with </answer> or ```)", file=out)
     for turn in range(1, limit_turns + 1):
-        print(f"\n--- turn {turn}/{limit_turns} ({limit_actions - actions_done} actions left) ---\n{obs}", file=out)
+        # what the rollout still allows: the episode's cap, or fewer when the remaining turns cannot reach it
+        left = min(limit_actions - actions_done, (limit_turns - turn + 1) * cfg.max_actions_per_turn)
+        print(f"\n--- turn {turn}/{limit_turns} ({left} action{'' if left == 1 else 's'} left) ---\n{obs}", file=out)
         if env.action_names:
             print(f"actions: {', '.join(env.action_names)}" + (f"  (join several with ' {env.action_sep} ')" if env.action_sep else ""), file=out)
         if agent == "random":
@@ -126,6 +128,9 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
         if done or actions_done >= limit_actions:
             print(f"\n{obs}", file=out)
             break
+    else:
+        if actions_done:  # the turns ran out: show where the last actions led
+            print(f"\n(no turns left)\n{obs}", file=out)
     print(f"\nepisode over: total reward {total:+.2f}, success {success}", file=out)
     return {"reward": total, "success": success, "actions": actions_done}
 

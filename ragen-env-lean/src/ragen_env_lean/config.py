@@ -92,8 +92,8 @@ class LeanConfig(EnvConfig):
     # ------------------------------------------------------------------ rewards
     max_steps: int = Field(default=100, ge=1)
     """Tactics (accepted or not) after which an unfinished proof ends with ``max_steps_penalty``;
-    the budget is the smaller of this and ``max_actions_per_episode`` (30 by default), where the
-    rollout would stop the episode anyway."""
+    the budget is the smallest of this, ``max_actions_per_episode`` (30 by default) and
+    ``max_turns * max_actions_per_turn``, where the rollout would stop the episode anyway."""
     step_penalty: float = -0.1
     """Added to every tactic's reward."""
     valid_step_reward: float = 1.0
@@ -105,8 +105,8 @@ class LeanConfig(EnvConfig):
     timeout_penalty: float = -1.0
     """Added when the check timed out."""
     max_steps_penalty: float = -2.0
-    """Added when the tactic budget (``min(max_steps, max_actions_per_episode)``) is spent
-    without success (the episode then ends)."""
+    """Added when the tactic budget (:attr:`LeanEnv.step_budget <ragen_env_lean.env.LeanEnv.step_budget>`)
+    is spent without success (the episode then ends)."""
     message_truncate_limit: int = Field(default=0, ge=0)
     """Characters of each Lean message shown in the observation (0: no truncation)."""
 

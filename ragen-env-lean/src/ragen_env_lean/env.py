@@ -15,10 +15,10 @@ Per step (one tactic), with the reward table of the config:
   ``valid_step_reward`` or ``invalid_step_reward`` + ``success_reward`` on success +
   ``timeout_penalty`` on a timeout;
 * the episode ends on success, or when its tactic budget is spent, with ``max_steps_penalty``
-  more. The budget (:attr:`LeanEnv.step_budget`, shown as ``Steps taken: i/N``) is the smaller of
-  ``max_steps`` and ``max_actions_per_episode``: the rollout stops an episode at the latter, so a
-  larger ``max_steps`` (the reference's 100 against its tag's 30 actions) was a budget the
-  observation showed and its penalty never met. An episode cut short by ``max_turns`` (fewer
+  more. The budget (:attr:`LeanEnv.step_budget`, shown as ``Steps taken: i/N``) is the smallest of
+  ``max_steps``, ``max_actions_per_episode`` and ``max_turns * max_actions_per_turn``: the rollout
+  stops an episode at the latter two, so a larger ``max_steps`` (the reference's 100 against its
+  tag's 30 actions) was a budget the observation showed and its penalty never met. An episode cut short by ``max_turns`` (fewer
   tactics per reply) ends without the penalty: the env does not see turns.
 
 ``info``: ``success``, ``action_is_valid`` = ``action_is_effective`` = accepted, ``status``
