@@ -100,11 +100,14 @@ def load_local_file(builder: str, path: Path, *, cache_dir: str | None = None, w
 DATA_SUFFIXES = (".json", ".jsonl", ".parquet", ".csv", ".arrow", ".txt")
 
 
-def named_test_split_warnings(config: Any, fields: tuple[str, ...], *, prefix: str = "env_config", val_field: str = "val_dataset") -> list[str]:
+def named_test_split_warnings(config: Any, fields: tuple[str, ...], *, prefix: str = "env_config", val_field: str = "val_dataset",
+                               folders: bool = True) -> list[str]:
     """Warnings for training-data settings (dotted field names of ``config``) that name a local
-    file, or a folder holding a data file, whose name has the word ``test`` (``gsm8k_test_100.jsonl``):
-    a run would train on test problems without a word. A warning, not a refusal: a file may be
-    named so for other reasons."""
+    file whose name has the word ``test`` (``gsm8k_test_100.jsonl``): a run would train on test
+    problems without a word. ``folders``: the env reads every data file of a folder as training
+    data (DeepCoder), so a folder holding such a file is warned about too; False where a folder is
+    read by ``datasets``, which takes its split from the file names (a test file is then not
+    trained on). A warning, not a refusal: a file may be named so for other reasons."""
     out = []
     for field in fields:
         value: Any = config
@@ -113,11 +116,14 @@ def named_test_split_warnings(config: Any, fields: tuple[str, ...], *, prefix: s
         if not isinstance(value, str) or not value or not names_local_path(value):
             continue
         path = Path(value).expanduser()
-        names = [p.name for p in path.iterdir() if p.suffix.lower() in DATA_SUFFIXES] if path.is_dir() else []
-        named = next((n for n in [path.name, *names] if "test" in re.split(r"[^a-z]+", n.lower())), None)
+        if path.is_dir():
+            names = sorted(p.name for p in path.iterdir() if p.suffix.lower() in DATA_SUFFIXES) if folders else []
+        else:
+            names = [path.name]
+        named = next((n for n in names if "test" in re.split(r"[^a-z]+", n.lower())), None)
         if named is not None:
-            out.append(f"{prefix}.{field}={value} trains on {named}, whose name says it is a test split: train on a train "
-                       f"split and evaluate on the test file with {prefix}.{val_field}")
+            out.append(f"{prefix}.{field}={value}: {named} is read as training data, but its name says it is a test "
+                       f"split; train on a train split and evaluate on the test file with {prefix}.{val_field}")
     return out
 
 

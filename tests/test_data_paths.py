@@ -102,7 +102,7 @@ def test_a_training_file_named_as_a_test_split_is_warned_about(tmp_path):
     for name in ("gsm8k_test_100.jsonl", "test.parquet", "livecodebench-Test2408.json"):
         (tmp_path / name).write_text("{}\n")
         found = named_test_split_warnings(SimpleNamespace(dataset=str(tmp_path / name)), ("dataset",))
-        assert len(found) == 1 and found[0].startswith(f"env_config.dataset={tmp_path / name} trains on {name}, whose name says")
+        assert len(found) == 1 and found[0].startswith(f"env_config.dataset={tmp_path / name}: {name} is read as training data, but its name says")
         assert "env_config.val_dataset" in found[0]
     for name in ("gsm8k_train.jsonl", "contest_latest.jsonl", "testing.json"):
         (tmp_path / name).write_text("{}\n")
@@ -111,7 +111,9 @@ def test_a_training_file_named_as_a_test_split_is_warned_about(tmp_path):
     folder.mkdir()
     (folder / "a_train.jsonl").write_text("{}\n")
     (folder / "b_test.jsonl").write_text("{}\n")
-    assert "trains on b_test.jsonl" in named_test_split_warnings(SimpleNamespace(dataset=str(folder)), ("dataset",))[0]
+    assert ": b_test.jsonl is read as training data" in named_test_split_warnings(SimpleNamespace(dataset=str(folder)), ("dataset",))[0]
+    # a folder read by `datasets` takes its training split from the file names: no warning
+    assert named_test_split_warnings(SimpleNamespace(dataset=str(folder)), ("dataset",), folders=False) == []
     assert named_test_split_warnings(SimpleNamespace(dataset="openai/gsm8k", other=None), ("dataset", "other")) == []  # hub ids pass
 
 

@@ -20,7 +20,7 @@ def check_available(config: Any) -> list[str]:
     check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
     if not config.mock_mode:  # mock mode never searches
         check_url_answers(config.server.url, "env_config.server.url")
-    return named_test_split_warnings(config, ("dataset",))
+    return named_test_split_warnings(config, ("dataset",), folders=False)  # files only
 
 
 SPEC = EnvSpec(
