@@ -270,3 +270,10 @@ def test_hub_trains_on_train_splits_and_validates_on_test_splits(monkeypatch):
     hub.calls.clear()
     DeepCoderEnv(dataset="agentica-org/DeepCoder-Preview-Dataset", train_subsets=["taco"]).problems("train")
     assert [c[1:] for c in hub.calls] == [("taco", "train")]
+
+
+def test_validation_covers_the_held_out_problems_with_consecutive_seeds():
+    env = DeepCoderEnv()
+    val = env.problems("val")
+    shown = {env.reset(123 + i, mode="val") for i in range(len(val))}
+    assert shown == {p.question for p in val}

@@ -188,3 +188,15 @@ def test_empty_validation_split_names_the_fix():
     with pytest.raises(ConfigError, match="no validation problems") as info:
         env.reset(0, mode="val")
     assert "val_fraction" in str(info.value)
+
+
+def test_no_training_problems_left_names_the_cause(tmp_path, cache):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"question": f"{i} + 1?", "answer": f"#### {i + 1}"}) + "\n" for i in range(4)))
+    with pytest.raises(ConfigError, match=r"no training problems left in .*rows.jsonl: 4 question\(s\) read; every one is also in "
+                                          r"env_config.val_dataset_path") as err:
+        splits_for(MetaMathQAConfig(dataset_path=str(rows), val_dataset_path=str(rows), cache_dir=cache))
+    assert "not the training one" in err.value.hints[0]
+    with pytest.raises(ConfigError, match=r"4 question\(s\) read; val_fraction=0.999999 held out all of them") as err:
+        splits_for(MetaMathQAConfig(dataset_path=str(rows), val_fraction=0.999999, cache_dir=cache))
+    assert err.value.hints == ["lower env_config.val_fraction, or set env_config.val_dataset_path"]

@@ -236,3 +236,22 @@ def test_an_unexpected_error_in_a_batched_request_answers_every_waiting_search()
     assert len(errors) == 6 and all(isinstance(e, client_mod.RetrievalError) and e.kind == "http" for e in errors)
     assert all("RuntimeError" in str(e) for e in errors)
     client.close()
+
+
+def test_an_empty_split_names_its_cause_and_the_right_fix(tmp_path):
+    import json
+
+    load_splits.cache_clear()
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"Who made thing {i}?", "golden_answers": [f"maker {i}"]}) + "\n" for i in range(3)))
+    with SearchQAEnv(mock_mode=True, dataset=str(data), val_fraction=0.999999) as e, \
+            pytest.raises(ConfigError, match=r"^no training questions: val_fraction=0.999999 held out all of") as err:
+        e.reset(0)
+    assert err.value.hints == ["lower env_config.val_fraction, or set env_config.val_dataset"]
+    with SearchQAEnv(mock_mode=True, dataset=str(data), val_dataset=str(data)) as e, \
+            pytest.raises(ConfigError, match="every question of .* is also in env_config.val_dataset"):
+        e.reset(0)
+    with SearchQAEnv(mock_mode=True, dataset=str(data), val_fraction=1e-9) as e, \
+            pytest.raises(ConfigError, match=r"^no validation questions: val_fraction=1e-09 held out none") as err:
+        e.reset(0, mode="val")
+    assert err.value.hints == ["raise env_config.val_fraction, or set env_config.val_dataset"]

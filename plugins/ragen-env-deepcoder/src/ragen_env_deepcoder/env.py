@@ -18,8 +18,9 @@ extraction rules and the starter-code rules, and :mod:`ragen_env_deepcoder.gradi
 outputs are compared. ``action_sep`` is ``None``: code is never split into several actions.
 
 Problems: the built-in set (default), or DeepCoder-Preview rows from the hub or local files
-(:mod:`ragen_env_deepcoder.problems`); ``reset(seed)`` picks a problem uniformly from the mode's
-split with a generator derived from ``(seed, mode)``, so every member of a group gets the same one.
+(:mod:`ragen_env_deepcoder.problems`); ``reset(seed)`` picks a training problem uniformly with a
+generator derived from ``(seed, mode)`` (validation: problem ``seed mod n``), so every member of a
+group gets the same one.
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ class DeepCoderEnv(Env):
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
-        """Pick the problem for ``(seed, mode)``; ``member`` is ignored (grading is deterministic)."""
+        """Pick the problem for ``(seed, mode)``: training draws one uniformly with a generator of
+        ``(seed, mode)``; validation takes problem ``seed mod n``, so consecutive seeds (a
+        validation rollout, ``ragen eval``) cover the held-out set without repeats. ``member`` is
+        ignored (grading is deterministic)."""
         problems = self.problems(mode)
-        rng = make_rng(seed, "deepcoder", mode)
-        self._problem = problems[int(rng.integers(len(problems)))]
+        index = seed % len(problems) if mode == "val" else int(make_rng(seed, "deepcoder", mode).integers(len(problems)))
+        self._problem = problems[index]
         self.seed = seed
         self._message = None
         self._done = False

@@ -50,15 +50,18 @@ class MetaMathQAEnv(Env):
 
     # ------------------------------------------------------------------ episode
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
-        """Pick the question for ``(seed, mode)``; ``member`` is ignored (nothing is random)."""
+        """Pick the question for ``(seed, mode)``: training draws one uniformly with a generator of
+        ``(seed, mode)``; validation takes question ``seed mod n``, so consecutive seeds (a
+        validation rollout, ``ragen eval``) cover the held-out set without repeats. ``member`` is
+        ignored (nothing is random)."""
         splits = splits_for(self.config)
         problems = splits.val if mode == "val" else splits.train
         if not problems:
             raise ConfigError(
                 f"no validation problems in {self.config.dataset_path or 'the built-in set'}",
-                ["raise val_fraction or set val_dataset_path"],
+                ["raise env_config.val_fraction or set env_config.val_dataset_path"],
             )
-        index = int(make_rng(seed, "metamathqa", mode).integers(len(problems)))
+        index = seed % len(problems) if mode == "val" else int(make_rng(seed, "metamathqa", mode).integers(len(problems)))
         self._problem = problems[index]
         self.seed = seed
         self._attempts = 0

@@ -198,7 +198,18 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
         val = tuple(p for p, h in zip(rows, held) if h)
         train = tuple(p for p, h in zip(rows, held) if not h)
     if not train:
-        raise ConfigError(f"no training problems left in {source} (types={config.types}, {dropped} rows had no label)")
+        read = f"{len(rows)} question(s) read" + (f" (max_rows={config.max_rows})" if config.max_rows else "") + \
+            (f", types={config.types}" if config.types else "") + (f", {dropped} row(s) without a label" if dropped else "")
+        if config.val_dataset_path is not None and rows:
+            why = f"every one is also in env_config.val_dataset_path {config.val_dataset_path} (such rows are held out of training)"
+            fix = "name another training source, or a validation source that is not the training one"
+        elif rows:
+            why = f"val_fraction={config.val_fraction} held out all of them for validation"
+            fix = "lower env_config.val_fraction, or set env_config.val_dataset_path"
+        else:
+            why = "none is usable"
+            fix = "check env_config.dataset_path (and types / max_rows)"
+        raise ConfigError(f"no training problems left in {source}: {read}; {why}", [fix])
     return Splits(train, val, dropped)
 
 
