@@ -136,15 +136,19 @@ def names_local_path(value: str) -> bool:
             or (len(parts) > 1 and Path(parts[0]).is_dir()))
 
 
-def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (), prefix: str = "env_config") -> None:
+def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (),
+                     prefix: str = "env_config") -> list[str]:
     """An env's availability check for its data settings (dotted field names of ``config``): a
     ``hub_or_path`` setting that can only be a local path (:func:`names_local_path`), or any
     ``paths`` setting, must exist. Said in one line naming the setting, before a run loads a model
-    or warm-starts, instead of at the first env reset.
+    or warm-starts, instead of at the first env reset. A hub id while the hub cannot be reached
+    turns ``datasets`` to its offline mode (:func:`offline_unless_hub_answers`); the returned
+    warnings say so.
 
     Raises:
         ConfigError: the first setting that names nothing.
     """
+    hub_ids: list[str] = []
     for field in (*hub_or_path, *paths):
         value: Any = config
         for part in field.split("."):
@@ -152,6 +156,7 @@ def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: t
         if not isinstance(value, str) or not value:
             continue
         if field in hub_or_path and not names_local_path(value):
+            hub_ids.append(f"{prefix}.{field}={value}")
             continue
         path = Path(value).expanduser()
         if not path.exists():
@@ -159,3 +164,31 @@ def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: t
             near = f" ({parent} exists)" if parent is not None and str(parent) not in (".", "/") else ""
             what = "a local file or folder, or a Hugging Face dataset id (owner/name)" if field in hub_or_path else "an existing file or folder"
             raise ConfigError(f"{prefix}.{field}: {value} does not exist{near}", [f"{prefix}.{field} takes {what}"])
+    return offline_unless_hub_answers(hub_ids) if hub_ids else []
+
+
+def offline_unless_hub_answers(settings: list[str], timeout: float = 3.0) -> list[str]:
+    """When the Hugging Face hub does not answer (probed once, ``timeout`` seconds) and offline
+    mode is not set already, set ``HF_DATASETS_OFFLINE`` and ``HF_HUB_OFFLINE`` for this process
+    and the workers it starts, so ``datasets`` reads ``settings``' datasets from its cache at once
+    (or fails at once) instead of retrying for about 25 s per load. Returns the warning that says
+    so (empty when the hub answers or offline mode was set by the user)."""
+    import os
+    import sys
+
+    from ragen_core.services import why_unreachable
+
+    if any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on") for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")):
+        return []
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    why = why_unreachable(endpoint, timeout=timeout)
+    if why is None:
+        return []
+    os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+    for module, names in (("datasets.config", ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")), ("huggingface_hub.constants", ("HF_HUB_OFFLINE",))):
+        loaded = sys.modules.get(module)  # read at import: already-imported modules are told too
+        for name in names if loaded is not None else ():
+            setattr(loaded, name, True)
+    return [f"the Hugging Face hub cannot be reached ({why}), so {', '.join(settings)} "
+            f"{'is' if len(settings) == 1 else 'are'} read from the local datasets cache only (offline mode set for this "
+            "run); a dataset never downloaded here fails at its first load"]

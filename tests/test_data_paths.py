@@ -11,6 +11,13 @@ from ragen_core.datafiles import names_local_path
 from ragen_core.errors import ConfigError
 from ragen_core.testing.run_helpers import one_line_error
 
+@pytest.fixture(autouse=True)
+def _offline_already(monkeypatch):
+    """Offline mode set as a user would: the availability checks then never probe the hub (nor
+    switch this test process to offline mode; the test of that switch undoes this)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
 CASES = [  # env, the setting, a hub id the setting also takes (None: a path only)
     ("deepcoder", "dataset", "agentica-org/DeepCoder-Preview-Dataset"),
     ("deepcoder", "val_dataset", None),
@@ -129,3 +136,39 @@ def test_the_agentic_envs_warn_about_a_local_test_file(tmp_path, env, field, val
     found = spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_test_5.jsonl")}))
     assert len(found) == 1 and f"env_config.{val_field}" in found[0]
     assert spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_train_5.jsonl")})) == []
+
+
+def test_a_hub_dataset_while_the_hub_cannot_be_reached_turns_datasets_offline_with_a_warning(monkeypatch):
+    import os
+    import socket
+    import sys
+
+    from types import SimpleNamespace
+
+    from ragen_core.datafiles import check_data_paths
+
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for module, name in (("datasets.config", "HF_DATASETS_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
+                         ("huggingface_hub.constants", "HF_HUB_OFFLINE")):
+        if module in sys.modules:  # restored after the test: the switch also tells loaded modules
+            monkeypatch.setattr(sys.modules[module], name, getattr(sys.modules[module], name))
+    with socket.socket() as s:  # a "hub" where nothing listens: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    config = SimpleNamespace(dataset="owner/name", val_dataset=None)
+    (warning,) = check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
+    assert warning.startswith("the Hugging Face hub cannot be reached (TCP connect failed") and "env_config.dataset=owner/name is read" in warning
+    assert os.environ["HF_DATASETS_OFFLINE"] == os.environ["HF_HUB_OFFLINE"] == "1"
+    if "datasets.config" in sys.modules:
+        assert sys.modules["datasets.config"].HF_DATASETS_OFFLINE is True
+    assert check_data_paths(config, hub_or_path=("dataset",)) == []  # offline now: nothing more to say
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with socket.socket() as hub:  # a hub that answers: nothing changes
+        hub.bind(("127.0.0.1", 0))
+        hub.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
+        assert check_data_paths(config, hub_or_path=("dataset",)) == []
+    assert "HF_DATASETS_OFFLINE" not in os.environ

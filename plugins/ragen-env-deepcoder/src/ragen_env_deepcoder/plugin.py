@@ -13,8 +13,8 @@ def check_available(config: Any) -> list[str]:
     the first reset. A local training file named as a test split is warned about."""
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings
 
-    check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
-    return named_test_split_warnings(config, ("dataset",))
+    found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
+    return found + named_test_split_warnings(config, ("dataset",))
 
 
 SPEC = EnvSpec(

@@ -16,8 +16,8 @@ def check_available(config: Any) -> list[str]:
     splits are refused by the config)."""
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings
 
-    check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
-    return named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path", folders=False)  # datasets splits a folder by file name
+    found = check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
+    return found + named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path", folders=False)  # datasets splits a folder by file name
 
 
 SPEC = EnvSpec(

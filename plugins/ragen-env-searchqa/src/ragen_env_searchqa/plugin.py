@@ -17,10 +17,10 @@ def check_available(config: Any) -> list[str]:
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings
     from ragen_core.services import check_url_answers
 
-    check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
+    found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
     if not config.mock_mode:  # mock mode never searches
         check_url_answers(config.server.url, "env_config.server.url")
-    return named_test_split_warnings(config, ("dataset",), folders=False)  # files only
+    return found + named_test_split_warnings(config, ("dataset",), folders=False)  # files only
 
 
 SPEC = EnvSpec(
