@@ -11,6 +11,7 @@ from ragen_core.datafiles import names_local_path
 from ragen_core.errors import ConfigError
 from ragen_core.testing.run_helpers import one_line_error
 
+
 @pytest.fixture(autouse=True)
 def _offline_already(monkeypatch):
     """Offline mode set as a user would: the availability checks then never probe the hub (nor
@@ -142,7 +143,6 @@ def test_a_hub_dataset_while_the_hub_cannot_be_reached_turns_datasets_offline_wi
     import os
     import socket
     import sys
-
     from types import SimpleNamespace
 
     from ragen_core.datafiles import check_data_paths

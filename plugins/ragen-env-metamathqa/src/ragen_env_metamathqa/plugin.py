@@ -17,7 +17,8 @@ def check_available(config: Any) -> list[str]:
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings
 
     found = check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
-    return found + named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path", folders=False)  # datasets splits a folder by file name
+    # a folder is split by file name by `datasets`: only a single file can put a test file into training
+    return found + named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path", folders=False)
 
 
 SPEC = EnvSpec(
