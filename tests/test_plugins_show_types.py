@@ -19,8 +19,10 @@ def test_type_names(annotation, shown):
     assert type_name(annotation) == shown
 
 
-def test_plugins_show_prints_no_class_reprs(capsys):
+def test_plugins_show_prints_no_class_reprs(capsys, monkeypatch):
     from ragen_core.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "200")  # the table layout
 
     assert main(["plugins", "show", "env", "bandit"]) == 0
     out = capsys.readouterr().out
@@ -49,10 +51,12 @@ def test_nested_settings_are_shown_field_by_field_as_overrides_name_them(capsys,
     assert rows[1][3] == "Where it listens." and all(not isinstance(r[2], BaseModel) for r in rows)
     from ragen_core.cli.main import main
 
-    monkeypatch.setenv("COLUMNS", "80")
-    assert main(["plugins", "show", "env", "bandit"]) == 0
-    out = capsys.readouterr().out
-    assert max(len(line) for line in out.splitlines()[out.splitlines().index("config fields:"):]) <= 80
+    for columns in (80, 60, 40):  # a table, then name: type = default with the description below
+        monkeypatch.setenv("COLUMNS", str(columns))
+        assert main(["plugins", "show", "env", "bandit"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert max(len(line) for line in lines[lines.index("config fields:"):]) <= columns
+    assert "max_turns: int = 5" in lines or any(line.startswith("max_turns: int = ") for line in lines)
 
 
 def test_an_installed_envs_nested_settings_are_listed():

@@ -61,27 +61,17 @@ def _command_rows() -> list[tuple[Any, str]]:
 
 
 def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False) -> None:
-    """Columns padded to their widest cell. ``wrap_last`` fits the last column to the terminal's
-    width instead of letting the terminal cut or fold it: wrapped in its column, continuation lines
-    under its start, or (when fewer than 40 columns are left for it) wrapped on the lines below
-    each row, indented by four."""
+    """Columns padded to their widest cell. ``wrap_last`` wraps the last column to the terminal's
+    width (continuation lines under its start) instead of letting the terminal cut or fold it."""
     import shutil
     import textwrap
 
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    columns = shutil.get_terminal_size().columns
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header).rstrip())
     indent = sum(widths[:-1]) + 2 * (len(widths) - 1)
-    below = wrap_last and columns - indent - 1 < 40
-    shown = widths[:-1] if below else widths
-    fmt = "  ".join(f"{{:<{w}}}" for w in shown)
-    print(fmt.format(*header[: len(shown)]).rstrip())
+    room = max(20, shutil.get_terminal_size().columns - indent - 1)
     for r in rows:
-        if below:
-            print(fmt.format(*r[:-1]).rstrip())
-            for line in textwrap.wrap(str(r[-1]), max(20, columns - 5)):
-                print("    " + line)
-            continue
-        room = columns - indent - 1
         last = textwrap.wrap(str(r[-1]), room) if wrap_last and len(str(r[-1])) > room else [str(r[-1])]
         print(fmt.format(*r[:-1], last[0] if last else "").rstrip())
         for more in last[1:]:
@@ -228,23 +218,45 @@ def show_plugin(args: argparse.Namespace) -> int:
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")
     print("\nconfig fields:")
-    _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], field_rows(spec.config_model), wrap_last=True)
+    print_fields(spec.config_model)
     return 0
 
 
-def field_rows(model: Any, prefix: str = "") -> list[list[str]]:
-    """``[name, type, default, description]`` rows of a config model's fields; a field that is itself
-    a settings model (DeepCoder's ``sandbox``, WebShop's ``catalog``) is shown as its own fields,
-    named ``parent.child`` as ``--set`` and ``env_config.`` overrides spell them."""
+def print_fields(model: Any) -> None:
+    """A config model's fields for the terminal: a table (FIELD, TYPE, DEFAULT, the description's
+    first sentence wrapped in its column) when at least 40 columns are left for the description;
+    on a narrower terminal each field as ``name: type = default`` with its whole first sentence
+    wrapped below, indented by four."""
+    import shutil
+    import textwrap
+
+    columns = shutil.get_terminal_size().columns
+    rows = field_rows(model)
+    widths = [max(len(r[i]) for r in rows) if rows else 0 for i in range(3)]
+    if columns - (sum(widths) + 6) - 1 >= 40:
+        _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows, wrap_last=True)
+        return
+    for name, type_, default, description in field_rows(model, default_limit=max(12, columns - 12), description_limit=None):
+        print(clip(f"{name}: {type_} = {default}", max(20, columns - 1)))
+        for line in textwrap.wrap(description, max(20, columns - 5)):
+            print("    " + line)
+
+
+def field_rows(model: Any, prefix: str = "", *, default_limit: int = 30, description_limit: int | None = 100) -> list[list[str]]:
+    """``[name, type, default, description]`` rows of a config model's fields (the default's repr cut
+    at ``default_limit``, the description's first sentence at ``description_limit``; None: whole);
+    a field that is itself a settings model (DeepCoder's ``sandbox``, WebShop's ``catalog``) is shown
+    as its own fields, named ``parent.child`` as ``--set`` and ``env_config.`` overrides spell them."""
     from pydantic import BaseModel
 
     rows = []
     for field_name, field in model.model_fields.items():
         default = field.get_default(call_default_factory=True)
         if isinstance(default, BaseModel) and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            rows += field_rows(field.annotation, f"{prefix}{field_name}.")
+            rows += field_rows(field.annotation, f"{prefix}{field_name}.", default_limit=default_limit, description_limit=description_limit)
             continue
-        rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), 30), first_sentence(field.description or "")])
+        described = first_sentence(field.description or "", description_limit if description_limit is not None else 10**9)
+        rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), default_limit), described])
     return rows
 
 
