@@ -153,21 +153,33 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 
 
 def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
-    """`` (did you mean 'lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``."""
+    """`` (did you mean 'lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``: a close
+    field name at the same level, else a field of that name (or close to it) one level down, named
+    from there (``memory_mb`` -> ``'sandbox.memory_mb'``)."""
     import difflib
     import typing
+
+    def settings_model(field: Any) -> type[BaseModel] | None:
+        options = [field.annotation, *typing.get_args(field.annotation)]
+        return next((c for c in options if isinstance(c, type) and issubclass(c, BaseModel)), None)
 
     cls = model_cls
     for part in loc[:-1]:
         field = cls.model_fields.get(str(part)) if cls is not None else None
         if field is None:
             return ""
-        options = [field.annotation, *typing.get_args(field.annotation)]
-        cls = next((c for c in options if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        cls = settings_model(field)
     if cls is None or not loc:
         return ""
     close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    for name, field in cls.model_fields.items():
+        inner = settings_model(field)
+        close = difflib.get_close_matches(str(loc[-1]), list(inner.model_fields), n=1, cutoff=0.7) if inner is not None else []
+        if close:
+            return f" (did you mean {name + '.' + close[0]!r}?)"
+    return ""
 
 
 def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[BaseModel] | None = None) -> str:

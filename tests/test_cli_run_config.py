@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ragen_core import registry
 from ragen_core.cli.main import main
 from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
@@ -30,12 +31,19 @@ def test_bad_value_names_field_path():
         load_config(RunConfig, [], ["optim.lrr=1"])
     with pytest.raises(ConfigError, match=r"invalid config: zzz: unknown key\n"):  # nothing close: no guess
         load_config(RunConfig, [], ["zzz=1"])
+    # a field one level down: named from where the key was given
+    with pytest.raises(ConfigError, match=r"invalid config: lr: unknown key \(did you mean 'optim.lr'\?\)\n"):
+        load_config(RunConfig, [], ["lr=1"])
 
 
 def test_an_unknown_plugin_config_key_suggests_the_field(capsys):
     assert main(["run", "--env", "bandit", "env_config.max_turnz=3", "--print-config"]) == 2
     line = capsys.readouterr().err.strip().splitlines()[0]
     assert line == "PluginConfigError: invalid config: env.bandit.max_turnz: unknown key (did you mean 'max_turns'?)"
+    if "deepcoder" in registry.names("env"):  # a nested setting given without its parent
+        assert main(["run", "--env", "deepcoder", "env_config.memory_mb=256", "--print-config"]) == 2
+        line = capsys.readouterr().err.strip().splitlines()[0]
+        assert line == "PluginConfigError: invalid config: env.deepcoder.memory_mb: unknown key (did you mean 'sandbox.memory_mb'?)"
 
 
 @pytest.mark.parametrize("argv,needle", [
