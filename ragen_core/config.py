@@ -121,12 +121,12 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"a.b.c=1"`` -> ``(["a", "b", "c"], 1)``."""
+def parse_override(text: str, example: str = "rollout.group_size=8") -> tuple[list[str], Any]:
+    """``"a.b.c=1"`` -> ``(["a", "b", "c"], 1)`` (``example``: the hint's example of a good one)."""
     key, sep, raw = text.partition("=")
     key = key.strip().lstrip("-")
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"bad override {short_repr(text)}: expected dotted.key=value", ["example: rollout.group_size=8"])
+        raise ConfigError(f"bad override {short_repr(text)}: expected dotted.key=value", [f"example: {example}"])
     try:
         value = safe_load(raw) if raw.strip() else ""
     except RefusedYAML as exc:
@@ -136,10 +136,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str], *, example: str = "rollout.group_size=8") -> dict[str, Any]:
     out = copy.deepcopy(data)
     for text in overrides:
-        path, value = parse_override(text)
+        path, value = parse_override(text, example)
         node = out
         for part in path[:-1]:
             child = node.get(part)

@@ -28,6 +28,8 @@ def describe_bad_file(path: Path) -> str | None:
         return None
     try:
         text = path.read_bytes().decode("utf-8")  # whole: a decoding error's offset is then the file's
+        if not text.strip():
+            return "the file is empty (no rows)"
         if suffix == ".jsonl":
             for number, line in enumerate(text.split("\n"), 1):
                 if line.strip():

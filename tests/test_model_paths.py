@@ -94,3 +94,12 @@ def test_a_hub_id_in_the_cache_or_a_reachable_hub_passes(monkeypatch, tmp_path):
     with pytest.raises(RagenError, match=r"hub cannot be reached \(TCP connect failed") as err:
         check_hub_model("owner/other", cache_dir=tmp_path)  # the same port, closed
     assert err.value.hints[0].startswith("pass a local model folder")
+
+
+def test_ragen_eval_refuses_an_empty_model_and_names_a_shipped_policy_spelt_in_another_case(capsys):
+    from ragen_core.cli.main import main
+
+    assert main(["eval", "--env", "bandit", "--model", ""]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == "ConfigError: --model is empty"
+    assert main(["eval", "--env", "bandit", "--model", "warm:Bandit"]) == 2
+    assert "hint: did you mean warm:bandit? (names are case-sensitive)" in capsys.readouterr().err.splitlines()

@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
         raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
     # the env_config. prefix is optional: errors and READMEs name settings as a run spells them
-    overrides = apply_overrides({}, [item.removeprefix("env_config.") for item in args.set])
+    overrides = apply_overrides({}, [item.removeprefix("env_config.") for item in args.set], example="--set max_turns=3")
     config = registry.make_config("env", args.name, overrides, preset=args.preset)
     for warning in registry.get_spec("env", args.name).check_available(config):  # e.g. no toolchain: refuse before building the env
         print(f"warning: {warning}", file=sys.stderr)

@@ -228,15 +228,16 @@ def run(args: argparse.Namespace) -> int:
 
 def check_model_name(model: str) -> None:
     """A ``--model`` that can only be a local path must exist: said at once, before torch loads."""
+    from ragen_core.errors import ConfigError
     from ragen_core.models import TINY_NAMES, check_hub_model, check_model_folder
 
+    if not model.strip():
+        raise ConfigError("--model is empty", ["name a model: warm (the default), warm:NAME, tiny, a model or run folder, or a hub id"])
     if is_shipped_name(model):
         shipped_policy_named(model, None)  # a wrong name or a stale folder: said now
         return
     path = Path(model)
     if path.is_dir() and not (path / "config.json").is_file():
-        from ragen_core.errors import ConfigError
-
         steps = sorted((p.name for p in path.glob("step_*") if p.is_dir()), key=lambda n: (len(n), n))
         if steps:  # RUN_DIR/checkpoints
             raise ConfigError(f"--model {model} holds checkpoints, not a model: name one of them",
@@ -279,8 +280,10 @@ def shipped_policy_named(model: str, config: Any) -> Any:
     found = wp.shipped_policy(folder)
     if found is None:  # only now read every shipped policy's record, for the list of names
         names = [p.folder.name for p in wp.shipped_policies()]
+        near = next((n for n in names if n.casefold() == folder.name.casefold()), None) if model.startswith("warm:") else None
         raise ConfigError(f"--model {model}: {folder} is not a usable shipped warm policy (missing, or built for another tiny model)",
-                          [f"shipped policies: {', '.join('warm:' + n for n in names) or 'none'}"])
+                          ([f"did you mean warm:{near}? (names are case-sensitive)"] if near else [])
+                          + [f"shipped policies: {', '.join('warm:' + n for n in names) or 'none'}"])
     return found
 
 

@@ -17,6 +17,8 @@ from ragen_env_deepcoder.builtin import ROWS, builtin_problems
 from ragen_env_deepcoder.env import DeepCoderEnv
 from ragen_env_deepcoder.problems import TestCase, convert_tests, load_problems, problem_from_row
 
+from ragen_core.errors import ConfigError
+
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "deepcoder-sample"
 CODEFORCES = DATA / "deepcoder_codeforces_test_200.json"
 LCB = DATA / "livecodebench_test_2408_2501_100.json"
@@ -169,6 +171,14 @@ def test_bad_local_files(tmp_path):
     broken.write_text(json.dumps({"problem": "p", "tests": json.dumps([{"input": "1"}])}) + "\n")
     with pytest.raises(ValueError, match=r"broken.jsonl\) row 0: each test needs"):
         load_problems(str(broken), "train")
+    not_json = tmp_path / "not_json.jsonl"
+    not_json.write_text(json.dumps({"problem": "p", "tests": "[{bad"}) + "\n")
+    with pytest.raises(ValueError, match=r"row 0: tests is text that is not JSON \('\[\{bad'\)"):
+        load_problems(str(not_json), "train")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n")
+    with pytest.raises(ConfigError, match=r"cannot read DeepCoder data file .*blank.jsonl: the file is empty \(no rows\)"):
+        load_problems(str(blank), "train")
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"problem": "p", "tests": "[]"}) + "\n")
     with pytest.raises(ValueError, match="no DeepCoder problems with tests"):

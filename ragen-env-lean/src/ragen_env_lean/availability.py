@@ -82,4 +82,4 @@ def check_available(config: LeanConfig) -> None:
     if config.repl_cwd is not None and not Path(config.repl_cwd).is_dir():
         raise ConfigError(f"lean env: env_config.repl_cwd {config.repl_cwd!r} is not a folder (it should be the Mathlib project the REPL runs in)")
     if not _program_exists(command[0], config.repl_cwd):
-        raise ConfigError(f"lean env: repl_command program {command[0]!r} was not found; {HOW_TO}")
+        raise ConfigError(f"lean env: env_config.repl_command program {command[0]!r} was not found; {HOW_TO}")

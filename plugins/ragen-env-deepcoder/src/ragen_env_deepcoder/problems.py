@@ -87,6 +87,11 @@ def _json_or_value(value: Any) -> Any:
     return value
 
 
+def short(text: str, limit: int = 40) -> str:
+    """``text``'s repr, cut to about ``limit`` characters."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
 def _text(value: Any) -> str:
     if isinstance(value, list):
         return "\n".join(str(v) for v in value)
@@ -111,6 +116,8 @@ def convert_tests(tests: Any, fn_name: str | None = None) -> tuple[TestCase, ...
         if name:
             return tuple(TestCase("call", i if isinstance(i, list) else _text(i), o, str(name)) for i, o in zip(inputs, outputs))
         return tuple(TestCase("stdin", _text(i), _text(o)) for i, o in zip(inputs, outputs))
+    if isinstance(tests, str):
+        raise ValueError(f"tests is text that is not JSON ({short(tests)}); it must be a JSON list or an {{inputs, outputs}} dict")
     if not isinstance(tests, list):
         raise ValueError(f"tests must be a list or an {{inputs, outputs}} dict, got {type(tests).__name__}")
     converted = []
