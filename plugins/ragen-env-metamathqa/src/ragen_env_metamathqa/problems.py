@@ -130,8 +130,11 @@ def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | No
             from ragen_core.datafiles import load_local_file
 
             return load_local_file(builder, local, cache_dir=cache_dir, what="MetaMathQA data file")
-        if local.is_dir():
-            return datasets.load_dataset(str(local.resolve()), split=split, cache_dir=cache_dir)
+        if local.is_dir():  # `datasets` picks the split's files by their names (train*.jsonl, *test*.jsonl, ...)
+            from ragen_core.datafiles import quiet_datasets
+
+            with quiet_datasets():
+                return datasets.load_dataset(str(local.resolve()), split=split, cache_dir=cache_dir)
         if path.startswith((".", "/", "~")) or path.endswith(tuple(_SUFFIXES)):
             raise ConfigError(f"data file or folder not found: {local}")
         return datasets.load_dataset(path, subset, split=split, cache_dir=cache_dir)
