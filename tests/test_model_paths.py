@@ -103,3 +103,13 @@ def test_ragen_eval_refuses_an_empty_model_and_names_a_shipped_policy_spelt_in_a
     assert capsys.readouterr().err.splitlines()[0] == "ConfigError: --model is empty"
     assert main(["eval", "--env", "bandit", "--model", "warm:Bandit"]) == 2
     assert "hint: did you mean warm:bandit? (names are case-sensitive)" in capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(("name", "evaluate"), [("warm", "warm"), ("warm:bandit", "warm:bandit"), ("tiny-warm", "warm:tiny-warm")])
+def test_a_shipped_policy_name_as_a_runs_model_says_what_it_is(name, evaluate):
+    from ragen_core.models import check_hub_model
+
+    with pytest.raises(RagenError) as err:
+        check_hub_model(name)
+    assert err.value.message.startswith(f"could not load model {name!r}: it names a shipped warm policy")
+    assert err.value.hints[0].startswith("train with model=tiny") and err.value.hints[0].endswith(f"ragen eval --model {evaluate}")

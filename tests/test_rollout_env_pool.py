@@ -225,3 +225,25 @@ def test_memory_message():
     text = prompts.memory_message(2, "s2", past, actions_left=9, max_tokens=50)
     assert "Turn 1 State:\ns1" in text and "Turn 1 Reward:\n-0.3" in text and "Current Turn (Turn 2):\nState:\ns2" in text
     assert prompts.memory_message(1, "s1", [], actions_left=10, max_tokens=50).startswith("(Turn 1):\nState:\ns1")
+
+
+def test_an_env_error_raised_on_purpose_keeps_its_own_hints():
+    from ragen_core.errors import ConfigError
+    from ragen_core.rollout.env_pool import run_actions
+
+    class ServerGone:
+        def __init__(self, exc: Exception) -> None:
+            self.exc = exc
+
+        def step(self, action):
+            raise self.exc
+
+    with pytest.raises(EnvError) as err:
+        run_actions(ServerGone(EnvError("no answer from the shop at http://x", ["see the server's log"])), 0, ("buy",), label="env 'shop' (seed 1)")
+    assert err.value.message == "env 'shop' (seed 1) failed on action 'buy': no answer from the shop at http://x"
+    assert err.value.hints == ["see the server's log"]
+    with pytest.raises(EnvError, match=r"failed on action 'x': ConfigError: not a checker$"):
+        run_actions(ServerGone(ConfigError("not a checker")), 0, ("x",), label="env 'e'")
+    with pytest.raises(EnvError) as err:  # an unexpected exception: the env's fault, said as such
+        run_actions(ServerGone(KeyError("k")), 0, ("x",), label="env 'e'")
+    assert "raised on action 'x': KeyError" in err.value.message and "envs must treat any action string" in err.value.hints[0]

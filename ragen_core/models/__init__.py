@@ -217,8 +217,14 @@ def check_hub_model(name: str, cache_dir: str | Path | None = None, timeout: flo
     if name in TINY_NAMES or Path(name).expanduser().exists():
         return
     folded = name.casefold()
-    if folded in (*TINY_NAMES, "warm") or folded.startswith("warm:"):  # our names, spelt in another case
+    shipped = Path(__file__).resolve().parent / "warm"  # the shipped warm policies (ragen_core.trainer.warm_policy.SHIPPED_ROOT)
+    if name != folded and (folded in (*TINY_NAMES, "warm") or folded.startswith("warm:")):  # our names, spelt in another case
         raise RagenError(f"could not load model {name!r}: no such model; did you mean {folded!r}? (names are case-sensitive)")
+    if name == "warm" or name.startswith("warm:") or (name and (shipped / name).is_dir()):
+        raise RagenError(f"could not load model {name!r}: it names a shipped warm policy, which is not a model to train or load; "
+                         "a run of the tiny model starts from its shipped warm policy by itself",
+                         hints=["train with model=tiny (warm_start.start_from=shipped, the default); evaluate a shipped policy with "
+                                f"ragen eval --model {'warm:' + name if (shipped / name).is_dir() else name}"])
     from huggingface_hub import constants, try_to_load_from_cache
 
     from ragen_core.services import why_unreachable

@@ -102,6 +102,9 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         what = f"for action {short_repr(action, 60)}"
         try:
             observation, r, done, info = env.step(action)
+        except RagenError as exc:  # said on purpose (a server that stopped answering): keep its own hints
+            kind = "" if isinstance(exc, EnvError) else f"{type(exc).__name__}: "  # no "EnvError: EnvError:"
+            raise EnvError(f"{label} failed on action {short_repr(action, 60)}: {kind}{exc.message}", exc.hints) from exc
         except Exception as exc:
             raise EnvError(
                 f"{label} raised on action {short_repr(action, 60)}: {_first_line(exc)}",
