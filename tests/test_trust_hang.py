@@ -153,3 +153,44 @@ def test_the_faulthandler_backstop_catches_a_hang_that_holds_the_gil(tmp_path):
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert took < 30
     assert "Timeout" in proc.stderr and "<string>" in proc.stderr  # faulthandler's dump of the stuck main thread
+
+
+# step 1 answers Right (the corridor moves on), step 2's reply is Wait: its env step blocks
+SECOND_STEP_HANGS = [a for a in HANG if not a.startswith("engine_config.replies=")] + [
+    'engine_config.replies=["<think>go</think><answer>Right</answer>", "<think>wait</think><answer>Wait</answer>"]',
+    "env_config.sleep_s=600", "rollout.pool_config.step_timeout_s=null",
+]
+
+
+def test_a_stall_after_finished_steps_checkpoints_the_last_one_before_exiting(tmp_path):
+    run_dir = tmp_path / "run"
+    # watchdog_s=20: step 1 (rollout, update) beats well within it even on a loaded machine; step 2 then blocks for 600 s
+    proc, _ = _ragen_run("--run-dir", str(run_dir), *SECOND_STEP_HANGS, "watchdog_s=20")
+    err = proc.stderr
+    assert proc.returncode == EXIT_STALLED, err[-3000:]
+    assert ("step 2 stalled: saved checkpoints/step_1, the last finished step; once the cause is fixed, "
+            f"continue with 'ragen run --resume {run_dir}'") in err
+    assert (run_dir / "checkpoints" / "step_1").is_dir()
+    assert err.strip().splitlines()[-1].endswith(f"continue with 'ragen run --resume {run_dir}'")
+
+
+def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path):
+    import signal
+
+    run_dir = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, "run", "--run-dir", str(run_dir), *SECOND_STEP_HANGS, "watchdog_s=null"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env())
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file():  # step 1 finished and logged
+            time.sleep(0.2)
+        time.sleep(2.0)  # into step 2's blocking env step
+        child.send_signal(signal.SIGTERM)  # finish the step (it never will) ...
+        time.sleep(1.0)
+        child.send_signal(signal.SIGTERM)  # ... then abort it
+        _, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode != 0, err[-3000:]
+    assert "step 2 aborted: saved checkpoints/step_1, the last finished step; continue with 'ragen run --resume" in err, err[-3000:]
+    assert (run_dir / "checkpoints" / "step_1").is_dir()

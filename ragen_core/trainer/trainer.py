@@ -327,9 +327,12 @@ class Trainer(CheckpointMixin):
                 pre = self.validate(0)
                 call_hook(self.pm, "ragen_on_step_end", metrics=pre, step=0, context=self.context)
             saved = self.start_step - 1  # the newest checkpoint's step
+            where = {"step": self.start_step, "saved": saved}  # for the watchdog's rescue (another thread)
+            self.watchdog.rescue = lambda: self._save_after_error(where["step"], where["saved"], "stalled")
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
                 self._updating = False
+                where["step"] = step
                 try:
                     metrics = self.train_step(step)
                 except Exception as exc:
@@ -337,6 +340,9 @@ class Trainer(CheckpointMixin):
                     lost = rank_lost(self.world, exc)
                     if lost is not None:  # a raw backend error from FSDP's own collectives: one line too
                         raise lost from exc
+                    raise
+                except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM aborts the step: keep the steps before it
+                    self._save_after_error(step, saved, "aborted")
                     raise
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
@@ -361,7 +367,7 @@ class Trainer(CheckpointMixin):
                     path = self.save(step)
                     self._gathered = {}
                     self.skips.saved(step)
-                    saved = step
+                    saved = where["saved"] = step
                     self.watchdog.beat(f"the checkpoint of step {step}")
                     call_hook(self.pm, "ragen_on_checkpoint", path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
@@ -466,8 +472,11 @@ class Trainer(CheckpointMixin):
         else:
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
 
-    def _save_after_error(self, step: int, saved: int) -> None:
-        """Step ``step`` raised before changing any weight: checkpoint step ``step - 1`` (no lost work).
+    def _save_after_error(self, step: int, saved: int, why: str = "failed") -> Path | None:
+        """Step ``step`` raised (``why``: ``failed``), was aborted by a second interrupt (``aborted``)
+        or hangs (``stalled``: called by the watchdog's thread while the main thread is stuck) before
+        changing any weight: checkpoint step ``step - 1`` (no lost work). Returns the checkpoint
+        written, if any.
 
         The weights, optimiser and metrics rows are those of the last finished step; the failed
         step's rollout is not replayed by a resume (the runner has moved past its seeds). With
@@ -478,22 +487,24 @@ class Trainer(CheckpointMixin):
         """
         done = step - 1
         if done <= saved or not self.world.main or self.overlap is not None:
-            return
+            return None
         if self._updating or self.world.sharded:
             if self.world.parallel:  # say why a torchrun run that lost a rank kept nothing newer
-                why = "during the update (the weights are part-way through it)" if self._updating else "with FSDP (saving needs every rank)"
+                when = "during the update (the weights are part-way through it)" if self._updating else "with FSDP (saving needs every rank)"
                 newest = f"checkpoints/step_{saved} stays the newest" if saved > 0 else "no checkpoint was written before (save_freq sets how often)"
-                report(f"step {step} failed {why}: step {done} was not saved; {newest}")
-            return
+                report(f"step {step} {why} {when}: step {done} was not saved; {newest}")
+            return None
         if not self._good_to_save(done):
-            return
+            return None
         try:
             path = self.save(done)
         except Exception as exc:  # noqa: BLE001 - the original error is the one to report
-            report(f"step {step} failed, and saving step {done} failed too ({type(exc).__name__}: {exc})")
-            return
-        report(f"step {step} failed: saved checkpoints/{path.name}, the last finished step; "
-               f"once the cause is fixed, continue with 'ragen run --resume {self.run_dir}'")
+            report(f"step {step} {why}, and saving step {done} failed too ({type(exc).__name__}: {exc})")
+            return None
+        fixed = "once the cause is fixed, " if why != "aborted" else ""
+        report(f"step {step} {why}: saved checkpoints/{path.name}, the last finished step; "
+               f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
+        return path
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""

@@ -21,8 +21,13 @@ so the thread keeps :func:`faulthandler.dump_traceback_later` armed as a backsto
 ``BACKSTOP_S`` later than the watchdog's own deadline dumps the stacks to stderr and exits (code 1).
 
 Exiting with :func:`os._exit` skips ``finally`` blocks on purpose: the main thread is stuck and
-cannot run them. Nothing is lost that a resume needs: checkpoints are written atomically and
-``--resume`` truncates ``metrics.jsonl`` to the newest checkpoint.
+cannot run them. Before it exits, the watchdog calls its :attr:`Watchdog.rescue` (the trainer
+checkpoints the last finished step from this thread when the weights are not part-way through an
+update; a backstop timer bounds the save), so the steps finished since the last checkpoint are
+not lost. Checkpoints are written atomically and ``--resume`` truncates ``metrics.jsonl`` to the
+newest checkpoint; the closing hint says whether there is one to resume from.
+
+:data:`RESCUE_S` bounds the rescue save.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -44,6 +49,9 @@ STACKS_FILE = "watchdog-stacks.txt"
 
 #: Extra seconds the GIL-independent faulthandler backstop waits beyond the watchdog's deadline.
 BACKSTOP_S = 30.0
+
+#: Seconds the rescue save may take before the backstop ends the process anyway.
+RESCUE_S = 300.0
 
 
 class Watchdog:
@@ -63,6 +71,9 @@ class Watchdog:
         self._what = "the start of training"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.rescue: Callable[[], Path | None] | None = None
+        """Called from the watchdog's thread before it ends the process: saves what can be saved
+        (the trainer's last finished step) and returns the checkpoint written, if any."""
 
     def beat(self, what: str) -> None:
         """Record progress (``what`` names it in the message if the run stalls later). Cheap; any thread."""
@@ -130,8 +141,18 @@ class Watchdog:
             where = f" (could not write {path}: {exc.strerror or exc})"
         _dump_to(err, header)
         print(f"TrainingError: {said}{where}", file=err)
+        if self.rescue is not None:
+            self._arm_backstop(RESCUE_S)  # the save may hang too: then the C-level timer still ends the process
+            try:
+                self.rescue()
+            except Exception as exc:  # noqa: BLE001 - the stall is what to report
+                print(f"(could not save the last finished step: {type(exc).__name__}: {exc})", file=err)
+            faulthandler.cancel_dump_traceback_later()
+        resumable = any((self.run_dir / "checkpoints").glob("step_*"))
+        then = f"continue with 'ragen run --resume {self.run_dir}'" if resumable else \
+            "no checkpoint was written yet (save_freq sets how often), so start the run again"
         print("hint: something hangs (see the stacks above): a slow env step can be ended by rollout.pool_config.step_timeout_s; "
-              f"raise watchdog_s if steps legitimately take longer; continue with 'ragen run --resume {self.run_dir}'", file=err)
+              f"raise watchdog_s if steps legitimately take longer; {then}", file=err)
         err.flush()
         sys.stdout.flush()
         os._exit(EXIT_STALLED)
