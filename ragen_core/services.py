@@ -469,6 +469,10 @@ class _Service:
             return
         deadline = time.monotonic() + self.config.ready_timeout_s
         while (why := why_unreachable(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
+            refused = re.search(r"answered HTTP (4\d\d)$", why)
+            if refused and refused.group(1) not in ("408", "425", "429"):  # a server that is there and says no: not loading
+                raise ServiceError(f"service {self.spec.name!r} at {self.url}: something answers, but {why}: it is not a "
+                                   f"{self.spec.name} server", ["point `url` at the right server, or unset it to let RAGEN start one"])
             if time.monotonic() >= deadline:
                 raise ServiceError(
                     f"service {self.spec.name!r} at {self.url} was not ready after {self.config.ready_timeout_s:g} s ({why})",

@@ -456,6 +456,25 @@ def test_url_mode_server_gone_mid_run_fails_later_acquires_at_once():
     assert time.monotonic() - started < DEADLINE_S / 2
 
 
+def test_url_mode_a_server_that_is_not_the_service_is_refused_at_once():
+    """Something listens, but its health path answers 404: not a server still loading."""
+    import http.server
+    import threading
+    import time
+
+    other = http.server.ThreadingHTTPServer((HOST, 0), http.server.SimpleHTTPRequestHandler)  # /health: 404
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    url = f"http://{HOST}:{other.server_address[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServiceError, match=rf"^service 'child' at {url}: something answers, but GET /health answered HTTP 404: "
+                                               "it is not a child server"):
+            acquire(child_spec(health_path="/health"), fast(url=url))  # ready_timeout_s is DEADLINE_S
+    finally:
+        other.shutdown()
+    assert time.monotonic() - started < DEADLINE_S / 2
+
+
 def test_url_mode_unreachable_server_is_a_clear_error():
     url = f"http://{HOST}:{services.free_port()}"
     with pytest.raises(ServiceError, match=f"service 'child' at {url} was not ready after 0.5 s"):

@@ -255,3 +255,30 @@ def test_an_empty_split_names_its_cause_and_the_right_fix(tmp_path):
             pytest.raises(ConfigError, match=r"^no validation questions: val_fraction=1e-09 held out none") as err:
         e.reset(0, mode="val")
     assert err.value.hints == ["raise env_config.val_fraction, or set env_config.val_dataset"]
+
+
+def test_a_server_given_by_url_that_goes_away_fails_the_step_naming_it(cfg):
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    async def retrieve(request: Request):
+        data = await request.json()
+        if "query" not in data:  # the reference's single-query shape only
+            return JSONResponse({"error": "query is required"}, status_code=400)
+        return {"query": data["query"], "results": [{"id": "doc_0", "content": "a passage", "score": 1.0}], "num_results": 1}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    url = f"http://127.0.0.1:{port}"
+    with SearchQAEnv(cfg, server=ServiceConfig(url=url)) as e:
+        e.reset(0)
+        assert "[Document 1]" in e.step("search[first]").observation
+        server.should_exit = True
+        thread.join(10)
+        with pytest.raises(EnvError, match=rf"^the retrieval server at env_config.server.url {url} no longer answers \(TCP connect failed") as err:
+            e.step("search[second]")
+        assert "ragen run --resume" in err.value.hints[0]

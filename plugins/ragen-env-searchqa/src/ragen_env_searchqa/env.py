@@ -171,6 +171,14 @@ class SearchQAEnv(Env):
             if e.kind == "connection" and pid is not None and _died(service, pid):
                 service.ensure_ready()  # restart now (raises ServiceError past max_restarts)
                 return None, f"the retrieval server died during the search and was restarted ({e})"
+            if e.kind == "connection" and pid is None:  # a server given by URL: nothing here restarts it
+                from ragen_core.services import why_unreachable
+
+                gone = why_unreachable(url, timeout=3.0)
+                if gone is not None:  # not a passing glitch: every later search would fail the same way
+                    raise EnvError(f"the retrieval server at env_config.server.url {url} no longer answers ({gone})",
+                                   ["restart it there, then continue the run with 'ragen run --resume RUN_DIR'; or unset "
+                                    "env_config.server.url to let RAGEN start one"]) from e
             if e.kind == "timeout":
                 return f"Search timed out: {e}.", None
             if e.kind == "connection":
