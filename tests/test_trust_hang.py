@@ -194,3 +194,29 @@ def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path):
     assert child.returncode != 0, err[-3000:]
     assert "step 2 aborted: saved checkpoints/step_1, the last finished step; continue with 'ragen run --resume" in err, err[-3000:]
     assert (run_dir / "checkpoints" / "step_1").is_dir()
+
+
+def test_call_all_stops_starting_calls_once_one_raises():
+    import threading
+
+    from ragen_core.rollout.env_pool import TIMED_OUT, call_all
+
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int):
+        def run():
+            with lock:
+                started.append(i)
+            if i == 0:
+                raise ConnectionError("server gone")
+            time.sleep(0.05)
+            return i
+        return run
+
+    out = call_all([call(i) for i in range(20)], 2, None, stop_on_error=True)
+    assert isinstance(out[0], ConnectionError)
+    # call 0 fails at once; the other thread's 50 ms calls could only reach the tenth if the failing
+    # thread were starved for ~0.5 s, far beyond scheduling noise: the bound says "not all twenty"
+    assert len(started) < 10 and out[-1] is TIMED_OUT
+    assert call_all([call(i) for i in range(1, 6)], 2, None, stop_on_error=True) == [1, 2, 3, 4, 5]

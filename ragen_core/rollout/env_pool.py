@@ -141,12 +141,16 @@ TIMED_OUT = object()
 """Result of a call that did not return within its deadline (see :func:`call_all`)."""
 
 
-def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | None) -> list[Any]:
+def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | None, *, stop_on_error: bool = False) -> list[Any]:
     """Run ``calls`` in ``threads`` daemon threads; each result, raised exception or :data:`TIMED_OUT`.
 
     Each call gets ``timeout_s`` from the moment a thread starts it (waiting in the queue does not
     count). A call past its deadline is given up: its thread is left to finish on its own (a
     daemon thread never blocks interpreter exit) and a fresh thread takes over the queue.
+    ``stop_on_error``: once a call raises, calls not started yet are not started (their results
+    stay :data:`TIMED_OUT`); the running ones are waited for. A caller that re-raises the error
+    then fails after one wave of calls, not after all of them (a server that stopped answering
+    costs one request timeout, not one per episode).
     """
     results: list[Any] = [TIMED_OUT] * len(calls)
     pending = deque(range(len(calls)))
@@ -171,6 +175,8 @@ def call_all(calls: Sequence[Callable[[], T]], threads: int, timeout_s: float | 
                     return
                 del running[i]
                 results[i] = value
+                if stop_on_error and isinstance(value, BaseException):
+                    pending.clear()
                 cond.notify_all()
 
     def start() -> None:
@@ -252,7 +258,7 @@ class LocalEnvPool(EnvPool):
     def _run(self, calls: Sequence[Callable[[], T]], timeout_s: float | None) -> list[Any]:
         if timeout_s is None and self.threads == 1:
             return [call() for call in calls]  # in the calling thread: exceptions propagate as is
-        results = call_all(calls, self.threads, timeout_s)
+        results = call_all(calls, self.threads, timeout_s, stop_on_error=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
