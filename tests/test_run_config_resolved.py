@@ -100,3 +100,23 @@ def test_a_config_file_that_sets_only_a_plugins_settings_keeps_them_for_the_chos
     (tmp_path / "my.yaml").write_text("filter_config:\n  value: 0.5\n")
     config, err = _printed(capsys, "--env", env, "--config", str(tmp_path / "my.yaml"), "--filter", "snr-topp")
     assert config["filter_config"]["value"] == 0.5 and "dropped" not in err
+
+
+def test_resume_changes_list_typed_settings_first_and_no_empty_section_as_removed(tmp_path):
+    from ragen_core import registry
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.trainer.config import resolved_config
+    from ragen_core.trainer.run_dir import NOT_SET, record_resume_changes, resume_changes
+
+    if "collapse" not in registry.names("diagnostic"):
+        pytest.skip("ragen-diagnostics is not installed")
+    before = toy_run_config(tmp_path / "run", "diagnostics=[]")
+    previous = resolved_config(before)
+    after = toy_run_config(tmp_path / "run", "diagnostics=[collapse]", "optim.lr=5e-5")
+    changes = resume_changes(previous, after)
+    assert "diagnostics_config" not in changes  # {} -> its fields is not a removal
+    assert changes["optim.lr"] == [before.optim.lr, 5e-5]
+    assert any(k.startswith("diagnostics_config.collapse.") and v[0] is NOT_SET for k, v in changes.items())
+    line = record_resume_changes(tmp_path, changes, 3)
+    shown = line.split(" from step 3 on: ")[1]
+    assert shown.startswith("diagnostics [] -> ['collapse'], optim.lr ")  # both sides set: listed before the added fields

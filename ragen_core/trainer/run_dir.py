@@ -176,8 +176,10 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
                               "would mix two experiments in one run directory",
                               [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
     keys = sorted(set(before) | set(after))
-    return {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
-            if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
+    changes = {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
+               if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
+    # an empty section on one side whose settings appear on the other ({} -> its fields) is no change of its own
+    return {k: v for k, v in changes.items() if not (NOT_SET in (v[0], v[1]) and {} in (v[0], v[1]))}
 
 
 #: ``(plugin name key, preset key or None, its settings key)``: when a later config layer (flags,
@@ -262,7 +264,9 @@ def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_ste
     row.update({"added": added} if added else {})
     with (run_dir / CHANGES_FILE).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, default=str) + "\n")
-    shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:8])
+    # settings both sides have first (what was typed, mostly), then those of a plugin added or dropped
+    ordered = sorted(changes.items(), key=lambda kv: NOT_SET in kv[1])
+    shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in ordered[:8])
     more = f" and {len(changes) - 8} more" if len(changes) > 8 else ""
     return f"resume: settings changed from the run's config.yaml from step {from_step} on: {shown}{more} (recorded in {CHANGES_FILE})"
 
