@@ -86,6 +86,12 @@ def test_init_env_package_installs_lists_passes_conformance_and_plays(tmp_path):
     assert made.returncode == 0, made.stderr
     pkg = tmp_path / "ragen-env-mygrid"
     assert (pkg / "pyproject.toml").is_file()
+    before = subprocess.run(  # not installed yet: one line saying so, not an error per test
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(pkg / "tests")],
+        capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+    )
+    assert before.returncode == 2 and "env 'mygrid' is not installed: run 'pip install -e ragen-env-mygrid' first" in before.stdout + before.stderr
+    assert "PluginNotFoundError" not in before.stdout + before.stderr
     site = tmp_path / "site"
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site), str(pkg)],
