@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import uvicorn
@@ -173,9 +174,9 @@ def test_bad_use_is_a_clear_error(tmp_path):
         SearchQAEnv(mock_mode=True, dataset=str(tmp_path / "missing.jsonl")).reset(0)
 
 
-@pytest.fixture
-def reference_like_server():
-    """A server that knows only the reference's single-query shape (400 on Search-R1's batched one)."""
+def _serve_reference_like() -> tuple[str, Callable[[], None]]:
+    """A server that knows only the reference's single-query shape (400 on Search-R1's batched
+    one), in a thread: its URL and the function that stops it."""
     app = FastAPI()
 
     @app.post("/retrieve")
@@ -193,9 +194,19 @@ def reference_like_server():
     thread.start()
     while not server.started:
         time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+@pytest.fixture
+def reference_like_server():
+    url, stop = _serve_reference_like()
+    yield url
+    stop()
 
 
 def test_a_server_with_only_the_single_query_shape(cfg, reference_like_server):
@@ -258,27 +269,11 @@ def test_an_empty_split_names_its_cause_and_the_right_fix(tmp_path):
 
 
 def test_a_server_given_by_url_that_goes_away_fails_the_step_naming_it(cfg):
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    async def retrieve(request: Request):
-        data = await request.json()
-        if "query" not in data:  # the reference's single-query shape only
-            return JSONResponse({"error": "query is required"}, status_code=400)
-        return {"query": data["query"], "results": [{"id": "doc_0", "content": "a passage", "score": 1.0}], "num_results": 1}
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    url = f"http://127.0.0.1:{port}"
+    url, stop = _serve_reference_like()
     with SearchQAEnv(cfg, server=ServiceConfig(url=url)) as e:
         e.reset(0)
         assert "[Document 1]" in e.step("search[first]").observation
-        server.should_exit = True
-        thread.join(10)
+        stop()
         with pytest.raises(EnvError, match=rf"^the retrieval server at env_config.server.url {url} no longer answers \(TCP connect failed") as err:
             e.step("search[second]")
         assert "ragen run --resume" in err.value.hints[0]
