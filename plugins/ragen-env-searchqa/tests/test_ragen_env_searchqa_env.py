@@ -86,6 +86,8 @@ def test_the_stated_budget_is_the_one_the_rollout_allows():
         assert [e.step(f"search[q{i}]").done for i in range(5)] == [False] * 4 + [True]
     with SearchQAEnv(mock_mode=True, max_turns=20) as e:
         assert e.step_budget == 10 and "You have 10 actions in all." in e.instruction()
+    with SearchQAEnv(mock_mode=True, max_actions_per_turn=2) as e:  # 5 turns of 2: the 10 of max_steps
+        assert e.step_budget == 10 and "Each turn, do up to 2 actions separated by ||: search[" in e.instruction()
 
 
 def test_mock_mode_needs_no_server():

@@ -199,8 +199,9 @@ class SearchQAEnv(Env):
     def instruction(self) -> str:
         c = self.config
         return (
-            "You are a search agent answering questions by searching a document collection. Each turn, do one "
-            f"action: search[your query] returns the {c.max_search_results} most relevant documents, and "
+            "You are a search agent answering questions by searching a document collection. Each turn, do "
+            + ("one action" if c.max_actions_per_turn == 1 else f"up to {c.max_actions_per_turn} actions separated by ||")
+            + f": search[your query] returns the {c.max_search_results} most relevant documents, and "
             "finish[your answer] submits your final answer (short: a name, place, year or phrase), which ends the "
             f"episode. You have {self.step_budget} actions in all. Think first inside <think></think>, then give the action "
             "inside <answer></answer>. Examples: <think>I need to know who founded the company.</think>"
