@@ -189,3 +189,25 @@ def test_unwritable_checkpoint_stops_with_one_line_and_keeps_the_previous_one(tm
     monkeypatch.undo()
     assert main(["run", "--resume", str(run_dir)]) == 0
     assert_exactly_equal(reference, run_dir)
+
+
+def test_a_step_failing_after_its_rollout_saves_the_step_before_and_a_resume_replays_it_exactly(tmp_path, capsys, monkeypatch, reference):
+    """The rescue checkpoint (also written for an aborted or stalled step) holds the seed counter and
+    random generators of when the failed step began: a resume then matches an uninterrupted run."""
+    from ragen_core.trainer import trainer as trainer_mod
+
+    real = trainer_mod.report_pool_failures
+
+    def fail_at_step_3(step, trajs, *rest):
+        if step == 3 and not rest:  # the training rollout of step 3: after it used its seeds, before any weight changes
+            raise RuntimeError("the env pool broke")
+        return real(step, trajs, *rest)
+
+    run_dir = tmp_path / "failed"
+    monkeypatch.setattr(trainer_mod, "report_pool_failures", fail_at_step_3)
+    with pytest.raises(RuntimeError, match="the env pool broke"):
+        _run(run_dir, "save_freq=3")  # steps 1-2 not checkpointed by save_freq
+    assert "step 3 failed: saved checkpoints/step_2, the last finished step" in capsys.readouterr().err
+    monkeypatch.setattr(trainer_mod, "report_pool_failures", real)
+    assert main(["run", "--resume", str(run_dir), "save_freq=1"]) == 0
+    assert_exactly_equal(reference, run_dir)

@@ -155,7 +155,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     import torch
 
     final = checkpoint_dir(run_dir, step)
-    payload = plain_data({**state, "step": int(step), "rng": rng_state()})
+    payload = plain_data({"rng": rng_state(), **state, "step": int(step)})  # a state's own "rng": as of an earlier moment
     to_save = model
     if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
         import copy
@@ -460,8 +460,20 @@ class CheckpointMixin:
     stopper: Any
     _lora_base: Any
 
-    def save(self, step: int) -> Path:
-        """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state."""
+    def resume_point(self) -> dict[str, Any]:
+        """What a step is about to use up: the training runner's seed counter, the random number
+        generators and the diagnostics' state, as plain copies. Taken when a step starts, it lets a
+        checkpoint of the step before be written after this one began (a failed, aborted or stalled
+        step: :meth:`save` ``at=``), and a resume then replays this step exactly."""
+        import copy
+
+        return {"runner": copy.deepcopy(self._runner_state()), "rng": rng_state(),
+                "diagnostics": {n: copy.deepcopy(p.state_dict()) for n, p in self._diagnostic_plugins().items() if hasattr(p, "state_dict")}}
+
+    def save(self, step: int, at: dict[str, Any] | None = None) -> Path:
+        """Write ``checkpoints/step_<step>`` with the policy and every piece of trainer state
+        (``at``: a :meth:`resume_point` taken when the next step started, replacing the state that
+        step has used up since)."""
         state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
             "runner": self._runner_state(),
@@ -480,6 +492,7 @@ class CheckpointMixin:
         if getattr(self, "_lora_base", None):
             state["lora_base"] = self._lora_base
         state.update(self._sharded_state())
+        state.update(at or {})
         return save_checkpoint(self.run_dir, step, self.unsharded_policy, self.tokenizer, state)
 
     @property

@@ -327,22 +327,22 @@ class Trainer(CheckpointMixin):
                 pre = self.validate(0)
                 call_hook(self.pm, "ragen_on_step_end", metrics=pre, step=0, context=self.context)
             saved = self.start_step - 1  # the newest checkpoint's step
-            where = {"step": self.start_step, "saved": saved}  # for the watchdog's rescue (another thread)
-            self.watchdog.rescue = lambda: self._save_after_error(where["step"], where["saved"], "stalled")
+            where: dict[str, Any] = {"step": self.start_step, "saved": saved, "at": None}  # for the watchdog's rescue (another thread)
+            self.watchdog.rescue = lambda: self._save_after_error(where["step"], where["saved"], where["at"], "stalled")
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
                 self._updating = False
-                where["step"] = step
+                where["step"], where["at"] = step, self.resume_point() if self.world.main else None
                 try:
                     metrics = self.train_step(step)
                 except Exception as exc:
-                    self._save_after_error(step, saved)
+                    self._save_after_error(step, saved, where["at"])
                     lost = rank_lost(self.world, exc)
                     if lost is not None:  # a raw backend error from FSDP's own collectives: one line too
                         raise lost from exc
                     raise
                 except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM aborts the step: keep the steps before it
-                    self._save_after_error(step, saved, "aborted")
+                    self._save_after_error(step, saved, where["at"], "aborted")
                     raise
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
@@ -472,14 +472,15 @@ class Trainer(CheckpointMixin):
         else:
             self.engine.sync_weights(self.model.state_dict(), version=self.policy_version)
 
-    def _save_after_error(self, step: int, saved: int, why: str = "failed") -> Path | None:
+    def _save_after_error(self, step: int, saved: int, at: dict[str, Any] | None, why: str = "failed") -> Path | None:
         """Step ``step`` raised (``why``: ``failed``), was aborted by a second interrupt (``aborted``)
         or hangs (``stalled``: called by the watchdog's thread while the main thread is stuck) before
-        changing any weight: checkpoint step ``step - 1`` (no lost work). Returns the checkpoint
-        written, if any.
+        changing any weight: checkpoint step ``step - 1`` (no lost work), with the seed counter, random
+        generators and diagnostics as they were when step ``step`` started (``at``, its
+        :meth:`resume_point`), so a resume replays step ``step`` as an uninterrupted run would.
+        Returns the checkpoint written, if any.
 
-        The weights, optimiser and metrics rows are those of the last finished step; the failed
-        step's rollout is not replayed by a resume (the runner has moved past its seeds). With
+        The weights, optimiser and metrics rows are those of the last finished step. With
         several DDP ranks (another rank died, so a collective failed) rank 0 saves alone: every rank
         holds the same whole weights and optimiser state, so no collective is needed. Not with FSDP
         (gathering the shards needs every rank), an async rollout in flight, or an error inside the
@@ -497,7 +498,7 @@ class Trainer(CheckpointMixin):
         if not self._good_to_save(done):
             return None
         try:
-            path = self.save(done)
+            path = self.save(done, at)
         except Exception as exc:  # noqa: BLE001 - the original error is the one to report
             report(f"step {step} {why}, and saving step {done} failed too ({type(exc).__name__}: {exc})")
             return None
