@@ -80,3 +80,27 @@ def test_eval_says_when_the_shipped_policy_was_not_built_for_the_env(capsys):
     assert rc == 0, out.err
     folder = SHIPPED_ROOT / "tiny-warm"
     assert f"model: shipped warm policy 'tiny-warm' ({folder}); not built for {env!r}: a run warm-starts further from it" in out.out
+
+
+def test_eval_of_a_run_uses_the_runs_env_preset_and_settings(tmp_path, capsys):
+    import json
+
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.trainer import Trainer
+
+    env = register_toy_env()
+    # preset Long (9 cells) with TOY_RUN's env_config.length=3 over it: the run trains on 3 cells (the env's default is 5)
+    cfg = toy_run_config(tmp_path / "run", "preset=Long", "env_config.max_turns=1", steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    out = tmp_path / "val.jsonl"
+    # no --env: the run names it; the trajectories carry the run's preset and its corridor length
+    assert main(["eval", "--model", cfg.run_dir, "--groups", "1", "--out", str(out), "sampling.val.max_new_tokens=4"]) == 0
+    err = capsys.readouterr().err
+    assert f"env settings: from the run's config.yaml (env {env!r}, preset 'Long'" in err
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    corridor = next(line for line in record["messages"][1]["content"].splitlines() if set(line) <= {"_", "P", "G"} and "P" in line)
+    assert record["tag"] == "Long" and len(corridor) == 3
+    assert main(["eval", "--model", str(tmp_path / "nowhere")]) == 2
+    assert "ragen eval needs --env NAME" in capsys.readouterr().err

@@ -8,7 +8,9 @@ Examples::
 ``--model`` accepts ``warm`` (the default: the shipped warm policy ``ragen run`` starts this env
 from with the tiny model), ``warm:NAME`` or a shipped policy folder (``ragen warm-policy show``
 lists them; delta policies included), ``tiny`` (the tiny model's random weights), a model folder,
-or a run directory (its latest checkpoint is used). The first line printed names what was evaluated.
+or a run directory (its latest checkpoint is used; ``--env`` may then be left out: the run's env,
+preset, env settings and per-episode rollout settings are the base, flags and overrides win, and
+``--config`` replaces them). The first line printed names what was evaluated.
 A checkpoint is checked against its manifest first and its weights load from safetensors only;
 a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
 Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
@@ -37,7 +39,7 @@ from ragen_core.cli import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, help="env plugin name")
+    parser.add_argument("--env", help="env plugin name (default, with --model RUN_DIR: the run's env)")
     parser.add_argument("--preset", help="env preset")
     parser.add_argument("--model", default="warm",
                         help="'warm' (default: the shipped warm policy a run of this env starts from), 'warm:NAME', "
@@ -189,7 +191,21 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
-    flags = [f"env={args.env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
+    run_settings = run_env_settings(args.model) if not args.config else None
+    if args.env is None and run_settings is None:
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError("ragen eval needs --env NAME (or --model naming a run directory, whose env it then uses)",
+                          ["example: ragen eval --env bandit"])
+    env = args.env or str(run_settings["env"])  # type: ignore[index]
+    if run_settings is not None and run_settings.get("env") != env:
+        print(f"note: evaluating on env {env!r}; the run trained on {run_settings.get('env')!r}, so its env settings are not used",
+              file=sys.stderr)
+        run_settings = None
+    elif run_settings is not None:
+        preset = f", preset {run_settings['preset']!r}" if run_settings.get("preset") else ""
+        print(f"env settings: from the run's config.yaml (env {env!r}{preset}; flags and overrides win)", file=sys.stderr)
+    flags = [f"env={env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
         flags.append(f"preset={args.preset}")
     if args.temperature is not None:
@@ -201,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.cli.run import drop_stale_settings
     from ragen_core.config import merge_files
 
-    layers, given = merge_files(args.config), flags + list(args.overrides)
+    layers, given = run_settings if run_settings is not None else merge_files(args.config), flags + list(args.overrides)
     config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
         from ragen_core.errors import ConfigError
@@ -248,6 +264,30 @@ def check_model_name(model: str) -> None:
     if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
         check_model_folder(model)
         check_hub_model(model)
+
+
+def run_env_settings(model: str) -> dict[str, Any] | None:
+    """The env settings of the run ``model`` names (a run directory, or a checkpoint inside one):
+    ``env``, ``preset``, ``env_config`` and the rollout's per-episode settings of its config.yaml,
+    so a run is evaluated on what it trained on. None for anything else (a model folder, a shipped
+    policy, a hub id) or a config.yaml that cannot be read (loading the model says why)."""
+    from ragen_core.config import read_yaml
+
+    path = Path(model)
+    run_dir = path if (path / "config.yaml").is_file() else path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir is None or not (run_dir / "config.yaml").is_file():
+        return None
+    try:
+        saved = read_yaml(run_dir / "config.yaml")
+    except Exception:  # noqa: BLE001 - not ours to report here
+        return None
+    if not isinstance(saved, dict) or not isinstance(saved.get("env"), str):
+        return None
+    out = {key: saved[key] for key in ("env", "preset", "env_config") if key in saved}
+    rollout = saved.get("rollout")
+    if isinstance(rollout, dict):  # how an episode runs; not how many, nor where (pool) or how (async)
+        out["rollout"] = {k: v for k, v in rollout.items() if k not in ("env_groups", "group_size", "pool", "pool_config", "async_rollout")}
+    return out
 
 
 def is_shipped_name(model: str) -> bool:
