@@ -211,3 +211,20 @@ def test_a_step_failing_after_its_rollout_saves_the_step_before_and_a_resume_rep
     monkeypatch.setattr(trainer_mod, "report_pool_failures", real)
     assert main(["run", "--resume", str(run_dir), "save_freq=1"]) == 0
     assert_exactly_equal(reference, run_dir)
+
+
+def test_a_damaged_checkpoint_does_not_count_towards_the_kept_ones(tmp_path):
+    """A damaged newer checkpoint must not push out the intact one a resume would fall back to."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16, n_positions=8))
+    for step in (1, 2):
+        ck.save_checkpoint(tmp_path, step, model, None, {"optimizer": {}}, keep=2)
+    weights = tmp_path / "checkpoints" / "step_2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes() + b"garbage")  # step_2 is damaged now
+    ck.save_checkpoint(tmp_path, 3, model, None, {"optimizer": {}}, keep=2)
+    assert [s for s, _ in ck.list_checkpoints(tmp_path)] == [1, 2, 3]  # step_1, the intact fallback, stays
+    ck.save_checkpoint(tmp_path, 4, model, None, {"optimizer": {}}, keep=2)
+    assert [s for s, _ in ck.list_checkpoints(tmp_path)] == [3, 4]  # two intact ones newer than both
+    ck.save_checkpoint(tmp_path, 5, model, None, {"optimizer": {}}, keep=3)
+    assert [s for s, _ in ck.list_checkpoints(tmp_path)] == [3, 4, 5]

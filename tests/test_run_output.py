@@ -26,7 +26,7 @@ def test_checkpoints_print_no_transformers_bars_and_say_which_old_ones_were_remo
     Trainer(_cfg(tmp_path, "steps=3", "save_freq=1")).train()
     out, err = capfd.readouterr()  # file descriptors: tqdm and transformers write to the real stderr
     assert [step for step, _ in list_checkpoints(tmp_path / "run")] == [2, 3]
-    assert "checkpoint step_3 written; removed step_1 (the newest 2 are kept)" in out
+    assert "checkpoint step_3 written; removed step_1 (the newest 2 intact ones are kept: keep_checkpoints)" in out
     assert "checkpoint step_2 written" not in out  # nothing removed yet: no note
     for bar in ("Writing model shards", "Loading weights"):
         assert bar not in out + err

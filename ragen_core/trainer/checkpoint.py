@@ -174,14 +174,40 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
         raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
                               [f"older checkpoints are intact; free disk space or fix {final.parent}, then 'ragen run --resume {run_dir}'"]) from exc
     if keep > 0:
-        removed = [old for _, old in list_checkpoints(run_dir)[:-keep]]
+        removed = _beyond_kept(run_dir, final, keep)
         for old in removed:
             shutil.rmtree(old, ignore_errors=True)
         if removed:
             from tqdm import tqdm  # above the trainer's progress bar, not through it
 
-            tqdm.write(f"checkpoint {final.name} written; removed {', '.join(old.name for old in removed)} (the newest {keep} are kept)")
+            tqdm.write(f"checkpoint {final.name} written; removed {', '.join(old.name for old in removed)} "
+                       f"(the newest {keep} intact ones are kept: keep_checkpoints)")
     return final
+
+
+def _sizes_match(folder: Path) -> bool:
+    """A cheap intactness check (no hashing): a manifest, and every file it lists with its size.
+    A folder without a manifest (an older RAGEN's) counts as intact."""
+    try:
+        files = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))["files"]
+        return all((folder / name).is_file() and (folder / name).stat().st_size == int(e["size"]) for name, e in files.items())
+    except FileNotFoundError:
+        return not (folder / MANIFEST_FILE).exists()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _beyond_kept(run_dir: str | Path, final: Path, keep: int) -> list[Path]:
+    """Checkpoints older than the newest ``keep`` intact ones (``final``, just written, among them):
+    a damaged newer checkpoint never pushes out the intact one a resume would fall back to."""
+    older = [p for _, p in reversed(list_checkpoints(run_dir)) if p != final]
+    kept, intact = [], 1
+    for folder in older:
+        if intact >= keep:
+            break
+        kept.append(folder)  # newer than the oldest kept intact one: kept, damaged or not
+        intact += _sizes_match(folder)
+    return [p for p in older if p not in kept]
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
@@ -493,7 +519,7 @@ class CheckpointMixin:
             state["lora_base"] = self._lora_base
         state.update(self._sharded_state())
         state.update(at or {})
-        return save_checkpoint(self.run_dir, step, self.unsharded_policy, self.tokenizer, state)
+        return save_checkpoint(self.run_dir, step, self.unsharded_policy, self.tokenizer, state, keep=self.config.keep_checkpoints)
 
     @property
     def unsharded_policy(self) -> Any:

@@ -329,6 +329,9 @@ class RunConfig(_Section):
     """Training steps."""
     save_freq: int = Field(default=10, ge=-1)
     """Checkpoint every N steps and at the last step; -1 only at the end; 0 never."""
+    keep_checkpoints: int = Field(default=2, ge=1)
+    """Checkpoints kept: a new one removes the oldest beyond this many intact ones (a damaged
+    checkpoint, whose files differ in size from its manifest, is not counted)."""
     test_freq: int = Field(default=5, ge=0)
     """Validate every N steps and at the last step; 0 disables validation."""
     val_before_train: bool = False
