@@ -163,6 +163,19 @@ def test_resume_refuses_to_change_what_the_run_trains(tmp_path, capsys, flag, ke
     assert _snapshot(Path(cfg.run_dir)) == before  # nothing written, the checkpoint untouched
 
 
+def test_resume_refuses_another_run_dir(tmp_path, capsys):
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    other = tmp_path / "fork"
+    for extra in (["--run-dir", str(other)], [f"run_dir={other}"]):
+        assert _resume_cli(Path(cfg.run_dir), "--steps", "2", *extra) == 2
+        line = one_line_error(capsys.readouterr().err)
+        assert line.startswith(f"ConfigError: --resume {cfg.run_dir} continues that run in its own folder, so ") and "would be ignored" in line
+    assert not other.exists() and [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1]
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "--run-dir", cfg.run_dir) == 0  # the same folder: fine
+
+
 def test_resume_refuses_another_env(tmp_path, capsys):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()

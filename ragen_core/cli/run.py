@@ -63,6 +63,9 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     files = list(args.config)
     if args.resume and getattr(args, "overwrite", False):
         raise ConfigError("--resume and --overwrite exclude each other", ["--resume continues the run; --overwrite starts it again"])
+    if args.resume and args.run_dir and Path(args.run_dir).resolve() != Path(args.resume).resolve():
+        raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so --run-dir {args.run_dir} would be ignored",
+                          [f"to continue a copy elsewhere: cp -r {args.resume} {args.run_dir}, then ragen run --resume {args.run_dir}"])
     resumed = read_run_config(Path(args.resume)) if args.resume else None
     flags: list[str] = []
     for key in ("env", "preset", "algo", "filter", "model", "engine", "steps"):
@@ -86,6 +89,9 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     layers = merge_files(files, base)  # the run's config.yaml or a recipe, then the --config files
     args_ = flags + list(args.overrides)
     config = load_config(RunConfig, [], args_, base=layers)
+    if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
+        raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so run_dir={config.run_dir} would be ignored",
+                          [f"drop the run_dir override, or copy the run (cp -r {args.resume} {config.run_dir}) and resume the copy"])
     if base is not None and resumed is None and "algo" in base:
         _check_recipe_algo(args.recipe, base["algo"], config.algo)
     if resumed is not None:  # another env/algo/model is refused before its plugin settings are checked against the run's
