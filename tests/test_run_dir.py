@@ -159,7 +159,8 @@ def test_resume_refuses_to_change_what_the_run_trains(tmp_path, capsys, flag, ke
     capsys.readouterr()
     assert _resume_cli(Path(cfg.run_dir), "--steps", "2", flag) == 2
     line = one_line_error(capsys.readouterr().err)
-    assert line.startswith(f"ConfigError: --resume: this run trains {key} ") and "mix two experiments" in line
+    assert line.startswith((f"ConfigError: --resume: this run trains {key} ", f"ConfigError: --resume: this run trains no {key};"))
+    assert "mix two experiments" in line
     assert _snapshot(Path(cfg.run_dir)) == before  # nothing written, the checkpoint untouched
 
 
@@ -231,3 +232,23 @@ def test_resuming_a_finished_run_with_new_settings_leaves_its_config_alone(tmp_p
             "(settings not applied: optim.lr)") in out
     assert (Path(cfg.run_dir) / "config.yaml").read_text() == config_text
     assert not (Path(cfg.run_dir) / "config_changes.jsonl").exists()
+
+
+def test_naming_a_preset_that_changes_nothing_is_no_change(tmp_path, capsys):
+    from ragen_core import registry
+    from ragen_core.trainer.config import plain_preset
+    from ragen_core.trainer.warm_policy import check_payload
+
+    if "bandit" in registry.names("env") and "Bandit" in registry.get_spec("env", "bandit").presets:
+        assert plain_preset("bandit", "Bandit") is None  # the reference's tag is the defaults
+        from ragen_core.config import load_config
+        from ragen_core.trainer.config import RunConfig
+
+        plain, named = (load_config(RunConfig, [], ["env=bandit", *extra]) for extra in ([], ["preset=Bandit"]))
+        assert check_payload(plain) == check_payload(named)  # the same shipped-policy match
+    assert plain_preset(register_toy_env(), "Long") == "Long"  # 9 cells, not 5: a real change
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "--preset", "Long") == 2
+    assert "this run trains no preset; continuing it with preset 'Long'" in one_line_error(capsys.readouterr().err)

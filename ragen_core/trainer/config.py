@@ -486,6 +486,22 @@ def run_warnings(config: RunConfig) -> list[str]:
     return out
 
 
+def plain_preset(env: str, preset: str | None) -> str | None:
+    """``preset``, or None when it changes none of the env's settings (Bandit's ``Bandit``, the
+    reference's tag, is the defaults): naming it is then no change, for the warm-start policy match
+    and for ``--resume``. ``preset`` as given when the env or preset cannot be resolved here."""
+    if preset is None:
+        return None
+    from ragen_core import registry
+    from ragen_core.errors import RagenError
+
+    try:
+        same = registry.make_config("env", env, {}, preset=preset) == registry.make_config("env", env, {})
+    except (RagenError, ValueError):
+        return preset
+    return None if same else preset
+
+
 def check_env_available(config: RunConfig) -> list[str]:
     """Run the env's availability check (:attr:`~ragen_core.specs.EnvSpec.availability`) on the
     run's env settings: a missing toolchain or server refuses (exit 2) before any work.

@@ -170,11 +170,18 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     except ValueError:  # an older config.yaml the current schema does not take: compare what it says
         before = _flat(previous)
     after = _flat(_resolved(config))
+    from ragen_core.trainer.config import plain_preset
+
     for key in RESUME_FIXED:
+        if key == "preset" and plain_preset(str(after.get("env")), before.get(key)) == plain_preset(str(after.get("env")), after.get(key)):
+            continue  # naming a preset that changes nothing (or dropping it) is no change
         if key in before and before[key] != after.get(key):
-            raise ConfigError(f"--resume: this run trains {key} {before[key]!r}; continuing it with {key} {after.get(key)!r} "
+            def said(value: Any, key: str = key) -> str:
+                return f"{key} {value!r}" if value is not None else f"no {key}"
+
+            raise ConfigError(f"--resume: this run trains {said(before[key])}; continuing it with {said(after.get(key))} "
                               "would mix two experiments in one run directory",
-                              [f"start a new run for {key} {after.get(key)!r} (drop --resume), or resume without changing {key}"])
+                              [f"start a new run for {said(after.get(key))} (drop --resume), or resume without changing {key}"])
     keys = sorted(set(before) | set(after))
     changes = {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
                if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}

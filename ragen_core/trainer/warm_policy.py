@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core.errors import RagenError
-from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.config import RunConfig, plain_preset
 
 #: Where shipped policies live (package data of ragen-core), one folder each.
 SHIPPED_ROOT = Path(__file__).resolve().parents[1] / "models" / "warm"
@@ -94,7 +94,7 @@ def check_payload(config: RunConfig) -> dict[str, Any]:
     """What a format check of a model on ``config`` depends on (seeds and batch sizes left out)."""
     return {
         "env": config.env,
-        "preset": config.preset,
+        "preset": plain_preset(config.env, config.preset),  # a preset that changes nothing is no preset
         "env_config": changed_env_settings(config),
         "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size", "pool", "pool_config", "async_rollout"}),
         "sampling": config.sampling.train.model_dump(mode="json"),
