@@ -105,13 +105,18 @@ def test_families_can_be_disabled() -> None:
     assert off.ragen_on_rollout_end(batch_from(GROUNDED, 3), 1, None) is None
 
 
-def test_turns_without_reasoning_skip_the_families() -> None:
+def test_turns_without_reasoning_skip_the_families(capsys) -> None:
     batch = batch_from(GROUNDED, 4)
     for tr in batch:
         for t in tr.turns:
             t.reasoning, t.reasoning_ids = None, None
-    m = CollapseDiagnostic(scorer=policy_scorer(GROUNDED)).ragen_on_rollout_end(batch, 1, None)
+    diagnostic = CollapseDiagnostic(scorer=policy_scorer(GROUNDED))
+    m = diagnostic.ragen_on_rollout_end(batch, 1, None)
     assert m is not None and m["collapse/skipped_no_reasoning"] == 1.0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: collapse diagnostics, step 1:")]
+    assert len(said) == 1 and said[0].endswith("diagnostics_config.collapse.z_source=response")
+    diagnostic.ragen_on_rollout_end(batch, 2, None)
+    assert "warning: collapse" not in capsys.readouterr().err  # said once a run
     assert m["collapse/valid_thinking_rate"] == 0.0
     assert not any(k.startswith("collapse_") and "/" in k and k.split("/")[0] != "collapse" for k in m)
 

@@ -18,6 +18,7 @@ The trajectories are never modified. The model is put in eval mode for scoring a
 from __future__ import annotations
 
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -79,6 +80,7 @@ class CollapseDiagnostic(Diagnostic):
         """Messages of every family failure so far (also logged)."""
         self.last_reasons: dict[str, str] = {}
         """Per family: why the last estimate was undefined (absent when it was defined)."""
+        self._said_no_reasoning = False
         self.progress: Any = None
         """Optional ``callable(str)`` told when each family starts (``ragen diagnose`` prints it)."""
 
@@ -110,6 +112,11 @@ class CollapseDiagnostic(Diagnostic):
         metrics["collapse/warning_low_entropy"] = 0.0
         if metrics["collapse/valid_thinking_rate"] == 0.0:
             metrics["collapse/skipped_no_reasoning"] = 1.0
+            if not self._said_no_reasoning:  # once a run: the metric alone went unseen until 'ragen diagnose'
+                self._said_no_reasoning = True
+                print(f"warning: collapse diagnostics, step {step}: no reply has reasoning inside <think> "
+                      f"(z_source={cfg.z_source!r}), so nothing is computed; to measure on the whole reply: "
+                      "diagnostics_config.collapse.z_source=response", file=sys.stderr, flush=True)
             return metrics
         families = [(FIRST_TURN, cfg.first_turn_enabled), (TRAJECTORY, cfg.multi_turn_enabled)]
         for family, enabled in families:
