@@ -202,13 +202,23 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
     return "invalid config: " + "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
 
 
+def list_hints(exc: ValidationError) -> list[str]:
+    """For a list setting given one bare word (``diagnostics=collapse``): how a list is written."""
+    out = []
+    for err in exc.errors(include_url=False, include_context=False):
+        if err.get("type") == "list_type" and isinstance(err.get("input"), str):
+            key = ".".join(str(x) for x in err.get("loc", ()))
+            out.append(f"{key} takes a list: write {key}=[{err['input']}] (several: [a,b])")
+    return out[:1]
+
+
 def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:
         unknown = any(e.get("type") == "extra_forbidden" for e in exc.errors())
         hints = ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"]
-        raise ConfigError(validation_message(exc, prefix, model_cls), hints if unknown else []) from None
+        raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc) + (hints if unknown else [])) from None
 
 
 def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:

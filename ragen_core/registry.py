@@ -293,7 +293,11 @@ class Registry:
         try:
             made = spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
-            raise config_error_from_validation(exc, prefix=f"{kind}.{spec.name}", model_cls=spec.config_model) from None
+            error = config_error_from_validation(exc, prefix=f"{kind}.{spec.name}", model_cls=spec.config_model)
+            if kind == "filter" and spec.name == "none" and "unknown key" in error.message:  # settings for a filter not chosen
+                error.hints.insert(0, "the filter is 'none' (the default, it keeps every group): choose one with --filter NAME "
+                                      "(ragen plugins --kind filter lists them)")
+            raise error from None
         except RagenError:
             raise
         except Exception as exc:  # a validator of the plugin raised something pydantic does not wrap: a plugin bug
@@ -454,11 +458,11 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
 def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None) -> PluginConfigError:
     """Turn a pydantic ValidationError into a one-line error naming the first bad field path
     (and, with ``model_cls``, the field an unknown key was probably meant to be)."""
-    from ragen_core.config import validation_message
+    from ragen_core.config import list_hints, validation_message
 
     errors = exc.errors()
     hint = "check the spelling against 'ragen plugins show KIND NAME'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
-    return PluginConfigError(validation_message(exc, prefix, model_cls), [hint])
+    return PluginConfigError(validation_message(exc, prefix, model_cls), [*list_hints(exc), hint])
 
 
 # ---------------------------------------------------------------------- module-level API

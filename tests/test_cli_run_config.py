@@ -240,3 +240,13 @@ def test_filter_plot_shows_the_kept_groups_reward_std_beside_all_groups():
              "rollout/chosen_in_group_reward_std": 0.4 + 0.02 * s} for s in (1, 2, 3)]
     (chosen,) = [keys for panel, keys in plan(rows) if panel.name == "filter"]
     assert {"rollout/in_group_reward_std", "rollout/chosen_in_group_reward_std"} <= set(chosen)
+
+
+def test_a_list_given_one_bare_word_and_settings_for_the_default_filter_get_their_hints(capsys):
+    assert main(["run", "--env", "bandit", "--print-config", "diagnostics=collapse"]) == 2
+    err = capsys.readouterr().err
+    assert "hint: diagnostics takes a list: write diagnostics=[collapse] (several: [a,b])" in err.splitlines()
+    assert main(["run", "--env", "bandit", "--print-config", "filter_config.value=0.5"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "PluginConfigError: invalid config: filter.none.value: unknown key"
+    assert lines[1].startswith("hint: the filter is 'none' (the default, it keeps every group): choose one with --filter NAME")
