@@ -252,3 +252,10 @@ def test_naming_a_preset_that_changes_nothing_is_no_change(tmp_path, capsys):
     capsys.readouterr()
     assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "--preset", "Long") == 2
     assert "this run trains no preset; continuing it with preset 'Long'" in one_line_error(capsys.readouterr().err)
+
+
+def test_resume_of_a_file_says_it_is_a_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert _resume_cli(afile) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: --resume: {afile} is a file, not a run directory"

@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="warm",
                         help="'warm' (default: the shipped warm policy a run of this env starts from), 'warm:NAME', "
                              "'tiny' (random weights), a model or shipped-policy folder, or a run directory")
-    parser.add_argument("--groups", type=positive_int, default=16, help="number of groups (distinct seeds)")
-    parser.add_argument("--group-size", type=positive_int, default=1, help="episodes per group (k of pass@k)")
+    parser.add_argument("--groups", type=positive_int, default=16, help="number of groups (distinct seeds; default 16)")
+    parser.add_argument("--group-size", type=positive_int, default=1, help="episodes per group (k of pass@k; default 1)")
     parser.add_argument("--seed", type=int, default=123, help="base seed of the evaluation set")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.5)")
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")

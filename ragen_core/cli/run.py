@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="'tiny' (default), a local HF model folder, or a Hugging Face model name")
     parser.add_argument("--engine", help="rollout engine plugin: hf (default) or vllm")
     parser.add_argument("--workers", help="env pool that runs the envs: local (default), process, ray (ragen-workers-ray); sets rollout.pool")
-    parser.add_argument("--steps", type=positive_int, help="training steps")
+    parser.add_argument("--steps", type=positive_int, help="training steps (default: the recipe's or config's, else 20)")
     parser.add_argument("--run-dir", help="output directory (default runs/<env>-<algo>-<time>-<suffix>); must be new or empty")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in a non-empty --run-dir (its metrics, config, checkpoints)")
     parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="YAML config file (repeatable)")

@@ -130,6 +130,9 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 
     path = run_dir / CONFIG_FILE
     hint = "--resume needs the config.yaml that 'ragen run' wrote into the run directory; restore it, or start a new run"
+    if run_dir.is_file():
+        raise ConfigError(f"--resume: {run_dir} is a file, not a run directory",
+                          ["pass the run directory that contains config.yaml and checkpoints/"])
     if not path.is_file():
         raise ConfigError(f"--resume: {path} not found", ["pass the run directory that contains config.yaml and checkpoints/"])
     try:
