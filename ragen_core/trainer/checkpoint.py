@@ -186,15 +186,13 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
 
 
 def _sizes_match(folder: Path) -> bool:
-    """A cheap intactness check (no hashing): a manifest, and every file it lists with its size.
-    A folder without a manifest (an older RAGEN's) counts as intact."""
+    """A cheap intactness check (no hashing): every file the manifest lists, with its size. A folder
+    without a manifest (an older RAGEN's) counts as intact."""
     try:
-        files = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))["files"]
-        return all((folder / name).is_file() and (folder / name).stat().st_size == int(e["size"]) for name, e in files.items())
-    except FileNotFoundError:
-        return not (folder / MANIFEST_FILE).exists()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        verify_checkpoint(folder, hashes=False)
+    except CheckpointError:
         return False
+    return True
 
 
 def _beyond_kept(run_dir: str | Path, final: Path, keep: int) -> list[Path]:
@@ -277,8 +275,8 @@ def write_manifest(folder: str | Path) -> None:
         os.fsync(fh.fileno())
 
 
-def verify_checkpoint(folder: str | Path) -> bool:
-    """Check ``folder`` against its manifest.
+def verify_checkpoint(folder: str | Path, *, hashes: bool = True) -> bool:
+    """Check ``folder`` against its manifest (``hashes=False``: sizes only, no file is read).
 
     Returns:
         True when every listed file is there with its size and hash; False for a folder without a
@@ -303,6 +301,8 @@ def verify_checkpoint(folder: str | Path) -> bool:
         actual = file.stat().st_size
         if actual != size:
             raise CheckpointError(f"checkpoint {folder}: {name} is damaged ({actual} bytes, the manifest says {size})")
+        if not hashes:
+            continue
         with file.open("rb") as fh:
             if _sha256(fh) != digest:
                 raise CheckpointError(f"checkpoint {folder}: {name} is damaged (its contents differ from the manifest)")
