@@ -63,9 +63,6 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     files = list(args.config)
     if args.resume and getattr(args, "overwrite", False):
         raise ConfigError("--resume and --overwrite exclude each other", ["--resume continues the run; --overwrite starts it again"])
-    if args.resume and args.run_dir and Path(args.run_dir).resolve() != Path(args.resume).resolve():
-        raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so --run-dir {args.run_dir} would be ignored",
-                          [f"to continue a copy elsewhere: cp -r {args.resume} {args.run_dir}, then ragen run --resume {args.run_dir}"])
     resumed = read_run_config(Path(args.resume)) if args.resume else None
     flags: list[str] = []
     for key in ("env", "preset", "algo", "filter", "model", "engine", "steps"):
@@ -74,10 +71,10 @@ def build_config(args: argparse.Namespace) -> RunConfig:
             flags.append(f"{key}={value}")
     if getattr(args, "workers", None) is not None:
         flags.append(f"rollout.pool={args.workers}")
-    if args.run_dir:
-        flags.append(f"run_dir={args.run_dir}")
     if args.resume:
         flags.append(f"run_dir={args.resume}")
+    if args.run_dir:  # after --resume's: one that differs is refused below, with a run_dir= override
+        flags.append(f"run_dir={args.run_dir}")
     if args.no_progress:
         flags.append("progress=false")
     bad = [o for o in args.overrides if "=" not in o]
@@ -90,8 +87,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     args_ = flags + list(args.overrides)
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
-        raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so run_dir={config.run_dir} would be ignored",
-                          [f"drop the run_dir override, or copy the run (cp -r {args.resume} {config.run_dir}) and resume the copy"])
+        raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so run_dir {config.run_dir} would be ignored",
+                          [f"drop --run-dir / run_dir=, or copy the run (cp -r {args.resume} {config.run_dir}) and resume the copy"])
     if base is not None and resumed is None and "algo" in base:
         _check_recipe_algo(args.recipe, base["algo"], config.algo)
     if resumed is not None:  # another env/algo/model is refused before its plugin settings are checked against the run's
