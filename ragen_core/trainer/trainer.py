@@ -326,8 +326,8 @@ class Trainer(CheckpointMixin):
             if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
                 pre = self.validate(0)
                 call_hook(self.pm, "ragen_on_step_end", metrics=pre, step=0, context=self.context)
-            saved = self.start_step - 1  # the newest checkpoint's step
-            where: dict[str, Any] = {"step": self.start_step, "saved": saved, "at": None}  # for the watchdog's rescue (another thread)
+            # the step in progress, the newest checkpoint's step and the step's resume point (read by the watchdog's rescue too)
+            where: dict[str, Any] = {"step": self.start_step, "saved": self.start_step - 1, "at": None}
             self.watchdog.rescue = lambda: self._save_after_error(where["step"], where["saved"], where["at"], "stalled")
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
@@ -336,13 +336,13 @@ class Trainer(CheckpointMixin):
                 try:
                     metrics = self.train_step(step)
                 except Exception as exc:
-                    self._save_after_error(step, saved, where["at"])
+                    self._save_after_error(step, where["saved"], where["at"])
                     lost = rank_lost(self.world, exc)
                     if lost is not None:  # a raw backend error from FSDP's own collectives: one line too
                         raise lost from exc
                     raise
                 except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM aborts the step: keep the steps before it
-                    self._save_after_error(step, saved, where["at"], "aborted")
+                    self._save_after_error(step, where["saved"], where["at"], "aborted")
                     raise
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
@@ -367,7 +367,7 @@ class Trainer(CheckpointMixin):
                     path = self.save(step)
                     self._gathered = {}
                     self.skips.saved(step)
-                    saved = where["saved"] = step
+                    where["saved"] = step
                     self.watchdog.beat(f"the checkpoint of step {step}")
                     call_hook(self.pm, "ragen_on_checkpoint", path=path, step=step, context=self.context)
                 if self.stop_reason is not None or self._interrupts > 0:
