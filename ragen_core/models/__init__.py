@@ -216,8 +216,9 @@ def check_hub_model(name: str, cache_dir: str | Path | None = None, timeout: flo
     """
     if name in TINY_NAMES or Path(name).expanduser().exists():
         return
+    from ragen_core.trainer.warm_policy import SHIPPED_ROOT as shipped
+
     folded = name.casefold()
-    shipped = Path(__file__).resolve().parent / "warm"  # the shipped warm policies (ragen_core.trainer.warm_policy.SHIPPED_ROOT)
     if name != folded and (folded in (*TINY_NAMES, "warm") or folded.startswith("warm:")):  # our names, spelt in another case
         raise RagenError(f"could not load model {name!r}: no such model; did you mean {folded!r}? (names are case-sensitive)")
     if name == "warm" or name.startswith("warm:") or (name and (shipped / name).is_dir()):
