@@ -10,6 +10,7 @@ cause. Envs that read local data (DeepCoder, MetaMathQA) use it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -127,6 +128,17 @@ def named_test_split_warnings(config: Any, fields: tuple[str, ...], *, prefix: s
             out.append(f"{prefix}.{field}={value}: {named} is read as training data, but its name says it is a test "
                        f"split; train on a train split and evaluate on the test file with {prefix}.{val_field}")
     return out
+
+
+def hash_rank(key: str) -> int:
+    """A 64-bit number from the SHA-256 of ``key``: the same on every machine and Python run."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+
+
+def in_hash_share(key: str, fraction: float) -> bool:
+    """True for the ``fraction`` of keys whose SHA-256 hash is smallest: the envs' validation
+    holdout, which never depends on row order and is stable everywhere."""
+    return hash_rank(key) < fraction * 2**64
 
 
 def names_local_path(value: str) -> bool:

@@ -17,6 +17,7 @@ from ragen_env_deepcoder.builtin import ROWS, builtin_problems
 from ragen_env_deepcoder.env import DeepCoderEnv
 from ragen_env_deepcoder.problems import TestCase, convert_tests, load_problems, problem_from_row
 
+from ragen_core.datafiles import hash_rank
 from ragen_core.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "deepcoder-sample"
@@ -224,7 +225,7 @@ def test_a_small_file_still_validates_on_one_problem_and_one_problem_is_refused(
     env = DeepCoderEnv(dataset=str(_rows_file(tmp_path / "three.jsonl", three)))
     train, val = env.problems("train"), env.problems("val")
     assert len(val) == 1 and len(train) == 2 and {p.statement for p in train + val} == set(three)
-    lowest = min(three, key=lambda s: problems_mod._hash(problems_mod.statement_key(problem_from_row(
+    lowest = min(three, key=lambda s: hash_rank(problems_mod.statement_key(problem_from_row(
         {"problem": s, "tests": [{"input": "1", "output": "1"}]}))))
     assert val[0].statement == lowest
     nearly_all = DeepCoderEnv(dataset=str(tmp_path / "three.jsonl"), val_fraction=0.999)

@@ -17,13 +17,13 @@ process.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ragen_core.datafiles import in_hash_share
 from ragen_core.errors import ConfigError
 from ragen_env_lean.builtin import builtin_theorems
 from ragen_env_lean.statements import Theorem, TheoremSet, make_theorem
@@ -33,7 +33,7 @@ _INFORMAL_FIELDS = ("natural_language_statement", "informal_statement", "informa
 
 def in_validation(name: str, fraction: float) -> bool:
     """True for the ``fraction`` of names with the smallest SHA-256 hash (stable everywhere)."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") < fraction * 2**64
+    return in_hash_share(name, fraction)
 
 
 def informal_text(row: dict[str, Any]) -> str:

@@ -23,7 +23,6 @@ training. Problems are cached per process, so every env of a pool shares one cop
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from ragen_core.datafiles import hash_rank, in_hash_share
 from ragen_env_deepcoder.answer import function_name
 from ragen_env_deepcoder.config import DeepCoderConfig
 
@@ -239,13 +239,9 @@ def statement_key(problem: Problem) -> str:
     return " ".join(f"{problem.statement}\n{problem.starter_code}".casefold().split())
 
 
-def _hash(key: str) -> int:
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
-
-
 def in_validation(key: str, fraction: float) -> bool:
     """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
-    return _hash(key) < fraction * 2**64
+    return in_hash_share(key, fraction)
 
 
 def hash_holdout(problems: tuple[Problem, ...], fraction: float, source: str) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
@@ -259,7 +255,7 @@ def hash_holdout(problems: tuple[Problem, ...], fraction: float, source: str) ->
     if len(problems) < 2:
         raise ValueError(f"{source} holds {len(problems)} DeepCoder problem(s): holding one out for validation needs at "
                          "least two; add problems or name env_config.val_dataset")
-    order = sorted(problems, key=lambda p: _hash(statement_key(p)))
+    order = sorted(problems, key=lambda p: hash_rank(statement_key(p)))
     count = sum(in_validation(statement_key(p), fraction) for p in problems)
     held = {id(p) for p in order[: min(max(count, 1), len(order) - 1)]}
     return tuple(p for p in problems if id(p) not in held), tuple(p for p in problems if id(p) in held)

@@ -22,13 +22,13 @@ process, keyed by source and, for local files, modification time.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ragen_core.datafiles import in_hash_share
 from ragen_core.errors import ConfigError
 from ragen_env_metamathqa.builtin import builtin_problem
 from ragen_env_metamathqa.checker import extract_answer
@@ -67,8 +67,7 @@ def question_key(text: str) -> str:
 
 def in_validation(key: str, fraction: float) -> bool:
     """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return in_hash_share(key, fraction)
 
 
 # ------------------------------------------------------------------ row layouts

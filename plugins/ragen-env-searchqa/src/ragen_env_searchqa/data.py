@@ -22,7 +22,6 @@ splits never share a question and the split does not depend on row order.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ragen_core.datafiles import in_hash_share
 from ragen_core.errors import ConfigError
 
 
@@ -162,8 +162,7 @@ def question_key(text: str) -> str:
 
 def in_validation(text: str, fraction: float) -> bool:
     """True for the ``fraction`` of questions whose SHA-256 hash is smallest (stable everywhere)."""
-    digest = hashlib.sha256(question_key(text).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return in_hash_share(question_key(text), fraction)
 
 
 @dataclass(frozen=True)
