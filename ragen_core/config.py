@@ -152,10 +152,10 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], *, example: 
     return out
 
 
-def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: str = "") -> str:
     """`` (did you mean 'lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``: a close
     field name at the same level, else a field of that name (or close to it) one level down, named
-    from there (``memory_mb`` -> ``'sandbox.memory_mb'``)."""
+    by its whole path as typed (``env_config.memory_mb`` -> ``'env_config.sandbox.memory_mb'``)."""
     import difflib
     import typing
 
@@ -178,7 +178,7 @@ def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
         inner = settings_model(field)
         close = difflib.get_close_matches(str(loc[-1]), list(inner.model_fields), n=1, cutoff=0.7) if inner is not None else []
         if close:
-            return f" (did you mean {name + '.' + close[0]!r}?)"
+            return f" (did you mean {'.'.join(str(p) for p in (prefix, *loc[:-1], name, close[0]) if p)!r}?)"
     return ""
 
 
@@ -195,19 +195,20 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
         loc = ".".join(str(x) for x in err.get("loc", ()))
         path = ".".join(p for p in (prefix, loc) if p) or "(root)"
         if err.get("type") == "extra_forbidden":
-            parts.append(f"{path}: unknown key{_near_key(model_cls, tuple(err.get('loc', ())))}")
+            parts.append(f"{path}: unknown key{_near_key(model_cls, tuple(err.get('loc', ())), prefix)}")
         else:
             parts.append(f"{path}: {short_text(str(err.get('msg')), 200)} (got {short_repr(err.get('input'))})")
     extra = len(errors) - 3
     return "invalid config: " + "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
 
 
-def list_hints(exc: ValidationError) -> list[str]:
-    """For a list setting given one bare word (``diagnostics=collapse``): how a list is written."""
+def list_hints(exc: ValidationError, prefix: str = "") -> list[str]:
+    """For a list setting given one bare word (``diagnostics=collapse``): how a list is written,
+    with the key's whole path as typed (``prefix`` is where the validated settings sit)."""
     out = []
     for err in exc.errors(include_url=False, include_context=False):
         if err.get("type") == "list_type" and isinstance(err.get("input"), str):
-            key = ".".join(str(x) for x in err.get("loc", ()))
+            key = ".".join(str(x) for x in (prefix, *err.get("loc", ())) if x)
             out.append(f"{key} takes a list: write {key}=[{err['input']}] (several: [a,b])")
     return out[:1]
 
@@ -218,7 +219,7 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
     except ValidationError as exc:
         unknown = any(e.get("type") == "extra_forbidden" for e in exc.errors())
         hints = ["check the key spelling: 'ragen run --print-config' shows every field, 'ragen plugins show KIND NAME' a plugin's fields"]
-        raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc) + (hints if unknown else [])) from None
+        raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc, prefix) + (hints if unknown else [])) from None
 
 
 def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:

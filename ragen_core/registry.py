@@ -276,8 +276,15 @@ class Registry:
             )
         return spec
 
-    def make_config(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None) -> PluginConfig:
-        """Validate ``config`` against the plugin's config model (errors name the field path)."""
+    def make_config(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None,
+                    where: str | None = None) -> PluginConfig:
+        """Validate ``config`` against the plugin's config model (errors name the field path).
+
+        ``where`` is where the settings were given in a run config (``env_config``,
+        ``rollout.pool_config``): errors then name keys as the user typed them
+        (``env_config.max_turns``) and say which plugin read them; without it keys are named
+        ``KIND.NAME.key``.
+        """
         spec = self.get_spec(kind, name)
         if isinstance(config, PluginConfig):
             if preset is None and isinstance(config, spec.config_model):
@@ -293,7 +300,8 @@ class Registry:
         try:
             made = spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
-            error = config_error_from_validation(exc, prefix=f"{kind}.{spec.name}", model_cls=spec.config_model)
+            error = config_error_from_validation(exc, prefix=where or f"{kind}.{spec.name}", model_cls=spec.config_model,
+                                                 show=f"{kind} {spec.name}")
             if kind == "filter" and spec.name == "none" and "unknown key" in error.message:  # settings for a filter not chosen
                 error.hints.insert(0, "the filter is 'none' (the default, it keeps every group): choose one with --filter NAME "
                                       "(ragen plugins --kind filter lists them)")
@@ -455,14 +463,15 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
     return f"pip install {top}   (a dependency of {dist}; check its extras)"
 
 
-def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None) -> PluginConfigError:
+def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None, show: str = "KIND NAME") -> PluginConfigError:
     """Turn a pydantic ValidationError into a one-line error naming the first bad field path
-    (and, with ``model_cls``, the field an unknown key was probably meant to be)."""
+    (and, with ``model_cls``, the field an unknown key was probably meant to be); ``show`` is
+    the ``ragen plugins show`` argument that lists the plugin's fields."""
     from ragen_core.config import list_hints, validation_message
 
     errors = exc.errors()
-    hint = "check the spelling against 'ragen plugins show KIND NAME'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
-    return PluginConfigError(validation_message(exc, prefix, model_cls), [*list_hints(exc), hint])
+    hint = f"check the spelling against 'ragen plugins show {show}'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
+    return PluginConfigError(validation_message(exc, prefix, model_cls), [*list_hints(exc, prefix), hint])
 
 
 # ---------------------------------------------------------------------- module-level API
@@ -517,8 +526,9 @@ def default_fault(model: type[PluginConfig], made: PluginConfig) -> tuple[str, s
     return None
 
 
-def make_config(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None) -> PluginConfig:
-    return default_registry().make_config(kind, name, config, preset=preset)
+def make_config(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None,
+                where: str | None = None) -> PluginConfig:
+    return default_registry().make_config(kind, name, config, preset=preset, where=where)
 
 
 def make(kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:

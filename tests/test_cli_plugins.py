@@ -78,7 +78,7 @@ def test_bad_override_value_names_field(tmp_path):
     env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = ragen("env", "play", "cfgenv", "--set", "size=big", env=env)
     assert out.returncode == 2
-    assert out.stderr.startswith("PluginConfigError: invalid config: env.cfgenv.size: Input should be a valid integer")
+    assert out.stderr.startswith("PluginConfigError: invalid config: env_config.size: Input should be a valid integer")
 
 
 def test_init_env_package_installs_lists_passes_conformance_and_plays(tmp_path):

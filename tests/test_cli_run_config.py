@@ -39,11 +39,28 @@ def test_bad_value_names_field_path():
 def test_an_unknown_plugin_config_key_suggests_the_field(capsys):
     assert main(["run", "--env", "bandit", "env_config.max_turnz=3", "--print-config"]) == 2
     line = capsys.readouterr().err.strip().splitlines()[0]
-    assert line == "PluginConfigError: invalid config: env.bandit.max_turnz: unknown key (did you mean 'max_turns'?)"
+    assert line == "PluginConfigError: invalid config: env_config.max_turnz: unknown key (did you mean 'max_turns'?)"
     if "deepcoder" in registry.names("env"):  # a nested setting given without its parent
         assert main(["run", "--env", "deepcoder", "env_config.memory_mb=256", "--print-config"]) == 2
         line = capsys.readouterr().err.strip().splitlines()[0]
-        assert line == "PluginConfigError: invalid config: env.deepcoder.memory_mb: unknown key (did you mean 'sandbox.memory_mb'?)"
+        assert line == ("PluginConfigError: invalid config: env_config.memory_mb: unknown key "
+                        "(did you mean 'env_config.sandbox.memory_mb'?)")
+
+
+def test_plugin_setting_errors_name_the_key_as_typed_and_the_plugin_to_look_up(capsys):
+    assert main(["run", "--env", "bandit", "algo_config.estimator_config.norm_adv_by_sdt=false", "--print-config"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == ("PluginConfigError: invalid config: algo_config.estimator_config.norm_adv_by_sdt: unknown key "
+                        "(did you mean 'norm_adv_by_std'?)")
+    assert any(line.startswith("hint: check the spelling against 'ragen plugins show estimator grpo'") for line in lines[1:])
+    assert main(["run", "--env", "bandit", "rollout.pool_config.num_workerz=2", "--print-config"]) == 2
+    assert capsys.readouterr().err.startswith("PluginConfigError: invalid config: rollout.pool_config.num_workerz: unknown key")
+    assert main(["run", "--env", "bandit", "env_config.max_turns=x", "--print-config"]) == 2
+    assert capsys.readouterr().err.startswith("PluginConfigError: invalid config: env_config.max_turns: ")
+    assert main(["env", "play", "bandit", "--set", "max_turnz=2"]) == 2  # env play's --set: the same spelling
+    err = capsys.readouterr().err
+    assert err.startswith("PluginConfigError: invalid config: env_config.max_turnz: unknown key")
+    assert "hint: check the spelling against 'ragen plugins show env bandit'" in err.splitlines()
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -248,5 +265,5 @@ def test_a_list_given_one_bare_word_and_settings_for_the_default_filter_get_thei
     assert "hint: diagnostics takes a list: write diagnostics=[collapse] (several: [a,b])" in err.splitlines()
     assert main(["run", "--env", "bandit", "--print-config", "filter_config.value=0.5"]) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == "PluginConfigError: invalid config: filter.none.value: unknown key"
+    assert lines[0] == "PluginConfigError: invalid config: filter_config.value: unknown key"
     assert lines[1].startswith("hint: the filter is 'none' (the default, it keeps every group): choose one with --filter NAME")

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         raise RagenError(f"--seed {args.seed} is out of range", [f"use 0 to {MAX_SEED - args.episodes} (seeds feed 64-bit generators)"])
     # the env_config. prefix is optional: errors and READMEs name settings as a run spells them
     overrides = apply_overrides({}, [item.removeprefix("env_config.") for item in args.set], example="--set max_turns=3")
-    config = registry.make_config("env", args.name, overrides, preset=args.preset)
+    config = registry.make_config("env", args.name, overrides, preset=args.preset, where="env_config")
     for warning in registry.get_spec("env", args.name).check_available(config):  # e.g. no toolchain: refuse before building the env
         print(f"warning: {warning}", file=sys.stderr)
     env = registry.make("env", args.name, config)

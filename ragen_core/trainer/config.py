@@ -397,14 +397,16 @@ def check_plugin_configs(config: RunConfig) -> None:
     """
     from ragen_core import registry
 
-    registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
-    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset)
-    registry.make_config("estimator", algo.estimator, dict(algo.estimator_config), preset=algo.estimator_preset)  # type: ignore[attr-defined]
-    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
-    registry.make_config("engine", config.engine, dict(config.engine_config))
-    registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config))
+    # where=: errors name each key where the run config holds it (env_config.max_turns), as typed
+    registry.make_config("env", config.env, dict(config.env_config), preset=config.preset, where="env_config")
+    algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset, where="algo_config")
+    registry.make_config("estimator", algo.estimator, dict(algo.estimator_config), preset=algo.estimator_preset,  # type: ignore[attr-defined]
+                         where="algo_config.estimator_config")
+    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset, where="filter_config")
+    registry.make_config("engine", config.engine, dict(config.engine_config), where="engine_config")
+    registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config), where="rollout.pool_config")
     for name in config.diagnostics:
-        registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}))
+        registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}), where=f"diagnostics_config.{name}")
     _unlisted_diagnostic_settings(config)
 
 
