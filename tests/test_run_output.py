@@ -51,3 +51,16 @@ def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp
                  f"warm_start.cache_dir={tmp_path / 'ws2'}")
     warm_start(quiet, load_model_and_tokenizer("tiny")[0], tok)
     assert "warm start round 1: SFT" not in capfd.readouterr().err
+
+
+def test_the_first_step_says_what_it_is_doing_on_the_progress_bar(tmp_path, capfd):
+    """Until a process finishes its first step the bar names the phase: the rollout's turns, then
+    the first update (which can sit tens of seconds in torch's one-time set-up); later steps show
+    reward and success only."""
+    from ragen_core.trainer.trainer import Trainer
+
+    Trainer(_cfg(tmp_path, "steps=2", "save_freq=0", "progress=true")).train()
+    err = capfd.readouterr().err
+    assert "turn 1 of a train rollout" in err
+    assert "the update of step 1 (a process's first update sets torch up" in err
+    assert "the update of step 2" not in err

@@ -113,6 +113,8 @@ class Trainer(CheckpointMixin):
         self._built = False
         self._shut = False
         self.history: list[dict[str, float]] = []
+        self._bar: Any = None
+        """The progress bar while :meth:`train` runs (None without one)."""
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -233,7 +235,7 @@ class Trainer(CheckpointMixin):
         """Ends a run that makes no progress for ``watchdog_s`` (steps and every rollout turn count)."""
         for runner in (self.runner, self.val_runner, getattr(self.analysis_rollout, "runner", None)):
             if runner is not None:
-                runner.progress = self.watchdog.beat
+                runner.progress = self._beat
         self.train_sampling = cfg.sampling.train
         self.val_sampling = cfg.sampling.val
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -317,7 +319,7 @@ class Trainer(CheckpointMixin):
         cfg = self.config
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
-        bar = self._progress()
+        bar = self._bar = self._progress()
         t_start = time.perf_counter()
         step = self.start_step - 1
         failed = True  # until the loop ends without an exception
@@ -377,6 +379,7 @@ class Trainer(CheckpointMixin):
             self.watchdog.stop()
             if bar is not None:
                 bar.close()
+                self._bar = None
             for sig, previous in (old_handler or {}).items():
                 if previous is not None:  # None: a handler not set from Python, which cannot be put back
                     signal.signal(sig, previous)
@@ -556,6 +559,15 @@ class Trainer(CheckpointMixin):
 
         return tqdm(total=self.config.steps, initial=self.start_step - 1, desc=f"ragen {self.config.env}/{self.config.algo}", unit="step")
 
+    def _beat(self, what: str) -> None:
+        """Progress within a step: the watchdog's heartbeat, and, until this process has finished a
+        step, the progress bar's note (the first step's rollout turns and its first update, which
+        can sit silent for tens of seconds while torch sets itself up)."""
+        self.watchdog.beat(what)
+        bar = self._bar
+        if bar is not None and not self.history:
+            bar.set_postfix_str(what)
+
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
         """One StarPO step; returns its metrics (the data flow is in the module docstring)."""
@@ -605,6 +617,7 @@ class Trainer(CheckpointMixin):
         metrics["train/num_mini_batches"] = float(math.ceil(len(kept) / cfg.optim.mini_batch_size))
 
         # prepared batch: old/ref log-probs, values, advantages of the kept rows
+        self._beat(f"the log-probs of step {step}'s batch")
         prepared = prepare(kept, model=self.model, ref_model=self.ref_model, critic=self.critic, algorithm=self.algorithm,
                            estimator=self.estimator, optim=cfg.optim, sampling=self.train_sampling,
                            group_weights=selection.group_weights, kept_ratio=selection.kept_ratio, timer=timer, world=self.world)
@@ -620,6 +633,7 @@ class Trainer(CheckpointMixin):
         if self._grad_analysis(step, prepared, unfiltered, metrics, timer):
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics  # exit_after: no actor update, checkpoint or validation
+        self._beat(f"the update of step {step}" + ("" if self.history else " (a process's first update sets torch up: up to ~20 s)"))
         with timer("update_actor"):
             if not only_analyse:
                 metrics.update(update_actor(prepared, model=self.model, optimizer=self.optimizer, algorithm=self.algorithm,
