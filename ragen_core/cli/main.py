@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -77,6 +78,7 @@ def _summary(entry: Any) -> str:
         summary = (dist.metadata["Summary"] or "").strip() if dist is not None else ""
     except Exception:  # noqa: BLE001 - unreadable metadata only costs the description
         summary = ""
+    summary = re.sub(r"^[\w.-]+ — ", "", summary)  # "collapse — ...": a plugin's name leading the summary is not the command's
     return f"{summary} ({entry.origin})" if summary else f"plugin command ({entry.origin})"
 
 

@@ -142,3 +142,17 @@ def test_offline_recomputation_reports_its_stages_on_stderr(tmp_path, capsys, mo
     err = capsys.readouterr().err.splitlines()
     assert [line.split("]")[0] for line in err] == [f"diagnose [{i}/5" for i in range(1, 6)], err
     assert "loading checkpoint" in err[1] and "report" in err[4]
+
+
+def test_ragen_help_and_diagnose_help_describe_the_command_alike(capsys):
+    """``ragen --help`` reads the distribution's summary (metadata only); ``ragen diagnose --help``
+    the command's own text: the same words, not the collapse diagnostic's name in front."""
+    from ragen_diagnostics.cli import HELP
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())  # argparse wraps the column
+    assert f"diagnose {HELP} (ragen-diagnostics " in listing
+    with pytest.raises(SystemExit):
+        main(["diagnose", "--help"])
+    assert HELP in " ".join(capsys.readouterr().out.split())

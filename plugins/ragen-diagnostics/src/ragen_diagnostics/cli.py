@@ -24,7 +24,8 @@ from typing import Any
 from ragen_core import hookimpl
 from ragen_core.errors import RagenError
 
-HELP = "reasoning-collapse diagnostics of a run (plots + HTML)"
+HELP = "RAGEN-2 reasoning-collapse diagnostics of a run (mutual information between inputs and reasoning; plots + HTML)"
+"""The distribution's summary less its leading plugin name: ``ragen --help`` lists the command with that summary."""
 
 
 @hookimpl
