@@ -301,3 +301,18 @@ def test_the_gate_counts_well_formed_actions_where_the_env_reports_them():
     assert warmstart.well_formed({"action_is_valid": False}) is False
     assert warmstart.well_formed({"action_is_valid": False, "action_is_well_formed": True}) is True  # a legal-looking move that clashes
     assert warmstart.well_formed({"action_is_valid": True, "action_is_well_formed": False}) is False
+
+
+def test_the_readme_names_the_shipped_chains_built_from_uncommitted_changes():
+    """The README says which shipped policies' records name a commit with uncommitted changes
+    (``+dirty``): that list follows the committed build records."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"some steps of the (.*?) chains ran\s+from a working tree", readme, re.S)
+    assert said is not None, "the README's sentence on +dirty build records is gone"
+    named = set(re.findall(r"`([\w-]+)`", said.group(1)))
+    dirty = {folder.name for folder in warm_policy.SHIPPED_ROOT.iterdir()
+             if (folder / "build.json").is_file() and "+dirty" in (folder / "build.json").read_text(encoding="utf-8")}
+    assert named == dirty
