@@ -237,12 +237,41 @@ class NeedsUrl(FilterConfig):
 def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
     registry.register(spec)
     try:
-        strict = main(["plugins", "check", "--kind", "filter", "--strict"])
-        line = next(line for line in capsys.readouterr().out.splitlines() if spec.name in line)
-        assert " ".join(row.split()) in " ".join(line.split()), line
-        assert strict == (1 if row.startswith("FAILED") else 0)
+        for flags in ([], ["--strict"]):  # any failure exits 1, with or without --strict
+            rc = main(["plugins", "check", "--kind", "filter", *flags])
+            line = next(line for line in capsys.readouterr().out.splitlines() if spec.name in line)
+            assert " ".join(row.split()) in " ".join(line.split()), line
+            assert rc == (1 if row.startswith("FAILED") else 0)
     finally:
         registry.unregister("filter", spec.name)
+
+
+def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_it(capsys, tmp_path, monkeypatch):
+    """A factory string naming a class its module does not define is found from the module's
+    source (no import); ``--strict`` imports the implementation, so one that fails to import fails."""
+    (tmp_path / "fakefactory_nope.py").write_text("import json\nclass Real:\n    pass\nif True:\n    ALSO = 1\n", encoding="utf-8")
+    (tmp_path / "fakefactory_raises.py").write_text("raise ImportError('needs a library that is not installed')\nclass F:\n    pass\n",
+                                                    encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    specs = [FilterSpec(name="test-missing-name", factory="fakefactory_nope:Nope"),
+             FilterSpec(name="test-real-name", factory="fakefactory_nope:Real"),
+             FilterSpec(name="test-nested-name", factory="fakefactory_nope:ALSO"),
+             FilterSpec(name="test-import-fails", factory="fakefactory_raises:F")]
+    for spec in specs:
+        registry.register(spec)
+    try:
+        assert main(["plugins", "check", "--kind", "filter"]) == 1
+        rows = {line.split()[1]: " ".join(line.split()) + " " for line in capsys.readouterr().out.splitlines() if "test-" in line}
+        assert "FAILED PluginLoadError: factory 'fakefactory_nope:Nope': module 'fakefactory_nope' defines no 'Nope'" in rows["test-missing-name"]
+        assert " ok " in rows["test-real-name"] and " ok " in rows["test-nested-name"]
+        assert " ok " in rows["test-import-fails"]  # not imported without --strict: the light check cannot see it
+        assert main(["plugins", "check", "--kind", "filter", "--strict"]) == 1
+        rows = {line.split()[1]: " ".join(line.split()) + " " for line in capsys.readouterr().out.splitlines() if "test-" in line}
+        assert "failed to import: ImportError: needs a library that is not installed" in rows["test-import-fails"]
+        assert " ok " in rows["test-real-name"]
+    finally:
+        for spec in specs:
+            registry.unregister("filter", spec.name)
 
 
 def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):

@@ -208,7 +208,7 @@ def test_plugins_check_strict_fails_when_two_distributions_provide_one_name(tmp_
     assert len(rows) == 2 and all("DUPLICATE" in row for row in rows), strict.stdout
     assert "fake-twin-one:twinenv" in strict.stdout  # the row says how to pick one
     relaxed = _ragen("plugins", "check", "--kind", "env", pythonpath=tmp_path)
-    assert relaxed.returncode == 0
+    assert relaxed.returncode == 1  # a failure exits 1 without --strict too
 
 
 @pytest.mark.parametrize("algo,needle", [("grpo", "raw episode score S"), ("drgrpo", "raw episode score S"), ("ppo", None)])

@@ -2,9 +2,11 @@
 
 ``ragen plugins`` reads entry-point metadata only: it never imports a plugin, so it is fast and
 keeps working when plugins are broken (it is the recovery path). ``ragen plugins check`` imports
-every plugin's spec and validates it; a name that two distributions provide is a failure too
-(``ragen run`` would refuse it). ``--strict`` (or ``RAGEN_STRICT_PLUGINS=1``) makes any failure
-exit non-zero, for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+every plugin's spec and validates it (its factory's module and name read from source, without
+importing the implementation; defaults; presets; recipes); a name that two distributions provide
+is a failure too (``ragen run`` would refuse it). Any failure exits 1. ``--strict`` (or
+``RAGEN_STRICT_PLUGINS=1``) also imports every implementation, as a run would (heavier: torch and
+the env's own dependencies), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from ragen_core.distributions import DEFAULTS, distribution_of
@@ -25,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "check", "show"], default="list", help="list (default), check, or show")
     parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
     parser.add_argument("--kind", choices=[*GROUPS, "command"], help="only this kind ('command': subcommands plugins add to ragen)")
-    parser.add_argument("--strict", action="store_true", help="'check': exit 1 if any plugin fails or two distributions provide one name")
+    parser.add_argument("--strict", action="store_true",
+                        help="'check': also import every plugin's implementation, as a run would (any failure exits 1 either way)")
     parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
 
 
@@ -120,7 +124,7 @@ def check_plugins(args: argparse.Namespace) -> int:
             continue
         try:
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            notes = _check_factory(spec) + _check_defaults(spec)
+            notes = _check_factory(spec, load=strict) + _check_defaults(spec)
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
             notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
@@ -131,23 +135,78 @@ def check_plugins(args: argparse.Namespace) -> int:
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
     _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
     print(f"\n{len(table) - failures - disabled} ok, {failures} failed" + (f", {disabled} disabled" if disabled else ""))
-    return 1 if failures and strict else 0
+    return 1 if failures else 0
 
 
-def _check_factory(spec: Any) -> list[str]:
-    """The factory's module exists (found without importing it: the check stays light)."""
+def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
+    """The factory's module exists and defines its name (read from the module's source without
+    importing it: the check stays light); with ``load``, the implementation is imported, as a run does.
+
+    Raises:
+        PluginLoadError: no such module, no such name in it, or (``load``) its import fails.
+    """
     import importlib.util
 
     from ragen_core.errors import PluginLoadError
 
-    module = spec.factory.partition(":")[0]
+    module, _, attr = spec.factory.partition(":")
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:
         raise PluginLoadError(f"factory {spec.factory!r}: cannot look up module {module!r} ({type(exc).__name__}: {exc})") from exc
     if found is None:
         raise PluginLoadError(f"factory {spec.factory!r}: no module named {module!r} (fix the spec's factory string)")
+    name = attr.split(".")[0]
+    if name and found.origin and found.origin.endswith(".py") and name not in _top_level_names(found.origin):
+        raise PluginLoadError(f"factory {spec.factory!r}: module {module!r} defines no {name!r} (fix the spec's factory string)")
+    if load:
+        try:
+            spec.load_factory()
+        except Exception as exc:  # any import failure is this plugin's row
+            raise PluginLoadError(f"factory {spec.factory!r} failed to import: {type(exc).__name__}: {exc}") from exc
     return []
+
+
+def _top_level_names(path: str) -> set[str] | _AnyName:
+    """The names a module's source binds at top level (also under ``if`` / ``try``), or every
+    name when it cannot tell (a module ``__getattr__``, a star import, unreadable source)."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
+    except (OSError, SyntaxError, ValueError):
+        return _AnyName()  # an import would say what is wrong; not this check's business
+    names: set[str] = set()
+
+    def bind(body: list[ast.stmt]) -> bool:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    if alias.name == "*":
+                        return False
+                    names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+                inner += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+                if not bind(inner):
+                    return False
+        return True
+
+    if not bind(tree.body) or "__getattr__" in names:
+        return _AnyName()
+    return names
+
+
+class _AnyName:
+    """Stands for "any name may be defined" (:func:`_top_level_names` could not tell)."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
 
 
 def _check_defaults(spec: Any) -> list[str]:
