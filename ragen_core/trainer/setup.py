@@ -127,8 +127,10 @@ def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: b
 def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bool, needs_ref: bool, device: str) -> None:
     """Raise :class:`ResourceError` before any rollout when the run cannot fit.
 
-    Checks: the context cap holds the first prompt plus one reply; the estimated training
-    memory (weights, grads, AdamW states, critic, reference) fits the free device memory.
+    Checks: the env resets (its first training episode, and its first validation episode when the
+    run validates: an env raises :class:`~ragen_core.errors.EnvError` here, before the warm start
+    and the first step); the context cap holds the first prompt plus one reply; the estimated
+    training memory (weights, grads, AdamW states, critic, reference) fits the free device memory.
     """
     from ragen_core import registry
 
@@ -151,9 +153,13 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     from ragen_core.rollout.env_pool import episode_label, reset_env
 
     env = registry.make_env(config.env, preset=config.preset, **config.env_config)
+    ref = EnvRef(name=config.env, preset=config.preset)
     try:  # an env that raises here is named with its preset and seed (EnvError), like in a rollout
-        start = reset_env(env, ResetRequest(0, config.seed), label=episode_label(EnvRef(name=config.env, preset=config.preset), config.seed))
+        start = reset_env(env, ResetRequest(0, config.seed), label=episode_label(ref, config.seed))
         text = start.instruction + "\n" + start.observation
+        if config.test_freq > 0 or config.val_before_train:  # validation's first episode too: a split that cannot
+            # start (a data file with nothing held out) fails here, not after a step whose work has no checkpoint yet
+            reset_env(env, ResetRequest(0, config.seed_val, mode="val"), label=episode_label(ref, config.seed_val))
     finally:
         env.close()
     prompt_len = len(tokenizer(text, add_special_tokens=False)["input_ids"])

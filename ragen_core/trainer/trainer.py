@@ -380,6 +380,8 @@ class Trainer(CheckpointMixin):
             if bar is not None:
                 bar.close()
                 self._bar = None
+            if failed and self.world.main:
+                self._say_if_nothing_saved()
             for sig, previous in (old_handler or {}).items():
                 if previous is not None:  # None: a handler not set from Python, which cannot be put back
                     signal.signal(sig, previous)
@@ -509,6 +511,16 @@ class Trainer(CheckpointMixin):
         report(f"step {step} {why}: saved checkpoints/{path.name}, the last finished step; "
                f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
         return path
+
+    def _say_if_nothing_saved(self) -> None:
+        """After a failed or aborted run: when the folder holds no checkpoint there is nothing to
+        resume, and a new run in the same folder needs --overwrite; one line says so."""
+        from ragen_core.trainer.checkpoint import list_checkpoints
+
+        if list_checkpoints(self.run_dir):
+            return
+        report(f"no checkpoint in {self.run_dir}, so there is nothing to resume: start again with --overwrite "
+               "(Trainer(..., overwrite=True)) or another --run-dir")
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
