@@ -81,3 +81,36 @@ def test_a_failure_after_a_checkpoint_does_not_say_nothing_was_saved(tmp_path, c
     with pytest.raises(RuntimeError, match="boom"):
         trainer.train()
     assert "nothing to resume" not in capsys.readouterr().err
+
+
+def test_sigterm_during_the_warm_start_unwinds_says_so_and_leaves_no_empty_run_folder(tmp_path):
+    """Before training starts (model load, warm start) SIGTERM used to kill ``ragen run`` on the
+    spot: no word, and an empty run folder that made the rerun need --overwrite."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ragen_core.testing.run_helpers import CHILD_MAIN, TOY_RUN, register_toy_env
+
+    run = tmp_path / "run"
+    args = ["run", "--env", register_toy_env(), "--run-dir", str(run), "--steps", "1", *TOY_RUN, "warm_start.enabled=true",
+            "warm_start.start_from=scratch", "warm_start.episodes=4000", "warm_start.epochs=50", "progress=true",
+            f"warm_start.cache_dir={tmp_path / 'ws'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    child = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not run.exists() and time.monotonic() < deadline:  # the folder exists from set-up on
+            time.sleep(0.2)
+        assert run.exists(), "the run never started"
+        time.sleep(3)  # into the model load / warm start
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 143, err[-2000:]
+    assert "terminated (SIGTERM)" in err.splitlines()
+    assert "Traceback" not in err
+    assert not run.exists()  # set-up's clean-up ran: a fresh folder with nothing in it is removed

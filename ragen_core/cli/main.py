@@ -154,7 +154,32 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return args
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside a training loop (which handles it itself): unwinds like Ctrl-C, so set-up's
+    clean-up runs (a fresh run folder is removed, servers stop), and ``ragen`` exits 143."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    # SIGTERM (timeout, a scheduler, kill) would end the process at once, in the middle of a model load or
+    # a warm start: no clean-up and no word. Only where nobody set a handler, and put back on return.
+    previous = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     from ragen_core.errors import RagenError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -182,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print("terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (``ragen plugins | head``): stop quietly, as other CLI tools do
