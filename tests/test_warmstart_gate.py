@@ -138,3 +138,28 @@ def test_ragen_run_with_continue_trains_and_records_the_miss(tmp_path, measured,
     first = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     assert (first["warm_start/valid_rate"], first["warm_start/reached_target"]) == (0.25, 0.0)
     assert _cache_entries(tmp_path) == []
+
+
+def test_the_time_budget_stops_sft_inside_a_round_not_only_between_rounds(tmp_path, measured, capsys):
+    """warm_start.max_seconds used to be read between rounds only: one long round ran minutes past
+    it. Past the budget no SFT batch starts (the first always runs) and the run says so."""
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "warm_start.episodes=8", "warm_start.epochs=4", "warm_start.batch_size=1", "warm_start.on_gate_miss=continue")
+    warm = warmstart.warm_start(cfg, model, tok)
+    (round_one,) = warm.ragen_warm_start["history"]
+    assert round_one["sft_steps"] == 1  # of 8 demonstrations x 4 epochs at batch 1 = 32 planned
+    assert "warm start round 1: SFT stopped after 1 of 32 steps: warm_start.max_seconds (0 s) is spent" in capsys.readouterr().out
+
+
+def test_sft_without_a_deadline_runs_every_planned_step(tmp_path):
+    import time
+
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path)
+    trajs = warmstart.demonstrations(cfg, tok, round_no=0, balance={})
+    assert len(warmstart.sft(model, tok, trajs, epochs=2, lr=1e-3, batch_size=1, seed=0)) == 2 * len(trajs)
+    assert len(warmstart.sft(model, tok, trajs, epochs=2, lr=1e-3, batch_size=1, seed=0, deadline=time.time() - 1)) == 1

@@ -234,7 +234,8 @@ class WarmStartSection(_Section):
     max_rounds: int = Field(default=4, ge=1)
     """Most SFT rounds; each adds ``episodes`` fresh demonstrations and trains ``epochs`` epochs."""
     max_seconds: float = Field(default=600.0, gt=0)
-    """No new round starts after this many seconds of warm start."""
+    """Time budget of the warm start: no SFT batch and no new round starts after it (the round
+    in progress still checks its valid rate, 32 episodes: allow for that)."""
     on_gate_miss: Literal["stop", "continue"] = "stop"
     """What a run does when the warm start ends below ``target_valid_rate``: ``stop`` with a
     one-line error saying what it reached, or ``continue`` training from that model (said on the

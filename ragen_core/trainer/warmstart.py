@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -278,8 +279,6 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     :class:`~ragen_core.errors.TrainingError`, or with ``warm_start.on_gate_miss=continue`` is
     returned uncached (see :func:`gate_missed`).
     """
-    import time
-
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer.batch import per_turn_rows
     from ragen_core.trainer.setup import rollout_config
@@ -350,7 +349,12 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
                      optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn,
-                     progress=f"warm start round {rnd + 1}: SFT" if bars else None, micro_batch_size=ws.micro_batch_size)
+                     progress=f"warm start round {rnd + 1}: SFT" if bars else None, micro_batch_size=ws.micro_batch_size,
+                     deadline=t0 + ws.max_seconds)
+        planned = ws.epochs * -(-len(trajs) // ws.batch_size)
+        if verbose and len(losses) < planned:
+            print(f"warm start round {rnd + 1}: SFT stopped after {len(losses)} of {planned} steps: warm_start.max_seconds "
+                  f"({ws.max_seconds:.0f} s) is spent; checking the valid rate once more")
         steps += len(losses)
         check = format_check(config, model, tokenizer, progress=f"warm start round {rnd + 1}: valid-rate check" if bars else None)
         rate = check.valid_rate
@@ -577,8 +581,11 @@ def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
 
 def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float, batch_size: int, seed: int,
         optimizer: Any = None, prompt_loss_weight: float = 0.0, schedule: str = "constant", per_turn: bool = False,
-        progress: str | None = None, micro_batch_size: int | None = None) -> list[float]:
+        progress: str | None = None, micro_batch_size: int | None = None, deadline: float | None = None) -> list[float]:
     """Cross-entropy on the reply tokens of ``trajs``; returns the loss of every batch.
+
+    ``deadline`` (a ``time.time()`` value): no batch starts after it (the first always runs), so
+    a warm start's time budget holds within a round, not only between rounds.
 
     ``optimizer`` (AdamW at ``lr`` when ``None``) lets rounds continue one optimiser state.
     ``schedule="cosine"`` decays the rate from ``lr`` to 0 over this call's steps (each warm-start
@@ -616,6 +623,8 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     for _ in range(epochs):
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):
+            if deadline is not None and losses and time.time() >= deadline:
+                break
             for group in opt.param_groups:
                 group["lr"] = lr if schedule == "constant" else lr * 0.5 * (1.0 + math.cos(math.pi * step / total))
             step += 1
@@ -644,6 +653,8 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
             losses.append(reply_sum)
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if deadline is not None and time.time() >= deadline:
+            break
     bar.close()
     opt.zero_grad(set_to_none=True)
     return losses
