@@ -102,5 +102,7 @@ def test_eval_of_a_run_uses_the_runs_env_preset_and_settings(tmp_path, capsys):
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     corridor = next(line for line in record["messages"][1]["content"].splitlines() if set(line) <= {"_", "P", "G"} and "P" in line)
     assert record["tag"] == "Long" and len(corridor) == 3
-    assert main(["eval", "--model", str(tmp_path / "nowhere")]) == 2
+    assert main(["eval", "--model", str(tmp_path / "nowhere")]) == 2  # a missing folder is named first, not the missing --env
+    assert capsys.readouterr().err.startswith(f"RagenError: could not load model {str(tmp_path / 'nowhere')!r}: the folder does not exist")
+    assert main(["eval", "--model", "tiny"]) == 2  # a model that exists but names no env
     assert "ragen eval needs --env NAME" in capsys.readouterr().err

@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     if args.env is None and run_settings is None:
         from ragen_core.errors import ConfigError
 
+        check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
         raise ConfigError("ragen eval needs --env NAME (or --model naming a run directory, whose env it then uses)",
                           ["example: ragen eval --env bandit"])
     env = args.env or str(run_settings["env"])  # type: ignore[index]
