@@ -133,7 +133,8 @@ class RaisingValidatorConfig(CorridorConfig):
         return value
 
 
-Fault = Literal["none", "reset", "reset_member_1", "reward_none", "reward_text", "reward_numeric_text", "observation_none"]
+Fault = Literal["none", "reset", "reset_member_1", "reward_none", "reward_text", "reward_numeric_text", "observation_none",
+                "three_values"]
 
 
 class MisbehavingConfig(CorridorConfig):
@@ -154,6 +155,8 @@ class MisbehavingEnv(CorridorEnv):
     def step(self, action: str) -> StepResult:
         obs, reward, done, info = super().step(action)
         fault = self.config.fault
+        if fault == "three_values":  # forgot info: the pool used to fail unpacking it, with a hint about invalid moves
+            return (obs, "1.0", done)  # type: ignore[return-value]
         bad: dict[str, Any] = {"reward_none": {"reward": None}, "reward_text": {"reward": "high"},
                                "reward_numeric_text": {"reward": "0.5"}, "observation_none": {"observation": None}}.get(fault, {})
         return StepResult(bad.get("observation", obs), bad.get("reward", reward), done, info)  # type: ignore[arg-type]
@@ -211,6 +214,7 @@ def test_env_returning_a_bad_reward_or_observation_is_one_line(tmp_path, capsys,
     (["--preset", "Broken"], "preset 'Broken' (seed 5, member 0) failed to reset: RuntimeError: the level file is missing"),
     (["--set", "fault=reward_text"], "(seed 5, member 0) returned a reward of type str ('high') for action"),
     (["--set", "fault=observation_none"], "(seed 5, member 0) returned an observation of type NoneType"),
+    (["--set", "fault=three_values"], "(seed 5, member 0) returned a tuple of 3 (('_G_P_', '1.0', False)) from step() for action 'Right'"),
 ])
 def test_env_play_checks_the_env_as_a_rollout_does(capsys, bad_envs, monkeypatch, args, needle):
     import io

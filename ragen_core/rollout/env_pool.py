@@ -101,7 +101,7 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
     for action in actions:
         what = f"for action {short_repr(action, 60)}"
         try:
-            observation, r, done, info = env.step(action)
+            result = env.step(action)
         except RagenError as exc:  # said on purpose (a server that stopped answering): keep its own hints
             kind = "" if isinstance(exc, EnvError) else f"{type(exc).__name__}: "  # no "EnvError: EnvError:"
             raise EnvError(f"{label} failed on action {short_repr(action, 60)}: {kind}{exc.message}", exc.hints) from exc
@@ -110,6 +110,11 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
                 f"{label} raised on action {short_repr(action, 60)}: {_first_line(exc)}",
                 hints=["envs must treat any action string as input and report invalid moves via info"],
             ) from exc
+        if not isinstance(result, tuple) or len(result) != 4:  # a StepResult is a 4-tuple
+            size = f" of {len(result)}" if isinstance(result, (tuple, list)) else ""
+            raise EnvError(f"{label} returned a {type(result).__name__}{size} ({short_repr(result, 60)}) from step() {what}",
+                           hints=["step must return (observation, reward, done, info): a StepResult or a 4-tuple"])
+        observation, r, done, info = result
         observation = _observation(observation, label, what)
         reward += _reward(r, label, what)
         if not isinstance(info, Mapping):
