@@ -97,7 +97,8 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         except Exception as exc:
             raise EnvError(f"{label} raised in render(): {_first_line(exc)}") from exc
         return StepOutcome(episode_id, observation=_observation(rendered, label, "from render()"))
-    observation, reward, done, info, executed = "", 0.0, False, {}, []
+    observation, reward, done, executed = "", 0.0, False, []
+    info: Mapping[str, Any] = {}
     for action in actions:
         what = f"for action {short_repr(action, 60)}"
         try:
