@@ -49,6 +49,27 @@ def test_losses_get_one_axes_each_with_the_policy_loss_first(monkeypatch, tmp_pa
     assert [ax["ylabel"] for ax in axes["actor_loss.png"]] == ["policy-gradient loss", "entropy (nats per token)", "actor gradient norm (pre-clip)"]
 
 
+def test_an_all_zero_policy_loss_is_drawn_not_the_kl_loss_it_equals_and_the_summary_names_it(monkeypatch, tmp_path):
+    """A step whose advantages were all zero logs pg_loss 0.0, as the (disabled) KL loss: the
+    policy loss stayed, and the summary's loss axes is titled with what it draws (it said
+    'actor_loss' over an entropy curve)."""
+    rows = [dict(row, **{"actor/pg_loss": 0.0, "actor/kl_loss": 0.0}) for row in GRPO]
+    assert _panels(rows)["actor_loss"][0] == "actor/pg_loss"
+    from matplotlib.figure import Figure
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    titles: dict[str, list[str]] = {}
+    save = Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        titles[str(path).rsplit("/", 1)[-1]] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    plot_run(tmp_path)
+    assert titles["summary.png"] == ["success", "reward", "validity", "actor/pg_loss"]
+
+
 def _drawn_axes(monkeypatch, tmp_path, rows) -> dict[str, list[dict]]:
     """Write ``rows`` as a run's metrics, plot it, and return the visible axes of every saved figure."""
     from matplotlib.figure import Figure

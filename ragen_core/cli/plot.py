@@ -82,10 +82,13 @@ def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
 
 
 def distinct(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
-    """``keys`` without those whose series equals an earlier one's (aggregates win over per-env copies)."""
+    """``keys`` without those whose series equals an earlier one's (aggregates win over per-env
+    copies; among equals at one depth, the order of :data:`LABELS`: an all-zero policy loss is drawn,
+    not the all-zero KL loss it equals)."""
     seen: set[tuple[tuple[int, float], ...]] = set()
     kept: set[str] = set()
-    for key in sorted(keys, key=lambda k: (k.count("/"), k)):
+    order = list(LABELS)
+    for key in sorted(keys, key=lambda k: (k.count("/"), order.index(k) if k in order else len(order), k)):
         points = tuple(zip(*series(rows, key)))
         if points not in seen:
             seen.add(points)
@@ -177,7 +180,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
         for ax, (panel, chosen) in zip(axes.flat, first):
             keys = chosen[:1] if panel.own_scale else chosen[:6]  # one scale per axes
             _draw(ax, rows, keys, LABELS.get(keys[0], keys[0]) if panel.own_scale else panel.ylabel, legend=True)
-            ax.set_title(panel.name)
+            ax.set_title(keys[0] if panel.own_scale else panel.name)  # a panel of several scales shows one metric here: name it
         for ax in list(axes.flat)[len(first):]:
             ax.set_visible(False)
         fig.suptitle(run_dir.name)

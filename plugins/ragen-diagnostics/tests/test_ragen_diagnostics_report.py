@@ -209,3 +209,21 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_5.jsonl")]) == 0
     assert len(read_metrics(run / "diagnostics_offline.jsonl")) == 2
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "missing.jsonl"), "--checkpoint", "step_5"]) == 2
+
+
+def test_the_readme_names_the_plots_ragen_diagnose_writes():
+    """README's run-directory list names diagnose's plot files (it said plots/collapse_*.png, while
+    a run without collapse metrics gets reward_variance.png and filter_kept.png only)."""
+    import re
+    from pathlib import Path
+
+    from ragen_diagnostics.report import _curve_specs
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    entry = re.search(r"diagnostics\.html\s+written by ragen diagnose(.*?)diagnostics_offline", readme, re.S)
+    assert entry is not None
+    text = entry.group(1)
+    for name, *_ in _curve_specs():
+        stem = name.removesuffix(".png")
+        assert name in text or stem.removeprefix("collapse") in text, name
+    assert "_regimes" in text  # collapse_regimes.png
