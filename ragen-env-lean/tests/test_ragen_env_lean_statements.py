@@ -151,8 +151,31 @@ def test_loader_errors_name_the_problem(tmp_path):
         theorem_set(LeanConfig(dataset=str(bad)))
     none = tmp_path / "none.jsonl"
     none.write_text(json.dumps({"name": "x", "formal_statement": "no declaration here", "split": "valid"}) + "\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="no usable theorem in split 'valid'.*1 rows could not be split"):
+    with pytest.raises(ConfigError, match="none of its 1 training rows holds a formal_statement that splits.*first: no line starts") as info:
         theorem_set(LeanConfig(dataset=str(none)))
+    assert "train_split" not in str(info.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no .lean"):
         theorem_set(LeanConfig(dataset=str(tmp_path / "empty")))
+
+
+def test_no_training_theorem_names_the_real_cause_and_a_hint_that_fits(tmp_path):
+    """An empty file, rows without formal_statement and a split the data lacks are three causes with
+    three hints; only the wrong split points at train_split."""
+    def error(name: str, text: str, **kw) -> str:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError) as info:
+            theorem_set(LeanConfig(dataset=str(path), **kw))
+        return str(info.value)
+
+    empty = error("empty.jsonl", "")
+    assert "has no rows (the file is empty)" in empty and "train_split" not in empty
+    wrong = error("wrong.jsonl", json.dumps({"name": "t1", "statement": "theorem t1 : True := by"}) + "\n")
+    assert "no row has a non-empty formal_statement column (1 rows; their columns: name, statement)" in wrong
+    assert "train_split" not in wrong and "hint: give each row the Lean theorem in a formal_statement column" in wrong
+    rows = [{"name": n, "formal_statement": f"theorem {n} : True := by", "split": s} for n, s in (("a", "test"), ("b", "train"))]
+    split = error("split.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    assert "has no row whose split is 'valid' (its splits: test, train)" in split
+    assert "hint: set env_config.train_split to a split the data has" in split
+    assert theorem_set(LeanConfig(dataset=str(tmp_path / "split.jsonl"), train_split="train")).train[0].name == "b"

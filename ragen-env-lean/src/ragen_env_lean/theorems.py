@@ -143,6 +143,40 @@ def theorem_set(config: Any) -> TheoremSet:
     found = _load(config.dataset, config.train_split, config.val_split, config.val_fraction, config.cache_dir,
                   config.default_imports, config.default_preamble, config.max_theorems, mtime)
     if not found.train:
-        raise ConfigError(f"lean dataset {config.dataset!r} has no usable theorem in split {config.train_split!r} "
-                          f"({found.skipped} rows could not be split)", ["set env_config.train_split to a split the data has"])
+        raise _no_training_theorem(config)
     return found
+
+
+def _no_training_theorem(config: Any) -> ConfigError:
+    """Why ``config.dataset`` gave no training theorem, with the hint that fits that cause (an error
+    path only: the rows are read again to tell an empty file, a missing column and a wrong split apart)."""
+    source = config.dataset
+    local = Path(source).expanduser()
+    rows = _local_rows(local) if local.exists() else _hub_rows(source, config.train_split, config.cache_dir)
+    if not rows and not local.exists():  # a hub dataset is read split by split
+        return ConfigError(f"lean dataset {source!r} has no rows in split {config.train_split!r}",
+                           ["set env_config.train_split to a split the data has"])
+    if not rows:
+        return ConfigError(f"lean dataset {source!r} has no rows ({'the file is empty' if local.is_file() else 'its files hold no row'})",
+                           ["fill it with miniF2F-style rows (a JSON object a line, with a formal_statement), "
+                            "or point env_config.dataset at another file"])
+    if local.exists() and all("split" in r for r in rows):
+        every, rows = rows, [r for r in rows if r["split"] == config.train_split]
+        if not rows:
+            splits = sorted({str(r["split"]) for r in every})
+            return ConfigError(f"lean dataset {source!r} has no row whose split is {config.train_split!r} (its splits: {', '.join(splits)})",
+                               ["set env_config.train_split to a split the data has"])
+    stated = [r for r in rows if isinstance(r.get("formal_statement"), str) and r["formal_statement"].strip()]
+    if not stated:
+        columns = sorted({str(k) for r in rows for k in r})
+        return ConfigError(f"lean dataset {source!r}: no row has a non-empty formal_statement column "
+                           f"({len(rows)} rows; their columns: {', '.join(columns) or 'none'})",
+                           ["give each row the Lean theorem in a formal_statement column (miniF2F layout), or rename the column that holds it"])
+    try:
+        row_to_theorem(stated[0], 0, config.default_imports, config.default_preamble)
+        why = ""
+    except ValueError as exc:
+        why = f" (first: {exc})"
+    return ConfigError(f"lean dataset {source!r}: none of its {len(rows)} training rows holds a formal_statement that splits into "
+                       f"imports, preamble and a declaration{why}",
+                       ["fix the formal_statement texts: each needs a theorem/lemma line and must end with ':= by' or ':= sorry'"])
