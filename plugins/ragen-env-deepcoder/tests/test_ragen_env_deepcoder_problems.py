@@ -8,6 +8,7 @@ here downloads: hub loading is checked against a stand-in for ``datasets.load_da
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -184,6 +185,43 @@ def test_bad_local_files(tmp_path):
     empty.write_text(json.dumps({"problem": "p", "tests": "[]"}) + "\n")
     with pytest.raises(ValueError, match="no DeepCoder problems with tests"):
         load_problems(str(empty), "train")
+
+
+def test_a_file_without_the_tests_or_problem_column_names_its_columns(tmp_path):
+    """Not the first row's missing value ("got NoneType"): the column, and the columns the file has."""
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text(json.dumps({"question": "x", "answer": "y"}) + "\n")
+    with pytest.raises(ConfigError, match=r"wrong.jsonl\): no 'tests' column \(its columns: answer, question\)\n") as err:
+        load_problems(str(wrong), "train")
+    assert "give every row a 'problem' (the statement) and a 'tests' column" in err.value.hints[0]
+    neither = tmp_path / "neither.jsonl"
+    neither.write_text(json.dumps({"prompt": "x", "completion": "y"}) + "\n")
+    with pytest.raises(ConfigError, match=r"no 'problem' or 'tests' column \(its columns: completion, prompt\)"):
+        load_problems(str(neither), "train")
+
+
+def test_a_file_of_bad_json_logs_nothing_beside_our_error(tmp_path):
+    """`datasets`' JSON builder logs "Failed to load JSON from file ... ArrowInvalid" before it
+    raises; the run must show only our one-line error."""
+    import datasets  # sets up its logger's level on import: read that level after
+
+    lines: list[str] = []
+
+    class Records(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    records, logger = Records(logging.DEBUG), logging.getLogger(datasets.__name__)
+    level = logger.level
+    logger.addHandler(records)
+    try:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"problem": "p", "tests": "[]"\n')
+        with pytest.raises(ConfigError, match=r"cannot read DeepCoder data file .*bad.jsonl: line 1 is not JSON"):
+            load_problems(str(bad), "train")
+    finally:
+        logger.removeHandler(records)
+    assert lines == [] and logger.level == level
 
 
 def test_missing_datasets_names_the_install(monkeypatch, tmp_path):

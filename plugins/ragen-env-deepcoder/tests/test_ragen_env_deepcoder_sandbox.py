@@ -68,6 +68,7 @@ def test_without_network_isolation_the_sandbox_refuses_unless_allowed(monkeypatc
     with pytest.raises(EnvError, match="refusing to run model-written code without network isolation") as err:
         sb.choose_level(SandboxConfig())
     assert "allow_unisolated" in str(err.value) and "bwrap is not installed" in str(err.value)
+    assert err.value.hints[0].startswith("install bubblewrap")
     with pytest.raises(EnvError, match="refusing"):
         DeepCoderEnv()  # the env refuses at construction, before any episode
     monkeypatch.setattr(sb, "_reported", set())
@@ -78,6 +79,32 @@ def test_a_requested_level_that_is_missing_is_an_error(monkeypatch):
     monkeypatch.setattr(sb, "_probe", lambda level, python: "bwrap is not installed" if level == "bwrap" else None)
     with pytest.raises(EnvError, match="isolation 'bwrap' is not available here: bwrap is not installed"):
         sb.choose_level(SandboxConfig(isolation="bwrap"))
+
+
+def test_a_named_missing_level_hints_at_its_tool_only_when_the_tool_is_what_is_missing(monkeypatch):
+    monkeypatch.setattr(sb, "_probe", lambda level, python: None if level == "unshare" else f"{level} is not installed")
+    with pytest.raises(EnvError) as err:
+        sb.choose_level(SandboxConfig(isolation="bwrap"))
+    assert err.value.hints == ["install bubblewrap (apt-get install bubblewrap)",
+                               "or use sandbox.isolation=auto, which picks 'unshare' (it works here)"]
+
+
+def test_named_limits_asks_for_allow_unisolated_not_for_bubblewrap_it_has(monkeypatch):
+    """bwrap works and the user chose 'limits': the one missing setting is allow_unisolated."""
+    monkeypatch.setattr(sb, "_probe", lambda level, python: None)
+    with pytest.raises(EnvError, match="isolation 'limits' .* needs sandbox.allow_unisolated=true") as err:
+        sb.choose_level(SandboxConfig(isolation="limits"))
+    assert not any("install bubblewrap" in h for h in err.value.hints)
+    assert err.value.hints[0].startswith("set sandbox.allow_unisolated=true") and "picks 'bwrap'" in err.value.hints[1]
+    monkeypatch.setattr(sb, "_reported", set())
+    assert sb.choose_level(SandboxConfig(isolation="limits", allow_unisolated=True)) == "limits"
+
+    unreadable = "probe program failed (...); the Python at /x is not readable by ...: set sandbox.python to an interpreter all users can read"
+    monkeypatch.setattr(sb, "_probe", lambda level, python: unreadable if level == "limits" else None)
+    with pytest.raises(EnvError, match="'limits' is not available here: .*set sandbox.python") as err:
+        sb.choose_level(SandboxConfig(isolation="limits"))
+    assert not any("install bubblewrap" in h for h in err.value.hints)
+    assert "also needs sandbox.allow_unisolated=true" in err.value.hints[0] and "picks 'bwrap'" in err.value.hints[1]
 
 
 def test_probe_explains_an_interpreter_the_program_uid_cannot_read():

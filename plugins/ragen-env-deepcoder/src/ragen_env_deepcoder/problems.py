@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ragen_core.datafiles import hash_rank, in_hash_share
+from ragen_core.errors import ConfigError
 from ragen_env_deepcoder.answer import function_name
 from ragen_env_deepcoder.config import DeepCoderConfig
 
@@ -194,11 +195,25 @@ def _rows_of(source: str, split: str, subsets: tuple[str, ...], cache_dir: str |
     return [(f"{subset}/{hub_split}", datasets.load_dataset(source, subset, split=hub_split, cache_dir=cache_dir)) for subset in subsets]
 
 
+def _check_columns(columns: list[str], where: str) -> None:
+    """A table without the statement or the tests column is refused by naming the columns it has
+    (not by its first row's missing value). An empty list (columns unknown) passes."""
+    if not columns:
+        return
+    missing = [name for name, found in (("problem", {"problem", "question"} & set(columns)), ("tests", "tests" in columns))
+               if not found]
+    if missing:
+        raise ConfigError(f"{where}: no {' or '.join(repr(m) for m in missing)} column (its columns: {', '.join(sorted(columns))})",
+                          ["give every row a 'problem' (the statement) and a 'tests' column, as DeepCoder-Preview-Dataset does "
+                           "('starter_code' and 'metadata' are optional)"])
+
+
 @lru_cache(maxsize=16)
 def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: str | None, max_problems: int | None,
                  stamp: float) -> tuple[Problem, ...]:
     problems: list[Problem] = []
     for label, rows in _rows_of(source, split, subsets, cache_dir):
+        _check_columns(list(getattr(rows, "column_names", None) or []), f"{source} ({label})")
         for i, row in enumerate(rows):
             if max_problems is not None and len(problems) >= max_problems:
                 break

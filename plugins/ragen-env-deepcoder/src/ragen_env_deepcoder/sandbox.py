@@ -371,6 +371,17 @@ _reported: set[str] = set()
 _report_lock = threading.Lock()
 
 
+#: How to get a named level's missing tool.
+_INSTALL = {"bwrap": "install bubblewrap (apt-get install bubblewrap)", "unshare": "install util-linux (apt-get install util-linux)"}
+_ACCEPT_LIMITS = "set sandbox.allow_unisolated=true to accept resource limits and a private temp dir only"
+
+
+def _stronger_level_hint(python: str | None, first: bool = False) -> list[str]:
+    """A hint naming the namespaced level that works here (none: no hint)."""
+    working = next((lv for lv in LEVELS[:2] if probe(lv, python) is None), None)
+    return [f"{'' if first else 'or '}use sandbox.isolation=auto, which picks '{working}' (it works here)"] if working else []
+
+
 def choose_level(config: SandboxConfig) -> str:
     """The level programs run at under ``config``; reports the choice once per process.
 
@@ -382,8 +393,11 @@ def choose_level(config: SandboxConfig) -> str:
     if config.isolation != "auto":
         why = probe(config.isolation, py)
         if why is not None:
-            raise EnvError(f"deepcoder sandbox: isolation {config.isolation!r} is not available here: {why}",
-                           hints=["install bubblewrap (apt-get install bubblewrap) or use sandbox.isolation=auto"])
+            hints = [] if "set sandbox.python" in why else [_INSTALL[config.isolation]] if why.endswith("is not installed") else []
+            if config.isolation == "limits" and not config.allow_unisolated:
+                hints.append("isolation 'limits' also needs sandbox.allow_unisolated=true (it accepts resource limits and a private temp dir only)")
+            hints += _stronger_level_hint(py, first=not hints)
+            raise EnvError(f"deepcoder sandbox: isolation {config.isolation!r} is not available here: {why}", hints=hints)
         level = config.isolation
     else:
         level = next((lv for lv in LEVELS if probe(lv, py) is None), "")
@@ -391,11 +405,16 @@ def choose_level(config: SandboxConfig) -> str:
             reasons = "; ".join(f"{lv}: {probe(lv, py)}" for lv in LEVELS)
             raise EnvError(f"deepcoder sandbox: cannot run programs on this machine ({reasons})")
     if level == "limits" and not config.allow_unisolated:
+        if config.isolation == "limits":  # named: the user chose it, only the acceptance is missing
+            raise EnvError("deepcoder sandbox: isolation 'limits' leaves the host network reachable and host files visible to "
+                           "model-written code, so it needs sandbox.allow_unisolated=true",
+                           hints=[_ACCEPT_LIMITS, *_stronger_level_hint(py)])
         reasons = "; ".join(f"{lv}: {probe(lv, py)}" for lv in LEVELS[:2])
+        missing = str(probe("bwrap", py)).endswith("is not installed")  # not when bwrap is there but fails
+        hints = ["install bubblewrap: apt-get install bubblewrap (or run 'make setup' as root)"] if missing else []
         raise EnvError(
             f"deepcoder sandbox: refusing to run model-written code without network isolation ({reasons})",
-            hints=["install bubblewrap: apt-get install bubblewrap (or run 'make setup' as root)",
-                   "or accept resource limits and a private temp dir only: sandbox.allow_unisolated=true"],
+            hints=[*hints, f"{'or ' if hints else ''}accept resource limits and a private temp dir only: sandbox.allow_unisolated=true"],
         )
     with _report_lock:
         if level not in _reported:
