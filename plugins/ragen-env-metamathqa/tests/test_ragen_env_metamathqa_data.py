@@ -7,6 +7,7 @@ derived files (parquet, renamed columns) are written to the test's temporary fol
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import datasets
@@ -200,3 +201,56 @@ def test_no_training_problems_left_names_the_cause(tmp_path, cache):
     with pytest.raises(ConfigError, match=r"4 question\(s\) read; val_fraction=0.999999 held out all of them") as err:
         splits_for(MetaMathQAConfig(dataset_path=str(rows), val_fraction=0.999999, cache_dir=cache))
     assert err.value.hints == ["lower env_config.val_fraction, or set env_config.val_dataset_path"]
+
+
+def test_types_no_row_has_name_the_rows_read_and_the_types_the_file_has(tmp_path, cache):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"query": f"{i} + 1?", "response": f"The answer is: {i + 1}", "type": kind}) + "\n"
+                            for i, kind in enumerate(["GSM_AnsAug", "GSM_AnsAug", "GSM_Rephrased"])))
+    with pytest.raises(ConfigError, match=r"rows.jsonl: 3 row\(s\) read, none of a type in types=\['GSM_Foo'\] "
+                                          r"\(its types: GSM_AnsAug, GSM_Rephrased\)") as err:
+        splits_for(MetaMathQAConfig(dataset_path=str(rows), types=["GSM_Foo"], cache_dir=cache))
+    assert err.value.hints == ["set env_config.types to types the data has, or drop it"]
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text(json.dumps({"question": "1 + 1?", "answer": "#### 2"}) + "\n")
+    with pytest.raises(ConfigError, match=r"1 row\(s\) read, but it has no type column, so types=\['GSM_Foo'\] keeps none") as err:
+        splits_for(MetaMathQAConfig(dataset_path=str(gsm), types=["GSM_Foo"], cache_dir=cache))
+    assert err.value.hints == ["drop env_config.types (only MetaMathQA rows have a type)"]
+    unlabelled = tmp_path / "unlabelled.jsonl"  # a type that matches, on rows without a label: not a types problem
+    unlabelled.write_text(json.dumps({"query": "1 + 1?", "response": "two", "type": "GSM_AnsAug"}) + "\n")
+    with pytest.raises(ConfigError, match=r"0 question\(s\) read, types=\['GSM_AnsAug'\], 1 row\(s\) without a label"):
+        splits_for(MetaMathQAConfig(dataset_path=str(unlabelled), types=["GSM_AnsAug"], cache_dir=cache))
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_bad_json_and_a_folder_readme_log_nothing_beside_our_error(tmp_path, cache):
+    """`datasets` logs "Failed to load JSON from file ..." (ERROR) before raising, and
+    huggingface_hub warns about a data folder's README without metadata: the run shows only our line."""
+    records = _Records()
+    loggers = [logging.getLogger("datasets"), logging.getLogger("huggingface_hub")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(records)
+    try:
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"query": "1+1?", "response": "The answer is: 2"\n')
+        with pytest.raises(ConfigError, match="line 1 is not JSON"):
+            read_problems(str(bad), cache_dir=cache)
+        folder = tmp_path / "folder"
+        folder.mkdir()
+        (folder / "train.jsonl").write_text(json.dumps({"query": "1+1?", "response": "The answer is: 2"}) + "\n")
+        (folder / "README.md").write_text("# my data\n")
+        assert len(read_problems(str(folder), cache_dir=cache)[0]) == 1
+    finally:
+        for logger in loggers:
+            logger.removeHandler(records)
+    assert records.lines == []
+    assert [logger.level for logger in loggers] == levels  # restored after the loads

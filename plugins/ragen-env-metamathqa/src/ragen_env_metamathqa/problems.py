@@ -199,6 +199,10 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
         held = [in_validation(p.key, config.val_fraction) for p in rows]
         val = tuple(p for p, h in zip(rows, held) if h)
         train = tuple(p for p, h in zip(rows, held) if not h)
+    if not train and not rows and config.types and config.dataset_path is not None:
+        unmatched = _no_row_of_types(config)
+        if unmatched is not None:
+            raise unmatched
     if not train:
         read = f"{len(rows)} question(s) read" + (f" (max_rows={config.max_rows})" if config.max_rows else "") + \
             (f", types={config.types}" if config.types else "") + (f", {dropped} row(s) without a label" if dropped else "")
@@ -213,6 +217,23 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
             fix = "check env_config.dataset_path (and types / max_rows)"
         raise ConfigError(f"no training problems left in {source}: {read}; {why}", [fix])
     return Splits(train, val, dropped)
+
+
+def _no_row_of_types(config: MetaMathQAConfig) -> ConfigError | None:
+    """The error for ``types`` that no row of ``config.dataset_path`` has, naming the types it has
+    (None: some row has one; an error path only: the table is read again, from the ``datasets`` cache)."""
+    table = _load_dataset(config.dataset_path, config.subset, config.split, config.cache_dir)
+    if config.max_rows is not None and len(table) > config.max_rows:
+        table = table.select(range(config.max_rows))
+    read = f"{len(table)} row(s) read" + (f" (max_rows={config.max_rows})" if config.max_rows else "")
+    if "type" not in table.column_names:
+        return ConfigError(f"no training problems left in {config.dataset_path}: {read}, but it has no type column, so "
+                           f"types={config.types} keeps none", ["drop env_config.types (only MetaMathQA rows have a type)"])
+    found = sorted({str(kind) for kind in table["type"] if kind})
+    if set(found) & set(config.types or ()):
+        return None  # rows of those types exist: they were dropped for another reason
+    return ConfigError(f"no training problems left in {config.dataset_path}: {read}, none of a type in types={config.types} "
+                       f"(its types: {', '.join(found) or 'none'})", ["set env_config.types to types the data has, or drop it"])
 
 
 _SPLIT_FIELDS = ("dataset_path", "subset", "split", "cache_dir", "types", "max_rows", "val_dataset_path",
