@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ragen_env_searchqa.config import SearchQAConfig
 from ragen_env_searchqa.data import Passage, iter_corpus, read_questions, split
 from ragen_env_searchqa.index import Index, build_index, top_k
+from ragen_env_searchqa.plugin import check_available
 from ragen_env_searchqa.server import main
 from ragen_env_searchqa.world import build_world
 
@@ -173,3 +175,22 @@ def test_server_command_follows_the_config():
     custom = server_spec(SearchQAConfig(retriever={"index": "/data/idx", "backend": "dense", "device": "cuda:1", "batching": False})).command
     assert custom[custom.index("--index") + 1] == "/data/idx" and custom[custom.index("--backend") + 1] == "dense"
     assert custom[custom.index("--device") + 1] == "cuda:1" and custom[-1] == "--no-batching" and "--world-seed" not in custom
+
+
+def test_a_question_dataset_without_a_corpus_is_warned_about(tmp_path):
+    """The built-in world's passages are about fictional people: a real question set searched
+    against them finds nothing, so the availability check says so (once), and says nothing when
+    a corpus, an index or a server is given, or for the built-in questions."""
+    questions = tmp_path / "hotpot_dev.jsonl"
+    questions.write_text(json.dumps({"question": "Who?", "answer": "Ann"}) + "\n", encoding="utf-8")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "0", "contents": "Ann"}) + "\n", encoding="utf-8")
+    warnings = check_available(SearchQAConfig(dataset=str(questions)))
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"env_config.dataset={questions} is searched against the built-in world's fictional passages")
+    assert "set env_config.retriever.corpus" in warnings[0]
+    assert "env_config.val_dataset=" in check_available(SearchQAConfig(val_dataset=str(questions)))[0]
+    assert check_available(SearchQAConfig()) == []
+    assert check_available(SearchQAConfig(dataset=str(questions), retriever={"corpus": str(corpus)})) == []
+    assert check_available(SearchQAConfig(dataset=str(questions), retriever={"index": str(tmp_path)})) == []
+    assert check_available(SearchQAConfig(dataset=str(questions), mock_mode=True)) == []

@@ -13,14 +13,28 @@ _TAG = {"max_actions_per_episode": 10, "max_tokens": 300, "max_steps": 10, "max_
 def check_available(config: Any) -> list[str]:
     """Data settings that name a local file or folder must exist, and a retrieval server given by
     URL must answer: said before a run starts, not at the first reset or search. A local training
-    file named as a test split is warned about."""
+    file named as a test split is warned about, and so is a question set searched against the
+    built-in world (no corpus, index or server given: every search would find nothing useful)."""
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings
     from ragen_core.services import check_url_answers
 
     found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
     if not config.mock_mode:  # mock mode never searches
         check_url_answers(config.server.url, "env_config.server.url")
-    return found + named_test_split_warnings(config, ("dataset",), folders=False)  # files only
+    found += named_test_split_warnings(config, ("dataset",), folders=False)  # files only
+    return found + _world_corpus_warnings(config)
+
+
+def _world_corpus_warnings(config: Any) -> list[str]:
+    """A question dataset with the built-in world's passages as the corpus: they are about
+    fictional people, so they cannot answer real questions."""
+    if config.mock_mode or config.server.url or config.retriever.index or config.retriever.corpus:
+        return []
+    field = next((f for f in ("dataset", "val_dataset") if getattr(config, f)), None)
+    if field is None:
+        return []
+    return [f"env_config.{field}={getattr(config, field)} is searched against the built-in world's fictional passages, "
+            "which cannot answer its questions; set env_config.retriever.corpus (or retriever.index, or server.url) to a real corpus"]
 
 
 SPEC = EnvSpec(
