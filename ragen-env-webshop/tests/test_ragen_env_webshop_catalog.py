@@ -144,6 +144,24 @@ def test_loader_errors_name_the_files(tmp_path):
         make_goals(load_products(str(tmp_path / "one.json"), None))
 
 
+def test_an_attribute_file_without_a_product_file_is_refused(tmp_path, capsys):
+    """The generated catalog never reads catalog.attribute_path: alone it is refused by the config,
+    naming catalog.product_path, instead of being dropped without a word (also by ragen-webshop)."""
+    from ragen_env_webshop.cli import main
+
+    from ragen_core import registry
+    from ragen_core.errors import PluginConfigError
+
+    attrs = tmp_path / "items_ins_v2_1000.json"
+    attrs.write_text("{}")
+    with pytest.raises(PluginConfigError, match=r"catalog\.attribute_path is set without catalog\.product_path.*set catalog\.product_path"):
+        registry.make_config("env", "webshop", {"catalog": {"attribute_path": str(attrs)}})
+    assert registry.make_config("env", "webshop", {"catalog": {"attribute_path": str(attrs), "product_path": str(attrs)}})
+    with pytest.raises(SystemExit):
+        main(["serve", "--attribute-path", str(attrs)])
+    assert "--attribute-path needs --product-path" in capsys.readouterr().err
+
+
 def test_search_index_is_saved_once_and_loaded_by_later_builds(tmp_path, monkeypatch):
     import bm25s
     from ragen_env_webshop.search import SearchIndex

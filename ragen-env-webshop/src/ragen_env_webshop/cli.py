@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     shot.add_argument("--width", type=int, default=1200)
     shot.add_argument("--height", type=int, default=800)
     args = parser.parse_args(argv)
+    if args.attribute_path and not args.product_path:  # the generated catalog would never read it
+        parser.error("--attribute-path needs --product-path (the matching items_shuffle*.json)")
     try:
         if args.command == "serve":
             from ragen_env_webshop.engine import engine_for

@@ -20,7 +20,8 @@ class CatalogConfig(PluginConfig):
     documents (``{"id", "contents", "product"}`` a line)."""
     attribute_path: str | None = None
     """The real ``items_ins_v2*.json`` (ASIN -> ``attributes``, ``instruction``,
-    ``instruction_attributes``); needed with ``product_path``: goals come from its instructions."""
+    ``instruction_attributes``); needed with ``product_path``: goals come from its instructions.
+    Without ``product_path`` it is refused (the generated catalog would never read it)."""
     num_products: int = Field(default=1000, ge=10, le=2_000_000)
     """Generated catalog: products made. Real files: keep at most this many (the first ones)
     when ``limit_real_products`` is set."""
@@ -74,4 +75,11 @@ class WebShopConfig(EnvConfig):
         if self.shop == "inprocess" and self.server.url is not None:
             raise ValueError(f"server.url {self.server.url!r} is set but shop is 'inprocess', which never uses it: "
                              "set shop=server to play against that shop server, or drop server.url")
+        return self
+
+    @model_validator(mode="after")
+    def _attributes_need_products(self) -> WebShopConfig:
+        if self.catalog.attribute_path is not None and self.catalog.product_path is None:
+            raise ValueError("catalog.attribute_path is set without catalog.product_path, so it is never read (the catalog is generated): "
+                             "set catalog.product_path to the matching items_shuffle*.json")
         return self
