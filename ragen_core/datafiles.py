@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,16 +66,25 @@ def deepest_cause(exc: BaseException) -> BaseException:
 
 @contextmanager
 def quiet_datasets() -> Iterator[Any]:
-    """``datasets`` with its progress bars and info logging off inside the block (restored after)."""
+    """``datasets`` with its progress bars and logging off inside the block (restored after).
+
+    Off means CRITICAL, not ERROR: the JSON builder logs "Failed to load JSON from file ..." at
+    ERROR before it raises, and ``huggingface_hub`` warns "Repo card metadata block was not found"
+    for a data folder whose README.md has no YAML block; the caller's own error says what is wrong.
+    """
     import datasets
 
     bars = datasets.utils.logging.is_progress_bar_enabled()
     level = datasets.logging.get_verbosity()
+    hub = logging.getLogger("huggingface_hub")
+    hub_level = hub.level
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
+    hub.setLevel(logging.CRITICAL)
     try:
         yield datasets
     finally:
+        hub.setLevel(hub_level)
         datasets.logging.set_verbosity(level)
         if bars:
             datasets.enable_progress_bars()
