@@ -114,3 +114,45 @@ def test_sigterm_during_the_warm_start_unwinds_says_so_and_leaves_no_empty_run_f
     assert "terminated (SIGTERM)" in err.splitlines()
     assert "Traceback" not in err
     assert not run.exists()  # set-up's clean-up ran: a fresh folder with nothing in it is removed
+
+
+class LaterValidationFails(CorridorEnv):
+    """Validation's first episode starts (set-up's check passes); the second one's reset raises."""
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        if mode == "val" and seed != 123:  # seed_val=123: val_groups=2 asks seeds 123 and 124
+            raise RuntimeError("the validation server went away")
+        return super().reset(seed, member=member, mode=mode)
+
+
+LATER_SPEC = EnvSpec(name="test-later-val-fails", config_model=CorridorConfig, factory=f"{__name__}:LaterValidationFails")
+
+
+def test_a_validation_that_fails_after_the_update_keeps_the_step_and_a_resume_replays_the_next_exactly(tmp_path, capsys):
+    """The step's update had finished when its validation failed: the step is logged and
+    checkpointed (it used to be lost with no checkpoint), and resuming gives the step after it
+    exactly as a run that never validated."""
+    import json
+
+    from ragen_core.trainer.trainer import Trainer
+
+    registry.register(LATER_SPEC)
+    try:
+        run = tmp_path / "run"
+        with pytest.raises(RagenError, match="the validation server went away"):
+            Trainer(toy_run_config(run, f"env={LATER_SPEC.name}", "test_freq=1", "val_groups=2", "save_freq=0", steps=2)).train()
+        err = capsys.readouterr().err
+        assert "step 1's validation failed after its update: saved checkpoints/step_1 with the step's training metrics" in err
+        assert "nothing to resume" not in err
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1]
+        resumed = Trainer(toy_run_config(run, f"env={LATER_SPEC.name}", "test_freq=0", "val_groups=2", "save_freq=0", steps=2),
+                          resume=True).train()
+        plain = Trainer(toy_run_config(tmp_path / "plain", f"env={LATER_SPEC.name}", "test_freq=0", "val_groups=2", "save_freq=0",
+                                       steps=2)).train()
+    finally:
+        registry.unregister("env", LATER_SPEC.name)
+    assert rows[0]["train/reward"] == plain[0]["train/reward"] and rows[0]["actor/pg_loss"] == plain[0]["actor/pg_loss"]
+    (second,) = resumed  # same process, same machine: the replay is exact, not approximately equal
+    for key in ("train/reward", "actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+        assert second[key] == plain[1][key], key

@@ -109,6 +109,9 @@ class Trainer(CheckpointMixin):
         self.interrupted_by: int | None = None
         """The signal (SIGINT, SIGTERM) that ended training early, else None."""
         self._updating = False
+        self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
+        """While a step's validation runs: the step, its metrics and the resume point after its
+        update (a validation that fails then checkpoints the step, whose update had finished)."""
         """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._built = False
         self._shut = False
@@ -334,6 +337,7 @@ class Trainer(CheckpointMixin):
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
                 self._updating = False
+                self._validating = None
                 where["step"], where["at"] = step, self.resume_point() if self.world.main else None
                 try:
                     metrics = self.train_step(step)
@@ -492,6 +496,8 @@ class Trainer(CheckpointMixin):
         update (the weights are then no step's).
         """
         done = step - 1
+        if self._validating is not None and self._validating[0] == step:  # the update finished: keep it
+            return self._save_unvalidated(step, why)
         if done <= saved or not self.world.main or self.overlap is not None:
             return None
         if self._updating or self.world.sharded:
@@ -509,6 +515,27 @@ class Trainer(CheckpointMixin):
             return None
         fixed = "once the cause is fixed, " if why != "aborted" else ""
         report(f"step {step} {why}: saved checkpoints/{path.name}, the last finished step; "
+               f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
+        return path
+
+    def _save_unvalidated(self, step: int, why: str) -> Path | None:
+        """Step ``step``'s validation failed, was aborted or hangs after the step's update had
+        finished: log the step's training metrics and checkpoint it (with the resume point of
+        before the validation), so the update is not lost. Same limits as :meth:`_save_after_error`."""
+        assert self._validating is not None
+        _, metrics, at = self._validating
+        self._validating = None  # once (the watchdog's thread and the main thread may both get here)
+        if not self.world.main or self.overlap is not None or self.world.sharded or not self._good_to_save(step):
+            return None
+        try:
+            self.history.append(metrics)
+            call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=step, context=self.context)  # its metrics line first
+            path = self.save(step, at)
+        except Exception as exc:  # noqa: BLE001 - the original error is the one to report
+            report(f"step {step}'s validation {why}, and saving step {step} failed too ({type(exc).__name__}: {exc})")
+            return None
+        fixed = "once the cause is fixed, " if why != "aborted" else ""
+        report(f"step {step}'s validation {why} after its update: saved checkpoints/{path.name} with the step's training metrics; "
                f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
         return path
 
@@ -748,7 +775,10 @@ class Trainer(CheckpointMixin):
             t0 = time.perf_counter()
             if self.overlap is not None:  # the engine and pool are free again, and sample the newest weights
                 self.overlap.sync(self.model, self.policy_version, self.engine)
+            if self.world.main:  # the update is done: a validation that fails keeps it (_save_unvalidated)
+                self._validating = (step, dict(metrics), self.resume_point())
             val = self.validate(step)
+            self._validating = None
             metrics.update(val)
             metrics["timing_s/testing"] = time.perf_counter() - t0
             stop = self.stopper.observe_validation(val)
