@@ -196,6 +196,9 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
         path = ".".join(p for p in (prefix, loc) if p) or "(root)"
         if err.get("type") == "extra_forbidden":
             parts.append(f"{path}: unknown key{_near_key(model_cls, tuple(err.get('loc', ())), prefix)}")
+        elif err.get("type") == "value_error" and not loc:  # a rule across settings: its own sentence names them
+            text = short_text(str(err.get("msg")).removeprefix("Value error, "), 300)
+            parts.append(f"{prefix}: {text}" if prefix else text)
         else:
             parts.append(f"{path}: {short_text(str(err.get('msg')), 200)} (got {short_repr(err.get('input'))})")
     extra = len(errors) - 3

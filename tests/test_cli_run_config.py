@@ -267,3 +267,11 @@ def test_a_list_given_one_bare_word_and_settings_for_the_default_filter_get_thei
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "PluginConfigError: invalid config: filter_config.value: unknown key"
     assert lines[1].startswith("hint: the filter is 'none' (the default, it keeps every group): choose one with --filter NAME")
+
+
+def test_a_rule_across_settings_is_its_own_sentence_without_a_dump_of_the_config(capsys):
+    """A model-level validator's message used to come as '(root): Value error, ... (got {the whole config})'."""
+    assert main(["run", "--env", "bandit", "rollout.async_rollout=true", "grad_analysis.every=1", "--print-config"]) == 2
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line == ("ConfigError: invalid config: rollout.async_rollout cannot be combined with grad_analysis.every > 0 "
+                    "(analyse without async rollout)")
