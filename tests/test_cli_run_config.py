@@ -275,3 +275,14 @@ def test_a_rule_across_settings_is_its_own_sentence_without_a_dump_of_the_config
     line = capsys.readouterr().err.splitlines()[0]
     assert line == ("ConfigError: invalid config: rollout.async_rollout cannot be combined with grad_analysis.every > 0 "
                     "(analyse without async rollout)")
+
+
+@pytest.mark.parametrize("args", [["--algo", "ppo", "algo_config.use_critic=false"], ["--algo", "grpo", "algo_config.estimator=gae"]])
+def test_an_estimator_that_needs_a_critic_under_use_critic_false_is_refused(capsys, args):
+    """The trainer built a critic whenever the estimator asked, so use_critic=false was ignored in silence."""
+    assert main(["run", "--env", "bandit", *args, "--print-config"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("PluginConfigError: algo_config.estimator=gae computes advantages from a critic's values, but algorithm ")
+    assert lines[0].endswith("has algo_config.use_critic=false")
+    assert "grpo" in lines[1] and "rloo" in lines[1]  # the critic-free ones to pick instead
+    assert main(["run", "--env", "bandit", *args, "algo_config.use_critic=true", "--print-config"]) == 0

@@ -403,12 +403,32 @@ def check_plugin_configs(config: RunConfig) -> None:
     algo = registry.make_config("algorithm", config.algo, dict(config.algo_config), preset=config.algo_preset, where="algo_config")
     registry.make_config("estimator", algo.estimator, dict(algo.estimator_config), preset=algo.estimator_preset,  # type: ignore[attr-defined]
                          where="algo_config.estimator_config")
+    _critic_agrees(config.algo, algo)
     registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset, where="filter_config")
     registry.make_config("engine", config.engine, dict(config.engine_config), where="engine_config")
     registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config), where="rollout.pool_config")
     for name in config.diagnostics:
         registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}), where=f"diagnostics_config.{name}")
     _unlisted_diagnostic_settings(config)
+
+
+def _critic_agrees(algo_name: str, algo: Any) -> None:
+    """An estimator that reads a critic's values (GAE) under ``use_critic=false`` would get a critic
+    anyway (the trainer builds one whenever either asks): refused, so the setting is not ignored.
+
+    Raises:
+        PluginConfigError: naming both settings and the critic-free estimators installed.
+    """
+    from ragen_core import registry
+    from ragen_core.errors import PluginConfigError
+
+    if getattr(algo, "use_critic", True) or not registry.get_spec("estimator", algo.estimator).needs_critic:
+        return
+    free = [e.name for e in registry.entries("estimator") if not registry.get_spec("estimator", e.name).needs_critic]
+    raise PluginConfigError(f"algo_config.estimator={algo.estimator} computes advantages from a critic's values, but algorithm "
+                            f"{algo_name!r} has algo_config.use_critic=false",
+                            [f"set algo_config.use_critic=true{'' if algo_name == 'ppo' else ' (--algo ppo does)'}, or pick a critic-free estimator: "
+                             f"{', '.join(sorted(free)) or 'none installed'}"])
 
 
 def _unlisted_diagnostic_settings(config: RunConfig) -> list[str]:
