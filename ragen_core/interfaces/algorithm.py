@@ -61,6 +61,15 @@ class AlgorithmConfig(PluginConfig):
     global_token_norm: bool = True
     """Normalise ``token-mean`` by the mini-batch's token count, not per micro-batch (fixes L9)."""
 
+    def check_response_budget(self, max_new_tokens: int) -> None:
+        """Refuse settings that cannot work with replies of at most ``max_new_tokens`` tokens (the
+        run's ``sampling.train.max_new_tokens``, the ``max_length`` that :meth:`Algorithm.shape_rewards`
+        gets). Called with the run config's checks, before a model loads; nothing to check here.
+
+        Raises:
+            ConfigError: naming the settings to change.
+        """
+
 
 class Algorithm:
     """An estimator plus loss settings. Plugins usually subclass only to change defaults."""

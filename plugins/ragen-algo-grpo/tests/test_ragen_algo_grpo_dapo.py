@@ -99,3 +99,22 @@ def test_dapo_algorithm_steps():
         -1.0,
         -1.0,
     ]
+
+
+def test_an_overlong_window_longer_than_the_reply_budget_is_refused_before_the_run():
+    """The 'overlong' preset (512 tokens) under a 48-token reply budget used to fail after a
+    training step; the run config's checks refuse it, naming both settings."""
+    from ragen_core.config import load_config
+    from ragen_core.errors import ConfigError
+    from ragen_core.trainer.config import RunConfig, check_plugin_configs
+
+    config = load_config(RunConfig, [], ["env=bandit", "algo=dapo", "algo_preset=overlong", "sampling.train.max_new_tokens=48"])
+    with pytest.raises(ConfigError) as err:
+        check_plugin_configs(config)
+    assert str(err.value).splitlines()[0] == ("algo_config.overlong_buffer_len=512 is longer than the length it counts back from, "
+                                              "sampling.train.max_new_tokens=48 (overlong_max_length is unset)")
+    capped = load_config(RunConfig, [], ["env=bandit", "algo=dapo", "algo_preset=overlong", "algo_config.overlong_max_length=100"])
+    with pytest.raises(ConfigError, match=r"algo_config.overlong_max_length=100"):
+        check_plugin_configs(capped)
+    fits = load_config(RunConfig, [], ["env=bandit", "algo=dapo", "algo_config.overlong_buffer_len=16", "sampling.train.max_new_tokens=48"])
+    check_plugin_configs(fits)  # a window inside the budget passes

@@ -113,3 +113,16 @@ class DAPOAlgorithmConfig(AlgorithmConfig):
     """Length L at which the full penalty applies; None uses the trainer's response budget."""
     overlong_penalty_factor: float = Field(default=1.0, ge=0)
     """Penalty f at (and beyond) ``overlong_max_length``."""
+
+    def check_response_budget(self, max_new_tokens: int) -> None:
+        """The overlong window must fit in L (``overlong_max_length``, else the reply budget)."""
+        from ragen_core.errors import ConfigError
+
+        limit = self.overlong_max_length if self.overlong_max_length is not None else max_new_tokens
+        if 0 < self.overlong_buffer_len and self.overlong_buffer_len > limit:
+            where = (f"algo_config.overlong_max_length={limit}" if self.overlong_max_length is not None
+                     else f"sampling.train.max_new_tokens={limit} (overlong_max_length is unset)")
+            raise ConfigError(f"algo_config.overlong_buffer_len={self.overlong_buffer_len} is longer than the length it counts back "
+                              f"from, {where}",
+                              [f"set algo_config.overlong_buffer_len to at most {limit} (the 'overlong' preset sets 512), or raise "
+                               + ("algo_config.overlong_max_length" if self.overlong_max_length is not None else "sampling.train.max_new_tokens")])
