@@ -107,3 +107,21 @@ def test_lora_resume_after_warm_start_keeps_the_warm_started_base(tmp_path):
         assert (base_b[k] == v).all(), k
     resumed.train()
     assert [r["step"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("targets,missing", [("[foo]", "'foo'"), ("[q_proj,nope]", "'nope'"), ("xyz.*", "'xyz.*'")])
+def test_lora_targets_that_match_no_module_are_one_line_before_anything_is_written(tmp_path, capsys, targets, missing):
+    """peft's NoMatchingPeftModuleError came as a traceback (exit 1) after the warm start had
+    written lora_base/ into the run folder (the rerun then needed --overwrite)."""
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import TOY_RUN
+
+    run = tmp_path / "run"
+    argv = ["run", "--env", register_toy_env(), "--run-dir", str(run), "--steps", "1", *TOY_RUN, "optim.peft.rank=4",
+            f"optim.peft.target_modules={targets}"]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"ConfigError: optim.peft.target_modules: {missing} matches no module of model 'tiny'"
+    assert lines[1].startswith("hint: its linear layers: ") and "q_proj" in lines[1]
+    assert not run.exists()
+    assert main([*argv[:-1], "optim.peft.target_modules=[q_proj,v_proj]"]) == 0  # names it has: trains

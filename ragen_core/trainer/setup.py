@@ -206,6 +206,38 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     return base, source
 
 
+def check_lora_targets(config: RunConfig, model: Any) -> None:
+    """``optim.peft.target_modules`` must name modules the model has (peft's own matching: a list
+    entry matches a module whose name is it or ends in ``.entry``; a string other than
+    ``all-linear`` is a regular expression the whole name must match). Checked right after the
+    model loads, before a warm start or anything written to the run folder.
+
+    Raises:
+        ConfigError: an entry (or the expression) that matches nothing, listing the linear layers.
+    """
+    import re
+
+    peft_cfg = config.optim.peft
+    if peft_cfg is None or peft_cfg.rank == 0 or peft_cfg.target_modules == "all-linear":
+        return
+    import torch
+
+    names = [name for name, _ in model.named_modules() if name]
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
+    targets = peft_cfg.target_modules
+    if isinstance(targets, str):
+        try:
+            missing = [] if any(re.fullmatch(targets, name) for name in names) else [targets]
+        except re.error as exc:
+            raise ConfigError(f"optim.peft.target_modules={targets!r} is not a regular expression ({exc})",
+                              [f"name modules as a list, e.g. [{', '.join(linear[:2])}], or use all-linear"]) from None
+    else:
+        missing = [t for t in targets if not any(name == t or name.endswith("." + t) for name in names)]
+    if missing:
+        raise ConfigError(f"optim.peft.target_modules: {', '.join(repr(m) for m in missing)} matches no module of model {config.model!r}",
+                          [f"its linear layers: {', '.join(linear) or 'none'} (or optim.peft.target_modules=all-linear)"])
+
+
 def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path, resume_from: tuple[str, Path] | None = None,
               *, fresh_base: bool = True, write: bool = True) -> tuple[Any, str | None]:
     """Add LoRA adapters to ``model`` when ``optim.peft.rank > 0``; returns ``(model, base reference)``.

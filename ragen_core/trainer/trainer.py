@@ -180,6 +180,7 @@ class Trainer(CheckpointMixin):
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
+        su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
