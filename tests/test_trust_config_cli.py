@@ -224,3 +224,16 @@ def test_group_size_one_with_a_group_baseline_warns_what_the_advantage_becomes(a
         assert len(warnings) == 1 and "rollout.group_size=1" in warnings[0] and needle in warnings[0], warnings
     grouped = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", f"algo={algo}", "rollout.group_size=2"])
     assert run_warnings(grouped) == []
+
+
+def test_lora_settings_without_a_rank_are_warned_about():
+    from ragen_core.trainer.config import run_warnings
+
+    register_toy_env()
+    config = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "optim.peft.alpha=32"])
+    assert run_warnings(config) == ["optim.peft.alpha is set but optim.peft.rank is 0, so LoRA is off and it is unused; "
+                                    "to train adapters: optim.peft.rank=8 (or another rank)"]
+    both = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "optim.peft.alpha=32", "optim.peft.target_modules=[q_proj]"])
+    assert run_warnings(both)[0].startswith("optim.peft.alpha and optim.peft.target_modules are set but optim.peft.rank is 0")
+    on = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "optim.peft.alpha=32", "optim.peft.rank=4"])
+    assert run_warnings(on) == []

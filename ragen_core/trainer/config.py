@@ -492,6 +492,7 @@ def run_warnings(config: RunConfig) -> list[str]:
     * ``rollout.group_size=1`` with an estimator whose baseline comes from the group
       (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
       group holds one episode, so the warning says what the advantage becomes instead.
+    * LoRA settings (``optim.peft.alpha`` / ``target_modules``) while ``optim.peft.rank`` is 0 (LoRA off).
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -505,6 +506,12 @@ def run_warnings(config: RunConfig) -> list[str]:
     if config.rollout.group_size == 1 and baseline:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
                    f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
+    peft = config.optim.peft
+    if peft is not None and peft.rank == 0:
+        unused = [f"optim.peft.{name}" for name in ("alpha", "target_modules") if getattr(peft, name) != PeftSection.model_fields[name].default]
+        if unused:
+            out.append(f"{' and '.join(unused)} {'is' if len(unused) == 1 else 'are'} set but optim.peft.rank is 0, so LoRA is off and "
+                       f"{'it is' if len(unused) == 1 else 'they are'} unused; to train adapters: optim.peft.rank=8 (or another rank)")
     for key in _unlisted_diagnostic_settings(config):
         turned_on = ",".join([*config.diagnostics, key])
         out.append(f"diagnostics_config.{key} is set but diagnostics does not list {key!r}, so these settings are unused; "
