@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragen_core.errors import ConfigError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
@@ -141,6 +142,10 @@ class DemoEngine(Engine):
         self.rng = make_rng(seed, "demo-engine")
         end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
         self.end_id = end if isinstance(end, int) else tokenizer.eos_token_id
+        self.cut = 0
+        """Replies cut to ``max_new_tokens`` (too long even with an empty thought)."""
+        self.needed = 0
+        """Tokens the longest cut reply needed."""
 
     def latest_state(self, prompt_text: str) -> str | None:
         """The recorded observation that appears last in the prompt (the current state)."""
@@ -190,6 +195,9 @@ class DemoEngine(Engine):
             if len(ids) > params.max_new_tokens:  # too long for the budget: same action, empty thought
                 self.rng.bit_generator.state = rng_state
                 ids = self._encode(self.reply_text(action, thought=""))
+            if len(ids) > params.max_new_tokens:  # still too long: cut (an invalid reply), and counted
+                self.cut += 1
+                self.needed = max(self.needed, len(ids))
             out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop", policy_version=self.policy_version))
         return out
 
@@ -346,7 +354,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         if verbose:
             print(f"warm start round {rnd + 1}: supervised fine-tuning on {ws.episodes} more random-action demonstrations "
                   f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
-        trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
+        cut: dict[str, int] = {}
+        trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance, cut=cut)
+        if rnd == 0:
+            refuse_cut_demonstrations(config, cut)
         losses = sft(model, tokenizer, trajs, epochs=ws.epochs, lr=ws.lr, batch_size=ws.batch_size, seed=derive_seed(config.seed, "sft", rnd),
                      optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn,
                      progress=f"warm start round {rnd + 1}: SFT" if bars else None, micro_batch_size=ws.micro_batch_size,
@@ -378,6 +389,25 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         return gate_missed(config, model, meta, verbose=verbose)
     save_cached(folder, model, tokenizer, meta, stale=stale)
     return model
+
+
+def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
+    """Refuse a warm start whose demonstration replies do not fit ``sampling.train.max_new_tokens``
+    (even with an empty thought) too often for the gate to be reachable: every such reply is cut
+    before ``</answer>``, so SFT would train for its whole budget towards a rate it cannot reach.
+
+    Raises:
+        ConfigError: naming the budget and the tokens the replies need.
+    """
+    ws = config.warm_start
+    replies, n_cut = cut.get("replies", 0), cut.get("cut", 0)
+    if replies == 0 or n_cut / replies <= 1.0 - ws.target_valid_rate:
+        return
+    budget = config.sampling.train.max_new_tokens
+    raise ConfigError(f"warm start: {n_cut} of {replies} demonstration replies need more than sampling.train.max_new_tokens={budget} "
+                      f"tokens (up to {cut['needed']}), so replies are cut before </answer> and warm_start.target_valid_rate "
+                      f"{ws.target_valid_rate:g} cannot be reached",
+                      [f"raise sampling.train.max_new_tokens to {cut['needed']} or more (and sampling.val.max_new_tokens with it)"])
 
 
 def save_cached(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
@@ -516,12 +546,15 @@ def valid_rate(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int |
     return format_check(config, model, tokenizer, episodes=episodes).valid_rate
 
 
-def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, balance: dict[str, list[str]] | None = None) -> list[Any]:
+def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, balance: dict[str, list[str]] | None = None,
+                   cut: dict[str, int] | None = None) -> list[Any]:
     """Roll out :class:`DemoEngine` through the normal runner on seeds disjoint from training.
 
     Round ``r > 0`` of the warm start uses its own seeds, so every round adds new states.
     ``balance`` (see :meth:`DemoEngine.pick`) carries the per-state action queues across rounds;
-    ``None`` with ``warm_start.balanced`` starts fresh queues for this call.
+    ``None`` with ``warm_start.balanced`` starts fresh queues for this call. ``cut``, when given,
+    receives ``replies``, ``cut`` (replies longer than ``sampling.train.max_new_tokens`` even with
+    an empty thought) and ``needed`` (the longest of those, in tokens).
     """
     from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.env_pool import LocalEnvPool
@@ -543,9 +576,12 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
                         spaced=ws.spaced, balance=queues)
     runner = RolloutRunner(env, engine, tokenizer, runner_config, pool=pool)
     try:
-        return runner.run(mode="train", sampling=config.sampling.train)
+        trajs = runner.run(mode="train", sampling=config.sampling.train)
     finally:
         runner.close()
+    if cut is not None:
+        cut.update(replies=sum(len(t.turns) for t in trajs), cut=engine.cut, needed=engine.needed)
+    return trajs
 
 
 def reply_logprobs(model: Any, sub: Any) -> tuple[Any, Any]:
