@@ -227,3 +227,13 @@ def test_the_readme_names_the_plots_ragen_diagnose_writes():
         stem = name.removesuffix(".png")
         assert name in text or stem.removeprefix("collapse") in text, name
     assert "_regimes" in text  # collapse_regimes.png
+
+
+def test_the_no_reasoning_note_says_what_the_offline_route_needs():
+    """The note offered 'ragen diagnose RUN_DIR --checkpoint step_N', which fails on a run that
+    saved no rollouts: it says what that route reads."""
+    from ragen_diagnostics.report import skipped_note
+
+    note = skipped_note([1, 2])
+    assert "--checkpoint step_N --z-source response" in note
+    assert "save_rollouts=true" in note and "--rollouts FILE" in note

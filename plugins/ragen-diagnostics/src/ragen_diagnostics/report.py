@@ -227,7 +227,8 @@ def skipped_note(steps: list[int]) -> str:
     return (f"the collapse diagnostic ran (steps {_step_list(steps)}) but every turn's <think> reasoning was empty "
             f"({SKIPPED_KEY}=1), so MI, entropy and retrieval were skipped. For replies without reasoning, score the "
             "whole reply: ragen run ... diagnostics=[collapse] diagnostics_config.collapse.z_source=response "
-            "(or 'auto'), or afterwards ragen diagnose RUN_DIR --checkpoint step_N --z-source response")
+            "(or 'auto'), or afterwards ragen diagnose RUN_DIR --checkpoint step_N --z-source response (it reads the rollouts "
+            "the run saved with save_rollouts=true, or a file given with --rollouts FILE)")
 
 
 def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str, Any]], pngs: list[Path], missing: list[str]) -> Path:
