@@ -149,6 +149,9 @@ def test_plugins_show_descriptions_are_whole_sentences_or_end_in_an_ellipsis():
     cut = first_sentence(long, limit=30)
     assert cut.endswith("…") and len(cut) <= 30 and not cut[:-1].endswith(" ")
     assert first_sentence("short, no full stop") == "short, no full stop"
+    # an abbreviation does not end the sentence (it cut 'Named preset of the estimator (e.g.')
+    assert first_sentence("Named preset of the estimator (e.g. gae's ``group-whiten``). More.") == \
+        "Named preset of the estimator (e.g. gae's ``group-whiten``)."
     assert clip("'abcdef'", 5) == "'abc…" and clip("'ab'", 5) == "'ab'"
 
 

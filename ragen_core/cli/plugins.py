@@ -327,8 +327,9 @@ def clip(text: str, limit: int) -> str:
 def first_sentence(text: str, limit: int = 100) -> str:
     """The first sentence of a (possibly wrapped) description, on one line, at most ``limit`` long."""
     flat = " ".join(text.split())
-    end = flat.find(". ")
-    sentence = flat[: end + 1] if end >= 0 else flat
+    # a full stop followed by a space ends the sentence, except after an abbreviation ("e.g. gae's")
+    found = next((m for m in re.finditer(r"\. ", flat) if not re.search(r"(?:\b(?:e\.g|i\.e|etc|vs|cf)|\b[A-Za-z])$", flat[: m.start()])), None)
+    sentence = flat[: found.start() + 1] if found is not None else flat
     if len(sentence) <= limit:
         return sentence
     cut = sentence[: limit - 1]
