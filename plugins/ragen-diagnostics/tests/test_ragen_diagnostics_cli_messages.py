@@ -156,3 +156,11 @@ def test_ragen_help_and_diagnose_help_describe_the_command_alike(capsys):
     with pytest.raises(SystemExit):
         main(["diagnose", "--help"])
     assert HELP in " ".join(capsys.readouterr().out.split())
+
+
+def test_offline_options_without_an_offline_recompute_are_refused_not_ignored(tmp_path, capsys):
+    """--num-samples 1 (even an invalid value) passed silently when nothing was recomputed."""
+    run = _run_with_checkpoint_dir(tmp_path)
+    assert main(["diagnose", str(run), "--num-samples", "1", "--z-source", "response"]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line == "RagenError: --num-samples, --z-source only apply to an offline recompute, which --checkpoint or --rollouts asks for"
