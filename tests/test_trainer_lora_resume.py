@@ -109,7 +109,9 @@ def test_lora_resume_after_warm_start_keeps_the_warm_started_base(tmp_path):
     assert [r["step"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("targets,missing", [("[foo]", "'foo'"), ("[q_proj,nope]", "'nope'"), ("xyz.*", "'xyz.*'")])
+@pytest.mark.parametrize("targets,missing", [("[foo]", "'foo'"), ("[q_proj,nope]", "'nope'"), ("xyz.*", "'xyz.*'"),
+                                             ("[self_attn]", "'self_attn'"),  # a block, not a layer peft adapts
+                                             ("q_proj", "'q_proj'")])  # a string is a whole-name pattern
 def test_lora_targets_that_match_no_module_are_one_line_before_anything_is_written(tmp_path, capsys, targets, missing):
     """peft's NoMatchingPeftModuleError came as a traceback (exit 1) after the warm start had
     written lora_base/ into the run folder (the rerun then needed --overwrite)."""
@@ -121,7 +123,10 @@ def test_lora_targets_that_match_no_module_are_one_line_before_anything_is_writt
             f"optim.peft.target_modules={targets}"]
     assert main(argv) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == f"ConfigError: optim.peft.target_modules: {missing} matches no module of model 'tiny'"
-    assert lines[1].startswith("hint: its linear layers: ") and "q_proj" in lines[1]
+    assert lines[0] == (f"ConfigError: optim.peft.target_modules: {missing} matches no layer LoRA can adapt (linear, embedding, "
+                        "convolution) in model 'tiny'")
+    assert any(line.startswith("hint: its linear layers: ") and "q_proj" in line for line in lines[1:])
+    if not targets.startswith("["):
+        assert lines[1].startswith(f"hint: a single string is a regular expression over the whole module name: write [{targets}]")
     assert not run.exists()
     assert main([*argv[:-1], "optim.peft.target_modules=[q_proj,v_proj]"]) == 0  # names it has: trains

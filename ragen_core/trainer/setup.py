@@ -222,20 +222,31 @@ def check_lora_targets(config: RunConfig, model: Any) -> None:
         return
     import torch
 
-    names = [name for name, _ in model.named_modules() if name]
+    kinds: tuple[type, ...] = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+    try:
+        from transformers.pytorch_utils import Conv1D
+
+        kinds += (Conv1D,)
+    except ImportError:  # an older transformers: the torch layers only
+        pass
+    # peft adapts these layer types only: a name matching an attention block fails inside peft
+    names = [name for name, module in model.named_modules() if name and isinstance(module, kinds)]
     linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
     targets = peft_cfg.target_modules
+    hints = [f"its linear layers: {', '.join(linear) or 'none'} (or optim.peft.target_modules=all-linear)"]
     if isinstance(targets, str):
         try:
             missing = [] if any(re.fullmatch(targets, name) for name in names) else [targets]
         except re.error as exc:
             raise ConfigError(f"optim.peft.target_modules={targets!r} is not a regular expression ({exc})",
                               [f"name modules as a list, e.g. [{', '.join(linear[:2])}], or use all-linear"]) from None
+        hints.insert(0, f"a single string is a regular expression over the whole module name: write [{targets}] for layers of that "
+                        f"name, or '.*{targets}'")
     else:
         missing = [t for t in targets if not any(name == t or name.endswith("." + t) for name in names)]
     if missing:
-        raise ConfigError(f"optim.peft.target_modules: {', '.join(repr(m) for m in missing)} matches no module of model {config.model!r}",
-                          [f"its linear layers: {', '.join(linear) or 'none'} (or optim.peft.target_modules=all-linear)"])
+        raise ConfigError(f"optim.peft.target_modules: {', '.join(repr(m) for m in missing)} matches no layer LoRA can adapt "
+                          f"(linear, embedding, convolution) in model {config.model!r}", hints)
 
 
 def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path, resume_from: tuple[str, Path] | None = None,
