@@ -166,7 +166,7 @@ def test_sft_without_a_deadline_runs_every_planned_step(tmp_path):
     assert len(warmstart.sft(model, tok, trajs, epochs=2, lr=1e-3, batch_size=1, seed=0, deadline=time.time() - 1)) == 1
 
 
-def test_demonstrations_cut_by_the_reply_budget_stop_the_warm_start_before_sft(tmp_path, measured):
+def test_demonstrations_cut_by_the_reply_budget_stop_the_warm_start_before_sft(tmp_path, measured, capsys):
     """With max_new_tokens too small for even an empty-thought reply, every demonstration is cut
     before </answer>: SFT could never reach the gate (a user's run spent 5 minutes on it)."""
     from ragen_core.errors import ConfigError
@@ -175,10 +175,14 @@ def test_demonstrations_cut_by_the_reply_budget_stop_the_warm_start_before_sft(t
     model, tok = load_model_and_tokenizer("tiny")
     with pytest.raises(ConfigError) as err:
         warmstart.warm_start(_cfg(tmp_path, "sampling.train.max_new_tokens=6"), model, tok)
-    first, hint = str(err.value).splitlines()
+    first, hint, _ = str(err.value).splitlines()
     found = re.search(r"warm start: (\d+) of (\d+) demonstration replies need more than sampling.train.max_new_tokens=6 tokens "
                       r"\(up to (\d+)\)", first)
     assert found is not None and int(found.group(1)) == int(found.group(2)) >= 3, first  # every reply of 3 episodes is cut
     assert hint == f"hint: raise sampling.train.max_new_tokens to {found.group(3)} or more (and sampling.val.max_new_tokens with it)"
     assert measured["calls"] == 0  # stopped before any SFT or check
     warmstart.warm_start(_cfg(tmp_path, f"sampling.train.max_new_tokens={found.group(3)}", "warm_start.on_gate_miss=continue"), model, tok)
+    capsys.readouterr()
+    # on_gate_miss=continue: the user accepted a missed gate, so the cut is a warning and training goes on
+    warmstart.warm_start(_cfg(tmp_path, "sampling.train.max_new_tokens=6", "warm_start.on_gate_miss=continue"), model, tok)
+    assert "warning: warm start: " in capsys.readouterr().err and measured["calls"] >= 1

@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -404,10 +405,14 @@ def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
     if replies == 0 or n_cut / replies <= 1.0 - ws.target_valid_rate:
         return
     budget = config.sampling.train.max_new_tokens
-    raise ConfigError(f"warm start: {n_cut} of {replies} demonstration replies need more than sampling.train.max_new_tokens={budget} "
-                      f"tokens (up to {cut['needed']}), so replies are cut before </answer> and warm_start.target_valid_rate "
-                      f"{ws.target_valid_rate:g} cannot be reached",
-                      [f"raise sampling.train.max_new_tokens to {cut['needed']} or more (and sampling.val.max_new_tokens with it)"])
+    what = (f"warm start: {n_cut} of {replies} demonstration replies need more than sampling.train.max_new_tokens={budget} "
+            f"tokens (up to {cut['needed']}), so replies are cut before </answer> and warm_start.target_valid_rate "
+            f"{ws.target_valid_rate:g} cannot be reached")
+    fix = f"raise sampling.train.max_new_tokens to {cut['needed']} or more (and sampling.val.max_new_tokens with it)"
+    if ws.on_gate_miss == "continue":  # the user accepted a missed gate: say it, train on
+        print(f"warning: {what}; {fix}", file=sys.stderr, flush=True)
+        return
+    raise ConfigError(what, [fix, "or go on anyway with warm_start.on_gate_miss=continue"])
 
 
 def save_cached(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
