@@ -124,5 +124,6 @@ class DAPOAlgorithmConfig(AlgorithmConfig):
                      else f"sampling.train.max_new_tokens={limit} (overlong_max_length is unset)")
             raise ConfigError(f"algo_config.overlong_buffer_len={self.overlong_buffer_len} is longer than the length it counts back "
                               f"from, {where}",
-                              [f"set algo_config.overlong_buffer_len to at most {limit} (the 'overlong' preset sets 512), or raise "
-                               + ("algo_config.overlong_max_length" if self.overlong_max_length is not None else "sampling.train.max_new_tokens")])
+                              [f"set algo_config.overlong_buffer_len to at most {limit}, or raise "
+                               + ("algo_config.overlong_max_length" if self.overlong_max_length is not None else "sampling.train.max_new_tokens")
+                               + f" to {self.overlong_buffer_len} or more (algo_preset=overlong sets a 512-token window)"])
