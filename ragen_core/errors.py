@@ -89,3 +89,8 @@ class TrainingError(RagenError):
 
 class ResourceError(RagenError):
     """The run cannot fit the hardware (memory, context length); raised before rollout starts."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM turned into an exception (``ragen`` outside a training loop; the trainer on a second
+    SIGTERM): unwinds like Ctrl-C, so clean-up runs, and ``ragen`` exits 143 instead of 130."""

@@ -82,16 +82,18 @@ class EndBoom:
 
 class SignalAtStep1:
     def __init__(self, config):
-        self.signum = config.signum
+        self.signum, self.times = config.signum, config.times
 
     @hookimpl
     def ragen_on_rollout_end(self, trajectories, step, context):
         if step == 1:
-            os.kill(os.getpid(), self.signum)  # arrives mid-step, as from a terminal or a scheduler
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)  # arrives mid-step, as from a terminal or a scheduler
 
 
 class SignalConfig(PluginConfig):
     signum: int = 2
+    times: int = 1
 
 
 SPECS = [
@@ -292,3 +294,15 @@ def test_a_run_stopped_by_a_signal_says_so_and_does_not_exit_0(tmp_path, capsys,
     assert rc == 128 + signum
     assert f"stopped by {name} after step 1 of 3: continue with 'ragen run --resume {run_dir}'" in out.splitlines()
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_1"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_aborts_the_step_and_exits_with_its_own_code(tmp_path, capsys, signum):
+    """A second SIGTERM used to end as 'interrupted', exit 130, as if it were Ctrl-C."""
+    run_dir = tmp_path / "run"
+    rc = _run(run_dir, "diagnostics=[test-signal]", f"diagnostics_config.test-signal.signum={int(signum)}",
+              "diagnostics_config.test-signal.times=2", steps=3)
+    err = capsys.readouterr().err
+    assert rc == 128 + signum
+    assert ("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted") in err.splitlines()
+    assert "so there is nothing to resume" in err  # step 1 was aborted: no checkpoint

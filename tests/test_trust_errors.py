@@ -134,7 +134,7 @@ class RaisingValidatorConfig(CorridorConfig):
 
 
 Fault = Literal["none", "reset", "reset_member_1", "reward_none", "reward_text", "reward_numeric_text", "observation_none",
-                "three_values"]
+                "three_values", "list_of_four"]
 
 
 class MisbehavingConfig(CorridorConfig):
@@ -157,6 +157,8 @@ class MisbehavingEnv(CorridorEnv):
         fault = self.config.fault
         if fault == "three_values":  # forgot info: the pool used to fail unpacking it, with a hint about invalid moves
             return (obs, "1.0", done)  # type: ignore[return-value]
+        if fault == "list_of_four":  # a list of the four values unpacks as well as a tuple: accepted
+            return [obs, reward, done, info]  # type: ignore[return-value]
         bad: dict[str, Any] = {"reward_none": {"reward": None}, "reward_text": {"reward": "high"},
                                "reward_numeric_text": {"reward": "0.5"}, "observation_none": {"observation": None}}.get(fault, {})
         return StepResult(bad.get("observation", obs), bad.get("reward", reward), done, info)  # type: ignore[arg-type]
@@ -297,3 +299,12 @@ def test_a_config_default_that_breaks_its_own_rule_is_named_when_the_env_is_made
         assert "the default of length fails its own validation" in one_line(capsys, "PluginConfigError")
     finally:
         registry.unregister("env", "trust-bad-default")
+
+
+def test_a_step_returning_a_list_of_four_values_is_accepted(bad_envs):
+    from ragen_core.rollout.env_pool import run_actions
+
+    env = registry.make_env(BAD_ENV, fault="list_of_four")
+    env.reset(5)
+    outcome = run_actions(env, 0, ["Right"], label="t")
+    assert outcome.executed == ["Right"] and isinstance(outcome.observation, str)

@@ -154,12 +154,11 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return args
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM outside a training loop (which handles it itself): unwinds like Ctrl-C, so set-up's
-    clean-up runs (a fresh run folder is removed, servers stop), and ``ragen`` exits 143."""
-
-
 def _raise_terminated(signum: int, frame: Any) -> None:
+    """SIGTERM outside a training loop (which handles it itself): set-up's clean-up runs (a fresh
+    run folder is removed, servers stop) and ``ragen`` exits 143."""
+    from ragen_core.errors import Terminated
+
     raise Terminated
 
 
@@ -180,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from ragen_core.errors import RagenError
+    from ragen_core.errors import RagenError, Terminated
 
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "-v" in argv or "--verbose" in argv or os.environ.get("RAGEN_DEBUG") == "1"

@@ -111,7 +111,7 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
                 f"{label} raised on action {short_repr(action, 60)}: {_first_line(exc)}",
                 hints=["envs must treat any action string as input and report invalid moves via info"],
             ) from exc
-        if not isinstance(result, tuple) or len(result) != 4:  # a StepResult is a 4-tuple
+        if not isinstance(result, (tuple, list)) or len(result) != 4:  # a StepResult is a 4-tuple (a list of 4 unpacks too)
             size = f" of {len(result)}" if isinstance(result, (tuple, list)) else ""
             raise EnvError(f"{label} returned a {type(result).__name__}{size} ({short_repr(result, 60)}) from step() {what}",
                            hints=["step must return (observation, reward, done, info): a StepResult or a 4-tuple"])

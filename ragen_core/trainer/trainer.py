@@ -585,7 +585,9 @@ class Trainer(CheckpointMixin):
             self._interrupts += 1
             self.interrupted_by = signum
             if self._interrupts > 1:
-                raise KeyboardInterrupt
+                from ragen_core.errors import Terminated
+
+                raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
             how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             if self.world.main:  # under torchrun every rank gets the signal; one line says it
                 print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
