@@ -162,5 +162,9 @@ def test_offline_options_without_an_offline_recompute_are_refused_not_ignored(tm
     """--num-samples 1 (even an invalid value) passed silently when nothing was recomputed."""
     run = _run_with_checkpoint_dir(tmp_path)
     assert main(["diagnose", str(run), "--num-samples", "1", "--z-source", "response"]) == 2
-    line = one_line_error(capsys.readouterr().err)
-    assert line == "RagenError: --num-samples, --z-source only apply to an offline recompute, which --checkpoint or --rollouts asks for"
+    err = capsys.readouterr().err
+    assert one_line_error(err) == ("RagenError: --num-samples, --z-source only apply to an offline recompute, which --checkpoint or "
+                                   "--rollouts asks for")
+    assert f"hint: ragen diagnose {run} --checkpoint step_N --num-samples 1 --z-source response (it reads" in err  # pasteable
+    assert main(["diagnose", str(run), "--device", "cuda"]) == 2
+    assert one_line_error(capsys.readouterr().err).startswith("RagenError: --device only applies to an offline recompute")

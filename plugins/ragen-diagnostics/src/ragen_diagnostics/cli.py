@@ -122,13 +122,17 @@ def run(args: argparse.Namespace) -> int:
     check_run_dir(run_dir)
     from ragen_diagnostics import offline, report
 
-    offline_only = [flag for flag, value, default in (("--num-samples", args.num_samples, None), ("--device", args.device, "cpu"),
-                                                       ("--z-source", args.z_source, "reasoning"), ("--scoring", args.scoring, "shared-prefix"))
+    offline_only = [(flag, value) for flag, value, default in (("--num-samples", args.num_samples, None), ("--device", args.device, "cpu"),
+                                                                ("--z-source", args.z_source, "reasoning"),
+                                                                ("--scoring", args.scoring, "shared-prefix"))
                     if value != default]
     if offline_only and not (args.checkpoint or args.rollouts):  # they would change nothing: say so, not ignore them
-        raise RagenError(f"{', '.join(offline_only)} only apply to an offline recompute, which --checkpoint or --rollouts asks for",
-                         [f"ragen diagnose {run_dir} --checkpoint step_N {' '.join(offline_only)} ... (the run's saved rollouts of "
-                          "that step, or --rollouts FILE); without them diagnose reports the metrics the run logged"])
+        flags = [flag for flag, _ in offline_only]
+        given = " ".join(f"{flag} {value}" for flag, value in offline_only)
+        raise RagenError(f"{', '.join(flags)} only {'applies' if len(flags) == 1 else 'apply'} to an offline recompute, which "
+                         "--checkpoint or --rollouts asks for",
+                         [f"ragen diagnose {run_dir} --checkpoint step_N {given} (it reads the rollouts the run saved for that step, "
+                          "or --rollouts FILE); without them diagnose reports the metrics the run logged"])
     if args.checkpoint or args.rollouts:
         num_samples = parse_num_samples(args.num_samples)
         device = resolve_device(args.device)
