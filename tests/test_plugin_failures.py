@@ -251,13 +251,16 @@ def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
 def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_it(capsys, tmp_path, monkeypatch):
     """A factory string naming a class its module does not define is found from the module's
     source (no import); ``--strict`` imports the implementation, so one that fails to import fails."""
-    (tmp_path / "fakefactory_nope.py").write_text("import json\nclass Real:\n    pass\nif True:\n    ALSO = 1\n", encoding="utf-8")
+    (tmp_path / "fakefactory_nope.py").write_text("import json\nclass Real:\n    pass\nif True:\n    ALSO = 1\n"
+                                                  "for LOOPED in [1]:\n    pass\nglobals()['DYNAMIC'] = 1\n", encoding="utf-8")
     (tmp_path / "fakefactory_raises.py").write_text("raise ImportError('needs a library that is not installed')\nclass F:\n    pass\n",
                                                     encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     specs = [FilterSpec(name="test-missing-name", factory="fakefactory_nope:Nope"),
              FilterSpec(name="test-real-name", factory="fakefactory_nope:Real"),
              FilterSpec(name="test-nested-name", factory="fakefactory_nope:ALSO"),
+             FilterSpec(name="test-looped-name", factory="fakefactory_nope:LOOPED"),  # bound in ways the scan does not read:
+             FilterSpec(name="test-dynamic-name", factory="fakefactory_nope:DYNAMIC"),  # not failed without an import
              FilterSpec(name="test-import-fails", factory="fakefactory_raises:F")]
     for spec in specs:
         registry.register(spec)
@@ -265,7 +268,7 @@ def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_
         assert main(["plugins", "check", "--kind", "filter"]) == 1
         rows = {line.split()[1]: " ".join(line.split()) + " " for line in capsys.readouterr().out.splitlines() if "test-" in line}
         assert "FAILED PluginLoadError: factory 'fakefactory_nope:Nope': module 'fakefactory_nope' defines no 'Nope'" in rows["test-missing-name"]
-        assert " ok " in rows["test-real-name"] and " ok " in rows["test-nested-name"]
+        assert all(" ok " in rows[n] for n in ("test-real-name", "test-nested-name", "test-looped-name", "test-dynamic-name"))
         assert " ok " in rows["test-import-fails"]  # not imported without --strict: the light check cannot see it
         assert main(["plugins", "check", "--kind", "filter", "--strict"]) == 1
         rows = {line.split()[1]: " ".join(line.split()) + " " for line in capsys.readouterr().out.splitlines() if "test-" in line}

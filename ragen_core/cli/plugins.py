@@ -157,7 +157,8 @@ def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
     if found is None:
         raise PluginLoadError(f"factory {spec.factory!r}: no module named {module!r} (fix the spec's factory string)")
     name = attr.split(".")[0]
-    if name and found.origin and found.origin.endswith(".py") and name not in _top_level_names(found.origin):
+    if name and found.origin and found.origin.endswith(".py") and name not in _top_level_names(found.origin) \
+            and not _mentions(found.origin, name):  # bound some other way (a loop, globals()[...]): only the import can tell
         raise PluginLoadError(f"factory {spec.factory!r}: module {module!r} defines no {name!r} (fix the spec's factory string)")
     if load:
         try:
@@ -200,6 +201,15 @@ def _top_level_names(path: str) -> set[str] | _AnyName:
     if not bind(tree.body) or "__getattr__" in names:
         return _AnyName()
     return names
+
+
+def _mentions(path: str, name: str) -> bool:
+    """Whether the identifier ``name`` occurs anywhere in the source at ``path`` (the fallback of
+    the factory check: a name the top-level scan misses is failed only when it appears nowhere)."""
+    try:
+        return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", Path(path).read_text(encoding="utf-8")) is not None
+    except (OSError, ValueError):
+        return True
 
 
 class _AnyName:
