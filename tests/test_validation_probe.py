@@ -142,7 +142,7 @@ def test_a_validation_that_fails_after_the_update_keeps_the_step_and_a_resume_re
         with pytest.raises(RagenError, match="the validation server went away"):
             Trainer(toy_run_config(run, f"env={LATER_SPEC.name}", "test_freq=1", "val_groups=2", "save_freq=0", steps=2)).train()
         err = capsys.readouterr().err
-        assert "step 1's validation failed after its update: saved checkpoints/step_1 with the step's training metrics" in err
+        assert "step 1's validation failed after its update: saved checkpoints/step_1, with the step's training metrics" in err
         assert "nothing to resume" not in err
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [1]

@@ -509,14 +509,22 @@ class Trainer(CheckpointMixin):
             return None
         if not self._good_to_save(done):
             return None
+        return self._rescue_save(done, at, f"step {step} {why}", "the last finished step", aborted=why == "aborted")
+
+    def _rescue_save(self, done: int, at: dict[str, Any] | None, what: str, saved: str, *, aborted: bool,
+                     metrics: dict[str, float] | None = None) -> Path | None:
+        """Write the rescue checkpoint of step ``done`` (after ``metrics``, its metrics line, when
+        given) and say so: ``what`` happened, what was ``saved``, how to continue."""
         try:
+            if metrics is not None:
+                self.history.append(metrics)
+                call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=done, context=self.context)
             path = self.save(done, at)
         except Exception as exc:  # noqa: BLE001 - the original error is the one to report
-            report(f"step {step} {why}, and saving step {done} failed too ({type(exc).__name__}: {exc})")
+            report(f"{what}, and saving step {done} failed too ({type(exc).__name__}: {exc})")
             return None
-        fixed = "once the cause is fixed, " if why != "aborted" else ""
-        report(f"step {step} {why}: saved checkpoints/{path.name}, the last finished step; "
-               f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
+        fixed = "" if aborted else "once the cause is fixed, "
+        report(f"{what}: saved checkpoints/{path.name}, {saved}; {fixed}continue with 'ragen run --resume {self.run_dir}'")
         return path
 
     def _save_unvalidated(self, step: int, why: str) -> Path | None:
@@ -528,17 +536,8 @@ class Trainer(CheckpointMixin):
         self._validating = None  # once (the watchdog's thread and the main thread may both get here)
         if not self.world.main or self.overlap is not None or self.world.sharded or not self._good_to_save(step):
             return None
-        try:
-            self.history.append(metrics)
-            call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=step, context=self.context)  # its metrics line first
-            path = self.save(step, at)
-        except Exception as exc:  # noqa: BLE001 - the original error is the one to report
-            report(f"step {step}'s validation {why}, and saving step {step} failed too ({type(exc).__name__}: {exc})")
-            return None
-        fixed = "once the cause is fixed, " if why != "aborted" else ""
-        report(f"step {step}'s validation {why} after its update: saved checkpoints/{path.name} with the step's training metrics; "
-               f"{fixed}continue with 'ragen run --resume {self.run_dir}'")
-        return path
+        return self._rescue_save(step, at, f"step {step}'s validation {why} after its update", "with the step's training metrics",
+                                 aborted=why == "aborted", metrics=metrics)
 
     def _say_if_nothing_saved(self) -> None:
         """After a failed or aborted run: when the folder holds no checkpoint there is nothing to
