@@ -109,10 +109,10 @@ class Trainer(CheckpointMixin):
         self.interrupted_by: int | None = None
         """The signal (SIGINT, SIGTERM) that ended training early, else None."""
         self._updating = False
+        """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
         """While a step's validation runs: the step, its metrics and the resume point after its
         update (a validation that fails then checkpoints the step, whose update had finished)."""
-        """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._built = False
         self._shut = False
         self.history: list[dict[str, float]] = []
