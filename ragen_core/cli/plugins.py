@@ -157,8 +157,7 @@ def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
     if found is None:
         raise PluginLoadError(f"factory {spec.factory!r}: no module named {module!r} (fix the spec's factory string)")
     name = attr.split(".")[0]
-    if name and found.origin and found.origin.endswith(".py") and name not in _top_level_names(found.origin) \
-            and not _mentions(found.origin, name):  # bound some other way (a loop, globals()[...]): only the import can tell
+    if name and found.origin and found.origin.endswith(".py") and not _may_define(found.origin, name):
         raise PluginLoadError(f"factory {spec.factory!r}: module {module!r} defines no {name!r} (fix the spec's factory string)")
     if load:
         try:
@@ -168,55 +167,30 @@ def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
     return []
 
 
-def _top_level_names(path: str) -> set[str] | _AnyName:
-    """The names a module's source binds at top level (also under ``if`` / ``try``), or every
-    name when it cannot tell (a module ``__getattr__``, a star import, unreadable source)."""
+def _may_define(path: str, name: str) -> bool:
+    """Whether the module source at ``path`` may define ``name``, read without importing it: the
+    identifier occurs in it (however it is bound: def, assignment, import, loop, ``globals()``), or
+    the module can bind names it never spells (a star import, a module ``__getattr__``), or the
+    source cannot be read or parsed (the import then says what is wrong)."""
     import ast
 
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), path)
+        text = Path(path).read_text(encoding="utf-8")
+        tree = ast.parse(text, path)
     except (OSError, SyntaxError, ValueError):
-        return _AnyName()  # an import would say what is wrong; not this check's business
-    names: set[str] = set()
-
-    def bind(body: list[ast.stmt]) -> bool:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    if alias.name == "*":
-                        return False
-                    names.add(alias.asname or alias.name.split(".")[0])
-            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-                inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
-                inner += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
-                if not bind(inner):
-                    return False
+        return True
+    if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
         return True
 
-    if not bind(tree.body) or "__getattr__" in names:
-        return _AnyName()
-    return names
+    def module_level(node: ast.AST) -> Any:  # the module's statements, not those inside a def or class
+        for child in ast.iter_child_nodes(node):
+            yield child
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from module_level(child)
 
-
-def _mentions(path: str, name: str) -> bool:
-    """Whether the identifier ``name`` occurs anywhere in the source at ``path`` (the fallback of
-    the factory check: a name the top-level scan misses is failed only when it appears nowhere)."""
-    try:
-        return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", Path(path).read_text(encoding="utf-8")) is not None
-    except (OSError, ValueError):
-        return True
-
-
-class _AnyName:
-    """Stands for "any name may be defined" (:func:`_top_level_names` could not tell)."""
-
-    def __contains__(self, name: object) -> bool:
-        return True
+    return any((isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names))
+               or (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__getattr__")
+               or (isinstance(n, ast.Name) and n.id == "__getattr__" and isinstance(n.ctx, ast.Store)) for n in module_level(tree))
 
 
 def _check_defaults(spec: Any) -> list[str]:
