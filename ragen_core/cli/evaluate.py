@@ -287,7 +287,9 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
     out: dict[str, Any] = {key: saved[key] for key in ("env", "preset", "env_config") if key in saved}
     rollout = saved.get("rollout")
     if isinstance(rollout, dict):  # how an episode runs; not how many, nor where (pool) or how (async)
-        out["rollout"] = {k: v for k, v in rollout.items() if k not in ("env_groups", "group_size", "pool", "pool_config", "async_rollout")}
+        from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS
+
+        out["rollout"] = {k: v for k, v in rollout.items() if k not in BATCH_ROLLOUT_KEYS}
     return out
 
 

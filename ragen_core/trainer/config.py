@@ -26,6 +26,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False)
 
 
+#: Rollout settings that say how many episodes run and where or how they are scheduled, not how
+#: an episode runs: left out when two runs' episodes are compared (shipped-policy match, eval of a run).
+BATCH_ROLLOUT_KEYS = frozenset({"env_groups", "group_size", "pool", "pool_config", "async_rollout"})
+
 #: Largest accepted ``seed`` / ``seed_val``: training seeds count up from ``seed`` and seeds feed
 #: 64-bit generators (torch, NumPy), so a base below 2**63 leaves room for every later step.
 MAX_SEED = 2**63 - 1
