@@ -64,3 +64,31 @@ def test_the_first_step_says_what_it_is_doing_on_the_progress_bar(tmp_path, capf
     assert "turn 1 of a train rollout" in err
     assert "the update of step 1 (a process's first update sets torch up" in err
     assert "the update of step 2" not in err
+
+
+def test_a_plugins_warning_during_training_prints_on_its_own_line_above_the_bar(tmp_path, capfd, monkeypatch):
+    """A plugin's logger warning with no handler configured (the ray pool's "replaced actor" line)
+    went through logging's last-resort handler straight onto stderr, glued to the end of the
+    progress bar's line; during the loop it is printed above the bar (tqdm.write), on a line of its own."""
+    import logging
+    import re
+
+    from ragen_core.testing.toy_env import CorridorEnv
+    from ragen_core.trainer.trainer import Trainer
+
+    plugin_log = logging.getLogger("ragen_test_plugin_warning")
+    monkeypatch.setattr(plugin_log, "propagate", False)  # no handler anywhere above it (pytest's sit on the root logger)
+    original = CorridorEnv.reset
+
+    def warning_reset(self, *args, **kwargs):
+        plugin_log.warning("test plugin: something the user should see")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CorridorEnv, "reset", warning_reset)
+    before = logging.lastResort
+    Trainer(_cfg(tmp_path, "steps=1", "save_freq=0", "progress=true")).train()
+    err = capfd.readouterr().err
+    assert "test plugin: something the user should see" in err
+    # on a line of its own: the bar is cleared first ('\r' + blanks + '\r'), never "...]test plugin"
+    assert not re.search(r"[^\r\n]test plugin: something", err), err
+    assert logging.lastResort is before  # put back after the loop

@@ -48,10 +48,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +326,9 @@ class Trainer(CheckpointMixin):
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
         bar = self._bar = self._progress()
+        above = contextlib.ExitStack()
+        if bar is not None:
+            above.enter_context(_LogAboveBar.installed())
         t_start = time.perf_counter()
         step = self.start_step - 1
         failed = True  # until the loop ends without an exception
@@ -385,6 +390,7 @@ class Trainer(CheckpointMixin):
             if bar is not None:
                 bar.close()
                 self._bar = None
+            above.close()
             if failed and self.world.main:
                 self._say_if_nothing_saved()
             for sig, previous in (old_handler or {}).items():
@@ -834,3 +840,30 @@ class _Timer:
         k = f"timing_s/{self.key}"
         self.metrics[k] = self.metrics.get(k, 0.0) + time.perf_counter() - self.t0
 
+
+
+class _LogAboveBar(logging.Handler):
+    """While the progress bar is up: logging's last-resort handler, printing above the bar.
+
+    With no handler configured, logging prints a warning of a plugin (``ragen_workers_ray``'s
+    "replaced actor" line, say) through ``logging.lastResort``: straight onto stderr, glued to the
+    end of the bar's line. This one takes its place for the loop and prints the same records
+    (warnings and worse, only those no configured handler took) through ``tqdm.write``.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            report(self.format(record))
+        except Exception:  # noqa: BLE001 - logging's rule: a failing handler must not raise
+            self.handleError(record)
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls) -> Iterator[None]:
+        """``logging.lastResort`` is one of these inside the block (put back after)."""
+        previous = logging.lastResort
+        logging.lastResort = cls(logging.WARNING)
+        try:
+            yield
+        finally:
+            logging.lastResort = previous
