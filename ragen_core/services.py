@@ -84,6 +84,7 @@ from __future__ import annotations
 import atexit
 import collections
 import http.client
+import logging
 import os
 import re
 import shlex
@@ -104,12 +105,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ragen_core.errors import RagenError
 from ragen_core.specs import PluginConfig
 
+log = logging.getLogger(__name__)
+
 HOST = "127.0.0.1"
 """Children listen on loopback only: they serve this process, not the network."""
 
 _TAIL_LINES = 5
 _LOG_HEADER = "--- ragen: starting "
 _POLL_MAX_S = 0.25
+
+
+def _exit_text(code: int) -> str:
+    """``exit status 3`` or, for a child a signal ended, ``killed by SIGKILL``."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 class ServiceError(RagenError):
@@ -497,11 +510,16 @@ class _Service:
                     self.restarts.popleft()
                 if len(self.restarts) >= cfg.max_restarts:
                     raise self.error(
-                        f"died (exit status {code}) after {len(self.restarts)} restart(s) within "
+                        f"died ({_exit_text(code)}) after {len(self.restarts)} restart(s) within "
                         f"{cfg.restart_window_s:g} s (max_restarts={cfg.max_restarts}); giving up",
                         ("see the log for why it dies; raise max_restarts if the deaths are expected",),
                     )
-                time.sleep(min(cfg.backoff_s * 2 ** len(self.restarts), cfg.backoff_max_s))
+                delay = min(cfg.backoff_s * 2 ** len(self.restarts), cfg.backoff_max_s)
+                assert self.proc is not None
+                log.warning("service %r (pid %d) died (%s); restarting it in %.3g s (restart %d of max_restarts=%d within %g s); "
+                            "last output: %s (log: %s)", self.spec.name, self.proc.pid, _exit_text(code), delay, len(self.restarts) + 1,
+                            cfg.max_restarts, cfg.restart_window_s, self.output_tail(), self.log_path)
+                time.sleep(delay)
                 self.restarts.append(time.monotonic())
                 self.start()
             assert self.url is not None

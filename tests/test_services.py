@@ -212,6 +212,19 @@ def test_ensure_ready_restarts_a_killed_child():
         assert not pid_alive(old)
 
 
+def test_a_restart_is_logged_naming_the_service_the_signal_and_the_log(caplog):
+    """A server killed mid-run used to come back without a word: the restart is one warning line."""
+    with acquire(child_spec(name="shop"), fast(max_restarts=2)) as handle:
+        old = handle.pid
+        os.kill(old, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with caplog.at_level("WARNING", logger="ragen_core.services"):
+            handle.ensure_ready()
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "ragen_core.services"]
+    assert line.startswith(f"service 'shop' (pid {old}) died (killed by SIGKILL); restarting it in ")
+    assert "(restart 1 of max_restarts=2 within " in line and f"(log: {handle.log_path})" in line and "\n" not in line
+
+
 def test_restart_limit_gives_a_clear_error():
     with acquire(child_spec(name="sandbox"), fast(max_restarts=1)) as handle:
         get(handle.url, "/exit")  # the child can be told to exit
