@@ -70,3 +70,11 @@ def test_server_killed_mid_rollout(tmp_path, monkeypatch):
     finally:
         pool.close()
     assert not service.alive  # the last env's close stopped the child
+
+
+def test_a_process_pool_starts_at_most_one_worker_and_server_per_core():
+    """Each worker process starts its own retrieval server: the spec's resources.cpus had sized the
+    process pool (and a local Ray) at 10 workers per core, each with its server and whole index."""
+    from ragen_core.rollout.process_pool import ProcessEnvPool
+
+    assert ProcessEnvPool(EnvRef(name="searchqa")).size <= (os.cpu_count() or 1)

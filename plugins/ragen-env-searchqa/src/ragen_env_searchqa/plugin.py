@@ -46,7 +46,10 @@ SPEC = EnvSpec(
     # step() waits on the retrieval server: the local pool steps a turn's episodes in threads, and
     # the process-wide client sends their searches as one batched request.
     async_step=True,
-    resources=EnvResources(cpus=0.1),
+    # One core per instance, though a search mostly waits: a worker process or Ray actor starts
+    # its own retrieval server (a service is shared within a process), which encodes the queries.
+    # A fraction here sized the process pool / a local Ray at 10 workers per core, each its server.
+    resources=EnvResources(cpus=1.0),
     presets={
         "SearchQA": dict(_TAG),
         "SearchQAMock": {**_TAG, "mock_mode": True},
