@@ -200,6 +200,24 @@ def test_resume_names_the_checkpoint_and_every_changed_setting(tmp_path, capsys)
     assert [(r["from_step"], r["changed"]) for r in rows] == [(2, {"optim.lr": [cfg.optim.lr, cfg.optim.lr / 2]})]
 
 
+def test_resume_of_a_run_without_a_checkpoint_refuses_before_any_settings_line(tmp_path, capsys):
+    """It printed "resume: settings changed ..." (and wrote config_changes.jsonl) before finding
+    that there was no checkpoint to continue from."""
+    import shutil
+
+    cfg = make_config(tmp_path, "filter=snr-topp", "filter_config.value=0.8", steps=1)
+    Trainer(cfg).train()
+    shutil.rmtree(Path(cfg.run_dir) / "checkpoints")
+    before = _snapshot(Path(cfg.run_dir))
+    capsys.readouterr()
+    # another filter drops the saved filter_config ("resume: the filter changed, so ..."): not said first
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "--filter", "snr-topk", f"optim.lr={cfg.optim.lr / 2}") == 2
+    out, err = capsys.readouterr()
+    assert one_line_error(err).startswith(f"CheckpointError: --resume: no checkpoint found under {Path(cfg.run_dir) / 'checkpoints'}")
+    assert not any(line.startswith("resume:") for line in (out + err).splitlines()), out + err
+    assert _snapshot(Path(cfg.run_dir)) == before  # no config_changes.jsonl for a resume that never ran
+
+
 def test_the_trainer_api_refuses_a_resume_into_another_env_too(tmp_path):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()

@@ -64,6 +64,10 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if args.resume and getattr(args, "overwrite", False):
         raise ConfigError("--resume and --overwrite exclude each other", ["--resume continues the run; --overwrite starts it again"])
     resumed = read_run_config(Path(args.resume)) if args.resume else None
+    if args.resume:  # before any line about its settings: a run without a checkpoint cannot be resumed
+        from ragen_core.trainer.checkpoint import require_checkpoints
+
+        require_checkpoints(Path(args.resume))
     flags: list[str] = []
     for key in ("env", "preset", "algo", "filter", "model", "engine", "steps"):
         value = getattr(args, key, None)

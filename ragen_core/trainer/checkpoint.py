@@ -315,6 +315,20 @@ def written_by_ragen(path: str | Path) -> bool:
     return p.is_dir() and ((p / MANIFEST_FILE).is_file() or (p / STATE_FILE).is_file())
 
 
+def require_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """:func:`list_checkpoints` of a run ``--resume`` continues; refuses a run that has none.
+
+    Raises:
+        CheckpointError: no checkpoint folder at all (checked before the resumed settings are read,
+            so nothing else is printed first).
+    """
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointError(f"--resume: no checkpoint found under {run_dir / 'checkpoints'}",
+                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...', or choose another --run-dir"])
+    return found
+
+
 def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) -> tuple[int, Path]:
     """The checkpoint ``--resume`` continues from: the newest intact one whose step has its metrics row.
 
@@ -329,10 +343,7 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
     from ragen_core.trainer.loggers import read_complete_rows
 
     run_dir = Path(run_dir)
-    found = list_checkpoints(run_dir)
-    if not found:
-        raise CheckpointError(f"--resume: no checkpoint found under {run_dir / 'checkpoints'}",
-                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...', or choose another --run-dir"])
+    found = require_checkpoints(run_dir)
     rows, torn = read_complete_rows(run_dir / "metrics.jsonl")
     logged = int(rows[-1].get("step", 0)) if rows else 0
     damaged: list[tuple[Path, str]] = []
