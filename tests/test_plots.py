@@ -119,3 +119,46 @@ def test_a_run_draws_its_plots_when_it_ends(tmp_path, monkeypatch, capsys, plots
     summary = tmp_path / "run" / "plots" / "summary.png"
     assert summary.is_file() is (plots == "1")
     assert (f"plots: {tmp_path / 'run' / 'plots'}" in capsys.readouterr().out) is (plots == "1")
+
+
+def test_a_plot_stopped_while_it_is_written_leaves_no_cut_png(monkeypatch, tmp_path):
+    """SIGTERM / Ctrl-C in the middle of savefig left a truncated summary.png behind."""
+    from matplotlib.figure import Figure
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    real = Figure.savefig
+    calls: list[int] = []
+
+    def stopped_savefig(self, fname, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second figure: half written, then the signal
+            with open(fname, "wb") as fh:
+                fh.write(b"\x89PNG cut")
+            raise KeyboardInterrupt
+        return real(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", stopped_savefig)
+    with pytest.raises(KeyboardInterrupt):
+        plot_run(tmp_path)
+    pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert len(pngs) == 1 and pngs[0].endswith(".png")  # the first figure, whole; nothing of the second, no temporary folder
+    assert (tmp_path / "plots" / pngs[0]).read_bytes().startswith(b"\x89PNG\r\n")
+
+
+def test_a_run_stopped_while_drawing_its_plots_says_how_to_draw_them(monkeypatch, tmp_path, capsys):
+    """A SIGTERM after the last step, while the plots were drawn, ended with only "terminated (SIGTERM)"."""
+    from ragen_core.cli import plot as plot_mod
+    from ragen_core.errors import Terminated
+    from ragen_core.trainer.loggers import JsonlLogger
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+
+    def terminated(run_dir, out=None):
+        raise Terminated
+
+    monkeypatch.setattr(plot_mod, "plot_run", terminated)
+    monkeypatch.setenv("RAGEN_PLOTS", "1")
+    with pytest.raises(Terminated):  # still stops the command (exit 143), after the line
+        JsonlLogger(tmp_path).ragen_on_train_end()
+    assert (f"plots not drawn (stopped while drawing them; metrics.jsonl and the checkpoints are kept): draw them with 'ragen plot {tmp_path}'"
+            in capsys.readouterr().err)

@@ -16,6 +16,7 @@ matplotlib's non-interactive Agg backend (works on headless machines).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,23 @@ def _draw(ax: Any, rows: list[dict[str, Any]], keys: list[str], ylabel: str, *, 
         ax.legend(fontsize=7)
 
 
+def _save_png(fig: Any, path: Path) -> Path:
+    """Write ``fig`` to ``path`` whole or not at all (a run stopped mid-plot leaves no cut PNG); closes it."""
+    import shutil
+    import tempfile
+
+    import matplotlib.pyplot as plt
+
+    drawing = Path(tempfile.mkdtemp(prefix=".drawing-", dir=path.parent))
+    try:
+        fig.savefig(drawing / path.name, dpi=100, format="png")
+        os.replace(drawing / path.name, path)
+    finally:
+        plt.close(fig)
+        shutil.rmtree(drawing, ignore_errors=True)
+    return path
+
+
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     """Write the PNG files; returns their paths."""
     import matplotlib
@@ -170,10 +188,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
             _draw(ax, rows, chosen, panel.ylabel, legend=True)
             ax.set_title(f"{run_dir.name}: {panel.name}")
         fig.tight_layout()
-        path = out_dir / f"{panel.name}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save_png(fig, out_dir / f"{panel.name}.png"))
     if figures:
         fig, axes = plt.subplots(2, 2, figsize=(10, 7))
         first = sorted(figures, key=lambda f: SUMMARY.index(f[0].name) if f[0].name in SUMMARY else len(SUMMARY))[:4]
@@ -185,10 +200,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
             ax.set_visible(False)
         fig.suptitle(run_dir.name)
         fig.tight_layout()
-        path = out_dir / "summary.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save_png(fig, out_dir / "summary.png"))
     grad_path = plot_grad_norms(rows, out_dir, run_dir.name)
     if grad_path is not None:
         written.append(grad_path)
@@ -246,10 +258,7 @@ def plot_grad_norms(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Pa
     axes[0][0].set_ylabel("grad norm (pre-clip)")
     fig.suptitle(f"{title}: gradient norm per loss component")
     fig.tight_layout()
-    path = out_dir / "grad_norms.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_png(fig, out_dir / "grad_norms.png")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -138,6 +138,10 @@ class JsonlLogger:
             from ragen_core.cli.plot import plot_run
 
             written = plot_run(self.path.parent)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM once training is over: metrics and checkpoints are on disk
+            print(f"plots not drawn (stopped while drawing them; metrics.jsonl and the checkpoints are kept): draw them with "
+                  f"'ragen plot {self.path.parent}'", file=sys.stderr)
+            raise
         except Exception as exc:  # noqa: BLE001 - plots are a by-product; the run's results are already written
             print(f"warning: plots not drawn ({type(exc).__name__}: {exc}); draw them with 'ragen plot {self.path.parent}'", file=sys.stderr)
             return
