@@ -199,8 +199,8 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
         elif err.get("type") == "value_error" and not loc:  # a rule across settings: its own sentence names them
             text = short_text(str(err.get("msg")).removeprefix("Value error, "), 300)
             parts.append(f"{prefix}: {text}" if prefix else text)
-        else:
-            parts.append(f"{path}: {short_text(str(err.get('msg')), 200)} (got {short_repr(err.get('input'))})")
+        else:  # a field validator's own words, without pydantic's "Value error, " in front
+            parts.append(f"{path}: {short_text(str(err.get('msg')).removeprefix('Value error, '), 200)} (got {short_repr(err.get('input'))})")
     extra = len(errors) - 3
     return "invalid config: " + "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
 

@@ -28,7 +28,17 @@ def test_settings_that_keep_nothing_are_refused_naming_the_key(name, settings, k
     assert key in str(info.value).splitlines()[0]
 
 
+def test_a_topk_fraction_above_one_is_refused_pointing_at_the_count_filter():
+    """snr-topk value=4 (a count typed into the fraction filter) used to keep every group silently."""
+    with pytest.raises(PluginConfigError) as info:
+        registry.make_config("filter", "snr-topk", {"value": 4})
+    line = str(info.value).splitlines()[0]
+    assert "filter.snr-topk.value: is a fraction of the groups in [0, 1]" in line and "use the filter snr-topk-abs" in line
+    assert "Value error" not in line
+
+
 @pytest.mark.parametrize(("name", "settings"), [
+    ("snr-topk", {"value": 1.0}), ("snr-topk", {"value": 0.0}),
     ("snr-minp", {"value": 1.0}), ("snr-minp", {"value": 0.0}), ("snr-topp", {"selection_eps": 0.0}),
     ("reference", {"strategy": "top_k", "value": 2.0}), ("reference", {"strategy": "min_p", "value": 0.5}),
 ])

@@ -116,7 +116,15 @@ class TopKConfig(OrderedConfig):
     """``snr-topk``: keep ``int(value * num_groups)`` groups (at least 1)."""
 
     value: float = Field(default=0.25, ge=0.0)
-    """Fraction of the configured number of groups to keep."""
+    """Fraction of the configured number of groups to keep, in [0, 1] (a count is ``snr-topk-abs``)."""
+
+    @field_validator("value")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if value > 1:  # int(value * groups) then exceeds every batch: the filter would keep all, silently
+            raise ValueError(f"is a fraction of the groups in [0, 1] ({value:g} would keep every group); "
+                             f"to keep {value:g} groups use the filter snr-topk-abs")
+        return value
 
 
 class TopKAbsConfig(OrderedConfig):
