@@ -154,6 +154,29 @@ def test_the_time_budget_stops_sft_inside_a_round_not_only_between_rounds(tmp_pa
     assert "warm start round 1: SFT stopped after 1 of 32 steps: warm_start.max_seconds (0 s) is spent" in capsys.readouterr().out
 
 
+def test_the_stopped_sft_counts_its_planned_steps_in_rows_of_a_windowed_context(tmp_path, measured, capsys, monkeypatch):
+    """With a windowed context every turn is its own SFT row: the note said "of 32 steps" (episodes)
+    while SFT planned its batches over the turns."""
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.batch import build_batch
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "warm_start.episodes=8", "warm_start.epochs=4", "warm_start.batch_size=1", "warm_start.on_gate_miss=continue",
+               "rollout.extra.context_window=single-turn")
+    seen: list[int] = []
+    real_sft = warmstart.sft
+
+    def counting_sft(model, tokenizer, trajs, **kwargs):
+        seen.append(len(build_batch(trajs, 0, per_turn=kwargs["per_turn"])))
+        return real_sft(model, tokenizer, trajs, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft", counting_sft)
+    warmstart.warm_start(cfg, model, tok)
+    (rows,) = seen
+    assert rows > 8  # random demonstrations of a 2-turn env: some have two turns
+    assert f"warm start round 1: SFT stopped after 1 of {4 * rows} steps" in capsys.readouterr().out
+
+
 def test_sft_without_a_deadline_runs_every_planned_step(tmp_path):
     import time
 

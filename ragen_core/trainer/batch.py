@@ -109,6 +109,11 @@ def per_turn_rows(runner_config: Any) -> bool:
     return bool(runner_config.context_window != "full")
 
 
+def row_count(trajectories: Sequence[Trajectory], *, per_turn: bool) -> int:
+    """Rows :func:`build_batch` makes of ``trajectories``: one per episode, or one per turn."""
+    return sum(len(turn_samples(t)) for t in trajectories) if per_turn else len(trajectories)
+
+
 def build_batch(
     trajectories: Sequence[Trajectory],
     pad_token_id: int,

@@ -289,7 +289,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     returned uncached (see :func:`gate_missed`).
     """
     from ragen_core.models import load_model_and_tokenizer
-    from ragen_core.trainer.batch import per_turn_rows
+    from ragen_core.trainer.batch import per_turn_rows, row_count
     from ragen_core.trainer.setup import rollout_config
 
     ws = config.warm_start
@@ -363,7 +363,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                      optimizer=opt, prompt_loss_weight=ws.prompt_loss_weight, schedule=ws.lr_schedule, per_turn=per_turn,
                      progress=f"warm start round {rnd + 1}: SFT" if bars else None, micro_batch_size=ws.micro_batch_size,
                      deadline=t0 + ws.max_seconds)
-        planned = ws.epochs * -(-len(trajs) // ws.batch_size)
+        planned = ws.epochs * -(-row_count(trajs, per_turn=per_turn) // ws.batch_size)  # sft's steps: batches of rows
         if verbose and len(losses) < planned:
             print(f"warm start round {rnd + 1}: SFT stopped after {len(losses)} of {planned} steps: warm_start.max_seconds "
                   f"({ws.max_seconds:.0f} s) is spent; checking the valid rate once more")
