@@ -230,8 +230,9 @@ def check_lora_targets(config: RunConfig, model: Any) -> None:
     except ImportError:  # an older transformers: the torch layers only
         pass
     # peft adapts these layer types only: a name matching an attention block fails inside peft
-    names = [name for name, module in model.named_modules() if name and isinstance(module, kinds)]
-    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
+    layers = [(name, module) for name, module in model.named_modules() if name and isinstance(module, kinds)]
+    names = [name for name, _ in layers]
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in layers if isinstance(module, torch.nn.Linear)})
     targets = peft_cfg.target_modules
     hints = [f"its linear layers: {', '.join(linear) or 'none'} (or optim.peft.target_modules=all-linear)"]
     if isinstance(targets, str):
