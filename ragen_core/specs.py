@@ -197,6 +197,12 @@ class EnvSpec(PluginSpec):
     resources: EnvResources = Field(default_factory=EnvResources)
     """Per-instance resource hint read by env pools."""
     multimodal: bool = False
+    placement_settings: tuple[str, ...] = ()
+    """``env_config`` keys (``a.b`` for a nested one) that choose where or how the env runs without
+    changing what the policy sees, e.g. in-process or through a server. Changing them keeps a
+    cached warm start and the shipped policy's measurement. The start and restart settings of a
+    :class:`~ragen_core.services.ServiceConfig` field count as such always, its ``url`` never (the
+    server there may hold other data)."""
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     """Named run settings for this env (``ragen run --recipe NAME``), e.g. one measured to learn."""
     def recipe(self, name: str) -> dict[str, Any]:

@@ -46,6 +46,25 @@ def test_the_check_key_follows_what_a_format_check_depends_on_only():
     assert warm_policy.check_key(_cfg("rollout.enable_think=false")) != base
 
 
+@pytest.mark.parametrize(("env", "same", "other"), [
+    ("webshop", ["env_config.shop=server", "env_config.server.ready_timeout_s=99", "env_config.server.max_restarts=9"],
+     ["env_config.shop=server", "env_config.server.url=http://127.0.0.1:9"]),
+    ("searchqa", ["env_config.server.max_restarts=9", "env_config.server.log_dir=/tmp/x"], ["env_config.server.url=http://127.0.0.1:9"]),
+])
+def test_where_an_env_runs_keeps_the_check_key_but_another_server_address_does_not(env, same, other):
+    """Running WebShop through its HTTP shop, or a server's start/restart settings, made a run spend a
+    32-episode check of the shipped policy (and miss its cached warm start) as if the env had changed;
+    a server at another URL may hold another catalog or corpus, so that still counts."""
+    from ragen_core import registry
+
+    if env not in registry.names("env"):
+        pytest.skip(f"the {env} env is not installed")
+    base = warm_policy.check_key(load_config(RunConfig, [], [f"env={env}"]))
+    assert warm_policy.check_key(load_config(RunConfig, [], [f"env={env}", *same])) == base
+    assert warm_policy.check_key(load_config(RunConfig, [], [f"env={env}", *other])) != base
+    assert warm_policy.check_key(load_config(RunConfig, [], [f"env={env}", "env_config.max_turns=2"])) != base
+
+
 def test_a_build_records_command_settings_weights_and_each_targets_measurement(built):
     out, record = built
     on_disk = json.loads((out / "build.json").read_text())

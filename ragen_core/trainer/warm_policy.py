@@ -77,17 +77,42 @@ def used_as_is(entry: dict[str, Any] | None, target_valid_rate: float) -> bool:
 def changed_env_settings(config: RunConfig) -> dict[str, Any]:
     """The env settings of ``config`` that differ from what the env (under its preset) uses anyway,
     as plain data: ``env_config.show_guidance=true`` (the default) is no change, so a run that spells
-    out a default finds the policies measured without it. ``config.env_config`` as it is when the
-    env's settings cannot be resolved here (the run reports that itself)."""
+    out a default finds the policies measured without it. Settings of where the env runs
+    (:func:`placement_keys`) are left out. ``config.env_config`` as it is when the env's settings
+    cannot be resolved here (the run reports that itself)."""
     from ragen_core import registry
     from ragen_core.errors import RagenError
 
     try:
-        resolved = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset).model_dump(mode="json")
+        made = registry.make_config("env", config.env, dict(config.env_config), preset=config.preset)
+        resolved = made.model_dump(mode="json")
         default = registry.make_config("env", config.env, {}, preset=config.preset).model_dump(mode="json")
+        placement = placement_keys(made, registry.get_spec("env", config.env).placement_settings)
     except (RagenError, ValueError):
         return dict(config.env_config)
+    for key in placement:
+        *parents, leaf = key.split(".")
+        for settings in (resolved, default):
+            node: Any = settings
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(leaf, None)
     return {key: value for key, value in resolved.items() if value != default.get(key)}
+
+
+def placement_keys(settings: Any, declared: tuple[str, ...]) -> list[str]:
+    """The env's ``placement_settings``, plus every field but ``url`` of each service config in
+    ``settings`` (how a server is started and restarted changes nothing the policy sees; which
+    server it talks to may)."""
+    from ragen_core.services import ServiceConfig
+
+    keys = list(declared)
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, ServiceConfig):
+            keys += [f"{name}.{field}" for field in type(value).model_fields if field != "url"]
+    return keys
 
 
 def check_payload(config: RunConfig) -> dict[str, Any]:
