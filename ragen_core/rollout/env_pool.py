@@ -72,6 +72,16 @@ def _observation(value: Any, label: str, what: str) -> str:
     return value
 
 
+def _flag(value: Any, name: str, label: str, what: str) -> bool:
+    """``done`` or ``info["success"]`` as a bool; numpy's bool is one too, anything else (the
+    string ``"no"``, which is truthy, or 1) is refused rather than read by its truth value."""
+    kind = type(value)
+    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")):
+        return bool(value)
+    raise EnvError(f"{label} returned {name} {short_repr(value, 40)} of type {kind.__name__} {what}",
+                   hints=[f"{name} must be True or False (train/success counts info['success'] is True)"])
+
+
 def _reward(value: Any, label: str, what: str) -> float:
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise EnvError(f"{label} returned a reward of type {type(value).__name__} ({short_repr(value, 60)}) {what}",
@@ -120,6 +130,9 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         reward += _reward(r, label, what)
         if not isinstance(info, Mapping):
             raise EnvError(f"{label} returned an info of type {type(info).__name__} {what}", hints=["info must be a dict (may be empty)"])
+        done = _flag(done, "done", label, what)
+        if "success" in info:
+            info = {**info, "success": _flag(info["success"], "info['success']", label, what)}
         executed.append(action)
         if done:
             break

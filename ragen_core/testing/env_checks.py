@@ -66,9 +66,18 @@ def _assert_step(name: str, result: Any, action: str) -> StepResult:
     assert isinstance(obs, str), f"env {name!r}: observation after {action[:40]!r} is {type(obs).__name__}, not str"
     assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"env {name!r}: reward must be a float, got {type(reward).__name__}"
     assert math.isfinite(float(reward)), f"env {name!r}: non-finite reward {reward!r} after action {action[:40]!r}"
-    assert isinstance(done, bool), f"env {name!r}: done must be bool, got {type(done).__name__}"
+    assert isinstance(done, bool), f"env {name!r}: done must be bool, got {_type_name(done)}"
     assert isinstance(info, dict), f"env {name!r}: info must be a dict"
+    if "success" in info:  # read by train/success: the string "no" would be a truthy success
+        success = info["success"]
+        assert isinstance(success, bool), f"env {name!r}: info['success'] must be bool, got {_type_name(success)} {success!r}"
     return StepResult(obs, float(reward), done, info)
+
+
+def _type_name(value: Any) -> str:
+    """``bool``, or ``numpy.bool`` for a type of another module (not "must be bool, got bool")."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
 
 
 def check_spec(name: str, preset: str | None = None) -> None:
@@ -190,11 +199,13 @@ def check_oracle(name: str, preset: str | None = None, seeds: tuple[int, ...] = 
             assert len(actions) <= limit, f"env {name!r}: oracle needs {len(actions)} actions for seed {seed}, limit is {limit}"
             info: dict[str, Any] = {}
             done = False
-            for action in actions:
-                _, _, done, info = env.step(action)
+            for action in actions:  # the winning step is checked like any other (a NaN reward on success, say)
+                _, _, done, info = _assert_step(name, env.step(action), action)
                 if done:
                     break
-            assert info.get("success") is True, f"env {name!r}: oracle did not succeed on seed {seed} (done={done})"
+            assert "success" in info, (f"env {name!r}: the oracle's last step (seed {seed}, done={done}) has no info['success']; "
+                                       "train/success counts an episode whose info['success'] is True")
+            assert info["success"] is True, f"env {name!r}: oracle did not succeed on seed {seed} (done={done}, success={info['success']!r})"
     finally:
         env.close()
 
@@ -226,9 +237,16 @@ def parametrize_env_checks(names: list[str], presets: list[str | None] | None = 
         names: Env plugin names to check.
         presets: Presets to check for every name (``None`` = default config).
         expected_failures: ``{check_name: reason}`` reviewed exemptions, marked xfail.
+
+    Raises:
+        ValueError: an ``expected_failures`` key that names no check (a misspelt exemption would
+            exempt nothing, silently).
     """
     import pytest
 
+    unknown = sorted(set(expected_failures or {}) - set(ENV_CHECKS))
+    if unknown:
+        raise ValueError(f"expected_failures names no env check: {', '.join(unknown)} (the checks: {', '.join(ENV_CHECKS)})")
     params = []
     for name in names:
         for preset in presets or [None]:

@@ -1,0 +1,71 @@
+"""``done`` and ``info["success"]`` are booleans: a run refuses others in one line (the string
+"no" used to count as a success), and the env conformance kit checks them on the oracle's
+winning step too (a NaN reward or a missing success there passed every check)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ragen_core.errors import EnvError
+from ragen_core.interfaces.env import StepResult
+from ragen_core.rollout.env_pool import run_actions
+from ragen_core.testing import env_checks
+from ragen_core.testing.toy_env import CorridorConfig, CorridorEnv, register_toy_env
+
+
+def _env() -> CorridorEnv:
+    env = CorridorEnv(CorridorConfig(length=3))
+    env.reset(0)
+    return env
+
+
+def _patched_step(monkeypatch, change):
+    """CorridorEnv.step with ``change(result) -> result`` applied to what it returns."""
+    real = CorridorEnv.step
+    monkeypatch.setattr(CorridorEnv, "step", lambda self, action: change(real(self, action)))
+
+
+@pytest.mark.parametrize(("field", "value"), [("success", "no"), ("success", 1), ("done", "False")])
+def test_a_flag_that_is_not_a_bool_is_refused_in_one_line(monkeypatch, field, value):
+    def change(r):
+        return StepResult(r[0], r[1], value, r[3]) if field == "done" else StepResult(r[0], r[1], r[2], {**r[3], "success": value})
+
+    _patched_step(monkeypatch, change)
+    with pytest.raises(EnvError) as info:
+        run_actions(_env(), 0, ["Right"], label="env 'corridor' (seed 0, member 0)")
+    name = "done" if field == "done" else "info['success']"
+    assert str(info.value).splitlines()[0].startswith(f"env 'corridor' (seed 0, member 0) returned {name} {value!r} of type {type(value).__name__}")
+
+
+def test_numpy_bools_are_read_as_bools(monkeypatch):
+    _patched_step(monkeypatch, lambda r: StepResult(r[0], r[1], np.bool_(r[2]), {**r[3], "success": np.bool_(r[3]["success"])}))
+    env = _env()
+    outcome = run_actions(env, 0, env.oracle_actions(), label="corridor")
+    assert outcome.done is True and outcome.info["success"] is True  # plain bools from here on
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: StepResult(r[0], math.nan if r[2] else r[1], r[2], r[3]), "non-finite reward nan"),
+    (lambda r: StepResult(r[0], r[1], r[2], {k: v for k, v in r[3].items() if k != "success"}), "has no info['success']"),
+    (lambda r: StepResult(r[0], r[1], r[2], {**r[3], "success": "yes" if r[3]["success"] else "no"}), "info['success'] must be bool, got str"),
+])
+def test_the_oracle_check_checks_the_winning_step(monkeypatch, change, message):
+    name = register_toy_env()
+    env_checks.check_oracle(name)  # the corridor as it is passes
+    _patched_step(monkeypatch, change)
+    with pytest.raises(AssertionError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        env_checks.check_oracle(name)
+
+
+def test_a_numpy_done_names_its_type_in_the_kit():
+    with pytest.raises(AssertionError, match="done must be bool, got numpy.bool"):
+        env_checks._assert_step("corridor", ("obs", 0.0, np.bool_(True), {}), "Right")
+
+
+def test_an_exemption_for_a_check_that_does_not_exist_is_refused():
+    with pytest.raises(ValueError, match="expected_failures names no env check: determinism"):
+        env_checks.parametrize_env_checks([register_toy_env()], expected_failures={"determinism": "flaky"})
+    env_checks.parametrize_env_checks([register_toy_env()], expected_failures={"step-determinism": "reviewed"})
