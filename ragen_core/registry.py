@@ -388,10 +388,14 @@ class Registry:
 
 #: The class a built plugin of these kinds must be an instance of (the trainer calls its methods).
 INTERFACES = {
+    "env": "ragen_core.interfaces.env:Env",
     "filter": "ragen_core.interfaces.rollout_filter:RolloutFilter",
     "algorithm": "ragen_core.interfaces.algorithm:Algorithm",
     "estimator": "ragen_core.interfaces.advantage:AdvantageEstimator",
+    "engine": "ragen_core.interfaces.engine:Engine",
+    "pool": "ragen_core.interfaces.env_pool:EnvPool",
 }
+"""The base class a plugin kind's factory must return an instance of (:meth:`Registry.make`)."""
 
 
 def _interface(kind: str) -> Any:

@@ -102,7 +102,6 @@ SPECS = [
     EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
     DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
-    FilterSpec(name="test-returns-dict", factory="builtins:dict"),
     DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
 ]
 
@@ -205,9 +204,17 @@ def test_an_observer_failing_at_the_end_of_a_good_run_is_the_error(tmp_path, cap
         "PluginError: diagnostic 'test-end-boom' (<in-process>) raised in ragen_on_train_end: OSError: boom at the end"
 
 
+def make_dict(config):
+    return {}
+
+
 def test_a_factory_that_builds_the_wrong_thing_is_refused_by_make():
-    with pytest.raises(PluginError, match=r"its factory builtins:dict returned a dict, not a RolloutFilter"):
-        registry.make("filter", "test-returns-dict")
+    registry.register(FilterSpec(name="test-returns-dict", factory=f"{__name__}:make_dict"))
+    try:
+        with pytest.raises(PluginError, match=rf"its factory {__name__}:make_dict returned a dict, not a RolloutFilter"):
+            registry.make("filter", "test-returns-dict")
+    finally:
+        registry.unregister("filter", "test-returns-dict")
 
 
 def test_an_algorithm_spec_without_a_config_model_gets_the_algorithm_settings():
@@ -251,7 +258,8 @@ def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
 def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_it(capsys, tmp_path, monkeypatch):
     """A factory string naming a class its module does not define is found from the module's
     source (no import); ``--strict`` imports the implementation, so one that fails to import fails."""
-    (tmp_path / "fakefactory_nope.py").write_text("import json\nclass Real:\n    pass\nif True:\n    ALSO = 1\n"
+    (tmp_path / "fakefactory_nope.py").write_text("import json\nfrom ragen_core.interfaces.rollout_filter import RolloutFilter\n"
+                                                  "class Real(RolloutFilter):\n    pass\nif True:\n    ALSO = 1\n"
                                                   "for LOOPED in [1]:\n    pass\nglobals()['DYNAMIC'] = 1\n", encoding="utf-8")
     (tmp_path / "fakefactory_raises.py").write_text("raise ImportError('needs a library that is not installed')\nclass F:\n    pass\n",
                                                     encoding="utf-8")
@@ -277,6 +285,45 @@ def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_
     finally:
         for spec in specs:
             registry.unregister("filter", spec.name)
+
+
+class NoSuchEstimator(AlgorithmConfig):
+    estimator: str = "no-such-estimator"
+
+
+def test_plugins_check_strict_refuses_a_factory_class_of_another_kind_and_a_missing_default_estimator(capsys):
+    """Both passed --strict: a factory class that is no RolloutFilter (a run refuses what it
+    builds) and an algorithm whose default estimator is installed nowhere (a run stops at once)."""
+    specs = [FilterSpec(name="test-not-a-filter", factory="collections:OrderedDict"),
+             AlgorithmSpec(name="test-no-estimator", config_model=NoSuchEstimator, factory=f"{__name__}:ShapeBoom")]
+    for spec in specs:
+        registry.register(spec)
+    try:
+        assert main(["plugins", "check"]) == 0  # the light check imports nothing; a missing estimator is a note
+        rows = {line.split()[1]: " ".join(line.split()) for line in capsys.readouterr().out.splitlines() if "test-no" in line}
+        assert "ok its default estimator 'no-such-estimator' is not installed" in rows["test-no-estimator"]
+        assert " ok " in " ".join(rows["test-not-a-filter"].split()) + " "
+        assert main(["plugins", "check", "--strict"]) == 1
+        rows = {line.split()[1]: " ".join(line.split()) for line in capsys.readouterr().out.splitlines() if "test-no" in line}
+        assert ("FAILED PluginLoadError: factory 'collections:OrderedDict' is a class that does not subclass "
+                "ragen_core.interfaces.rollout_filter.RolloutFilter") in rows["test-not-a-filter"]
+        assert "FAILED PluginNotFoundError: its default estimator 'no-such-estimator' is not installed" in rows["test-no-estimator"]
+    finally:
+        registry.unregister("filter", "test-not-a-filter")
+        registry.unregister("algorithm", "test-no-estimator")
+
+
+def test_an_env_factory_that_builds_something_else_is_one_line_in_env_play(capsys):
+    """``ragen env play`` printed an AttributeError traceback; the registry now checks what an env factory built."""
+    from ragen_core.specs import EnvSpec
+
+    registry.register(EnvSpec(name="test-not-an-env", factory="collections:OrderedDict"))
+    try:
+        assert main(["env", "play", "test-not-an-env", "--agent", "random"]) == 2
+        assert one_line_error(capsys.readouterr().err) == ("PluginError: env 'test-not-an-env' (<in-process>): its factory "
+                                                           "collections:OrderedDict returned a OrderedDict, not a Env")
+    finally:
+        registry.unregister("env", "test-not-an-env")
 
 
 def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):

@@ -124,7 +124,7 @@ def check_plugins(args: argparse.Namespace) -> int:
             continue
         try:
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            notes = _check_factory(spec, load=strict) + _check_defaults(spec)
+            notes = _check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
             notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
@@ -161,10 +161,34 @@ def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
         raise PluginLoadError(f"factory {spec.factory!r}: module {module!r} defines no {name!r} (fix the spec's factory string)")
     if load:
         try:
-            spec.load_factory()
+            factory = spec.load_factory()
         except Exception as exc:  # any import failure is this plugin's row
             raise PluginLoadError(f"factory {spec.factory!r} failed to import: {type(exc).__name__}: {exc}") from exc
+        from ragen_core.registry import INTERFACES
+        from ragen_core.specs import import_string
+
+        base = import_string(INTERFACES[spec.kind]) if spec.kind in INTERFACES else None
+        if isinstance(factory, type) and base is not None and not issubclass(factory, base):  # a function is only known when called
+            raise PluginLoadError(f"factory {spec.factory!r} is a class that does not subclass {base.__module__}.{base.__name__}: "
+                                  f"a run would refuse what it builds")
     return []
+
+
+def _check_default_estimator(spec: Any, *, strict: bool) -> list[str]:
+    """An algorithm's default estimator is installed: a note (an algorithm installed without it is
+    still whole), a failure with ``strict`` (a run of it would stop at once)."""
+    from ragen_core import registry
+    from ragen_core.errors import PluginNotFoundError
+
+    if spec.kind != "algorithm":
+        return []
+    name = getattr(spec.config_model(), "estimator", None)
+    if not isinstance(name, str) or name in registry.names("estimator"):
+        return []
+    what = f"its default estimator {name!r} is not installed (ragen plugins --kind estimator lists those that are)"
+    if strict:
+        raise PluginNotFoundError(what)
+    return [what]
 
 
 def _may_define(path: str, name: str) -> bool:
