@@ -218,6 +218,31 @@ def test_resume_of_a_run_without_a_checkpoint_refuses_before_any_settings_line(t
     assert _snapshot(Path(cfg.run_dir)) == before  # no config_changes.jsonl for a resume that never ran
 
 
+def test_a_run_folder_in_use_is_refused_by_a_resume_and_by_overwrite(tmp_path, capsys):
+    """Two resumes of one folder both trained, writing steps 4 and 5 twice into its metrics.jsonl.
+    While a process trains there (holds the folder's lock) a resume and an --overwrite are refused
+    before anything is read or removed; once it is done, the resume runs."""
+    from ragen_core.trainer.run_dir import RunDirLock
+
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()  # ends holding no lock
+    run = Path(cfg.run_dir)
+    busy = RunDirLock(run)  # another process training there (flock: a second descriptor conflicts in-process too)
+    before = _snapshot(run)
+    capsys.readouterr()
+    try:
+        assert _resume_cli(run, "--steps", "2") == 2
+        assert one_line_error(capsys.readouterr().err) == (f"ConfigError: run directory {run} is in use by another ragen process "
+                                                           "(a run or a resume of it that is still going)")
+        assert _run_cli(run, "--overwrite", "--steps", "1") == 2
+        assert "is in use by another ragen process" in one_line_error(capsys.readouterr().err)
+        assert _snapshot(run) == before  # nothing read into a new step, nothing removed
+    finally:
+        busy.release()
+    assert _resume_cli(run, "--steps", "2") == 0
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+
+
 def test_the_trainer_api_refuses_a_resume_into_another_env_too(tmp_path):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()

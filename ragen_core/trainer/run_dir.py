@@ -65,6 +65,36 @@ def default_run_dir(config: Any, root: str | Path = "runs") -> Path:
     raise ConfigError(f"could not create a new run directory under {root}: 100 names were taken", ["pass --run-dir"])
 
 
+class RunDirLock:
+    """This process trains in ``run_dir``: an exclusive ``flock`` on the folder itself (no lock
+    file to leave behind or to race on), released by :meth:`release` or when the process ends,
+    however it ends. Two ``ragen run --resume`` of one folder both trained, writing the same steps
+    twice into one ``metrics.jsonl``; the second is now refused. Not on systems without ``fcntl``.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # no flock here (Windows): unguarded, as before
+            return
+        fd = os.open(run_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ConfigError(f"run directory {run_dir} is in use by another ragen process (a run or a resume of it that is still going)",
+                              ["wait for it to finish (or stop it), or choose another --run-dir"]) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let other processes train here again. Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops its flock
+
+
 def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -> None:
     """Make ``run_dir`` an empty folder for a fresh run.
 

@@ -119,6 +119,8 @@ class Trainer(CheckpointMixin):
         self._shut = False
         self.history: list[dict[str, float]] = []
         self._bar: Any = None
+        self._dir_lock: Any = None
+        """The :class:`~ragen_core.trainer.run_dir.RunDirLock` held from set-up to the end of training (rank 0)."""
         """The progress bar while :meth:`train` runs (None without one)."""
 
     # ------------------------------------------------------------------ setup
@@ -133,6 +135,7 @@ class Trainer(CheckpointMixin):
         try:
             self._setup()
         except BaseException:
+            self._unlock()
             if not self.resume and self.world.main and self._made_run_dir:
                 with contextlib.suppress(OSError):  # not empty, or gone: leave it as it is
                     self.run_dir.rmdir()
@@ -148,7 +151,14 @@ class Trainer(CheckpointMixin):
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
         from ragen_core.trainer.loggers import make_loggers, truncate_metrics
-        from ragen_core.trainer.run_dir import claim_run_dir, read_run_config, record_resume_changes, resume_changes, write_run_config
+        from ragen_core.trainer.run_dir import (
+            RunDirLock,
+            claim_run_dir,
+            read_run_config,
+            record_resume_changes,
+            resume_changes,
+            write_run_config,
+        )
 
         cfg = self.config
         world = self.world
@@ -157,6 +167,8 @@ class Trainer(CheckpointMixin):
         for warning in [*run_warnings(cfg), *self._warnings] if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
         changes: dict[str, list[Any]] = {}
+        if world.main and self.run_dir.is_dir():  # before a checkpoint is read or --overwrite removes anything
+            self._dir_lock = RunDirLock(self.run_dir)
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
             changes = resume_changes(read_run_config(self.run_dir), cfg)
             ckpt = resume_checkpoint(self.run_dir, log=print if world.main else _quiet)  # the newest intact one with its metrics
@@ -165,6 +177,7 @@ class Trainer(CheckpointMixin):
             ckpt = None
             if world.main:
                 claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
+                self._dir_lock = self._dir_lock or RunDirLock(self.run_dir)
         self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config, preset=cfg.algo_preset)
@@ -406,6 +419,7 @@ class Trainer(CheckpointMixin):
                 report(f"also: {str(exc).splitlines()[0]}")
             finally:
                 self.close()
+                self._unlock()
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
         if self.stop_reason and self.world.main:
@@ -427,6 +441,7 @@ class Trainer(CheckpointMixin):
         if self._shut:
             return
         self._shut = True
+        self._unlock()
         try:
             if self._built:
                 self.close()
@@ -434,6 +449,12 @@ class Trainer(CheckpointMixin):
             engine = getattr(self, "engine", None)
             if engine is not None:
                 engine.close()
+
+    def _unlock(self) -> None:
+        """Let another process train in this run folder (training is over, or set-up failed)."""
+        lock, self._dir_lock = self._dir_lock, None
+        if lock is not None:
+            lock.release()
 
     def __enter__(self) -> Trainer:
         return self
