@@ -186,6 +186,9 @@ def test_lora_resume_refuses_a_pickled_adapter(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- item 4: damaged checkpoints
 def _damage(path: Path, how: str) -> None:
+    if how == "missing":
+        path.unlink()
+        return
     data = path.read_bytes()
     if how == "empty":
         data = b""
@@ -197,7 +200,8 @@ def _damage(path: Path, how: str) -> None:
     path.write_bytes(data)
 
 
-DAMAGE = [(ck.STATE_FILE, "empty"), (ck.STATE_FILE, "truncated"), ("model.safetensors", "truncated"), ("model.safetensors", "flipped")]
+DAMAGE = [(ck.STATE_FILE, "empty"), (ck.STATE_FILE, "truncated"), ("model.safetensors", "truncated"), ("model.safetensors", "flipped"),
+          (ck.STATE_FILE, "missing"), ("model.safetensors", "missing")]  # a missing trainer_state.pt used to be skipped unsaid
 
 
 def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
@@ -213,6 +217,11 @@ def test_manifest_lists_every_file_with_size_and_hash(tmp_path):
         data = (ckpt / name).read_bytes()
         assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert ck.verify_checkpoint(ckpt) is True
+    # every file readable as the umask allows (transformers wrote model.safetensors 0600 through a private temp file)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in ckpt.iterdir() if p.is_file()} == \
+        {p.name: oct(0o666 & ~mask) for p in ckpt.iterdir() if p.is_file()}
 
 
 @pytest.mark.parametrize("file,how", DAMAGE)

@@ -58,13 +58,15 @@ def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run, oldest first."""
+    """Checkpoint folders of a run, oldest first: each ``step_<N>`` with a trainer state or a
+    manifest. One whose manifest lists a file that is gone is here too, so that a resume or an eval
+    names what is missing (:func:`verify_checkpoint`) instead of passing it over unsaid."""
     root = Path(run_dir) / "checkpoints"
     found: list[tuple[int, Path]] = []
     if root.is_dir():
         for child in root.iterdir():
             match = _STEP_RE.match(child.name)
-            if match and (child / STATE_FILE).is_file():
+            if match and ((child / STATE_FILE).is_file() or (child / MANIFEST_FILE).is_file()):
                 found.append((int(match.group(1)), child))
     return sorted(found)
 
@@ -451,6 +453,26 @@ def _save_model_folder(folder: Path, model: Any, tokenizer: Any) -> None:
         model.save_pretrained(str(folder), safe_serialization=True)
     if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(str(folder))
+    # transformers writes the weights through a private temporary file (mode 0600): give them the
+    # mode every other file of the folder gets, so whoever may read the run may read its weights
+    mode = 0o666 & ~_umask()
+    for path in folder.iterdir():
+        if path.is_file() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux), else by setting it back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def resolve_lora_base(run_dir: str | Path, ref: str) -> str:
