@@ -160,7 +160,14 @@ def test_plot_given_files_says_so_in_one_line(tmp_path: Path, capsys):
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train/success": 0.5}\n')
     assert main(["plot", str(tmp_path / "metrics.jsonl")]) == 2
-    assert one_line_error(capsys.readouterr().err) == f"ConfigError: {tmp_path / 'metrics.jsonl'} is a file, not a run directory"
+    err = capsys.readouterr().err
+    assert one_line_error(err) == f"ConfigError: {tmp_path / 'metrics.jsonl'} is a file, not a run directory"
+    assert f"hint: pass the folder that holds it: ragen plot {tmp_path}" in err  # a run's folder: named
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    assert main(["plot", str(tmp_path / "other" / "notes.txt")]) == 2
+    err = capsys.readouterr().err  # the folder holding it is no run: not suggested
+    assert "ragen plot" not in err and "pass the folder a 'ragen run' wrote" in err
     (tmp_path / "taken").write_text("x")
     for out in (tmp_path / "taken", tmp_path / "taken" / "plots"):
         assert main(["plot", str(tmp_path), "--out", str(out)]) == 2

@@ -156,7 +156,9 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
 
     run_dir = Path(run_dir)
     if run_dir.is_file():
-        raise ConfigError(f"{run_dir} is a file, not a run directory", [f"pass the folder that holds it: ragen plot {run_dir.parent}"])
+        hint = (f"pass the folder that holds it: ragen plot {run_dir.parent}" if (run_dir.parent / "metrics.jsonl").is_file()
+                else "pass the folder a 'ragen run' wrote (it holds metrics.jsonl)")
+        raise ConfigError(f"{run_dir} is a file, not a run directory", [hint])
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
     rows = read_metrics(run_dir / "metrics.jsonl")

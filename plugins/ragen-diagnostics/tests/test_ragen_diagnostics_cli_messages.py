@@ -89,6 +89,15 @@ def test_a_file_given_as_the_run_directory_is_called_a_file(tmp_path, capsys):
     assert "does not exist" in one_line_error(capsys.readouterr().err)
 
 
+def test_a_folder_that_is_no_run_is_not_told_to_train_with_the_diagnostic(tmp_path, capsys):
+    """An empty or unrelated folder got the hint "train with the collapse diagnostic enabled"."""
+    (tmp_path / "notes").mkdir()
+    assert main(["diagnose", str(tmp_path / "notes")]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == f"RagenError: {tmp_path / 'notes'} is not a run directory (no config.yaml, no metrics.jsonl)"
+    assert "collapse diagnostic" not in err
+
+
 def test_a_folder_for_rollouts_and_a_file_for_checkpoint_are_named_as_such(tmp_path, capsys):
     run = _run_with_checkpoint_dir(tmp_path)
     assert main(["diagnose", str(run), "--checkpoint", "step_1", "--rollouts", str(run / "rollouts")]) == 2

@@ -288,6 +288,9 @@ def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: f
     rows = read_metrics(run / "metrics.jsonl")
     offline = read_metrics(run / OFFLINE_FILE)
     if not rows and not offline:
+        if not (run / "config.yaml").is_file():  # not a run's folder at all: training advice would mislead
+            raise RagenError(f"{run} is not a run directory (no config.yaml, no metrics.jsonl)",
+                             ["pass the folder a training run wrote, e.g. runs/<name>"])
         raise RagenError(
             f"{run / 'metrics.jsonl'} is missing or has no metric rows",
             ["train with the collapse diagnostic enabled, or recompute offline: ragen diagnose RUN_DIR --checkpoint step_N --rollouts FILE"],
