@@ -66,7 +66,7 @@ def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     if root.is_dir():
         for child in root.iterdir():
             match = _STEP_RE.match(child.name)
-            if match and ((child / STATE_FILE).is_file() or (child / MANIFEST_FILE).is_file()):
+            if match and written_by_ragen(child):
                 found.append((int(match.group(1)), child))
     return sorted(found)
 

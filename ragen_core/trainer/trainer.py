@@ -119,9 +119,9 @@ class Trainer(CheckpointMixin):
         self._shut = False
         self.history: list[dict[str, float]] = []
         self._bar: Any = None
+        """The progress bar while :meth:`train` runs (None without one)."""
         self._dir_lock: Any = None
         """The :class:`~ragen_core.trainer.run_dir.RunDirLock` held from set-up to the end of training (rank 0)."""
-        """The progress bar while :meth:`train` runs (None without one)."""
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -860,7 +860,6 @@ class _Timer:
     def __exit__(self, *exc: object) -> None:
         k = f"timing_s/{self.key}"
         self.metrics[k] = self.metrics.get(k, 0.0) + time.perf_counter() - self.t0
-
 
 
 class _LogAboveBar(logging.Handler):
