@@ -124,6 +124,21 @@ def test_checkpoint_of_an_older_ragen_still_resumes(tmp_path, capsys):
     assert "step_1 has no manifest" in capsys.readouterr().out
 
 
+def test_a_damaged_checkpoint_without_a_manifest_says_so_not_that_the_model_name_is_wrong(tmp_path, capsys):
+    """An older RAGEN's checkpoint (no manifest) whose weights are cut: the hint said "use 'tiny' for
+    the built-in offline model, or a local folder / Hub id", as if the name were the problem."""
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    (ckpt / ck.MANIFEST_FILE).unlink()
+    _damage(ckpt / "model.safetensors", "truncated")
+    capsys.readouterr()
+    assert _call_cli(["run", "--resume", cfg.run_dir, "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err).startswith(f"RagenError: could not load model '{ckpt}'")
+    assert "hint: the folder's weights are damaged" in err and "'tiny'" not in err
+
+
 def _plant_pickled_weights(folder: Path, marker: Path) -> None:
     """A model folder whose weights are a pickle payload (no safetensors file)."""
     from ragen_core.models import tiny_path

@@ -135,9 +135,15 @@ def _load_errors(name: str) -> Iterator[None]:
         ) from None
     except (OSError,) + _safetensors_errors() as exc:
         text = str(exc).strip()
+        from ragen_core.trainer.checkpoint import written_by_ragen
+
+        if written_by_ragen(name):  # a checkpoint (or warm-start cache) folder whose files are damaged: not a naming problem
+            hint = "the folder's weights are damaged: use an older checkpoint (or remove this one and resume), or retrain"
+        else:
+            hint = "use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"
         raise RagenError(
             f"could not load model {name!r}: {text.splitlines()[0] if text else type(exc).__name__}",
-            hints=["use 'tiny' for the built-in offline model, or a local folder / Hub id that is available"],
+            hints=[hint],
         ) from exc
 
 
