@@ -326,6 +326,16 @@ def test_an_env_factory_that_builds_something_else_is_one_line_in_env_play(capsy
         registry.unregister("env", "test-not-an-env")
 
 
+def test_plugins_check_notes_a_spec_without_a_summary(capsys):
+    registry.register(FilterSpec(name="test-no-summary", factory=f"{__name__}:ScriptedFilter"))
+    try:
+        assert main(["plugins", "check", "--kind", "filter"]) == 0  # a note, not a failure
+        line = next(line for line in capsys.readouterr().out.splitlines() if "test-no-summary" in line)
+        assert " ok " in line and "no summary: give the spec a one-line summary=..." in line
+    finally:
+        registry.unregister("filter", "test-no-summary")
+
+
 def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):
     monkeypatch.setenv("RAGEN_DISABLE_PLUGINS", "ragen-filters")
     assert main(["plugins", "check", "--kind", "filter", "--strict"]) == 0

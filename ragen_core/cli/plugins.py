@@ -128,6 +128,8 @@ def check_plugins(args: argparse.Namespace) -> int:
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
             notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
+            if not spec.summary.strip():  # 'ragen plugins show' and the listing would have nothing to say
+                notes.append("no summary: give the spec a one-line summary=...")
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
