@@ -349,7 +349,7 @@ class Registry:
             obj = factory(cfg, **kwargs)
         base = _interface(spec.kind)
         if base is not None and not isinstance(obj, base):
-            raise PluginError(f"{label}: its factory {spec.factory} returned a {type(obj).__name__}, not a {base.__name__}",
+            raise PluginError(f"{label}: its factory {spec.factory} returned {_a(type(obj).__name__)}, not {_a(base.__name__)}",
                               [f"make {spec.factory} build a subclass of {base.__module__}.{base.__name__}"])
         try:
             obj.ragen_plugin = label  # what plugin_call names when this object raises during a run
@@ -396,6 +396,11 @@ INTERFACES = {
     "pool": "ragen_core.interfaces.env_pool:EnvPool",
 }
 """The base class a plugin kind's factory must return an instance of (:meth:`Registry.make`)."""
+
+
+def _a(name: str) -> str:
+    """``a dict``, ``an Env``."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _interface(kind: str) -> Any:

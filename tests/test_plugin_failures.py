@@ -321,7 +321,7 @@ def test_an_env_factory_that_builds_something_else_is_one_line_in_env_play(capsy
     try:
         assert main(["env", "play", "test-not-an-env", "--agent", "random"]) == 2
         assert one_line_error(capsys.readouterr().err) == ("PluginError: env 'test-not-an-env' (<in-process>): its factory "
-                                                           "collections:OrderedDict returned a OrderedDict, not a Env")
+                                                           "collections:OrderedDict returned an OrderedDict, not an Env")
     finally:
         registry.unregister("env", "test-not-an-env")
 

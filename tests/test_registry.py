@@ -31,7 +31,15 @@ class Cfg(EnvConfig):
 SPEC = EnvSpec(name="{name}", summary="test env", config_model=Cfg, factory="{mod}:make")
 
 def make(config):
-    return ("built", config.size)
+    from ragen_core.interfaces.env import Env
+
+    class Built(Env):  # the registry checks that an env factory builds an Env
+        reset = step = render = instruction = None
+
+        def __eq__(self, other):
+            return ("built", self.config.size) == other
+
+    return Built(config)
 '''
 
 
