@@ -69,3 +69,18 @@ def test_an_exemption_for_a_check_that_does_not_exist_is_refused():
     with pytest.raises(ValueError, match="expected_failures names no env check: determinism"):
         env_checks.parametrize_env_checks([register_toy_env()], expected_failures={"determinism": "flaky"})
     env_checks.parametrize_env_checks([register_toy_env()], expected_failures={"step-determinism": "reviewed"})
+
+
+def test_an_episode_ended_without_success_is_said_once_per_env_class(monkeypatch, caplog):
+    """A missing info['success'] at done turned into train/success 0 without a word."""
+    from ragen_core.rollout import env_pool
+
+    monkeypatch.setattr(env_pool, "_SAID_NO_SUCCESS", set())
+    _patched_step(monkeypatch, lambda r: StepResult(r[0], r[1], r[2], {k: v for k, v in r[3].items() if k != "success"}))
+    with caplog.at_level("WARNING", logger="ragen_core.rollout.env_pool"):
+        for seed in (0, 1):
+            env = CorridorEnv(CorridorConfig(length=3))
+            env.reset(seed)
+            assert run_actions(env, 0, env.oracle_actions(), label=f"env 'corridor' (seed {seed}, member 0)").done
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "ragen_core.rollout.env_pool"]
+    assert line.startswith("env 'corridor' (seed 0, member 0) ended an episode (done=True) with no info['success']")

@@ -23,6 +23,7 @@ the instance is never touched again and its slot is rebuilt on the next reset.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 import threading
@@ -70,6 +71,23 @@ def _observation(value: Any, label: str, what: str) -> str:
         raise EnvError(f"{label} returned an observation of type {type(value).__name__} ({short_repr(value, 60)}) {what}",
                        hints=["observations are the text the model reads: return a str"])
     return value
+
+
+log = logging.getLogger(__name__)
+
+_SAID_NO_SUCCESS: set[str] = set()
+"""Env classes this process has warned about ending episodes without ``info["success"]``."""
+
+
+def _say_no_success(env: Any, label: str) -> None:
+    """Once per env class and process: an episode ended (``done``) with no ``info["success"]``, so
+    ``train/success`` counts it as a failure whatever the env meant."""
+    kind = f"{type(env).__module__}.{type(env).__qualname__}"
+    if kind in _SAID_NO_SUCCESS:
+        return
+    _SAID_NO_SUCCESS.add(kind)
+    log.warning("%s ended an episode (done=True) with no info['success']: train/success counts such episodes as failures; "
+                "report info['success']=True/False on the last step (said once per env class)", label)
 
 
 def _flag(value: Any, name: str, label: str, what: str) -> bool:
@@ -135,6 +153,8 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
             info = {**info, "success": _flag(info["success"], "info['success']", label, what)}
         executed.append(action)
         if done:
+            if "success" not in info:
+                _say_no_success(env, label)
             break
     return StepOutcome(episode_id, observation=observation, reward=reward, done=bool(done), info=dict(info), executed=executed)
 
