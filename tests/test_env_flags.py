@@ -60,9 +60,11 @@ def test_the_oracle_check_checks_the_winning_step(monkeypatch, change, message):
         env_checks.check_oracle(name)
 
 
-def test_a_numpy_done_names_its_type_in_the_kit():
-    with pytest.raises(AssertionError, match="done must be bool, got numpy.bool"):
-        env_checks._assert_step("corridor", ("obs", 0.0, np.bool_(True), {}), "Right")
+def test_the_kit_takes_numpy_bools_as_a_run_does_and_refuses_strings():
+    """It refused numpy's bool, which a run accepts, saying "done must be bool, got bool"."""
+    assert env_checks._assert_step("corridor", ("obs", 0.0, np.bool_(True), {"success": np.bool_(True)}), "Right").done is True
+    with pytest.raises(AssertionError, match="info\\['success'\\] must be bool, got str 'no'"):
+        env_checks._assert_step("corridor", ("obs", 0.0, True, {"success": "no"}), "Right")
 
 
 def test_an_exemption_for_a_check_that_does_not_exist_is_refused():

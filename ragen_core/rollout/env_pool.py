@@ -90,13 +90,18 @@ def _say_no_success(env: Any, label: str) -> None:
                 "report info['success']=True/False on the last step (said once per env class)", label)
 
 
-def _flag(value: Any, name: str, label: str, what: str) -> bool:
-    """``done`` or ``info["success"]`` as a bool; numpy's bool is one too, anything else (the
-    string ``"no"``, which is truthy, or 1) is refused rather than read by its truth value."""
+def is_bool(value: Any) -> bool:
+    """A Python bool or numpy's (what ``done`` and ``info["success"]`` may be)."""
     kind = type(value)
-    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")):
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"))
+
+
+def _flag(value: Any, name: str, label: str, what: str) -> bool:
+    """``done`` or ``info["success"]`` as a bool (:func:`is_bool`); anything else (the string
+    ``"no"``, which is truthy, or 1) is refused rather than read by its truth value."""
+    if is_bool(value):
         return bool(value)
-    raise EnvError(f"{label} returned {name} {short_repr(value, 40)} of type {kind.__name__} {what}",
+    raise EnvError(f"{label} returned {name} {short_repr(value, 40)} of type {type(value).__name__} {what}",
                    hints=[f"{name} must be True or False (train/success counts info['success'] is True)"])
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ragen_core import registry
 from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.rollout.env_pool import is_bool
 from ragen_core.testing.plugin_checks import check_spec_is_light, check_spec_roundtrip
 
 DOC = "see the contract in ragen_core/interfaces/env.py"
@@ -66,18 +67,12 @@ def _assert_step(name: str, result: Any, action: str) -> StepResult:
     assert isinstance(obs, str), f"env {name!r}: observation after {action[:40]!r} is {type(obs).__name__}, not str"
     assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"env {name!r}: reward must be a float, got {type(reward).__name__}"
     assert math.isfinite(float(reward)), f"env {name!r}: non-finite reward {reward!r} after action {action[:40]!r}"
-    assert isinstance(done, bool), f"env {name!r}: done must be bool, got {_type_name(done)}"
+    assert is_bool(done), f"env {name!r}: done must be bool, got {type(done).__name__} {done!r}"
     assert isinstance(info, dict), f"env {name!r}: info must be a dict"
     if "success" in info:  # read by train/success: the string "no" would be a truthy success
         success = info["success"]
-        assert isinstance(success, bool), f"env {name!r}: info['success'] must be bool, got {_type_name(success)} {success!r}"
-    return StepResult(obs, float(reward), done, info)
-
-
-def _type_name(value: Any) -> str:
-    """``bool``, or ``numpy.bool`` for a type of another module (not "must be bool, got bool")."""
-    kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+        assert is_bool(success), f"env {name!r}: info['success'] must be bool, got {type(success).__name__} {success!r}"
+    return StepResult(obs, float(reward), bool(done), info)
 
 
 def check_spec(name: str, preset: str | None = None) -> None:
@@ -205,7 +200,7 @@ def check_oracle(name: str, preset: str | None = None, seeds: tuple[int, ...] = 
                     break
             assert "success" in info, (f"env {name!r}: the oracle's last step (seed {seed}, done={done}) has no info['success']; "
                                        "train/success counts an episode whose info['success'] is True")
-            assert info["success"] is True, f"env {name!r}: oracle did not succeed on seed {seed} (done={done}, success={info['success']!r})"
+            assert bool(info["success"]), f"env {name!r}: oracle did not succeed on seed {seed} (done={done}, success={info['success']!r})"
     finally:
         env.close()
 
