@@ -572,6 +572,22 @@ class ServiceHandle:
         """Liveness only (the process exists); readiness was checked when it started."""
         return self._service.poll() is None
 
+    def died_since(self, pid: int | None, grace_s: float = 1.0) -> bool:
+        """Whether the child ``pid`` (:attr:`pid` when a request went out) is gone or already
+        replaced: a request that failed because of that is worth one more try after
+        :meth:`ensure_ready` restarts it. A refused or reset connection comes a few milliseconds
+        before a killed child's exit status can be read, so a child that still looks alive is
+        watched for ``grace_s``. Always False in URL mode (``pid`` None): nothing restarts there."""
+        if pid is None:
+            return False
+        deadline = time.monotonic() + grace_s
+        while True:
+            if self.pid != pid or not self.alive:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
     @property
     def log_path(self) -> str | None:
         """File holding the child's stdout and stderr; None in URL mode."""

@@ -284,3 +284,36 @@ def test_a_server_of_another_shop_is_reported(client):
     with pytest.raises(EnvError, match="answered HTTP 404"):
         env.step("search[x]")
     env.close()
+
+
+def test_a_request_cut_off_by_the_servers_death_is_sent_again_to_the_restarted_server(monkeypatch, caplog):
+    """The shop server killed while it answered a step stopped the whole run ("Connection reset by
+    peer"); every request is a pure function of its body, so it goes once more to the restarted server."""
+    import os
+    import signal
+
+    from ragen_env_webshop import env as env_mod
+
+    local, remote = WebShopEnv(), WebShopEnv(shop="server")
+    try:
+        assert remote.reset(3) == local.reset(3)
+        handle = remote._http.handle
+        old = handle.pid
+        real_open = env_mod._OPENER.open
+        cut = []
+
+        def dying_open(req, timeout=None):  # the server dies while this request is in flight
+            if not cut:
+                cut.append(req.full_url)
+                os.kill(old, signal.SIGKILL)
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return real_open(req, timeout=timeout)
+
+        monkeypatch.setattr(env_mod._OPENER, "open", dying_open)
+        with caplog.at_level("WARNING", logger="ragen_core.services"):
+            assert remote.step("search[shirt]") == local.step("search[shirt]")
+        assert cut and cut[0].endswith("/api/step") and handle.pid != old
+        assert any(f"(pid {old}) died (killed by SIGKILL); restarting it" in r.getMessage() for r in caplog.records)
+    finally:
+        local.close()
+        remote.close()

@@ -69,7 +69,11 @@ class _HttpShop:
         self.handle: ServiceHandle = acquire(shop_service(config), config.server)
         self.timeout = config.request_timeout_s
 
-    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, path: str, body: dict[str, Any] | None = None, *, again: bool = True) -> dict[str, Any]:
+        """One request. Every request is a pure function of its body (the location travels with
+        it), so one that failed because the server the helper started died meanwhile is sent once
+        more to the restarted server instead of failing the run."""
+        pid = self.handle.pid
         url = self.handle.ensure_ready() + path
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -82,6 +86,8 @@ class _HttpShop:
             raise EnvError(f"the WebShop server at {url} answered HTTP {e.code}: {detail}",
                            ["is server.url a WebShop server of the same catalog? (GET /api/info)"]) from None
         except (OSError, ValueError) as e:
+            if again and isinstance(e, OSError) and self.handle.died_since(pid):
+                return self._call(path, body, again=False)  # ensure_ready restarts it (and says so)
             raise EnvError(f"no answer from the WebShop server at {url} ({e})",
                            ["see the server's log; raise request_timeout_s if it is only slow"]) from None
 

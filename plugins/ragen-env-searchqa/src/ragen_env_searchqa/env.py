@@ -28,7 +28,6 @@ episode continues.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from ragen_core.errors import ConfigError, EnvError
@@ -60,19 +59,6 @@ def server_spec(config: SearchQAConfig) -> ServiceSpec:
     if not r.batching:
         argv.append("--no-batching")
     return ServiceSpec(name="searchqa-retriever", command=tuple(argv), health_path="/ready")
-
-
-def _died(service: ServiceHandle, pid: int, grace_s: float = 1.0) -> bool:
-    """Whether the child ``pid`` is gone (or already replaced). A refused or reset connection
-    comes a few milliseconds before the exit status of a killed process can be read, so a
-    child that still looks alive is watched for ``grace_s`` before the error counts as transient."""
-    deadline = time.monotonic() + grace_s
-    while True:
-        if service.pid != pid or not service.alive:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
 
 
 class SearchQAEnv(Env):
@@ -168,7 +154,7 @@ class SearchQAEnv(Env):
         try:
             return client_for(url, self.config.retrieval_timeout).search(query, self.config.max_search_results), None
         except RetrievalError as e:
-            if e.kind == "connection" and pid is not None and _died(service, pid):
+            if e.kind == "connection" and service.died_since(pid):
                 service.ensure_ready()  # restart now (raises ServiceError past max_restarts)
                 return None, f"the retrieval server died during the search and was restarted ({e})"
             if e.kind == "connection" and pid is None:  # a server given by URL: nothing here restarts it
