@@ -86,3 +86,17 @@ def test_an_episode_ended_without_success_is_said_once_per_env_class(monkeypatch
             assert run_actions(env, 0, env.oracle_actions(), label=f"env 'corridor' (seed {seed}, member 0)").done
     (line,) = [r.getMessage() for r in caplog.records if r.name == "ragen_core.rollout.env_pool"]
     assert line.startswith("env 'corridor' (seed 0, member 0) ended an episode (done=True) with no info['success']")
+
+
+def test_an_env_error_raised_by_reset_is_not_called_an_env_error_twice(monkeypatch):
+    """"failed to reset: EnvError: no answer from ..." (the step path already dropped the repeat)."""
+    from ragen_core.interfaces.env_pool import ResetRequest
+    from ragen_core.rollout.env_pool import reset_env
+
+    def failing_reset(self, *args, **kwargs):
+        raise EnvError("no answer from the shop", ["see the server's log"])
+
+    monkeypatch.setattr(CorridorEnv, "reset", failing_reset)
+    with pytest.raises(EnvError) as info:
+        reset_env(CorridorEnv(CorridorConfig(length=3)), ResetRequest(0, 5, 0), label="env 'corridor' (seed 5, member 0)")
+    assert str(info.value).splitlines()[0] == "env 'corridor' (seed 5, member 0) failed to reset: no answer from the shop"

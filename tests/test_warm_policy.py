@@ -47,7 +47,8 @@ def test_the_check_key_follows_what_a_format_check_depends_on_only():
 
 
 @pytest.mark.parametrize(("env", "same", "other"), [
-    ("webshop", ["env_config.shop=server", "env_config.server.ready_timeout_s=99", "env_config.server.max_restarts=9"],
+    ("webshop", ["env_config.shop=server", "env_config.server.ready_timeout_s=99", "env_config.server.max_restarts=9",
+                 "env_config.request_timeout_s=60"],
      ["env_config.shop=server", "env_config.server.url=http://127.0.0.1:9"]),
     ("searchqa", ["env_config.server.max_restarts=9", "env_config.server.log_dir=/tmp/x"], ["env_config.server.url=http://127.0.0.1:9"]),
 ])

@@ -102,7 +102,8 @@ def _flag(value: Any, name: str, label: str, what: str) -> bool:
     if is_bool(value):
         return bool(value)
     raise EnvError(f"{label} returned {name} {short_repr(value, 40)} of type {type(value).__name__} {what}",
-                   hints=[f"{name} must be True or False (train/success counts info['success'] is True)"])
+                   hints=[f"{name} must be True or False" + (" (train/success counts episodes whose info['success'] is True)"
+                                                              if name != "done" else "")])
 
 
 def _reward(value: Any, label: str, what: str) -> float:
@@ -175,7 +176,8 @@ def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:
         instruction = env.instruction()
         facts = EnvFacts.of(env)
     except RagenError as exc:  # said on purpose (a bad data file, a missing server): keep its hints
-        raise EnvError(f"{label} failed to reset: {type(exc).__name__}: {exc.message}", exc.hints) from exc
+        kind = "" if isinstance(exc, EnvError) else f"{type(exc).__name__}: "  # no "EnvError: EnvError:"
+        raise EnvError(f"{label} failed to reset: {kind}{exc.message}", exc.hints) from exc
     except Exception as exc:
         raise EnvError(f"{label} failed to reset: {_first_line(exc)}") from exc
     return EpisodeStart(request.episode_id, _observation(observation, label, "from reset()"), str(instruction), facts)

@@ -100,7 +100,7 @@ def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
         assert f"ray pool actor 1 (pid {pids[1]}) died" in outcomes[1].error and "episode 1 lost its env" in outcomes[1].error
         assert "episode 3 lost its env" in outcomes[3].error
         assert all("\n" not in o.error for o in outcomes)
-        assert any(f"replaced ray pool actor 1 (pid {pids[1]})" in r.getMessage() and "episodes [1, 3] failed" in r.getMessage()
+        assert any(f"replaced ray pool actor 1 (pid {pids[1]}): died (" in r.getMessage() and "episodes [1, 3] failed" in r.getMessage()
                    for r in caplog.records if r.name == "ragen_workers_ray")
         # The rollout goes on: the other actor still steps, a lost episode stays failed ...
         assert [o.end_reason for o in pool.step([StepRequest(0, ("Right",)), StepRequest(3, ("Left",))])] == ["", "failed"]

@@ -26,8 +26,9 @@ SPEC = EnvSpec(
     availability="ragen_env_webshop.plugin:check_available",
     factory="ragen_env_webshop.env:WebShopEnv",
     resources=EnvResources(cpus=1.0, memory_gb=0.5),
-    # the HTTP shop started from the same catalog serves the same pages as the in-process engine
-    placement_settings=("shop",),
+    # the HTTP shop started from the same catalog serves the same pages as the in-process engine;
+    # how long a request may take changes no page either
+    placement_settings=("shop", "request_timeout_s"),
     presets={
         # the reference tags; WebShopFull needs the real catalog files (catalog.product_path / attribute_path)
         "WebShop": {"max_actions_per_episode": 9, "max_turns": 9, "max_tokens": 200},

@@ -287,6 +287,7 @@ class RayEnvPool(EnvPool):
         for eid in lost:
             del self._live[eid]
             self._lost[eid] = why
+        why = why.removeprefix(actor.describe()).lstrip()  # "replaced actor 0 (pid N): died ...", the actor named once
         log.warning("ray pool: replaced %s: %s%s", actor.describe(), why, f"; episodes {lost} failed" if lost else "")
 
     # ------------------------------------------------------------------ reset
