@@ -243,6 +243,21 @@ def test_a_run_folder_in_use_is_refused_by_a_resume_and_by_overwrite(tmp_path, c
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
 
 
+def test_a_file_system_without_flock_leaves_the_folder_unguarded_not_refused(tmp_path, monkeypatch):
+    """Only "held by another process" refuses; a file system that cannot lock (ENOLCK on some NFS
+    mounts) must not read as a folder in use."""
+    import errno
+    import fcntl
+
+    from ragen_core.trainer.run_dir import RunDirLock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    RunDirLock(tmp_path).release()  # no ConfigError
+
+
 def test_the_trainer_api_refuses_a_resume_into_another_env_too(tmp_path):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -82,8 +83,10 @@ class RunDirLock:
         fd = os.open(run_dir, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # a file system without flock (some NFS): unguarded
+                return
             raise ConfigError(f"run directory {run_dir} is in use by another ragen process (a run or a resume of it that is still going)",
                               ["wait for it to finish (or stop it), or choose another --run-dir"]) from None
         self._fd = fd
