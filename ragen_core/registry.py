@@ -347,7 +347,7 @@ class Registry:
         label = f"{spec.kind} {spec.name!r} ({entry.origin})"
         with plugin_call(label, f"its factory {spec.factory}"):
             obj = factory(cfg, **kwargs)
-        base = _interface(spec.kind)
+        base = interface_of(spec.kind)
         if base is not None and not isinstance(obj, base):
             raise PluginError(f"{label}: its factory {spec.factory} returned {_a(type(obj).__name__)}, not {_a(base.__name__)}",
                               [f"make {spec.factory} build a subclass of {base.__module__}.{base.__name__}"])
@@ -403,7 +403,8 @@ def _a(name: str) -> str:
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
-def _interface(kind: str) -> Any:
+def interface_of(kind: str) -> Any:
+    """The class :data:`INTERFACES` names for ``kind`` (imported), or None for a kind without one."""
     from ragen_core.specs import import_string
 
     return import_string(INTERFACES[kind]) if kind in INTERFACES else None

@@ -166,10 +166,9 @@ def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
             factory = spec.load_factory()
         except Exception as exc:  # any import failure is this plugin's row
             raise PluginLoadError(f"factory {spec.factory!r} failed to import: {type(exc).__name__}: {exc}") from exc
-        from ragen_core.registry import INTERFACES
-        from ragen_core.specs import import_string
+        from ragen_core.registry import interface_of
 
-        base = import_string(INTERFACES[spec.kind]) if spec.kind in INTERFACES else None
+        base = interface_of(spec.kind)
         if isinstance(factory, type) and base is not None and not issubclass(factory, base):  # a function is only known when called
             raise PluginLoadError(f"factory {spec.factory!r} is a class that does not subclass {base.__module__}.{base.__name__}: "
                                   f"a run would refuse what it builds")

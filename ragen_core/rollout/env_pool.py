@@ -49,6 +49,8 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
 )
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 #: Threads used for envs whose spec sets ``async_step`` when ``threads`` is not set.
@@ -72,8 +74,6 @@ def _observation(value: Any, label: str, what: str) -> str:
                        hints=["observations are the text the model reads: return a str"])
     return value
 
-
-log = logging.getLogger(__name__)
 
 _SAID_NO_SUCCESS: set[str] = set()
 """Env classes this process has warned about ending episodes without ``info["success"]``."""
@@ -162,7 +162,7 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
             if "success" not in info:
                 _say_no_success(env, label)
             break
-    return StepOutcome(episode_id, observation=observation, reward=reward, done=bool(done), info=dict(info), executed=executed)
+    return StepOutcome(episode_id, observation=observation, reward=reward, done=done, info=dict(info), executed=executed)
 
 
 def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:

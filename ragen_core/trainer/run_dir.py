@@ -74,7 +74,6 @@ class RunDirLock:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
         self._fd: int | None = None
         try:
             import fcntl
