@@ -162,20 +162,66 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated
 
 
-def main(argv: list[str] | None = None) -> int:
-    import signal
-    import threading
+class _InterruptsUnwind:
+    """While ``ragen`` runs: SIGTERM unwinds like Ctrl-C (:class:`~ragen_core.errors.Terminated`), and
+    an interrupt Python could only print and drop is sent again.
 
+    Python runs a signal handler at whatever line the main thread is on; if that line is inside a
+    weak-reference callback or a ``__del__`` (importlib's module-lock callbacks during a model load),
+    the exception is "ignored" and the process carries on as if nothing had come. Such a dropped
+    KeyboardInterrupt/Terminated goes through :data:`sys.unraisablehook`, which sends the same signal
+    again 0.1 s later, when the main thread is back in ordinary code. SIGTERM's handler is set only
+    where nobody set one; everything is put back on exit (a pending resend is cancelled).
+    """
+
+    def __init__(self) -> None:
+        self.previous_term: Any = None
+        self.previous_hook: Any = None
+        self.resends: list[Any] = []
+
+    def __enter__(self) -> _InterruptsUnwind:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self.previous_term = signal.signal(signal.SIGTERM, _raise_terminated)
+        self.previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
+        return self
+
+    def _unraisable(self, unraisable: Any) -> None:
+        import signal
+        import threading
+
+        from ragen_core.errors import Terminated
+
+        exc = unraisable.exc_value
+        if not isinstance(exc, KeyboardInterrupt):
+            self.previous_hook(unraisable)
+            return
+        sig = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        resend = threading.Timer(0.1, os.kill, (os.getpid(), sig))
+        resend.daemon = True
+        self.resends.append(resend)
+        resend.start()
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for resend in self.resends:
+            resend.cancel()
+        if self.previous_hook is not None:
+            sys.unraisablehook = self.previous_hook
+        if self.previous_term is not None:
+            signal.signal(signal.SIGTERM, self.previous_term)
+
+
+def main(argv: list[str] | None = None) -> int:
     # SIGTERM (timeout, a scheduler, kill) would end the process at once, in the middle of a model load or
-    # a warm start: no clean-up and no word. Only where nobody set a handler, and put back on return.
-    previous = None
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
+    # a warm start: no clean-up and no word.
+    with _InterruptsUnwind():
         return _main(argv)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _main(argv: list[str] | None) -> int:
