@@ -8,6 +8,8 @@ exits with status 2; tracebacks appear only with ``-v`` or ``RAGEN_DEBUG=1``.
 
 from __future__ import annotations
 
+import shlex
+
 #: Longest message or hint an error keeps; the rest is cut with a note of how much. Messages
 #: quote user input (paths, values, env output), and one must never bury the terminal or a log.
 MAX_LINE_CHARS = 1000
@@ -18,6 +20,16 @@ def _capped(text: str) -> str:
     if len(text) <= MAX_LINE_CHARS:
         return text
     return f"{text[:MAX_LINE_CHARS]}... ({len(text) - MAX_LINE_CHARS} more characters)"
+
+
+def shell_word(value: object) -> str:
+    """``value`` as one word of a suggested command (``ragen run --resume DIR``): quoted when it holds
+    spaces or shell characters, so the line can be pasted as printed. Double quotes where they suffice
+    (hints put whole commands in single quotes), else the shell's single-quote form."""
+    text = str(value)
+    if shlex.quote(text) == text:
+        return text
+    return f'"{text}"' if not set(text) & set('"$`\\!') else shlex.quote(text)
 
 
 class RagenError(Exception):

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragen_core.errors import shell_word
+
 
 @dataclass(frozen=True)
 class Panel:
@@ -156,7 +158,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
 
     run_dir = Path(run_dir)
     if run_dir.is_file():
-        hint = (f"pass the folder that holds it: ragen plot {run_dir.parent}" if (run_dir.parent / "metrics.jsonl").is_file()
+        hint = (f"pass the folder that holds it: ragen plot {shell_word(run_dir.parent)}" if (run_dir.parent / "metrics.jsonl").is_file()
                 else "pass the folder a 'ragen run' wrote (it holds metrics.jsonl)")
         raise ConfigError(f"{run_dir} is a file, not a run directory", [hint])
     if not run_dir.is_dir():

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ragen_core.cli import positive_int
+from ragen_core.errors import shell_word
 
 if TYPE_CHECKING:  # the trainer config imports pydantic models of every layer; the CLI loads it lazily
     from ragen_core.trainer.config import RunConfig
@@ -187,6 +188,6 @@ def run(args: argparse.Namespace) -> int:
         import signal
 
         print(f"stopped by {'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name} after step {done} of {config.steps}: "
-              f"continue with 'ragen run --resume {trainer.run_dir}'")
+              f"continue with 'ragen run --resume {shell_word(trainer.run_dir)}'")
         return 128 + signum
     return 0

@@ -42,7 +42,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ragen_core.errors import CheckpointError
+from ragen_core.errors import CheckpointError, shell_word
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
@@ -174,7 +174,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
             write_manifest(tmp)
     except (OSError,) + _safetensors_errors() as exc:
         raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
-                              [f"older checkpoints are intact; free disk space or fix {final.parent}, then 'ragen run --resume {run_dir}'"]) from exc
+                              [f"older checkpoints are intact; free disk space or fix {final.parent}, "
+                               f"then 'ragen run --resume {shell_word(run_dir)}'"]) from exc
     if keep > 0:
         removed = _beyond_kept(run_dir, final, keep)
         for old in removed:
@@ -327,7 +328,7 @@ def require_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     found = list_checkpoints(run_dir)
     if not found:
         raise CheckpointError(f"--resume: no checkpoint found under {run_dir / 'checkpoints'}",
-                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...', or choose another --run-dir"])
+                              [f"start the run again with 'ragen run --overwrite --run-dir {shell_word(run_dir)} ...', or choose another --run-dir"])
     return found
 
 
@@ -371,7 +372,7 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
     if chosen is None:
         listing = "; ".join(msg for _, msg in damaged)
         raise CheckpointError(f"--resume: no intact checkpoint under {run_dir / 'checkpoints'}: {listing}",
-                              [f"start the run again with 'ragen run --overwrite --run-dir {run_dir} ...'"])
+                              [f"start the run again with 'ragen run --overwrite --run-dir {shell_word(run_dir)} ...'"])
     step, path, verified = chosen
     for _, message in damaged:
         log(f"resume: {message}; resuming from {path.name}")

@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ragen_core.errors import TrainingError
+from ragen_core.errors import TrainingError, shell_word
 
 #: ``stop_reason`` of a run stopped by :class:`SkipMonitor`.
 DIVERGED = "diverged/skipped_optimizer_steps"
@@ -131,7 +131,7 @@ class SkipMonitor:
                 newest = latest_checkpoint(run_dir)
         if newest is not None:
             kept = f"{note}the last good checkpoint is {checkpoint_dir(run_dir, newest[0])}"
-            hint = f"lower optim.lr and resume from it: ragen run --resume {run_dir} optim.lr=..."
+            hint = f"lower optim.lr and resume from it: ragen run --resume {shell_word(run_dir)} optim.lr=..."
         else:
             kept = f"{note}no good checkpoint was written"
             hint = "lower optim.lr and start again"

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ragen_core.errors import shell_word
 from ragen_core.hookspecs import hookimpl
 
 
@@ -140,10 +141,11 @@ class JsonlLogger:
             written = plot_run(self.path.parent)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM once training is over: metrics and checkpoints are on disk
             print(f"plots not drawn (stopped while drawing them; metrics.jsonl and the checkpoints are kept): draw them with "
-                  f"'ragen plot {self.path.parent}'", file=sys.stderr)
+                  f"'ragen plot {shell_word(self.path.parent)}'", file=sys.stderr)
             raise
         except Exception as exc:  # noqa: BLE001 - plots are a by-product; the run's results are already written
-            print(f"warning: plots not drawn ({type(exc).__name__}: {exc}); draw them with 'ragen plot {self.path.parent}'", file=sys.stderr)
+            print(f"warning: plots not drawn ({type(exc).__name__}: {exc}); draw them with 'ragen plot {shell_word(self.path.parent)}'",
+                  file=sys.stderr)
             return
         print(f"plots: {self.path.parent / 'plots'} ({len(written)} files)")
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragen_core.errors import ConfigError
+from ragen_core.errors import ConfigError, shell_word
 
 CONFIG_FILE = "config.yaml"
 
@@ -110,7 +110,7 @@ def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -
         shown = ", ".join(entries[:4]) + (f", ... ({len(entries)} entries)" if len(entries) > 4 else "")
         checkpoints = run_dir / "checkpoints"
         if checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir()):
-            hint = f"continue that run with 'ragen run --resume {run_dir}', choose another --run-dir, or pass --overwrite to replace it"
+            hint = f"continue that run with 'ragen run --resume {shell_word(run_dir)}', choose another --run-dir, or pass --overwrite to replace it"
         else:  # nothing to resume from: --resume would refuse it
             hint = "it holds no checkpoint to resume from: pass --overwrite to start it again, or choose another --run-dir"
         raise ConfigError(f"run directory {run_dir} is not empty ({shown})", [hint])

@@ -57,6 +57,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ragen_core.errors import shell_word
 from ragen_core.hookspecs import call_hook
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
@@ -551,7 +552,7 @@ class Trainer(CheckpointMixin):
             report(f"{what}, and saving step {done} failed too ({type(exc).__name__}: {exc})")
             return None
         fixed = "" if aborted else "once the cause is fixed, "
-        report(f"{what}: saved checkpoints/{path.name}, {saved}; {fixed}continue with 'ragen run --resume {self.run_dir}'")
+        report(f"{what}: saved checkpoints/{path.name}, {saved}; {fixed}continue with 'ragen run --resume {shell_word(self.run_dir)}'")
         return path
 
     def _save_unvalidated(self, step: int, why: str) -> Path | None:

@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ragen_core.errors import shell_word
+
 #: Exit code of a run the watchdog ended (2 is a user error, 130 an interrupt).
 EXIT_STALLED = 3
 
@@ -149,7 +151,7 @@ class Watchdog:
                 print(f"(could not save the last finished step: {type(exc).__name__}: {exc})", file=err)
             faulthandler.cancel_dump_traceback_later()
         resumable = any((self.run_dir / "checkpoints").glob("step_*"))
-        then = f"continue with 'ragen run --resume {self.run_dir}'" if resumable else \
+        then = f"continue with 'ragen run --resume {shell_word(self.run_dir)}'" if resumable else \
             "no checkpoint was written yet (save_freq sets how often), so start the run again"
         print("hint: something hangs (see the stacks above): a slow env step can be ended by rollout.pool_config.step_timeout_s; "
               f"raise watchdog_s if steps legitimately take longer; {then}", file=err)

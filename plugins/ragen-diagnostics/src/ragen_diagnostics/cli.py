@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core import hookimpl
-from ragen_core.errors import RagenError
+from ragen_core.errors import RagenError, shell_word
 
 HELP = "RAGEN-2 reasoning-collapse diagnostics of a run (mutual information between inputs and reasoning; plots + HTML)"
 """The distribution's summary less its leading plugin name: ``ragen --help`` lists the command with that summary."""
@@ -78,7 +78,7 @@ def check_run_dir(run_dir: Path) -> None:
     """Refuse a path that is not a directory: a file (often ``RUN_DIR/metrics.jsonl``) or nothing."""
     if run_dir.is_file():
         folder = run_dir.parent if run_dir.name == "metrics.jsonl" else None
-        hint = f"pass its folder: ragen diagnose {folder}" if folder else "pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"
+        hint = f"pass its folder: ragen diagnose {shell_word(folder)}" if folder else "pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"
         raise RagenError(f"{run_dir} is a file, not a run directory", [hint])
     if not run_dir.is_dir():
         raise RagenError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         given = " ".join(f"{flag} {value}" for flag, value in offline_only)
         raise RagenError(f"{', '.join(flags)} only {'applies' if len(flags) == 1 else 'apply'} to an offline recompute, which "
                          "--checkpoint or --rollouts asks for",
-                         [f"ragen diagnose {run_dir} --checkpoint step_N {given} (it reads the rollouts the run saved for that step, "
+                         [f"ragen diagnose {shell_word(run_dir)} --checkpoint step_N {given} (it reads the rollouts the run saved for that step, "
                           "or --rollouts FILE); without them diagnose reports the metrics the run logged"])
     if args.checkpoint or args.rollouts:
         num_samples = parse_num_samples(args.num_samples)
@@ -173,5 +173,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"note: {run_dir} has no collapse metrics (the report shows reward and filter curves only). Turn them on when training: "
               "ragen run ... diagnostics=[collapse]; or compute them afterwards from a checkpoint and its rollouts (a run with "
-              f"save_rollouts=true): ragen diagnose {run_dir} --checkpoint step_N")
+              f"save_rollouts=true): ragen diagnose {shell_word(run_dir)} --checkpoint step_N")
     return 0

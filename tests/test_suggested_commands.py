@@ -1,0 +1,43 @@
+"""Commands RAGEN suggests (``ragen run --resume DIR``, ``ragen plot DIR``) paste as printed, even when
+the folder's path holds spaces or shell characters (they used to be printed bare: the shell split a
+path with a space into two words)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from ragen_core.cli.main import main
+from ragen_core.errors import ConfigError, shell_word
+from ragen_core.trainer.run_dir import claim_run_dir
+
+
+@pytest.mark.parametrize("path", ["/runs/plain", "/runs/my run", "/runs/cost $5", "/runs/it's", "/runs/a\"b c", "/runs/wow!"])
+def test_a_suggested_path_is_one_shell_word(path):
+    assert shlex.split(f"ragen run --resume {shell_word(path)}") == ["ragen", "run", "--resume", path]
+
+
+def test_a_plain_path_is_printed_unquoted():
+    assert shell_word("/runs/sokoban_1") == "/runs/sokoban_1"
+
+
+def test_the_resume_hint_of_a_used_folder_with_a_space_pastes_as_one_word(tmp_path):
+    run_dir = tmp_path / "my runs" / "sokoban 1"
+    (run_dir / "checkpoints" / "step_1").mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        claim_run_dir(run_dir)
+    hint = info.value.hints[0]
+    command = hint.split("'", 2)[1]  # the hint quotes the whole command: continue that run with '...'
+    assert shlex.split(command) == ["ragen", "run", "--resume", str(run_dir)]
+
+
+def test_plot_of_a_metrics_file_suggests_its_folder_quoted(tmp_path, capsys):
+    run_dir = tmp_path / "run one"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "train/reward": 0.5}) + "\n", encoding="utf-8")
+    assert main(["plot", str(run_dir / "metrics.jsonl")]) == 2
+    err = capsys.readouterr().err
+    said = err.split("ragen plot ", 1)[1].splitlines()[0]
+    assert shlex.split(said) == [str(run_dir)]
