@@ -258,6 +258,35 @@ def test_a_file_system_without_flock_leaves_the_folder_unguarded_not_refused(tmp
     RunDirLock(tmp_path).release()  # no ConfigError
 
 
+def test_a_child_forked_while_the_lock_is_held_does_not_keep_the_folder_locked(tmp_path):
+    """A vLLM engine (or a fork-started pool) inherits the folder's descriptor; a flock lives while any
+    copy is open, so the folder stayed locked after the run released it until that child ended."""
+    import os
+    import signal
+
+    from ragen_core.trainer.run_dir import RunDirLock
+
+    lock = RunDirLock(tmp_path)
+    started, ready = os.pipe()
+    child = os.fork()
+    if child == 0:  # the forked child lives on, as an engine process would (killed below)
+        import time
+
+        os.write(ready, b"1")  # fork's hooks have run by the time the child's own code does
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert os.read(started, 1) == b"1"
+        lock.release()
+        RunDirLock(tmp_path).release()  # the child still runs; the folder is free (it raised ConfigError before)
+        assert os.waitpid(child, os.WNOHANG) == (0, 0)  # the child was indeed alive during the check
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(started)
+        os.close(ready)
+
+
 def test_the_trainer_api_refuses_a_resume_into_another_env_too(tmp_path):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()

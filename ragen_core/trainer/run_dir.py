@@ -18,11 +18,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 import shutil
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,13 @@ class RunDirLock:
     file to leave behind or to race on), released by :meth:`release` or when the process ends,
     however it ends. Two ``ragen run --resume`` of one folder both trained, writing the same steps
     twice into one ``metrics.jsonl``; the second is now refused. Not on systems without ``fcntl``.
+
+    A child forked while the lock is held (a vLLM engine or a process pool started with fork) closes
+    its copy of the descriptor at once: a flock lives while any copy is open, so the child would
+    otherwise keep the folder locked after this process released it or ended.
     """
+
+    _held: weakref.WeakSet[RunDirLock] = weakref.WeakSet()
 
     def __init__(self, run_dir: Path) -> None:
         self._fd: int | None = None
@@ -89,12 +97,27 @@ class RunDirLock:
             raise ConfigError(f"run directory {run_dir} is in use by another ragen process (a run or a resume of it that is still going)",
                               ["wait for it to finish (or stop it), or choose another --run-dir"]) from None
         self._fd = fd
+        RunDirLock._held.add(self)
+
+    @classmethod
+    def _forget_in_child(cls) -> None:
+        for lock in list(cls._held):
+            fd, lock._fd = lock._fd, None
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        cls._held.clear()
 
     def release(self) -> None:
         """Let other processes train here again. Idempotent."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor drops its flock
+        RunDirLock._held.discard(self)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=RunDirLock._forget_in_child)
 
 
 def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -> None:
