@@ -68,6 +68,51 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
+class WorkerLogs(logging.Handler):
+    """Warnings logged inside a pool's worker process, carried back to the trainer with its replies.
+
+    A worker's warning (a restarted server, an env without ``info["success"]``) used to go to the
+    worker's own stderr, glued to the end of the trainer's progress-bar line, and past any logging
+    the trainer's process configured. :meth:`install` puts one of these on the worker's root logger
+    (warnings and worse); the worker sends :meth:`take`'s records along with every reply and the
+    pool passes them to :func:`replay_worker_logs` in the trainer's process.
+    """
+
+    _installed: WorkerLogs | None = None
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[tuple[int, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.records.append((record.levelno, record.name, record.getMessage()))
+        except Exception:  # noqa: BLE001 - logging's rule: a failing handler must not raise
+            self.handleError(record)
+
+    def take(self) -> list[tuple[int, str, str]]:
+        """The records logged since the last call (level, logger name, message), oldest first."""
+        with self.lock:  # type: ignore[union-attr]  # Handler.createLock made it
+            taken, self.records = self.records, []
+        return taken
+
+    @classmethod
+    def install(cls) -> WorkerLogs:
+        """This process's collector, put on the root logger the first time."""
+        if cls._installed is None:
+            cls._installed = cls()
+            logging.getLogger().addHandler(cls._installed)
+        return cls._installed
+
+
+def replay_worker_logs(records: Sequence[Sequence[Any]], where: str) -> None:
+    """Log a worker's :meth:`WorkerLogs.take` records here, each under its own logger, prefixed with
+    ``where`` (``"process pool worker 2 (pid 812)"``): above the progress bar, or wherever this
+    process's logging sends warnings."""
+    for level, name, message in records:
+        logging.getLogger(name).log(int(level), "%s: %s", where, message)
+
+
 def _observation(value: Any, label: str, what: str) -> str:
     if not isinstance(value, str):
         raise EnvError(f"{label} returned an observation of type {type(value).__name__} ({short_repr(value, 60)}) {what}",

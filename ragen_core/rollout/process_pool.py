@@ -60,11 +60,12 @@ class ProcessPoolConfig(EnvPoolConfig):
 # --------------------------------------------------------------------------- worker side
 def _worker_main(conn: Connection, env_json: str) -> None:
     """Loop of one worker: build envs per episode slot, answer resets and steps with dicts."""
-    from ragen_core.rollout.env_pool import episode_label, reset_env, run_actions
+    from ragen_core.rollout.env_pool import WorkerLogs, episode_label, reset_env, run_actions
 
     # Ctrl-C in a terminal reaches the whole foreground process group: the trainer finishes its step
     # on it, so the workers must keep serving that step (they end when the parent closes the pipe).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logs = WorkerLogs.install()  # every reply carries the warnings logged since the last one
     ref = EnvRef.model_validate_json(env_json)
     envs: dict[int, Any] = {}
     labels: dict[int, str] = {}
@@ -84,14 +85,14 @@ def _worker_main(conn: Connection, env_json: str) -> None:
                         envs[req.episode_id] = _build(ref)
                     labels[req.episode_id] = episode_label(ref, req.seed, req.member)
                     starts.append(dataclasses.asdict(reset_env(envs[req.episode_id], req, label=labels[req.episode_id])))
-                conn.send(("started", starts))
+                conn.send(("started", starts, logs.take()))
             elif kind == "step":
                 for data in payload:
                     eid = data["episode_id"]
                     out = run_actions(envs[eid], eid, tuple(data["actions"]), label=labels[eid])
-                    conn.send(("outcome", dataclasses.asdict(out)))
+                    conn.send(("outcome", dataclasses.asdict(out), logs.take()))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it there
-            conn.send(("error", str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            conn.send(("error", str(exc).splitlines()[0] if str(exc) else type(exc).__name__, logs.take()))
     for env in envs.values():
         env.close()
 
@@ -316,13 +317,17 @@ class ProcessEnvPool(EnvPool):
 
 
 def _recv(w: _Worker) -> tuple[str, Any] | None:
-    """The worker's next message (waiting for it), or None when the worker is gone."""
+    """The worker's next message (waiting for it), or None when the worker is gone. The warnings
+    the worker logged before it are logged here first (:class:`~ragen_core.rollout.env_pool.WorkerLogs`)."""
+    from ragen_core.rollout.env_pool import replay_worker_logs
+
     try:
-        message: tuple[str, Any] = w.conn.recv()
-        return message
+        kind, payload, logs = w.conn.recv()
     except (EOFError, OSError):
         w.process.join(5.0)  # reap it, so its exit code is known
         return None
+    replay_worker_logs(logs, w.describe())
+    return kind, payload
 
 
 def _start(data: dict[str, Any]) -> EpisodeStart:

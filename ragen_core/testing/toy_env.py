@@ -3,6 +3,7 @@
 Not installed as an entry point; tests register it in-process with :func:`register_toy_env`
 so core tests never depend on env packages. :class:`SlowCorridorEnv` adds an action that blocks,
 for env-pool timeout checks; pools in other processes build it from :data:`SLOW_TOY_FACTORY`.
+:class:`UnsaidCorridorEnv` (:data:`UNSAID_TOY_FACTORY`) never reports ``info["success"]``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,20 @@ class SlowCorridorEnv(CorridorEnv):
 
 #: Import string of :class:`SlowCorridorEnv` for ``EnvRef(factory=...)`` (usable in any process).
 SLOW_TOY_FACTORY = "ragen_core.testing.toy_env:SlowCorridorEnv"
+
+
+class UnsaidCorridorEnv(CorridorEnv):
+    """The corridor without ``info["success"]``: a finished episode makes the pool log a warning
+    (for checks that a worker's warnings reach the trainer's process)."""
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        result.info.pop("success", None)
+        return result
+
+
+#: Import string of :class:`UnsaidCorridorEnv` for ``EnvRef(factory=...)``.
+UNSAID_TOY_FACTORY = "ragen_core.testing.toy_env:UnsaidCorridorEnv"
 
 TOY_ENV_SPEC = EnvSpec(
     name=TOY_ENV_NAME,

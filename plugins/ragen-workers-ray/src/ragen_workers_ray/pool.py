@@ -49,6 +49,7 @@ from ragen_core.interfaces.env_pool import (
     StepOutcome,
     StepRequest,
 )
+from ragen_core.rollout.env_pool import replay_worker_logs
 from ragen_core.specs import EnvResources
 from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
@@ -65,11 +66,16 @@ def _first_line(exc: BaseException) -> str:
 class EnvActor:
     """Body of one Ray actor: env instances per episode slot, answering with plain dicts.
 
-    Every method returns ``(kind, payload)``: ``("error", one line)`` for an env bug (raised as
-    :class:`EnvError` by the pool), so no exception object has to cross the wire.
+    Every method returns ``(kind, payload, logs)``: ``("error", one line, logs)`` for an env bug
+    (raised as :class:`EnvError` by the pool), so no exception object has to cross the wire; ``logs``
+    are the warnings logged in the actor since its last reply, which the pool logs in the trainer's
+    process (:class:`~ragen_core.rollout.env_pool.WorkerLogs`).
     """
 
     def __init__(self, env_json: str) -> None:
+        from ragen_core.rollout.env_pool import WorkerLogs
+
+        self.logs = WorkerLogs.install()
         self.ref = EnvRef.model_validate_json(env_json)
         self.envs: dict[int, Any] = {}
         self.labels: dict[int, str] = {}
@@ -77,7 +83,7 @@ class EnvActor:
     def pid(self) -> int:
         return os.getpid()
 
-    def reset(self, requests: list[dict[str, Any]]) -> tuple[str, Any]:
+    def reset(self, requests: list[dict[str, Any]]) -> tuple[str, Any, list[Any]]:
         from ragen_core.rollout.env_pool import episode_label, reset_env
 
         try:
@@ -89,17 +95,17 @@ class EnvActor:
                 self.labels[req.episode_id] = episode_label(self.ref, req.seed, req.member)
                 starts.append(dataclasses.asdict(reset_env(self.envs[req.episode_id], req, label=self.labels[req.episode_id])))
         except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it there
-            return "error", _first_line(exc)
-        return "started", starts
+            return "error", _first_line(exc), self.logs.take()
+        return "started", starts, self.logs.take()
 
-    def step(self, episode_id: int, actions: list[str]) -> tuple[str, Any]:
+    def step(self, episode_id: int, actions: list[str]) -> tuple[str, Any, list[Any]]:
         from ragen_core.rollout.env_pool import run_actions
 
         try:
             out = run_actions(self.envs[episode_id], episode_id, tuple(actions), label=self.labels[episode_id])
         except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it there
-            return "error", _first_line(exc)
-        return "outcome", dataclasses.asdict(out)
+            return "error", _first_line(exc), self.logs.take()
+        return "outcome", dataclasses.asdict(out), self.logs.take()
 
     def close(self) -> None:
         envs, self.envs = self.envs, {}
@@ -326,7 +332,7 @@ class RayEnvPool(EnvPool):
                 self._replace(k, "reset timed out")
                 continue
             try:
-                kind, payload = ray.get(ref)
+                kind, payload, logs = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 self._replace(k, f"died ({_first_line(exc)})")
                 if retry_dead:
@@ -334,6 +340,7 @@ class RayEnvPool(EnvPool):
                 else:
                     errors.append(f"{actor.describe()} died while resetting: {_first_line(exc)}")
                 continue
+            replay_worker_logs(logs, actor.describe())
             if kind == "error":
                 errors.append(payload)
                 continue
@@ -373,10 +380,11 @@ class RayEnvPool(EnvPool):
                 if ref in done:
                     heard[k] = now
                     try:
-                        kind, payload = ray.get(ref)
+                        kind, payload, logs = ray.get(ref)
                     except ray.exceptions.RayError as exc:
                         self._fail(k, queue, outcomes, f"{self._actors[k].describe()} died ({_first_line(exc)})", "failed")
                     else:
+                        replay_worker_logs(logs, self._actors[k].describe())
                         queue.pop(0)
                         if kind == "error":
                             errors.append(payload)
