@@ -181,7 +181,8 @@ class ServiceConfig(PluginConfig):
     port_attempts: int = Field(default=3, ge=1)
     """Ports tried when the child loses its freshly picked port to another process."""
     log_dir: str | None = None
-    """Where the child's output log is kept; None: a temporary file removed on a clean stop."""
+    """Where the child's output log is kept; None: a temporary file, removed on a clean stop unless the
+    child died and was restarted (the restart warning names the log)."""
 
     @field_validator("url")
     @classmethod
@@ -355,6 +356,7 @@ class _Service:
         self.argv: list[str] = list(spec.command)
         self.log_path: str | None = None
         self.restarts: collections.deque[float] = collections.deque()
+        self.restarted = False  # restarted at least once: its log, named in the warning, is kept
         self.group_done = False  # the current child's process group was killed
         self.started = False  # the first start (or URL check) succeeded
         self.stopped = False  # stopped for good: by the last release or by stop_all
@@ -521,6 +523,7 @@ class _Service:
                             cfg.max_restarts, cfg.restart_window_s, self.output_tail(), self.log_path)
                 time.sleep(delay)
                 self.restarts.append(time.monotonic())
+                self.restarted = True
                 self.start()
             assert self.url is not None
             return self.url
@@ -531,7 +534,7 @@ class _Service:
             return
         self.stopped = True
         self.kill(self.config.stop_timeout_s)
-        if not keep_log and self.config.log_dir is None and self.log_path:
+        if not keep_log and not self.restarted and self.config.log_dir is None and self.log_path:
             try:
                 os.unlink(self.log_path)
             except OSError:

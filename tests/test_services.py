@@ -225,6 +225,26 @@ def test_a_restart_is_logged_naming_the_service_the_signal_and_the_log(caplog):
     assert "(restart 1 of max_restarts=2 within " in line and f"(log: {handle.log_path})" in line and "\n" not in line
 
 
+def test_the_log_a_restart_warning_names_outlives_the_service():
+    """The warning says "(log: /tmp/ragen-service-...)"; the clean stop at the run's end deleted that file."""
+    with acquire(child_spec(name="shop"), fast()) as handle:
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        handle.ensure_ready()
+        log = handle.log_path
+    try:
+        assert log is not None and os.path.isfile(log)
+    finally:
+        if log is not None and os.path.exists(log):
+            os.unlink(log)
+
+
+def test_a_service_that_never_died_leaves_no_temporary_log():
+    with acquire(child_spec(name="shop"), fast()) as handle:
+        log = handle.log_path
+    assert log is not None and not os.path.exists(log)
+
+
 def test_restart_limit_gives_a_clear_error():
     with acquire(child_spec(name="sandbox"), fast(max_restarts=1)) as handle:
         get(handle.url, "/exit")  # the child can be told to exit
