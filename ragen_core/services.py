@@ -12,8 +12,9 @@ Lifecycle:
        nobody reads would fill up and block the child).
     2. It waits until the child is *ready*, not merely alive: a ``GET`` on ``spec.health_path``
        answers 2xx, or, when the spec has no health path, a TCP connect succeeds. A server that
-       is still loading its index is alive but not ready. If the child exits first, or
-       ``ready_timeout_s`` passes, the child's process group is killed and a
+       is still loading its index is alive but not ready (503). If the child exits first, answers
+       500 (it cannot get ready: a corpus that does not load), or ``ready_timeout_s`` passes, the
+       child's process group is killed and a
        :class:`ServiceError` names the service, the command, the reason and the last lines of
        the child's output. If the child died because another process took the port between our
        pick and its bind, a new port is tried (``port_attempts`` in all).
@@ -208,6 +209,11 @@ def _port_busy(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+_FAILED_STATUS = 500
+"""What a started child's readiness path answers when it cannot get ready (a corpus that does not
+load): the wait stops at once instead of running to ``ready_timeout_s``. 503 means "still loading"."""
 
 
 def why_unreachable(url: str, health_path: str | None = None, timeout: float = 3.0, *, any_status: bool = False) -> str | None:
@@ -456,6 +462,10 @@ class _Service:
                 raise self.error(f"exited with status {code} before it was ready")
             if why is None:
                 return False
+            if why.endswith(f" answered HTTP {_FAILED_STATUS}"):  # it says it failed (503 is "still loading"): no use waiting
+                self.kill(self.config.stop_timeout_s)
+                raise self.error(f"failed while starting (last probe: {why}); the child was killed",
+                                 ("its last output says why; fix that and start again",))
             if time.monotonic() >= deadline:
                 self.kill(self.config.stop_timeout_s)
                 raise self.error(

@@ -4,7 +4,8 @@ Routes: ``/health`` (200 once ready, 503 before), ``/pid`` (its process id), ``/
 value of an environment variable) and ``/exit`` (answers, then exits with status 0).
 
 Flags shape its behaviour: ``--ready-after S`` answers 503 on /health for S seconds (alive but
-not ready), ``--never-ready`` always answers 503, ``--exit-code N`` fails at once with a message
+not ready), ``--never-ready`` always answers 503, ``--failed-load`` answers 500 (it stays up but
+could not load what it serves), ``--exit-code N`` fails at once with a message
 on stderr, ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
 starts a helper process (in the child's process group, as a real server's workers are) and
 writes its pid.
@@ -26,6 +27,7 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     ap.add_argument("--ready-after", type=float, default=0.0)
     ap.add_argument("--never-ready", action="store_true")
+    ap.add_argument("--failed-load", action="store_true")
     ap.add_argument("--exit-code", type=int)
     ap.add_argument("--pid-file")
     ap.add_argument("--helper-pid-file")
@@ -42,11 +44,15 @@ def main() -> None:
         sys.exit(args.exit_code)
     if args.never_ready:
         print("service_child: loading index (this never finishes)", flush=True)
+    if args.failed_load:
+        print("service_child: could not load the index: corpus.jsonl:1: bad line", flush=True)
     ready_at = time.monotonic() + args.ready_after
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/health":
+            if self.path == "/health" and args.failed_load:
+                self._answer(500, "index failed to load")
+            elif self.path == "/health":
                 ready = not args.never_ready and time.monotonic() >= ready_at
                 self._answer(200 if ready else 503, "ok" if ready else "loading")
             elif self.path == "/pid":

@@ -211,3 +211,22 @@ def test_init_env_refuses_a_name_an_installed_env_already_has(tmp_path):
     with pytest.raises(RagenError, match=rf"^env name {taken!r} is taken: installed env {taken!r} comes from {re.escape(str(origin))}"):
         scaffold(taken, tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_plugins_show_gives_a_nested_setting_the_default_its_parent_sets():
+    """SearchQA's server settings default to ServiceConfig(ready_timeout_s=600); `plugins show` said
+    120 (the settings class's own default), five times shorter than the wait a user then got."""
+    from pydantic import BaseModel, Field
+
+    from ragen_core.cli.plugins import field_rows
+
+    class Inner(BaseModel):
+        wait_s: float = 120.0
+        """How long to wait."""
+
+    class Outer(BaseModel):
+        server: Inner = Field(default_factory=lambda: Inner(wait_s=600.0))
+        plain: Inner = Field(default_factory=Inner)
+
+    rows = {name: default for name, _, default, _ in field_rows(Outer)}
+    assert rows == {"server.wait_s": "600.0", "plain.wait_s": "120.0"}

@@ -225,6 +225,18 @@ def test_a_restart_is_logged_naming_the_service_the_signal_and_the_log(caplog):
     assert "(restart 1 of max_restarts=2 within " in line and f"(log: {handle.log_path})" in line and "\n" not in line
 
 
+def test_a_child_that_answers_500_while_starting_fails_at_once_with_its_output():
+    """SearchQA's server with a bad corpus answered /ready 503 "index failed to load" and the env
+    waited the whole ready_timeout_s (600 s) in silence; 500 now says it will never be ready."""
+    started = time.monotonic()
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--failed-load", name="retriever"), fast(ready_timeout_s=60))
+    assert time.monotonic() - started < 30  # far below the 60 s wait it used to run to
+    msg = str(info.value)
+    assert msg.startswith("service 'retriever' (") and "failed while starting (last probe: GET /health answered HTTP 500)" in msg
+    assert "could not load the index: corpus.jsonl:1: bad line" in msg and "raise ready_timeout_s" not in msg
+
+
 def test_the_log_a_restart_warning_names_outlives_the_service():
     """The warning says "(log: /tmp/ragen-service-...)"; the clean stop at the run's end deleted that file."""
     with acquire(child_spec(name="shop"), fast()) as handle:

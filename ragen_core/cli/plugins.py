@@ -310,18 +310,22 @@ def print_fields(model: Any) -> None:
             print("    " + line)
 
 
-def field_rows(model: Any, prefix: str = "", *, default_limit: int = 30, description_limit: int | None = 100) -> list[list[str]]:
+def field_rows(model: Any, prefix: str = "", *, default_limit: int = 30, description_limit: int | None = 100,
+               defaults: Any = None) -> list[list[str]]:
     """``[name, type, default, description]`` rows of a config model's fields (the default's repr cut
     at ``default_limit``, the description's first sentence at ``description_limit``; None: whole);
     a field that is itself a settings model (DeepCoder's ``sandbox``, WebShop's ``catalog``) is shown
-    as its own fields, named ``parent.child`` as ``--set`` and ``env_config.`` overrides spell them."""
+    as its own fields, named ``parent.child`` as ``--set`` and ``env_config.`` overrides spell them,
+    with the defaults of the parent's default (SearchQA's ``server.ready_timeout_s`` is 600, not the
+    settings class's 120)."""
     from pydantic import BaseModel
 
     rows = []
     for field_name, field in model.model_fields.items():
-        default = field.get_default(call_default_factory=True)
+        default = getattr(defaults, field_name) if defaults is not None else field.get_default(call_default_factory=True)
         if isinstance(default, BaseModel) and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            rows += field_rows(field.annotation, f"{prefix}{field_name}.", default_limit=default_limit, description_limit=description_limit)
+            rows += field_rows(field.annotation, f"{prefix}{field_name}.", default_limit=default_limit, description_limit=description_limit,
+                               defaults=default)
             continue
         described = first_sentence(field.description or "", description_limit if description_limit is not None else 10**9)
         rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), default_limit), described])

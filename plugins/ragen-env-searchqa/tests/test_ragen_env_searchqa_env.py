@@ -169,6 +169,27 @@ def test_url_mode_only_connects(cfg, env):
         unreachable.step("search[x]")
 
 
+def test_a_corpus_the_server_cannot_load_fails_the_first_search_at_once(tmp_path):
+    """The server stayed up answering /ready 503 "index failed to load", so the first search waited
+    ready_timeout_s (600 s) in silence; it now fails within seconds with the server's own reason."""
+    import json
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "1", "body": "x"}) + "\n", encoding="utf-8")
+    env = SearchQAEnv(SearchQAConfig(retriever={"corpus": str(bad), "cache_dir": str(tmp_path / "cache")}))
+    try:
+        env.reset(0)
+        started = time.monotonic()
+        with pytest.raises(ServiceError) as info:
+            env.step("search[Hamlet]")
+        assert time.monotonic() - started < 60  # ready_timeout_s is 600
+    finally:
+        env.close()
+    msg = str(info.value)
+    assert "failed while starting (last probe: GET /ready answered HTTP 500)" in msg
+    assert f"{bad}:1: bad corpus line" in msg
+
+
 def test_bad_use_is_a_clear_error(tmp_path):
     with pytest.raises(EnvError, match="before reset"):
         SearchQAEnv(mock_mode=True).step("search[x]")

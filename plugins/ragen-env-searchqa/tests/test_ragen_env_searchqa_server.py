@@ -127,6 +127,7 @@ def test_a_failed_load_is_reported_and_the_server_stays_up():
             time.sleep(0.01)
         assert client.get("/health").json()["status"] == "error"
         assert "no such index" in client.get("/ready").json()["detail"]
+        assert client.get("/ready").status_code == 500  # never ready: whoever started it stops waiting
 
 
 def test_concurrent_requests_share_batches():

@@ -5,7 +5,7 @@ Endpoints:
 * ``GET /health`` -- liveness: always 200 while the process serves HTTP, with ``status``
   (``loading``, ``healthy`` or ``error``), ``index_loaded``, ``corpus_size`` and ``index_type``
   (the reference's fields).
-* ``GET /ready`` -- readiness: 200 once the index is loaded, 503 while it loads (or failed to).
+* ``GET /ready`` -- readiness: 200 once the index is loaded, 503 while it loads, 500 if it failed to.
   The env's service helper waits on this path, so a server still mapping a large index is alive
   but not yet used.
 * ``POST /retrieve`` -- two request shapes:
@@ -194,9 +194,10 @@ def create_app(load: Any, *, backend: str = "bm25", batching: bool = True, max_b
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        if state["index"] is None:
-            detail = f"index failed to load: {state['error']}" if state["error"] else "index is still loading"
-            return JSONResponse({"ready": False, "detail": detail}, status_code=503)
+        if state["index"] is None:  # 500: it will never be ready (whoever started it stops waiting); 503: not yet
+            if state["error"]:
+                return JSONResponse({"ready": False, "detail": f"index failed to load: {state['error']}"}, status_code=500)
+            return JSONResponse({"ready": False, "detail": "index is still loading"}, status_code=503)
         return JSONResponse({"ready": True, "corpus_size": len(state["index"])})
 
     @app.post("/retrieve")
