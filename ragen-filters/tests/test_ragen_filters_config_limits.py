@@ -54,9 +54,32 @@ def test_ddof_at_least_the_group_size_is_refused_on_the_first_batch():
         message = str(info.value)
         assert "\n" not in message and "filter_config.ddof=2" in message and "group size 2" in message
     assert registry.make("filter", "snr-topp", {"ddof": 1}).select(batch).kept_groups == [0, 1]
-    # a spread metric is needed for ddof to matter; groups of one episode have no spread whatever ddof is
+    # a spread metric is needed for ddof to matter
     registry.make("filter", "snr-topp", {"ddof": 5, "metric": "reward"}).select(batch)
-    registry.make("filter", "snr-topp", {"ddof": 1}).select(GroupedRollouts(group_ids=[0, 1], rewards=[0.0, 1.0]))
+
+
+def test_groups_of_one_episode_are_refused_by_a_filter_that_drops_zero_spread():
+    """rollout.group_size=1 with snr-topp trained nothing: every step said "nothing left to train
+    after the filter" and the run exited 0 as if it had finished."""
+    for name in ("snr-topp", "snr-minp", "snr-soft", "snr-topp-softmax"):
+        with pytest.raises(ConfigError) as info:
+            registry.make_config("filter", name, {}).check_group_size(1)
+        assert "rollout.group_size=1 gives groups of one episode" in str(info.value).splitlines()[0]
+        registry.make_config("filter", name, {}).check_group_size(2)
+    # filters that keep zero-spread groups, or score something other than a spread, train on them
+    for name, settings in (("none", {}), ("snr-topk", {}), ("snr-topp", {"include_zero": True}), ("snr-topp", {"metric": "reward"})):
+        registry.make_config("filter", name, settings).check_group_size(1)
+    singles = GroupedRollouts(group_ids=[0, 1], rewards=[0.0, 1.0])
+    assert registry.make("filter", "none").select(singles).kept_groups == [0, 1]
+    assert registry.make("filter", "snr-topk").select(singles).kept_groups == [0]
+
+
+def test_ragen_run_with_groups_of_one_under_snr_topp_stops_in_one_line(tmp_path):
+    out = _ragen_run(tmp_path, "filter=snr-topp", "rollout.group_size=1")
+    assert out.returncode == 2, out.stderr
+    assert "rollout.group_size=1 gives groups of one episode" in one_line_error(out.stderr)
+    assert "hint: use rollout.group_size=2 or more, or --filter none" in out.stderr
+    assert not (tmp_path / "run").exists()  # refused with the config checks, before a model loads
 
 
 def test_linear_top_p_value_zero_warns_once_and_keeps_nothing(capsys):

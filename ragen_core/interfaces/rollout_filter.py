@@ -54,6 +54,15 @@ class FilterConfig(PluginConfig):
     empty_stop_steps: int = Field(default=5, ge=0)
     """Stop training after this many consecutive empty-after-filter steps; 0 disables."""
 
+    def check_group_size(self, group_size: int) -> None:
+        """Refuse settings that keep no group of ``group_size`` episodes in any batch (the run's
+        ``rollout.group_size``). Called with the run config's checks, before a model loads;
+        nothing to check here.
+
+        Raises:
+            ConfigError: naming the settings to change.
+        """
+
 
 class RolloutFilter(ABC):
     """Base of filter plugins. The trainer reads :meth:`select`, :attr:`needs_entropies`,

@@ -411,7 +411,8 @@ def check_plugin_configs(config: RunConfig) -> None:
     budget_check = getattr(algo, "check_response_budget", None)  # AlgorithmConfig's (DAPO's overlong window)
     if budget_check is not None:
         budget_check(config.sampling.train.max_new_tokens)
-    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset, where="filter_config")
+    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset,
+                         where="filter_config").check_group_size(config.rollout.group_size)  # type: ignore[attr-defined]
     registry.make_config("engine", config.engine, dict(config.engine_config), where="engine_config")
     registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config), where="rollout.pool_config")
     for name in config.diagnostics:

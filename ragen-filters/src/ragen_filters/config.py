@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from ragen_core.errors import ConfigError
 from ragen_core.interfaces.rollout_filter import FilterConfig
 
 Metric = Literal["reward_variance", "reward", "reward_sum", "entropy", "entropy_variance", "length"]
@@ -54,6 +55,20 @@ class ScoreConfig(FilterConfig):
     flat_rtol: float = Field(default=1e-9, ge=0.0)
     """Relative tolerance under which a group's values count as identical (spread exactly 0)."""
 
+    def keeps_zero_scores(self) -> bool:
+        """Whether groups scoring 0 can be kept (trained on with a non-zero weight)."""
+        return False
+
+    def check_group_size(self, group_size: int) -> None:
+        """Groups of one episode have no spread: a spread metric scores every one of them 0, and a
+        filter that drops zero-score groups would keep none (a run that trained nothing, exit 0)."""
+        if group_size == 1 and self.metric.endswith("_variance") and not self.keeps_zero_scores():
+            raise ConfigError(
+                f"rollout.group_size=1 gives groups of one episode, whose in-group {self.statistic} of {self.metric} is 0: "
+                "this filter drops every such group, so no step would train",
+                ["use rollout.group_size=2 or more, or --filter none (or filter_config.metric=reward)"],
+            )
+
     @field_validator("metric", mode="before")
     @classmethod
     def _metric_alias(cls, value: Any) -> Any:
@@ -74,6 +89,9 @@ class OrderedConfig(ScoreConfig):
     include_zero: bool = True
     """Whether groups with ``|score| <= 1e-10`` are candidates at all."""
 
+    def keeps_zero_scores(self) -> bool:
+        return self.include_zero or getattr(self, "on_all_zero", "empty") == "keep-all"
+
     @field_validator("order", mode="before")
     @classmethod
     def _order(cls, value: Any) -> Any:
@@ -82,6 +100,9 @@ class OrderedConfig(ScoreConfig):
 
 class NoFilterConfig(ScoreConfig):
     """``none``: keep every group; metrics are still computed from ``metric``."""
+
+    def keeps_zero_scores(self) -> bool:
+        return True
 
 
 class TopPConfig(OrderedConfig):
