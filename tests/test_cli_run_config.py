@@ -293,3 +293,34 @@ def test_an_estimator_that_needs_a_critic_under_use_critic_false_is_refused(caps
     assert lines[0].endswith("has algo_config.use_critic=false")
     assert "grpo" in lines[1] and "rloo" in lines[1]  # the critic-free ones to pick instead
     assert main(["run", "--env", "bandit", *args, "algo_config.use_critic=true", "--print-config"]) == 0
+
+
+def test_relative_data_paths_are_recorded_absolute(tmp_path, monkeypatch):
+    """config.yaml kept env_config.dataset_path=mm.jsonl as typed: --resume or ragen eval from another
+    folder failed ("does not exist"), or read another mm.jsonl found there."""
+    from ragen_core.cli.run import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mm.jsonl").write_text("{}\n", encoding="utf-8")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "tiny").mkdir()  # a folder named like the built-in model does not take its name
+    given = ["env_config.dataset_path=mm.jsonl", "env_config.retriever.corpus=./corpus", "env_config.val_dataset=owner/name",
+             "env_config.data_path=missing.jsonl", "env_config.difficulty=mm.jsonl", "model=tiny", "model=corpus", "steps=3",
+             f"env_config.dataset={tmp_path / 'mm.jsonl'}", "run_dir=corpus"]
+    assert absolute_paths(given) == [
+        f"env_config.dataset_path={tmp_path / 'mm.jsonl'}", f"env_config.retriever.corpus={tmp_path / 'corpus'}",
+        "env_config.val_dataset=owner/name",  # a hub id
+        "env_config.data_path=missing.jsonl",  # missing: named as typed by the env's own check
+        "env_config.difficulty=mm.jsonl",  # not a data setting
+        "model=tiny", f"model={tmp_path / 'corpus'}", "steps=3", f"env_config.dataset={tmp_path / 'mm.jsonl'}",
+        "run_dir=corpus",  # the run folder is kept as given
+    ]
+
+
+def test_ragen_run_records_a_relative_data_file_as_absolute(tmp_path, monkeypatch, capsys):
+    if "countdown" not in registry.names("env"):
+        pytest.skip("ragen-env-countdown is not installed")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_text("{}\n", encoding="utf-8")
+    assert main(["run", "--env", "countdown", "env_config.data_path=d.jsonl", "--print-config"]) == 0
+    assert f"  data_path: {tmp_path / 'd.jsonl'}" in capsys.readouterr().out.splitlines()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,7 +90,7 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     layers = merge_files(files, base)  # the run's config.yaml or a recipe, then the --config files
-    args_ = flags + list(args.overrides)
+    args_ = absolute_paths(flags + list(args.overrides))
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
         raise ConfigError(f"--resume {args.resume} continues that run in its own folder, so run_dir {config.run_dir} would be ignored",
@@ -105,6 +106,30 @@ def build_config(args: argparse.Namespace) -> RunConfig:
 
     check_plugin_configs(config)  # unknown plugins and bad plugin settings fail here (--print-config too), before a model loads
     return config
+
+
+_PATH_KEY = re.compile(r"(?:^|_)(?:path|dataset|corpus|index|dir|file|data)$")
+
+
+def absolute_paths(overrides: list[str]) -> list[str]:
+    """``overrides`` with every relative path made absolute: a ``model=`` or a setting whose name says
+    it holds data (``env_config.dataset_path``, ``corpus``, ``val_dataset``, ``cache_dir``...) whose
+    value names a file or folder that exists here. The run's config.yaml records what was read, so
+    ``--resume`` or ``ragen eval`` from another folder reads the same file (or names it missing)
+    instead of failing, or silently reading another ``mm.jsonl`` found there. Hub ids and paths
+    that do not exist are left as typed."""
+    out = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        ours = key == "model" and (value.lower() in ("tiny", "tiny-qwen-tok", "warm") or value.lower().startswith("warm:"))
+        data = key == "model" or (_PATH_KEY.search(name) is not None and key != "run_dir")  # the run folder is kept as given
+        if value and data and not ours and not value.startswith(("{", "[")):
+            path = Path(value).expanduser()
+            if not path.is_absolute() and path.exists():
+                item = f"{key}={path.resolve()}"
+        out.append(item)
+    return out
 
 
 def drop_stale_settings(config: RunConfig, layers: dict[str, Any], overrides: list[str], *, resumed: bool = False) -> RunConfig:
