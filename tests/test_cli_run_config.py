@@ -12,6 +12,7 @@ from ragen_core.cli.main import main
 from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
 from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig, check_plugin_configs
 
 
@@ -324,3 +325,15 @@ def test_ragen_run_records_a_relative_data_file_as_absolute(tmp_path, monkeypatc
     (tmp_path / "d.jsonl").write_text("{}\n", encoding="utf-8")
     assert main(["run", "--env", "countdown", "env_config.data_path=d.jsonl", "--print-config"]) == 0
     assert f"  data_path: {tmp_path / 'd.jsonl'}" in capsys.readouterr().out.splitlines()
+
+
+def test_print_config_says_what_a_run_would_warn_about(capsys):
+    """diagnostics_config.collapse without diagnostics=[collapse] printed "diagnostics_config: {}"
+    and nothing else: the settings looked accepted."""
+    if "collapse" not in registry.names("diagnostic"):
+        pytest.skip("ragen-diagnostics is not installed")
+    assert main(["run", "--env", register_toy_env(), "diagnostics_config.collapse.compute_freq=2", "--print-config"]) == 0
+    captured = capsys.readouterr()
+    assert "diagnostics_config: {}" in captured.out.splitlines()
+    assert ("warning: diagnostics_config.collapse is set but diagnostics does not list 'collapse', so these settings are unused; "
+            "to run it: diagnostics=[collapse]") in captured.err.splitlines()

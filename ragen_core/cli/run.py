@@ -182,8 +182,10 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         import yaml
 
-        from ragen_core.trainer.config import resolved_config
+        from ragen_core.trainer.config import resolved_config, run_warnings
 
+        for warning in run_warnings(config):  # what a run would say first (settings that would go unused)
+            print(f"warning: {warning}", file=sys.stderr)
         print(yaml.safe_dump(resolved_config(config), sort_keys=False), end="")
         return 0
     from ragen_core import registry
