@@ -177,3 +177,24 @@ def test_offline_options_without_an_offline_recompute_are_refused_not_ignored(tm
     assert f"hint: ragen diagnose {run} --checkpoint step_N --num-samples 1 --z-source response (it reads" in err  # pasteable
     assert main(["diagnose", str(run), "--device", "cuda"]) == 2
     assert one_line_error(capsys.readouterr().err).startswith("RagenError: --device only applies to an offline recompute")
+
+
+def test_an_eval_export_given_as_rollouts_is_named_as_such(tmp_path, capsys):
+    """`ragen eval --out` writes chat transcripts; --rollouts said "16 malformed lines" and "each line
+    must be one Trajectory.to_dict() JSON object"."""
+    from ragen_core.cli.evaluate import trajectory_record
+    from ragen_core.rollout.types import Trajectory, Turn
+
+    run = _run_with_checkpoint_dir(tmp_path)
+    turn = Turn(prompt_ids=[1], response_ids=[2], response_text="<think>x</think><answer>a</answer>", reasoning="x", answer="a")
+    traj = Trajectory(env="bandit", tag="Bandit", group_id=0, member=0, seed=3, env_id=0, system_prompt="sys", turns=[turn])
+    exported = tmp_path / "traj.jsonl"
+    exported.write_text(json.dumps(trajectory_record(0, traj)) + "\n", encoding="utf-8")
+    assert main(["diagnose", str(run), "--checkpoint", "step_1", "--rollouts", str(exported)]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == (f"RagenError: rollouts file {exported} is a 'ragen eval --out' export (chat messages per episode), "
+                                   "not saved rollouts")
+    assert "save_rollouts=true" in err
+    (run / "rollouts" / "step_1.jsonl").write_text("{}\nnot json\n", encoding="utf-8")
+    assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
+    assert "holds no readable trajectory (1 not JSON, 1 JSON but not a trajectory)" in one_line_error(capsys.readouterr().err)

@@ -70,7 +70,9 @@ def _resolve_rollouts(run_dir: Path, given: str | None, checkpoint: Path, step_o
     step = step_of(checkpoint)
     candidate = run_dir / "rollouts" / f"step_{step}.jsonl"
     if step is None or not candidate.is_file():
-        raise RagenError(f"no saved rollouts for checkpoint {checkpoint.name} (looked for {candidate})", ["pass --rollouts FILE"])
+        raise RagenError(f"no saved rollouts for checkpoint {checkpoint.name} (looked for {candidate})",
+                         ["a run saves them with save_rollouts=true (resume it with that for a new step), "
+                          "or pass --rollouts FILE (another step's rollouts/step_<N>.jsonl)"])
     return candidate
 
 

@@ -46,17 +46,30 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     if not p.is_file():
         raise RagenError(f"rollouts file {p} does not exist", ["rollouts are saved as RUN_DIR/rollouts/step_<N>.jsonl when the trainer keeps them"])
     out: list[Trajectory] = []
-    bad = 0
+    not_json = other = chats = 0
     for line in p.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         try:
-            out.append(trajectory_from_dict(json.loads(line)))
-        except (json.JSONDecodeError, TypeError, AttributeError):
-            bad += 1
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            not_json += 1
+            continue
+        if isinstance(row, dict) and "messages" in row and "turns" not in row:  # a 'ragen eval --out' line
+            chats += 1
+            continue
+        try:
+            out.append(trajectory_from_dict(row))
+        except (TypeError, AttributeError, KeyError):
+            other += 1
+    saved = "rollouts are what a run saves with save_rollouts=true (RUN_DIR/rollouts/step_<N>.jsonl)"
+    if not out and chats:
+        raise RagenError(f"rollouts file {p} is a 'ragen eval --out' export (chat messages per episode), not saved rollouts",
+                         [f"{saved}; resume the run with save_rollouts=true for a step to diagnose"])
     if not out:
-        raise RagenError(f"rollouts file {p} holds no readable trajectory ({bad} malformed lines)",
-                         ["each line must be one Trajectory.to_dict() JSON object"])
+        counts = ", ".join(part for part in (f"{not_json} not JSON" if not_json else "",
+                                             f"{other} JSON but not a trajectory" if other else "") if part) or "no lines"
+        raise RagenError(f"rollouts file {p} holds no readable trajectory ({counts})", [saved])
     return out
 
 
