@@ -152,12 +152,13 @@ def in_hash_share(key: str, fraction: float) -> bool:
 
 
 def names_local_path(value: str) -> bool:
-    """True when ``value`` can only be a local path (never a hub id ``owner/name``): it starts with
-    ``.``, ``/`` or ``~``, has more than one ``/``, ends in a data-file suffix, or its first part is
+    """True when ``value`` is read as a local path, never a hub id ``owner/name``: it starts with
+    ``.``, ``/`` or ``~``, has more than one ``/``, ends in a data-file suffix, names a file or
+    folder that exists here (``datasets`` reads that before asking the hub), or its first part is
     a folder that exists here."""
     parts = Path(value).parts
     return (value.startswith((".", "/", "~")) or value.count("/") > 1 or value.lower().endswith(DATA_SUFFIXES)
-            or (len(parts) > 1 and Path(parts[0]).is_dir()))
+            or Path(value).exists() or (len(parts) > 1 and Path(parts[0]).is_dir()))
 
 
 def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (),

@@ -55,6 +55,15 @@ def test_what_can_only_be_a_local_path():
     assert not names_local_path("openai/gsm8k") and not names_local_path("meta-math/MetaMathQA")
 
 
+def test_a_plain_folder_name_that_exists_here_is_a_local_path(tmp_path, monkeypatch):
+    """dataset_path=mmdir (a folder here) was taken for a hub id: "the Hugging Face hub cannot be
+    reached, so env_config.dataset_path=mmdir is read from the local datasets cache only"."""
+    monkeypatch.chdir(tmp_path)
+    assert not names_local_path("mmdir")
+    (tmp_path / "mmdir").mkdir()
+    assert names_local_path("mmdir")
+
+
 def test_ragen_run_refuses_a_missing_dataset_before_the_run_folder(tmp_path, capsys):
     if "deepcoder" not in registry.names("env"):
         pytest.skip("ragen-env-deepcoder is not installed")

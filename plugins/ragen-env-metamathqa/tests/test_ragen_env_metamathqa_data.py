@@ -254,3 +254,17 @@ def test_bad_json_and_a_folder_readme_log_nothing_beside_our_error(tmp_path, cac
             logger.removeHandler(records)
     assert records.lines == []
     assert [logger.level for logger in loggers] == levels  # restored after the loads
+
+
+def test_a_folder_with_files_of_other_columns_names_the_cast_and_the_fix(tmp_path, cache):
+    """A GSM8K-column *_test_* file beside MetaMathQA train.jsonl: the error was "DatasetGenerationError:
+    An error occurred while generating the dataset", the cause (a column cast) only under -v."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"query": "1+1?", "response": "The answer is: 2", "type": "GSM_AnsAug"}) + "\n")
+    (folder / "foo_test_1.jsonl").write_text(json.dumps({"question": "q", "answer": "#### 3"}) + "\n")
+    with pytest.raises(ConfigError) as info:
+        read_problems(str(folder), cache_dir=cache)
+    first, hint = str(info.value).splitlines()[:2]
+    assert "DatasetGenerationError" not in first and "CastError" in first
+    assert hint.startswith("hint: datasets reads every data file of a folder with one set of columns")

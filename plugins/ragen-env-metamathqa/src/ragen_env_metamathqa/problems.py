@@ -140,12 +140,19 @@ def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | No
     except ConfigError:
         raise
     except Exception as exc:  # the hub, the network and the builders raise many types
-        first_line = f"{type(exc).__name__}: {exc}".split("\n")[0]
-        raise ConfigError(
-            f"could not load dataset {path!r} (subset={subset!r}, split={split!r}): {first_line}",
-            ["check the name or path; without network access use a local file, or leave dataset_path unset "
-             "for the built-in problems"],
-        ) from exc
+        hints = ["check the name or path; without network access use a local file, or leave dataset_path unset "
+                 "for the built-in problems"]
+        if local.is_dir():  # "An error occurred while generating the dataset": the reason sits causes deep
+            from ragen_core.datafiles import deepest_cause
+
+            exc_shown: BaseException = deepest_cause(exc)
+            hints = ["datasets reads every data file of a folder with one set of columns, a *test* file beside the train "
+                     "files too: give the train file itself (dataset_path=FOLDER/train.jsonl), or move files of other "
+                     "columns out"]
+        else:
+            exc_shown = exc
+        first_line = f"{type(exc_shown).__name__}: {exc_shown}".split("\n")[0]
+        raise ConfigError(f"could not load dataset {path!r} (subset={subset!r}, split={split!r}): {first_line}", hints) from exc
 
 
 def _mtime(path: str) -> float:
