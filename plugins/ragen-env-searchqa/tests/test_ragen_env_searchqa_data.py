@@ -194,3 +194,12 @@ def test_a_question_dataset_without_a_corpus_is_warned_about(tmp_path):
     assert check_available(SearchQAConfig(dataset=str(questions), retriever={"corpus": str(corpus)})) == []
     assert check_available(SearchQAConfig(dataset=str(questions), retriever={"index": str(tmp_path)})) == []
     assert check_available(SearchQAConfig(dataset=str(questions), mock_mode=True)) == []
+
+
+def test_a_bad_question_line_is_named_by_its_line_in_the_file(tmp_path):
+    """'{bad' on line 2 was reported as "line 1 column 2" (json's position within that one line)."""
+    questions = tmp_path / "sq.jsonl"
+    questions.write_text(json.dumps({"question": "Who wrote Hamlet?", "answer": "Shakespeare"}) + "\n{bad\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_questions(str(questions))
+    assert str(info.value).startswith(f"cannot read questions from {str(questions)!r}: line 2 is not JSON: ")

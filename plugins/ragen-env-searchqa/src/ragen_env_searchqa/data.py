@@ -113,9 +113,13 @@ def _rows(path: str, split: str, cache_dir: str | None) -> Iterator[Mapping[str,
     lower = path.lower()
     if os.path.isfile(path) and lower.endswith(".jsonl"):
         with open(path, encoding="utf-8") as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if line.strip():
-                    yield json.loads(line)
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as e:  # its line is the file's, not 1 of one line's text
+                        raise ConfigError(f"cannot read questions from {path!r}: line {number} is not JSON: {e.msg} "
+                                          f"(column {e.colno})") from None
     elif os.path.isfile(path) and lower.endswith(".json"):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
