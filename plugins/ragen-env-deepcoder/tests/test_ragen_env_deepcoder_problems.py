@@ -171,11 +171,11 @@ def test_bad_local_files(tmp_path):
         load_problems(str(tmp_path / "notes.txt"), "train")
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps({"problem": "p", "tests": json.dumps([{"input": "1"}])}) + "\n")
-    with pytest.raises(ValueError, match=r"broken.jsonl\) row 0: each test needs"):
+    with pytest.raises(ValueError, match=r"broken.jsonl\) row 1: each test needs"):
         load_problems(str(broken), "train")
     not_json = tmp_path / "not_json.jsonl"
     not_json.write_text(json.dumps({"problem": "p", "tests": "[{bad"}) + "\n")
-    with pytest.raises(ValueError, match=r"row 0: tests is text that is not JSON \('\[\{bad'\)"):
+    with pytest.raises(ValueError, match=r"row 1: tests is text that is not JSON \('\[\{bad'\)"):
         load_problems(str(not_json), "train")
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n")

@@ -220,7 +220,7 @@ def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: s
             try:
                 problem = problem_from_row(dict(row), label)
             except ValueError as exc:
-                raise ValueError(f"{source} ({label}) row {i}: {exc}") from exc
+                raise ValueError(f"{source} ({label}) row {i + 1}: {exc}") from exc  # counted from 1, as lines are
             if problem.tests:  # a problem without tests can never be solved: skip it
                 problems.append(problem)
     if not problems:
