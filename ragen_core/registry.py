@@ -90,8 +90,12 @@ class PluginEntry:
         return f"{self.dist_name}:{self.name}"
 
 
+_KIND_ALIASES = {"algo": "algorithm"}  # as --algo and algo_config spell it
+
+
 def _kind_of(kind: str) -> str:
     k = kind.rstrip("s") if kind.rstrip("s") in GROUPS else kind
+    k = _KIND_ALIASES.get(k, k)
     if k not in GROUPS:
         raise PluginNotFoundError(f"unknown plugin kind {kind!r}", [f"kinds: {', '.join(GROUPS)}"])
     return k
@@ -349,7 +353,7 @@ class Registry:
             obj = factory(cfg, **kwargs)
         base = interface_of(spec.kind)
         if base is not None and not isinstance(obj, base):
-            raise PluginError(f"{label}: its factory {spec.factory} returned {_a(type(obj).__name__)}, not {_a(base.__name__)}",
+            raise PluginError(f"{label}: its factory {spec.factory} returned {article(type(obj).__name__)}, not {article(base.__name__)}",
                               [f"make {spec.factory} build a subclass of {base.__module__}.{base.__name__}"])
         try:
             obj.ragen_plugin = label  # what plugin_call names when this object raises during a run
@@ -398,7 +402,7 @@ INTERFACES = {
 """The base class a plugin kind's factory must return an instance of (:meth:`Registry.make`)."""
 
 
-def _a(name: str) -> str:
+def article(name: str) -> str:
     """``a dict``, ``an Env``."""
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 

@@ -230,3 +230,22 @@ def test_plugins_show_gives_a_nested_setting_the_default_its_parent_sets():
 
     rows = {name: default for name, _, default, _ in field_rows(Outer)}
     assert rows == {"server.wait_s": "600.0", "plain.wait_s": "120.0"}
+
+
+def test_plugins_show_takes_a_name_one_kind_alone_has_and_algo_for_algorithm(capsys):
+    """`plugins show snr-topp` was refused ("needs KIND and NAME"), `plugins show algo grpo` was an
+    unknown kind although --algo and algo_config spell it so."""
+    from ragen_core import registry
+    from ragen_core.cli.main import main
+
+    if "snr-topp" not in registry.names("filter") or "grpo" not in registry.names("algorithm"):
+        pytest.skip("ragen-filters or ragen-algo-grpo is not installed")
+    assert main(["plugins", "show", "snr-topp"]) == 0
+    assert capsys.readouterr().out.startswith("filter snr-topp — ")
+    assert main(["plugins", "show", "algo", "grpo"]) == 0
+    assert capsys.readouterr().out.startswith("algorithm grpo — ")
+    if "grpo" in registry.names("estimator"):  # one name, two kinds: say which
+        assert main(["plugins", "show", "grpo"]) == 2
+        err = capsys.readouterr().err
+        assert "'grpo' is the name of an estimator and an algorithm" in err.splitlines()[0] or \
+            "'grpo' is the name of an algorithm and an estimator" in err.splitlines()[0]

@@ -269,7 +269,16 @@ def type_name(annotation: Any) -> str:
 
 def show_plugin(args: argparse.Namespace) -> int:
     from ragen_core import registry
+    from ragen_core.specs import GROUPS
 
+    if len(args.target) == 1:  # a name one kind alone has: 'ragen plugins show snr-topp'
+        (name,) = args.target
+        kinds = [kind for kind in GROUPS if name in registry.names(kind)]
+        if len(kinds) != 1:
+            said = f"'{name}' is the name of {' and '.join(registry.article(k) for k in kinds)}" if kinds else f"no plugin is named '{name}'"
+            example = f"ragen plugins show {kinds[0]} {name}" if kinds else "ragen plugins show env sokoban"
+            raise RagenError(f"'ragen plugins show' needs KIND and NAME: {said}", [f"example: {example}"])
+        args.target = [kinds[0], name]
     if len(args.target) != 2:
         raise RagenError("'ragen plugins show' needs KIND and NAME", ["example: ragen plugins show env sokoban"])
     kind, name = args.target
