@@ -198,3 +198,22 @@ def test_an_eval_export_given_as_rollouts_is_named_as_such(tmp_path, capsys):
     (run / "rollouts" / "step_1.jsonl").write_text("{}\nnot json\n", encoding="utf-8")
     assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
     assert "holds no readable trajectory (1 not JSON, 1 JSON but not a trajectory)" in one_line_error(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("value", [1, 0, "abc", 2.5, True])
+def test_a_bad_num_samples_is_one_plain_line(value):
+    """It named pydantic's union arms: num_samples.constrained-int: ...; num_samples.literal['all']: ..."""
+    from ragen_core import registry
+    from ragen_core.errors import PluginConfigError
+
+    with pytest.raises(PluginConfigError) as info:
+        registry.make_config("diagnostic", "collapse", {"num_samples": value}, where="diagnostics_config.collapse")
+    line = str(info.value).splitlines()[0]
+    assert line == f"invalid config: diagnostics_config.collapse.num_samples: is an integer >= 2 (pairs scored per family) or 'all' (got {value!r})"
+
+
+@pytest.mark.parametrize(("value", "kept"), [(2, 2), ("7", 7), ("all", "all"), (64, 64)])
+def test_good_num_samples_are_kept(value, kept):
+    from ragen_core import registry
+
+    assert registry.make_config("diagnostic", "collapse", {"num_samples": value}).num_samples == kept

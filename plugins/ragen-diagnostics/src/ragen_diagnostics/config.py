@@ -7,9 +7,9 @@ fixes of spec 17.3: shared-prefix scoring (L21), trajectory sampling without rep
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ragen_core.interfaces.diagnostic import DiagnosticConfig
 
@@ -21,6 +21,16 @@ class CollapseConfig(DiagnosticConfig):
     """Run at step 1 and whenever ``step % compute_freq == 0``."""
     num_samples: Annotated[int, Field(ge=2)] | Literal["all"] = 64
     """Maximum number of (prompt, reasoning) pairs scored per family, or ``"all"``."""
+
+    @field_validator("num_samples", mode="before")
+    @classmethod
+    def _samples(cls, value: Any) -> Any:
+        """One line for a bad value (pydantic named both arms of the union: ``num_samples.constrained-int: ...``)."""
+        if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 2):
+            return value
+        if isinstance(value, str) and value.strip().isdigit() and int(value) >= 2:
+            return int(value)
+        raise ValueError("is an integer >= 2 (pairs scored per family) or 'all'")
     first_turn_enabled: bool = True
     """Compute the first-turn family (columns = env groups)."""
     multi_turn_enabled: bool = True
