@@ -217,3 +217,21 @@ def test_good_num_samples_are_kept(value, kept):
     from ragen_core import registry
 
     assert registry.make_config("diagnostic", "collapse", {"num_samples": value}).num_samples == kept
+
+
+def test_the_report_of_a_skipped_run_recomputed_offline_does_not_repeat_the_advice(tmp_path):
+    """After 'ragen diagnose RUN --checkpoint step_3 --z-source response' worked, diagnostics.html still
+    said the metrics were skipped and recommended that very command."""
+    from ragen_diagnostics.report import OFFLINE_FILE, build_report
+
+    run = tmp_path / "run"
+    _write_skipped(run)
+    row = {"step": 3, "collapse/error": 0.0, "collapse/skipped_no_reasoning": 0.0,
+           "collapse_first_turn_sample/conditional_entropy_est": 0.05, "collapse_first_turn_sample/mi_estimate": 0.68,
+           "collapse_trajectory_sample/conditional_entropy_est": 0.06, "collapse_trajectory_sample/mi_estimate": 0.66}
+    (run / OFFLINE_FILE).write_text(json.dumps(row) + "\n", encoding="utf-8")
+    build_report(run)
+    page = (run / "diagnostics.html").read_text()
+    assert "collapse metrics skipped during training</b> at steps 1, 5" in page
+    assert "the offline recomputation below measured steps 3" in page
+    assert "ragen diagnose RUN_DIR --checkpoint step_N --z-source response" not in page

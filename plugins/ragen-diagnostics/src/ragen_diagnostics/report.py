@@ -120,8 +120,9 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
         sc = ax.scatter(h, mi, c=steps, cmap="viridis", marker=markers[k % 2], s=40, zorder=2, label=label, edgecolors="k", linewidths=0.3)
         ax.annotate(f"step {int(steps[0])}", (h[0], mi[0]), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.annotate(f"step {int(steps[-1])}", (h[-1], mi[-1]), textcoords="offset points", xytext=(6, 4), fontsize=8)
-    for label, _, h, mi in off_paths:
-        ax.scatter(h, mi, marker="*", s=160, color="crimson", zorder=3, label=f"offline ({label})")
+    for k, (label, _, h, mi) in enumerate(off_paths):  # one marker and colour per family: they often sit close together
+        ax.scatter(h, mi, marker="*P"[k % 2], s=160 if k % 2 == 0 else 110, color=("crimson", "darkorange")[k % 2], zorder=3,
+                   label=f"offline ({label})", edgecolors="k", linewidths=0.3)
     if sc is not None:
         bar = fig.colorbar(sc, ax=ax, label="training step")
         bar.locator = _integer_locator()
@@ -247,7 +248,12 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
         if steps:
             parts.append(f"<p><b>{label}</b> at steps {', '.join(map(str, steps))}</p>")
     skipped = skipped_no_reasoning_steps(rows + offline)
-    if skipped:
+    recomputed = sorted({int(r["step"]) for r in offline if not r.get(SKIPPED_KEY) and isinstance(r.get("step"), (int, float))})
+    if skipped and recomputed:  # the advice was taken: say what the recomputation measured instead of repeating it
+        parts.append(f"<p><b>collapse metrics skipped during training</b> at steps {html.escape(_step_list(skipped))} (every "
+                     f"turn's &lt;think&gt; reasoning was empty); the offline recomputation below measured steps "
+                     f"{html.escape(_step_list(recomputed))}</p>")
+    elif skipped:
         parts.append(f"<p><b>collapse metrics skipped</b>: {html.escape(skipped_note(skipped))}</p>")
     errors = _flag_steps(rows, "collapse/error")
     if errors:
