@@ -24,12 +24,13 @@ with one episode per worker (the check uses two episodes).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ragen_core.interfaces.env_pool import EnvPool, EnvRef, ResetRequest, StepOutcome, StepRequest
-from ragen_core.testing.toy_env import SLOW_TOY_FACTORY
+from ragen_core.testing.toy_env import SLOW_TOY_FACTORY, UNSAID_TOY_FACTORY, UnsaidCorridorEnv
 
 DOC = "see the contract in ragen_core/interfaces/env_pool.py"
 
@@ -42,6 +43,9 @@ process or Ray pool) must finish within it even on a loaded 2-core machine, and 
 
 #: The env every check runs: a 7-cell corridor with a blocking ``Wait`` action.
 TOY = EnvRef(name="toy-slow-corridor", factory=SLOW_TOY_FACTORY, config={"length": 7, "sleep_s": SLEEP_S})
+
+#: An env that never reports ``info["success"]`` (two cells: one move ends an episode).
+UNSAID = EnvRef(name="unsaid", factory=UNSAID_TOY_FACTORY, config={"length": 2})
 
 MakePool = Callable[[EnvRef, "float | None"], EnvPool]
 
@@ -179,7 +183,39 @@ def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
         _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "the rebuilt episode")
 
 
-POOL_CHECKS: dict[str, Callable[[MakePool], None]] = {
+class _Said(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def check_env_warnings_reach_this_process(make: MakePool) -> str:
+    """A warning logged where the env runs (here: an episode that ended without ``info["success"]``)
+    is logged once in this process, under the logger that logged it; a pool whose envs run in other
+    processes carries it back with their replies (:class:`~ragen_core.rollout.env_pool.WorkerLogs`) and
+    may prefix it with the worker. Returns the message as logged here."""
+    from ragen_core.rollout import env_pool
+
+    env_pool._SAID_NO_SUCCESS.discard(f"{UnsaidCorridorEnv.__module__}.{UnsaidCorridorEnv.__qualname__}")  # once per process
+    said, logger = _Said(), logging.getLogger(env_pool.__name__)
+    logger.addHandler(said)
+    try:
+        with make(UNSAID, None) as pool:
+            start = pool.reset([ResetRequest(0, 5, 0)])[0]
+            action = "Right" if start.observation == "PG" else "Left"  # two cells: one move ends the episode
+            assert pool.step([StepRequest(0, (action,))])[0].done, f"the episode must end ({DOC})"
+    finally:
+        logger.removeHandler(said)
+    sentence = "env 'unsaid' (seed 5, member 0) ended an episode (done=True) with no info['success']"
+    found = [m for m in said.messages if sentence in m]
+    assert len(found) == 1, f"the env's warning must be logged once in the trainer's process, got {said.messages} ({DOC})"
+    return found[0]
+
+
+POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "reset-determinism": check_reset_determinism,
     "group-members-share-first-observation": check_group_members_share_first_observation,
     "many-episodes-in-one-step": check_many_episodes_in_one_step,
@@ -188,6 +224,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], None]] = {
     "outcomes-in-request-order": check_outcomes_in_request_order,
     "close-idempotent": check_close_idempotent,
     "timeout-fails-only-slow-episode": check_timeout_fails_only_slow_episode,
+    "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
 }
 
 
