@@ -118,13 +118,14 @@ def absolute_paths(overrides: list[str]) -> list[str]:
     ``--resume`` or ``ragen eval`` from another folder reads the same file (or names it missing)
     instead of failing, or silently reading another ``mm.jsonl`` found there. Hub ids and paths
     that do not exist are left as typed."""
+    from ragen_core.models import spells_our_name
+
     out = []
     for item in overrides:
         key, _, value = item.partition("=")
         name = key.rsplit(".", 1)[-1]
-        ours = key == "model" and (value.lower() in ("tiny", "tiny-qwen-tok", "warm") or value.lower().startswith("warm:"))
-        data = key == "model" or (_PATH_KEY.search(name) is not None and key != "run_dir")  # the run folder is kept as given
-        if value and data and not ours and not value.startswith(("{", "[")):
+        data = (key == "model" and not spells_our_name(value)) or (_PATH_KEY.search(name) is not None and key != "run_dir")  # run_dir as given
+        if value and data and not value.startswith(("{", "[")):
             path = Path(value).expanduser()
             if not path.is_absolute() and path.exists():
                 item = f"{key}={path.resolve()}"

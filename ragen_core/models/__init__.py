@@ -78,6 +78,13 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "ragen" / "models"
 
 
+def spells_our_name(name: str) -> bool:
+    """``tiny``, ``tiny-qwen-tok``, ``warm`` or ``warm:NAME``, in any case: RAGEN's own model names,
+    never a folder of that name."""
+    folded = name.casefold()
+    return folded in (*TINY_NAMES, "warm") or folded.startswith("warm:")
+
+
 def tiny_path(name: str = "tiny", cache_dir: str | Path | None = None) -> Path:
     """Folder holding the saved tiny model ``name``; built on first use.
 
@@ -225,7 +232,7 @@ def check_hub_model(name: str, cache_dir: str | Path | None = None, timeout: flo
     from ragen_core.trainer.warm_policy import SHIPPED_ROOT as shipped
 
     folded = name.casefold()
-    if name != folded and (folded in (*TINY_NAMES, "warm") or folded.startswith("warm:")):  # our names, spelt in another case
+    if name != folded and spells_our_name(name):  # our names, spelt in another case
         raise RagenError(f"could not load model {name!r}: no such model; did you mean {folded!r}? (names are case-sensitive)")
     if name == "warm" or name.startswith("warm:") or (name and (shipped / name).is_dir()):
         raise RagenError(f"could not load model {name!r}: it names a shipped warm policy, which is not a model to train or load; "

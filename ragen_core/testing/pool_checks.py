@@ -183,15 +183,6 @@ def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
         _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "the rebuilt episode")
 
 
-class _Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def check_env_warnings_reach_this_process(make: MakePool) -> str:
     """A warning logged where the env runs (here: an episode that ended without ``info["success"]``)
     is logged once in this process, under the logger that logged it; a pool whose envs run in other
@@ -200,7 +191,7 @@ def check_env_warnings_reach_this_process(make: MakePool) -> str:
     from ragen_core.rollout import env_pool
 
     env_pool._SAID_NO_SUCCESS.discard(f"{UnsaidCorridorEnv.__module__}.{UnsaidCorridorEnv.__qualname__}")  # once per process
-    said, logger = _Said(), logging.getLogger(env_pool.__name__)
+    said, logger = env_pool.WorkerLogs(), logging.getLogger(env_pool.__name__)  # a collector of warnings, here in this process
     logger.addHandler(said)
     try:
         with make(UNSAID, None) as pool:
@@ -210,8 +201,9 @@ def check_env_warnings_reach_this_process(make: MakePool) -> str:
     finally:
         logger.removeHandler(said)
     sentence = "env 'unsaid' (seed 5, member 0) ended an episode (done=True) with no info['success']"
-    found = [m for m in said.messages if sentence in m]
-    assert len(found) == 1, f"the env's warning must be logged once in the trainer's process, got {said.messages} ({DOC})"
+    messages = [message for _, _, message in said.take()]
+    found = [m for m in messages if sentence in m]
+    assert len(found) == 1, f"the env's warning must be logged once in the trainer's process, got {messages} ({DOC})"
     return found[0]
 
 

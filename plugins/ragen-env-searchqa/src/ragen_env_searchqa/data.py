@@ -27,9 +27,10 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import in_hash_share
+from ragen_core.datafiles import describe_bad_file, in_hash_share
 from ragen_core.errors import ConfigError
 
 
@@ -113,13 +114,9 @@ def _rows(path: str, split: str, cache_dir: str | None) -> Iterator[Mapping[str,
     lower = path.lower()
     if os.path.isfile(path) and lower.endswith(".jsonl"):
         with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
+            for line in f:
                 if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as e:  # its line is the file's, not 1 of one line's text
-                        raise ConfigError(f"cannot read questions from {path!r}: line {number} is not JSON: {e.msg} "
-                                          f"(column {e.colno})") from None
+                    yield json.loads(line)
     elif os.path.isfile(path) and lower.endswith(".json"):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -151,8 +148,9 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
                 out.append(q)
             if max_rows is not None and len(out) >= max_rows:
                 break
-    except (json.JSONDecodeError, AttributeError) as e:
-        raise ConfigError(f"cannot read questions from {path!r}: {e}") from None
+    except (json.JSONDecodeError, AttributeError) as e:  # json's line is that of one line's text: the file's is found again
+        why = describe_bad_file(Path(path)) if isinstance(e, json.JSONDecodeError) else None
+        raise ConfigError(f"cannot read questions from {path!r}: {why or e}") from None
     if not out:
         raise ConfigError(f"no question with an answer in {path!r}",
                           ["rows need 'question' and one of 'golden_answers', 'answer' or 'ground_truth'"])
