@@ -14,12 +14,14 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragen_core.errors import ConfigError
+
+T = TypeVar("T")
 
 
 def describe_bad_file(path: Path) -> str | None:
@@ -149,6 +151,28 @@ def in_hash_share(key: str, fraction: float) -> bool:
     """True for the ``fraction`` of keys whose SHA-256 hash is smallest: the envs' validation
     holdout, which never depends on row order and is stable everywhere."""
     return hash_rank(key) < fraction * 2**64
+
+
+def hash_holdout(items: Sequence[T], key: Callable[[T], str], fraction: float, *, source: str, what: str,
+                 val_setting: str) -> tuple[tuple[T, ...], tuple[T, ...]]:
+    """``(train, val)``: the items whose key's hash falls in the lowest ``fraction``
+    (:func:`in_hash_share`) validate, and items sharing a key stay on one side. Where that leaves
+    a side empty (a file of a few items), each side still gets one key: the lowest hash validates,
+    the highest trains, so a small file validates on something instead of failing when the first
+    validation starts.
+
+    Raises:
+        ConfigError: fewer than two distinct keys, which cannot be split (``what`` names the items,
+            ``val_setting`` the setting that gives a separate validation source).
+    """
+    ranks = {key(item): hash_rank(key(item)) for item in items}
+    if len(ranks) < 2:
+        raise ConfigError(f"{source} holds {len(ranks)} distinct {what}(s): holding one out for validation needs at least two",
+                          [f"add {what}s, or name a validation source with {val_setting}"])
+    order = sorted(ranks, key=ranks.__getitem__)
+    count = sum(rank < fraction * 2**64 for rank in ranks.values())
+    held = set(order[: min(max(count, 1), len(order) - 1)])
+    return tuple(i for i in items if key(i) not in held), tuple(i for i in items if key(i) in held)
 
 
 def names_local_path(value: str) -> bool:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ragen_core.datafiles import describe_bad_file, load_local_file
+from ragen_core.datafiles import describe_bad_file, hash_rank, in_hash_share, load_local_file
 from ragen_core.errors import ConfigError
 
 pytest.importorskip("datasets")
@@ -41,3 +41,21 @@ def test_a_file_that_is_not_utf8_is_described_so(tmp_path):
     path = tmp_path / "latin.jsonl"
     path.write_bytes(b'{"question": "caf\xe9"}\n')
     assert describe_bad_file(path) == "not UTF-8 text (byte 17)"  # the 0xe9 after {"question": "caf
+
+
+def test_hash_holdout_keeps_a_key_on_one_side_and_one_key_on_each_side():
+    from ragen_core.datafiles import hash_holdout
+
+    items = [f"q{i}" for i in range(6)] + ["q0", "Q0"]  # a repeated key; keys are the lower-cased text
+    train, val = hash_holdout(items, str.lower, 1e-12, source="f.jsonl", what="question", val_setting="val_path")
+    lowest = min({i.lower() for i in items}, key=hash_rank)
+    assert {i.lower() for i in val} == {lowest} and len(val) == sum(i.lower() == lowest for i in items)
+    assert len(train) + len(val) == len(items)
+    train, val = hash_holdout(items, str.lower, 0.999999, source="f.jsonl", what="question", val_setting="val_path")
+    assert {i.lower() for i in train} == {max({i.lower() for i in items}, key=hash_rank)}
+    share = [f"question {i}" for i in range(2000)]
+    train, val = hash_holdout(share, str, 0.25, source="f", what="question", val_setting="v")
+    assert set(val) == {q for q in share if in_hash_share(q, 0.25)} and 400 < len(val) < 600  # binomial(2000, 0.25): 500 +- 19
+    with pytest.raises(ConfigError, match=r"^f.jsonl holds 1 distinct question\(s\)") as err:
+        hash_holdout(["a", "A"], str.lower, 0.5, source="f.jsonl", what="question", val_setting="val_path")
+    assert err.value.hints == ["add questions, or name a validation source with val_path"]

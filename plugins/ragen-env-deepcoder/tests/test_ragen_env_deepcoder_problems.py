@@ -16,6 +16,7 @@ import pytest
 from ragen_env_deepcoder import problems as problems_mod
 from ragen_env_deepcoder.builtin import ROWS, builtin_problems
 from ragen_env_deepcoder.env import DeepCoderEnv
+from ragen_env_deepcoder.plugin import check_available
 from ragen_env_deepcoder.problems import TestCase, convert_tests, load_problems, problem_from_row
 
 from ragen_core.datafiles import hash_rank
@@ -269,8 +270,10 @@ def test_a_small_file_still_validates_on_one_problem_and_one_problem_is_refused(
     nearly_all = DeepCoderEnv(dataset=str(tmp_path / "three.jsonl"), val_fraction=0.999)
     assert len(nearly_all.problems("train")) == 1
     one = DeepCoderEnv(dataset=str(_rows_file(tmp_path / "one.jsonl", ["Print one."])))
-    with pytest.raises(ValueError, match=r"one.jsonl holds 1 DeepCoder problem\(s\): .*at least two; .*env_config.val_dataset"):
+    with pytest.raises(ValueError, match=r"(?s)one.jsonl holds 1 distinct DeepCoder problem\(s\): .*at least two.*env_config.val_dataset"):
         one.problems("train")
+    with pytest.raises(ConfigError, match=r"one.jsonl holds 1 distinct"):  # said by the availability check: before a model loads
+        check_available(one.config)
 
 
 def test_val_dataset_removes_its_problems_from_training(tmp_path):
@@ -326,3 +329,13 @@ def test_validation_covers_the_held_out_problems_with_consecutive_seeds():
     val = env.problems("val")
     shown = {env.reset(123 + i, mode="val") for i in range(len(val))}
     assert shown == {p.question for p in val}
+
+
+def test_problems_without_tests_are_counted_in_a_warning(tmp_path, caplog):
+    path = _rows_file(tmp_path / "some.jsonl", ["Print one.", "Print two."])
+    with path.open("a") as f:
+        f.write(json.dumps({"problem": "Print nothing.", "tests": "[]"}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="ragen_env_deepcoder.problems"):
+        problems = load_problems(str(path), "train")
+    assert [p.statement for p in problems] == ["Print one.", "Print two."]
+    assert [r.getMessage() for r in caplog.records] == [f"{path} (train): 1 problem(s) without tests skipped (2 read)"]

@@ -15,8 +15,10 @@ import pytest
 from ragen_env_metamathqa import problems as problems_mod
 from ragen_env_metamathqa.config import MetaMathQAConfig
 from ragen_env_metamathqa.env import MetaMathQAEnv
+from ragen_env_metamathqa.plugin import check_available
 from ragen_env_metamathqa.problems import in_validation, label_from_response, read_problems, splits_for
 
+from ragen_core.datafiles import hash_rank
 from ragen_core.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
@@ -183,12 +185,47 @@ def test_builtin_set_splits_without_overlap_and_is_stable():
     assert problems_mod.builtin_problems(3) == problems_mod.builtin_problems(240)[:3]
 
 
-def test_empty_validation_split_names_the_fix():
-    env = MetaMathQAEnv(builtin_size=20, val_fraction=1e-12)
-    env.reset(0)
-    with pytest.raises(ConfigError, match="no validation problems") as info:
-        env.reset(0, mode="val")
-    assert "val_fraction" in str(info.value)
+def _gsm_file(path: Path, count: int, unlabelled: int = 0) -> Path:
+    rows = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(count)]
+    rows += [{"question": f"Open question {i}?", "answer": "no label"} for i in range(unlabelled)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_few_questions_still_validate_on_one(tmp_path, cache):
+    """A hash share of 5 % holds out none of three questions (most likely): the lowest hash is held out
+    instead, so validation runs instead of failing at its first reset."""
+    env = MetaMathQAEnv(dataset_path=str(_gsm_file(tmp_path / "three.jsonl", 3)), cache_dir=cache, val_fraction=1e-12)
+    splits = splits_for(env.config)
+    assert len(splits.val) == 1 and len(splits.train) == 2
+    assert splits.val[0].key == min((p.key for p in splits.train + splits.val), key=hash_rank)
+    assert env.reset(0, mode="val") == splits.val[0].question
+    builtin = MetaMathQAEnv(builtin_size=20, val_fraction=1e-12)
+    assert builtin.reset(0, mode="val")
+    assert len(splits_for(MetaMathQAConfig(builtin_size=20, val_fraction=0.999999)).train) == 1  # and one trains
+
+
+def test_one_question_cannot_be_split_and_says_so_before_a_run(tmp_path, cache):
+    one = _gsm_file(tmp_path / "one.jsonl", 1)
+    config = MetaMathQAConfig(dataset_path=str(one), cache_dir=cache)
+    with pytest.raises(ConfigError, match=r"(?s)one.jsonl holds 1 distinct question\(s\): holding one out .*env_config.val_dataset_path"):
+        check_available(config)  # the availability check reads local data: before a run loads its model
+    assert check_available(config.model_copy(update={"dataset_path": str(_gsm_file(tmp_path / "two.jsonl", 2))})) == []
+
+
+def test_unlabelled_rows_are_counted_in_a_warning(tmp_path, cache, caplog):
+    path = _gsm_file(tmp_path / "some.jsonl", 4, unlabelled=3)
+    with caplog.at_level(logging.WARNING, logger="ragen_env_metamathqa.problems"):
+        splits = splits_for(MetaMathQAConfig(dataset_path=str(path), cache_dir=cache))
+    assert len(splits.train) + len(splits.val) == 4
+    assert [r.getMessage() for r in caplog.records] == [f"{path}: 3 row(s) without a label skipped (4 question(s) read)"]
+
+
+def test_a_validation_source_without_labels_is_refused(tmp_path, cache):
+    train = _gsm_file(tmp_path / "train.jsonl", 4)
+    val = _gsm_file(tmp_path / "val.jsonl", 0, unlabelled=2)
+    with pytest.raises(ConfigError, match=r"no validation problems in env_config.val_dataset_path .*val.jsonl: 2 row\(s\) without a label"):
+        check_available(MetaMathQAConfig(dataset_path=str(train), val_dataset_path=str(val), cache_dir=cache))
 
 
 def test_no_training_problems_left_names_the_cause(tmp_path, cache):
@@ -198,9 +235,7 @@ def test_no_training_problems_left_names_the_cause(tmp_path, cache):
                                           r"env_config.val_dataset_path") as err:
         splits_for(MetaMathQAConfig(dataset_path=str(rows), val_dataset_path=str(rows), cache_dir=cache))
     assert "not the training one" in err.value.hints[0]
-    with pytest.raises(ConfigError, match=r"4 question\(s\) read; val_fraction=0.999999 held out all of them") as err:
-        splits_for(MetaMathQAConfig(dataset_path=str(rows), val_fraction=0.999999, cache_dir=cache))
-    assert err.value.hints == ["lower env_config.val_fraction, or set env_config.val_dataset_path"]
+    assert len(splits_for(MetaMathQAConfig(dataset_path=str(rows), val_fraction=0.999999, cache_dir=cache)).train) == 1
 
 
 def test_types_no_row_has_name_the_rows_read_and_the_types_the_file_has(tmp_path, cache):

@@ -182,7 +182,7 @@ def test_a_question_dataset_without_a_corpus_is_warned_about(tmp_path):
     against them finds nothing, so the availability check says so (once), and says nothing when
     a corpus, an index or a server is given, or for the built-in questions."""
     questions = tmp_path / "hotpot_dev.jsonl"
-    questions.write_text(json.dumps({"question": "Who?", "answer": "Ann"}) + "\n", encoding="utf-8")
+    questions.write_text("".join(json.dumps({"question": q, "answer": "Ann"}) + "\n" for q in ("Who?", "Who else?")), encoding="utf-8")
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "0", "contents": "Ann"}) + "\n", encoding="utf-8")
     warnings = check_available(SearchQAConfig(dataset=str(questions)))
@@ -194,6 +194,19 @@ def test_a_question_dataset_without_a_corpus_is_warned_about(tmp_path):
     assert check_available(SearchQAConfig(dataset=str(questions), retriever={"corpus": str(corpus)})) == []
     assert check_available(SearchQAConfig(dataset=str(questions), retriever={"index": str(tmp_path)})) == []
     assert check_available(SearchQAConfig(dataset=str(questions), mock_mode=True)) == []
+
+
+def test_rows_without_an_answer_are_counted_and_one_question_is_refused_before_a_run(tmp_path, caplog):
+    questions = tmp_path / "qa.jsonl"
+    rows = [{"question": f"Who made thing {i}?", "answer": f"maker {i}"} for i in range(3)] + [{"question": "Open?"}, {"answer": "x"}]
+    questions.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="ragen_env_searchqa.data"):
+        assert len(read_questions(str(questions))) == 3
+    assert [r.getMessage() for r in caplog.records] == [f"{questions}: 2 row(s) without a question or an answer skipped (3 question(s) read)"]
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"one.jsonl holds 1 distinct question\(s\): holding one out for validation needs at least two"):
+        check_available(SearchQAConfig(dataset=str(one), mock_mode=True))
 
 
 def test_a_bad_question_line_is_named_by_its_line_in_the_file(tmp_path):

@@ -24,13 +24,14 @@ training. Problems are cached per process, so every env of a pool shares one cop
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from ragen_core.datafiles import hash_rank, in_hash_share
+from ragen_core.datafiles import hash_holdout, in_hash_share
 from ragen_core.errors import ConfigError
 from ragen_env_deepcoder.answer import function_name
 from ragen_env_deepcoder.config import DeepCoderConfig
@@ -38,6 +39,8 @@ from ragen_env_deepcoder.config import DeepCoderConfig
 _STDIN_TYPES = {"stdin", "stdin_stdout", "stdio", "standard_io"}
 _CALL_TYPES = {"functional", "function_call", "call", "call_based"}
 _SUFFIXES = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def _datasets() -> Any:
 def _local_files(path: Path) -> list[Path]:
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in _SUFFIXES) if path.is_dir() else [path]
     if not files or any(p.suffix.lower() not in _SUFFIXES for p in files):
-        raise ValueError(f"no DeepCoder data in {path} (expected .json, .jsonl or .parquet files)")
+        raise ConfigError(f"no DeepCoder data in {path} (expected .json, .jsonl or .parquet files)")
     return files
 
 
@@ -212,6 +215,7 @@ def _check_columns(columns: list[str], where: str) -> None:
 def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: str | None, max_problems: int | None,
                  stamp: float) -> tuple[Problem, ...]:
     problems: list[Problem] = []
+    skipped = 0
     for label, rows in _rows_of(source, split, subsets, cache_dir):
         _check_columns(list(getattr(rows, "column_names", None) or []), f"{source} ({label})")
         for i, row in enumerate(rows):
@@ -220,11 +224,15 @@ def _load_cached(source: str, split: str, subsets: tuple[str, ...], cache_dir: s
             try:
                 problem = problem_from_row(dict(row), label)
             except ValueError as exc:
-                raise ValueError(f"{source} ({label}) row {i + 1}: {exc}") from exc  # counted from 1, as lines are
+                raise ConfigError(f"{source} ({label}) row {i + 1}: {exc}") from exc  # counted from 1, as lines are
             if problem.tests:  # a problem without tests can never be solved: skip it
                 problems.append(problem)
+            else:
+                skipped += 1
     if not problems:
-        raise ValueError(f"no DeepCoder problems with tests in {source} ({split})")
+        raise ConfigError(f"no DeepCoder problems with tests in {source} ({split})")
+    if skipped:
+        logger.warning("%s (%s): %d problem(s) without tests skipped (%d read)", source, split, skipped, len(problems))
     return tuple(problems)
 
 
@@ -259,23 +267,6 @@ def in_validation(key: str, fraction: float) -> bool:
     return in_hash_share(key, fraction)
 
 
-def hash_holdout(problems: tuple[Problem, ...], fraction: float, source: str) -> tuple[tuple[Problem, ...], tuple[Problem, ...]]:
-    """``(train, val)``: the problems whose statement hash falls below ``fraction`` validate. A file
-    where that leaves a side empty (a few problems) still gets one problem on each side: the lowest
-    hash validates, the highest trains.
-
-    Raises:
-        ValueError: fewer than two problems, which cannot be split.
-    """
-    if len(problems) < 2:
-        raise ValueError(f"{source} holds {len(problems)} DeepCoder problem(s): holding one out for validation needs at "
-                         "least two; add problems or name env_config.val_dataset")
-    order = sorted(problems, key=lambda p: hash_rank(statement_key(p)))
-    count = sum(in_validation(statement_key(p), fraction) for p in problems)
-    held = {id(p) for p in order[: min(max(count, 1), len(order) - 1)]}
-    return tuple(p for p in problems if id(p) not in held), tuple(p for p in problems if id(p) in held)
-
-
 def _is_local(source: str) -> bool:
     return Path(source).expanduser().exists()
 
@@ -294,7 +285,8 @@ def problems_for(config: DeepCoderConfig, split: Literal["train", "val"]) -> tup
         return builtin_problems(split)
     cache_dir = env_cache_dir(config.cache_dir)
     if config.val_dataset is None and _is_local(source):
-        train, val = hash_holdout(load_problems(source, "train", (), cache_dir), config.val_fraction, source)
+        train, val = hash_holdout(load_problems(source, "train", (), cache_dir), statement_key, config.val_fraction,
+                                  source=source, what="DeepCoder problem", val_setting="env_config.val_dataset")
         return (val if split == "val" else train)[: config.max_problems]
     subsets = config.val_subsets if split == "val" else config.train_subsets
     if split == "val" or config.val_dataset is None:
@@ -302,7 +294,7 @@ def problems_for(config: DeepCoderConfig, split: Literal["train", "val"]) -> tup
     held_out = {statement_key(p) for p in load_problems(config.val_dataset, "val", config.val_subsets, cache_dir)}
     problems = tuple(p for p in load_problems(source, split, subsets, cache_dir) if statement_key(p) not in held_out)
     if not problems:
-        raise ValueError(f"no DeepCoder training problems left in {source}: every one is also in "
+        raise ConfigError(f"no DeepCoder training problems left in {source}: every one is also in "
                          f"env_config.val_dataset {config.val_dataset}")
     return problems[: config.max_problems]  # after the overlap is removed
 

@@ -11,12 +11,18 @@ _TAG = {"max_actions_per_episode": 1, "max_actions_per_turn": 1, "max_turns": 5,
 
 
 def check_available(config: Any) -> list[str]:
-    """Data settings that name a local file or folder must exist: said before a run starts, not at
-    the first reset. A local training file named as a test split is warned about (the hub's test
-    splits are refused by the config)."""
-    from ragen_core.datafiles import check_data_paths, named_test_split_warnings
+    """Data settings that name a local file or folder must exist, and local data is read and split
+    (too few questions, no labelled row, no row of ``types``): said before a run loads a model, not
+    at the first reset or validation. A local training file named as a test split is warned about
+    (the hub's test splits are refused by the config)."""
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, names_local_path
 
     found = check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
+    sources = [s for s in (config.dataset_path, config.val_dataset_path) if s is not None]
+    if sources and all(names_local_path(s) for s in sources):  # a hub id is read at the first reset
+        from ragen_env_metamathqa.problems import splits_for
+
+        splits_for(config)  # cached per process: the run's own reset reads it from there
     # a folder is split by file name by `datasets`: only a single file can put a test file into training
     return found + named_test_split_warnings(config, ("dataset_path",), val_field="val_dataset_path", folders=False)
 

@@ -16,23 +16,27 @@ Rows with no label are dropped (the reference kept them with label ``None``, whi
 can ever match). Validation never overlaps training: either a separate source
 (``val_dataset_path``; training rows with one of its questions are removed) or the questions
 whose SHA-256 hash falls below ``val_fraction`` (the hash of ``original_question`` when the row
-has it, so the rephrasings of one GSM8K question stay on one side). Loads are cached per
+has it, so the rephrasings of one GSM8K question stay on one side; a file of a few questions
+still validates on one, :func:`ragen_core.datafiles.hash_holdout`). Loads are cached per
 process, keyed by source and, for local files, modification time.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import in_hash_share
+from ragen_core.datafiles import hash_holdout, in_hash_share
 from ragen_core.errors import ConfigError
 from ragen_env_metamathqa.builtin import builtin_problem
 from ragen_env_metamathqa.checker import extract_answer
 from ragen_env_metamathqa.config import MetaMathQAConfig
+
+logger = logging.getLogger(__name__)
 
 _ANSWER_MARKER = "The answer is:"
 _GSM_MARKER = re.compile(r"^####\s*(.+?)\s*$", re.MULTILINE)
@@ -187,6 +191,10 @@ def builtin_problems(size: int) -> tuple[Problem, ...]:
     return tuple(problems)
 
 
+def _key(problem: Problem) -> str:
+    return problem.key
+
+
 @lru_cache(maxsize=8)
 def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
     config = MetaMathQAConfig.model_validate_json(key)
@@ -197,15 +205,21 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
     else:
         rows, dropped = read_problems(config.dataset_path, subset=config.subset, split=config.split,
                                       cache_dir=config.cache_dir, max_rows=config.max_rows, types=config.types)
+    if dropped:
+        logger.warning("%s: %d row(s) without a label skipped (%d question(s) read)", source, dropped, len(rows))
     if config.val_dataset_path is not None:
-        val, _ = read_problems(config.val_dataset_path, subset=config.val_subset, split=config.val_split,
-                               cache_dir=config.cache_dir, types=config.types)
+        val, val_dropped = read_problems(config.val_dataset_path, subset=config.val_subset, split=config.val_split,
+                                         cache_dir=config.cache_dir, types=config.types)
+        if not val:
+            raise ConfigError(f"no validation problems in env_config.val_dataset_path {config.val_dataset_path}: "
+                              f"{val_dropped} row(s) without a label" + (f", types={config.types}" if config.types else ""),
+                              ["name a validation source with labelled rows, or unset env_config.val_dataset_path to hold out "
+                               "env_config.val_fraction of the training source"])
         held_out = {p.key for p in val}
         train = tuple(p for p in rows if p.key not in held_out)
     else:
-        held = [in_validation(p.key, config.val_fraction) for p in rows]
-        val = tuple(p for p, h in zip(rows, held) if h)
-        train = tuple(p for p, h in zip(rows, held) if not h)
+        train, val = hash_holdout(rows, _key, config.val_fraction, source=source, what="question",
+                                  val_setting="env_config.val_dataset_path") if rows else ((), ())
     if not train and not rows and config.types and config.dataset_path is not None:
         unmatched = _no_row_of_types(config)
         if unmatched is not None:
@@ -216,9 +230,6 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
         if config.val_dataset_path is not None and rows:
             why = f"every one is also in env_config.val_dataset_path {config.val_dataset_path} (such rows are held out of training)"
             fix = "name another training source, or a validation source that is not the training one"
-        elif rows:
-            why = f"val_fraction={config.val_fraction} held out all of them for validation"
-            fix = "lower env_config.val_fraction, or set env_config.val_dataset_path"
         else:
             why = "none is usable"
             fix = "check env_config.dataset_path (and types / max_rows)"

@@ -17,12 +17,15 @@ Questions (what the env asks), by file suffix:
 Validation (the reference validated on training questions): ``val_dataset`` when given, else
 the ``val_fraction`` of questions whose SHA-256 hash of the normalised question falls lowest; a
 training question equal to a validation question (after normalisation) is dropped, so the two
-splits never share a question and the split does not depend on row order.
+splits never share a question and the split does not depend on row order. A file of a few
+questions still validates on one. Rows without a question or an answer are skipped, with a
+warning that counts them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,8 +33,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import describe_bad_file, in_hash_share
+from ragen_core.datafiles import describe_bad_file, hash_holdout, in_hash_share
 from ragen_core.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,11 +146,14 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
         raise ConfigError(f"question file {path!r} does not exist", ["set dataset to a .json, .jsonl or .parquet file"])
     source = os.path.splitext(os.path.basename(path))[0]
     out: list[Question] = []
+    skipped = 0
     try:
         for row in _rows(path, split, cache_dir):
             q = question_from_row(row, source)
             if q is not None:
                 out.append(q)
+            else:
+                skipped += 1
             if max_rows is not None and len(out) >= max_rows:
                 break
     except (json.JSONDecodeError, AttributeError) as e:  # json's line is that of one line's text: the file's is found again
@@ -154,6 +162,8 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
     if not out:
         raise ConfigError(f"no question with an answer in {path!r}",
                           ["rows need 'question' and one of 'golden_answers', 'answer' or 'ground_truth'"])
+    if skipped:
+        logger.warning("%s: %d row(s) without a question or an answer skipped (%d question(s) read)", path, skipped, len(out))
     return out
 
 
@@ -173,10 +183,17 @@ class Splits:
     val: tuple[Question, ...]
 
 
-def split(questions: list[Question], fraction: float, val: list[Question] | None = None) -> Splits:
-    """Train and validation questions (``val`` given, or a hash holdout); no question in both."""
+def _key(question: Question) -> str:
+    return question_key(question.question)
+
+
+def split(questions: list[Question], fraction: float, val: list[Question] | None = None, *,
+          source: str = "the built-in world") -> Splits:
+    """Train and validation questions (``val`` given, or a hash holdout of ``source``'s questions
+    that gives each side at least one: :func:`ragen_core.datafiles.hash_holdout`); no question in both."""
     if val is None:
-        val = [q for q in questions if in_validation(q.question, fraction)]
+        train, held_out = hash_holdout(questions, _key, fraction, source=source, what="question", val_setting="env_config.val_dataset")
+        return Splits(train, held_out)
     held = {question_key(q.question) for q in val}
     train = [q for q in questions if question_key(q.question) not in held]
     return Splits(tuple(train), tuple(val))
@@ -192,4 +209,4 @@ def load_splits(dataset: str | None, val_dataset: str | None, val_fraction: floa
         return split(list(build_world(world_seed, world_size).questions), val_fraction)
     questions = read_questions(dataset, max_rows=max_rows, cache_dir=cache_dir)
     val = read_questions(val_dataset, split="validation", max_rows=max_rows, cache_dir=cache_dir) if val_dataset else None
-    return split(questions, val_fraction, val)
+    return split(questions, val_fraction, val, source=dataset)

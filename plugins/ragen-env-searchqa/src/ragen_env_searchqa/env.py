@@ -81,16 +81,10 @@ class SearchQAEnv(Env):
         c = self.config
         splits = load_splits(c.dataset, c.val_dataset, c.val_fraction, c.max_instances, c.cache_dir, c.world_seed, c.world_size)
         questions = splits.val if mode == "val" else splits.train
-        if not questions:
+        if not questions:  # a hash holdout keeps one question on each side: only a separate val_dataset can empty training
             source = c.dataset or "the built-in world"
-            if mode == "val":
-                raise ConfigError(f"no validation questions: val_fraction={c.val_fraction} held out none of {source}",
-                                  ["raise env_config.val_fraction, or set env_config.val_dataset"])
-            if c.val_dataset is not None:
-                raise ConfigError(f"no training questions: every question of {source} is also in env_config.val_dataset {c.val_dataset}",
-                                  ["name another training source, or a validation source that is not the training one"])
-            raise ConfigError(f"no training questions: val_fraction={c.val_fraction} held out all of {source} for validation",
-                              ["lower env_config.val_fraction, or set env_config.val_dataset"])
+            raise ConfigError(f"no training questions: every question of {source} is also in env_config.val_dataset {c.val_dataset}",
+                              ["name another training source, or a validation source that is not the training one"])
         self.seed = seed
         self._question = questions[seed % len(questions)]
         self._steps = 0

@@ -11,14 +11,21 @@ _TAG = {"max_actions_per_episode": 10, "max_tokens": 300, "max_steps": 10, "max_
 
 
 def check_available(config: Any) -> list[str]:
-    """Data settings that name a local file or folder must exist, and a retrieval server given by
-    URL must answer: said before a run starts, not at the first reset or search. A local training
-    file named as a test split is warned about, and so is a question set searched against the
-    built-in world (no corpus, index or server given: every search would find nothing useful)."""
-    from ragen_core.datafiles import check_data_paths, named_test_split_warnings
+    """Data settings that name a local file or folder must exist (local questions are read and
+    split: too few, none with an answer), and a retrieval server given by URL must answer: said
+    before a run starts, not at the first reset or search. A local training file named as a test
+    split is warned about, and so is a question set searched against the built-in world (no
+    corpus, index or server given: every search would find nothing useful)."""
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, names_local_path
     from ragen_core.services import check_url_answers
 
     found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
+    sources = [s for s in (config.dataset, config.val_dataset) if s is not None]
+    if sources and all(names_local_path(s) for s in sources):  # local questions are read and split now; a hub id at the first reset
+        from ragen_env_searchqa.data import load_splits
+
+        load_splits(config.dataset, config.val_dataset, config.val_fraction, config.max_instances, config.cache_dir,
+                    config.world_seed, config.world_size)  # cached per process: the run's own reset reads it from there
     if not config.mock_mode:  # mock mode never searches
         check_url_answers(config.server.url, "env_config.server.url")
     found += named_test_split_warnings(config, ("dataset",), folders=False)  # files only
