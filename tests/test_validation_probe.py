@@ -114,8 +114,35 @@ def test_sigterm_during_the_warm_start_unwinds_says_so_and_leaves_no_empty_run_f
         child.kill()
     assert child.returncode == 143, err[-2000:]
     assert "terminated (SIGTERM)" in err.splitlines()
+    assert "interrupted during set-up, before step 1: nothing was trained and nothing was written: the same command starts again" \
+        in err.splitlines()
     assert "Traceback" not in err
     assert not run.exists()  # set-up's clean-up ran: a fresh folder with nothing in it is removed
+
+
+@pytest.mark.parametrize("left", ["nothing", "a file", "a checkpoint"])
+def test_an_interrupted_set_up_says_what_it_left(tmp_path, monkeypatch, capsys, left):
+    """Ctrl-C during set-up printed only "interrupted": whether anything was written, and how to
+    start again, went unsaid."""
+    from ragen_core.errors import shell_word
+    from ragen_core.trainer.trainer import Trainer
+
+    def interrupted(self):
+        if left == "a file":
+            (self.run_dir / "warm_start.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_setup", interrupted)
+    run = tmp_path / "run dir"
+    run.mkdir()
+    trainer = Trainer(toy_run_config(run), resume=left == "a checkpoint")
+    with pytest.raises(KeyboardInterrupt):
+        trainer.setup()
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    head = "interrupted during set-up, before step 1: nothing was trained"
+    assert said == {"nothing": f"{head} and nothing was written: the same command starts again",
+                    "a file": f"{head}; {run} holds no checkpoint: start again with --overwrite or another --run-dir",
+                    "a checkpoint": f"{head}; {run} is as it was (--resume {shell_word(run)} continues from its checkpoint)"}[left]
 
 
 DROPPED_SIGTERM = """

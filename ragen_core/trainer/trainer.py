@@ -135,12 +135,25 @@ class Trainer(CheckpointMixin):
             return
         try:
             self._setup()
-        except BaseException:
+        except BaseException as exc:
             self._unlock()
             if not self.resume and self.world.main and self._made_run_dir:
                 with contextlib.suppress(OSError):  # not empty, or gone: leave it as it is
                     self.run_dir.rmdir()
+            if isinstance(exc, KeyboardInterrupt) and self.world.main:
+                report(self._interrupted_setup_line())
             raise
+
+    def _interrupted_setup_line(self) -> str:
+        """What a Ctrl-C / SIGTERM during set-up (a model load, a warm start) left behind."""
+        from ragen_core.errors import shell_word
+
+        head = "interrupted during set-up, before step 1: nothing was trained"
+        if self.resume:
+            return f"{head}; {self.run_dir} is as it was (--resume {shell_word(self.run_dir)} continues from its checkpoint)"
+        if not self.run_dir.is_dir() or not any(self.run_dir.iterdir()):
+            return f"{head} and nothing was written: the same command starts again"
+        return f"{head}; {self.run_dir} holds no checkpoint: start again with --overwrite or another --run-dir"
 
     def _setup(self) -> None:
         import torch
