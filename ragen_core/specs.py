@@ -37,6 +37,13 @@ def normalize_name(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+def normalize_choice(value: str) -> str:
+    """A plugin choice (``name`` or ``dist:name``) in the form the registry resolves it to: what
+    a run's config.yaml records, whatever spelling was typed (``GRPO``, ``snr_topp``)."""
+    dist, sep, name = value.partition(":")
+    return f"{normalize_name(dist)}:{normalize_name(name)}" if sep else normalize_name(value)
+
+
 def import_string(target: str) -> Any:
     """Import ``"package.module:attr.sub"`` and return the attribute."""
     module_name, _, attr = target.partition(":")

@@ -337,3 +337,15 @@ def test_print_config_says_what_a_run_would_warn_about(capsys):
     assert "diagnostics_config: {}" in captured.out.splitlines()
     assert ("warning: diagnostics_config.collapse is set but diagnostics does not list 'collapse', so these settings are unused; "
             "to run it: diagnostics=[collapse]") in captured.err.splitlines()
+
+
+def test_plugin_names_are_recorded_as_the_registry_spells_them():
+    """``--algo GRPO`` and ``--filter snr_topp`` resolve, but config.yaml kept them as typed (a later
+    comparison, a default run-folder name or a script reading the file saw another spelling)."""
+    from ragen_core.config import load_config
+    from ragen_core.trainer.config import RunConfig
+
+    config = load_config(RunConfig, [], ["env=Bandit", "algo=GRPO", "filter=Ragen_Filters:SNR_TopP", "engine=HF",
+                                         "rollout.pool=Process", "diagnostics=[Collapse]"])
+    assert (config.env, config.algo, config.filter, config.engine) == ("bandit", "grpo", "ragen-filters:snr-topp", "hf")
+    assert (config.rollout.pool, config.diagnostics) == ("process", ["collapse"])

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ragen_core.errors import PluginConfigError
+from ragen_core.errors import ConfigError, PluginConfigError
 from ragen_core.testing.run_helpers import CHILD_MAIN, TOY_RUN, one_line_error, register_toy_env, toy_run_config
 from ragen_core.trainer.config import check_plugin_configs, run_warnings
 
@@ -23,11 +23,14 @@ def test_a_misspelled_diagnostic_name_is_refused_listing_the_known_names():
     assert "diagnostics_config.colapse" in message and "did you mean 'collapse'" in message and "known diagnostics: collapse" in message
 
 
-def test_settings_keyed_under_another_spelling_of_a_listed_diagnostic_are_refused():
-    # the trainer reads diagnostics_config.<name as listed>: 'Collapse' would never see these settings
-    config = toy_run_config(None, "diagnostics=[Collapse]", "diagnostics_config.collapse.compute_freq=2")
-    with pytest.raises(PluginConfigError, match="lists this diagnostic as 'Collapse'"):
-        check_plugin_configs(config)
+def test_settings_keyed_under_another_spelling_of_a_listed_diagnostic_are_read():
+    # names and keys are both recorded as the registry spells them, so the settings reach the diagnostic
+    config = toy_run_config(None, "diagnostics=[Collapse]", "diagnostics_config.COLLAPSE.compute_freq=2")
+    assert config.diagnostics == ["collapse"] and config.diagnostics_config == {"collapse": {"compute_freq": 2}}
+    check_plugin_configs(config)
+    assert run_warnings(config) == []
+    with pytest.raises(ConfigError, match="diagnostics_config has both 'collapse' and 'Collapse', two spellings of 'collapse'"):
+        toy_run_config(None, "diagnostics_config.collapse.compute_freq=2", "diagnostics_config.Collapse.compute_freq=3")
 
 
 def test_settings_of_a_diagnostic_that_is_not_turned_on_warn_once():

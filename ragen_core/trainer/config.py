@@ -99,6 +99,14 @@ class RolloutSection(_Section):
     episode (a frozen copy of the policy: twice the weight memory). ``rollout/policy_lag`` logs the
     gap (1 from step 2 on). Not with several ranks or ``grad_analysis``."""
 
+    @field_validator("pool")
+    @classmethod
+    def _registry_spelling(cls, value: str) -> str:
+        """The pool's name as the registry resolves it (``Process`` is recorded as ``process``)."""
+        from ragen_core.specs import normalize_choice
+
+        return normalize_choice(value)
+
     @field_validator("pool_config", mode="before")
     @classmethod
     def _null_is_defaults(cls, value: Any) -> Any:
@@ -367,6 +375,36 @@ class RunConfig(_Section):
     and ``RUN_DIR/watchdog-stacks.txt`` (:mod:`ragen_core.trainer.watchdog`); ``None`` = off.
     Raise it when one update phase (or checkpoint save) of a large model takes longer."""
 
+    @field_validator("env", "algo", "filter", "engine")
+    @classmethod
+    def _registry_spelling(cls, value: str) -> str:
+        """Plugin names as the registry resolves them (``--algo GRPO`` is recorded as ``grpo``)."""
+        from ragen_core.specs import normalize_choice
+
+        return normalize_choice(value)
+
+    @field_validator("diagnostics")
+    @classmethod
+    def _registry_spellings(cls, value: list[str]) -> list[str]:
+        from ragen_core.specs import normalize_choice
+
+        return [normalize_choice(name) for name in value]
+
+    @field_validator("diagnostics_config")
+    @classmethod
+    def _registry_spelt_keys(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Keyed by the diagnostics' names as the registry spells them (``Collapse`` is ``collapse``)."""
+        from ragen_core.specs import normalize_choice
+
+        out: dict[str, dict[str, Any]] = {}
+        typed: dict[str, str] = {}
+        for key, settings in value.items():
+            name = normalize_choice(key)
+            if name in out:
+                raise ValueError(f"diagnostics_config has both {typed[name]!r} and {key!r}, two spellings of {name!r}: keep one")
+            out[name], typed[name] = settings, key
+        return out
+
     @field_validator("env_config", "algo_config", "filter_config", "engine_config", "diagnostics_config", mode="before")
     @classmethod
     def _null_is_defaults(cls, value: Any) -> Any:
@@ -444,29 +482,21 @@ def _unlisted_diagnostic_settings(config: RunConfig) -> list[str]:
     diagnostics that are simply not turned on (``run_warnings`` warns about those).
 
     Raises:
-        PluginConfigError: A key that names no installed diagnostic (one line listing the known
-            names), or one spelled differently from the ``diagnostics`` entry of the same
-            diagnostic (the trainer reads the settings under the name as listed).
+        PluginConfigError: A key that names no installed diagnostic (one line listing the known names).
     """
     from ragen_core import registry
     from ragen_core.errors import PluginConfigError
-    from ragen_core.specs import normalize_name
 
     known = sorted({e.name for e in registry.entries("diagnostic", include_disabled=True)})
-    listed = {normalize_name(name): name for name in config.diagnostics}
     unlisted: list[str] = []
-    for key in config.diagnostics_config:
+    for key in config.diagnostics_config:  # both spelt as the registry spells names (the config's validators)
         if key in config.diagnostics:
             continue
-        name = normalize_name(key)
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        if key.rpartition(":")[2] not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             guess = f"did you mean {close[0]!r}? " if close else ""
             raise PluginConfigError(f"diagnostics_config.{key}: no diagnostic named {key!r}; {guess}"
                                     f"known diagnostics: {', '.join(known) or 'none installed'}")
-        if name in listed:
-            raise PluginConfigError(f"diagnostics_config.{key}: diagnostics lists this diagnostic as {listed[name]!r}, which reads "
-                                    f"diagnostics_config.{listed[name]}; spell both the same way")
         unlisted.append(key)
     return unlisted
 
