@@ -366,3 +366,30 @@ def test_a_second_signal_aborts_the_step_and_exits_with_its_own_code(tmp_path, c
     assert rc == 128 + signum
     assert ("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted") in err.splitlines()
     assert "so there is nothing to resume" in err  # step 1 was aborted: no checkpoint
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_during_an_update_lets_it_finish_and_saves_the_step(tmp_path, capsys, monkeypatch, signum):
+    """Two Ctrl-C during step 2's update used to abort with weights that were no step's: nothing was
+    saved (step 1 had no checkpoint yet), though the README promises the last finished step."""
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.trainer import trainer as trainer_mod
+
+    real_update = trainer_mod.update_actor
+
+    def interrupted_update(prepared, **kwargs):
+        if trainer.context.step == 2:
+            for _ in range(2):
+                os.kill(os.getpid(), signum)  # both arrive while the actor update runs
+        return real_update(prepared, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "update_actor", interrupted_update)
+    run_dir = tmp_path / "run"
+    with trainer_mod.Trainer(toy_run_config(run_dir, "save_freq=10", "test_freq=1", steps=4)) as trainer:
+        history = trainer.train()
+    assert trainer.interrupted_by == signum and len(history) == 2
+    assert "val-env/success" in history[0] and not any(k.startswith("val-env/") for k in history[1])  # step 2: no validation
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_2"]
+    how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert (f"interrupt ({how}) during step 2's update: it finishes (seconds), then the step is saved without its validation "
+            f"({how} a third time quits at once, saving nothing newer)") in capsys.readouterr().out.splitlines()

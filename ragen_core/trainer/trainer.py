@@ -113,6 +113,10 @@ class Trainer(CheckpointMixin):
         """The signal (SIGINT, SIGTERM) that ended training early, else None."""
         self._updating = False
         """True from the first weight change of a step until it ends (its weights are then no step's)."""
+        self._in_update = False
+        """True while a step's critic / actor update runs (a second interrupt then waits for its end)."""
+        self._abort_pending = False
+        """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
         """While a step's validation runs: the step, its metrics and the resume point after its
         update (a validation that fails then checkpoints the step, whose update had finished)."""
@@ -369,7 +373,7 @@ class Trainer(CheckpointMixin):
             self.watchdog.rescue = lambda: self._save_after_error(where["step"], where["saved"], where["at"], "stalled")
             for step in range(self.start_step, cfg.steps + 1):
                 self.context.step = step
-                self._updating = False
+                self._updating = self._in_update = False
                 self._validating = None
                 where["step"], where["at"] = step, self.resume_point() if self.world.main else None
                 try:
@@ -624,11 +628,17 @@ class Trainer(CheckpointMixin):
         def handler(signum: int, frame: Any) -> None:
             self._interrupts += 1
             self.interrupted_by = signum
+            how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            if self._interrupts == 2 and self._in_update:  # aborting now would leave weights that are no step's: nothing to save
+                self._abort_pending = True
+                if self.world.main:
+                    print(f"\ninterrupt ({how}) during step {self.context.step}'s update: it finishes (seconds), then the step is "
+                          f"saved without its validation ({how} a third time quits at once, saving nothing newer)", flush=True)
+                return
             if self._interrupts > 1:
                 from ragen_core.errors import Terminated
 
                 raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-            how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
             if self.world.main:  # under torchrun every rank gets the signal; one line says it
                 print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
 
@@ -707,7 +717,7 @@ class Trainer(CheckpointMixin):
 
         # update
         only_analyse = cfg.grad_analysis.only
-        self._updating = True  # from here on the weights change (critic, then actor)
+        self._updating = self._in_update = True  # from here on the weights change (critic, then actor)
         with timer("update_critic"):
             if self.critic is not None and not only_analyse:
                 metrics.update(update_critic(prepared, critic=self.critic, optimizer=self.critic_optimizer,
@@ -723,6 +733,7 @@ class Trainer(CheckpointMixin):
                 self.policy_version += 1
         if self.overlap is None:  # async: the behaviour copy is synced when the next rollout starts
             self._sync_engine()
+        self._in_update = False
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         call_hook(self.pm, "ragen_on_update_end", stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
@@ -812,7 +823,7 @@ class Trainer(CheckpointMixin):
     def _maybe_validate(self, step: int, metrics: dict[str, float]) -> None:
         cfg = self.config
         self._agree_on_interrupts()  # every rank must take the same branch below (rank 0 sends validation metrics)
-        if self.val_runner is None or cfg.test_freq <= 0:
+        if self.val_runner is None or cfg.test_freq <= 0 or self._abort_pending:  # aborted during the update: save and stop
             return
         if step % cfg.test_freq == 0 or step == cfg.steps or self.stop_reason is not None or self._interrupts > 0:
             t0 = time.perf_counter()
