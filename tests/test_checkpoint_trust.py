@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from ragen_core.cli.main import main
+from ragen_core.errors import ConfigError
 from ragen_core.testing.run_helpers import one_line_error, toy_run_config
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer import checkpoint as ck
@@ -301,3 +302,29 @@ def test_torn_last_metrics_line_is_recomputed_from_a_checkpoint(tmp_path, capsys
     assert [r["step"] for r in rows] == [1, 2, 3]
     # the same computation in one process: every value equal, bit for bit
     assert _without_timings(rows) == _without_timings(read_metrics(Path(full.run_dir) / "metrics.jsonl"))
+
+
+def test_a_damaged_metrics_line_with_rows_after_it_is_refused_not_cut(tmp_path, capsys, caplog):
+    """A broken line in the middle (damaged after writing, not a killed writer) used to be taken for
+    a torn end: --resume cut every good row after it and deleted the checkpoint that could have
+    recomputed them."""
+    cfg = make_config(tmp_path, "steps=2")
+    Trainer(cfg).train()
+    metrics = Path(cfg.run_dir) / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text(lines[0][:-6] + "\n" + lines[1])  # step 1's row damaged, step 2's intact
+    before = metrics.read_bytes()
+    with pytest.raises(ConfigError, match=r"metrics.jsonl line 1 is not a JSON row, but rows follow it") as err:
+        Trainer(make_config(tmp_path, "steps=3"), resume=True).train()
+    assert err.value.hints == ["restore the file, or delete that one line (its step's metrics are lost) and resume again"]
+    assert metrics.read_bytes() == before
+    assert sorted(p.name for p in (Path(cfg.run_dir) / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    with caplog.at_level("WARNING", logger="ragen_core.trainer.loggers"):  # plot / diagnose read the rows they can, and say so
+        assert [r["step"] for r in read_metrics(metrics)] == [2]
+    assert [r.getMessage() for r in caplog.records] == [f"{metrics}: 1 line(s) not JSON rows, skipped (line 1)"]
+    metrics.write_text("not json\nneither\n")
+    with pytest.raises(ConfigError, match=r"holds no JSON row \(2 line\(s\) of other text\): not a RAGEN metrics file"):
+        read_metrics(metrics)
+    metrics.write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')  # a live run's line being written: no word
+    caplog.clear()
+    assert [r["step"] for r in read_metrics(metrics)] == [1] and not caplog.records

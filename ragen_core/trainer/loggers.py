@@ -14,6 +14,7 @@ registered on the trainer's plugin manager.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -22,6 +23,8 @@ from typing import Any
 
 from ragen_core.errors import shell_word
 from ragen_core.hookspecs import hookimpl
+
+logger = logging.getLogger(__name__)
 
 
 def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -37,11 +40,13 @@ def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Read a ``metrics.jsonl`` file; a torn last line (killed writer) is ignored.
+    """Read a ``metrics.jsonl`` file; a torn last line (killed writer, or a live run's line being
+    written) is ignored, other lines that are not JSON are skipped with one warning naming them.
 
     Raises:
-        ConfigError: A line is JSON but not an object, or the file is not UTF-8 text (it was not
-            written by a RAGEN logger; ``ragen plot`` says so instead of crashing).
+        ConfigError: A line is JSON but not an object, the file is not UTF-8 text, or it has lines
+            but no JSON row (it was not written by a RAGEN logger; ``ragen plot`` says so instead
+            of "no metrics" or a crash).
     """
     from ragen_core.errors import ConfigError
 
@@ -53,29 +58,39 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{p} is not a metrics file (not UTF-8 text)", ["metrics.jsonl holds one JSON object per line"]) from None
-    for number, line in enumerate(text.splitlines(), 1):
+    lines = text.rstrip().splitlines()
+    bad: list[int] = []
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
+            bad.append(number)
             continue
         if not isinstance(row, dict):
             raise ConfigError(f"{p} line {number} is a JSON {type(row).__name__}, not an object: not a RAGEN metrics row",
                               ["metrics.jsonl holds one JSON object per line; restore the file or remove that line"])
         rows.append(row)
+    damaged = [n for n in bad if n < len(lines)]  # the last line may be one a live run is still writing
+    if damaged and not rows:
+        raise ConfigError(f"{p} holds no JSON row ({len(bad)} line(s) of other text): not a RAGEN metrics file",
+                          ["metrics.jsonl holds one JSON object per line, as 'ragen run' writes it"])
+    if damaged:
+        logger.warning("%s: %d line(s) not JSON rows, skipped (line %s)", p, len(damaged), ", ".join(map(str, damaged[:5])) +
+                       (", ..." if len(damaged) > 5 else ""))
     return rows
 
 
 def read_complete_rows(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
-    """The rows of ``metrics.jsonl`` before its first broken line, and whether there was one.
+    """The rows of ``metrics.jsonl`` before a torn last line, and whether there was one.
 
-    A broken line (not JSON, e.g. a writer killed mid-line) ends the readable part: what follows
-    it cannot be trusted to continue the run in order. Used by ``--resume``, which recomputes the
-    steps after the last complete row from a checkpoint.
+    A torn last line (not JSON: a writer killed mid-line) is cut. Used by ``--resume``, which
+    recomputes the steps after the last complete row from a checkpoint.
 
     Raises:
-        ConfigError: A complete line is JSON but not an object (not written by a RAGEN logger).
+        ConfigError: A complete line is JSON but not an object (not written by a RAGEN logger), or
+            a broken line has rows after it (damaged later: cutting there would drop good rows).
     """
     from ragen_core.errors import ConfigError
 
@@ -83,12 +98,17 @@ def read_complete_rows(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     if not p.is_file():
         return [], False
     rows: list[dict[str, Any]] = []
-    for number, raw in enumerate(p.read_bytes().split(b"\n"), start=1):
+    lines = p.read_bytes().split(b"\n")
+    for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
             row = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
+            if any(later.strip() for later in lines[number:]):  # a killed writer tears only the last line
+                raise ConfigError(f"{p} line {number} is not a JSON row, but rows follow it: the file was damaged after it was "
+                                  "written, and resuming would drop the rows after it",
+                                  ["restore the file, or delete that one line (its step's metrics are lost) and resume again"]) from None
             return rows, True
         if not isinstance(row, dict):
             raise ConfigError(f"{p} line {number} is a JSON {type(row).__name__}, not an object",
