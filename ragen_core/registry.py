@@ -43,6 +43,7 @@ from ragen_core.errors import (
     RegistryError,
 )
 from ragen_core.specs import (
+    COMMAND_GROUP,
     GROUPS,
     NAME_PATTERN,
     SPEC_CLASSES,
@@ -198,6 +199,9 @@ class Registry:
             else:
                 hints.append(f"no {kind} plugins are installed")
             hints.append(install_hint(kind, name))
+            strays = [e for e in stray_entry_points() if e.name == name]
+            if strays:  # installed, but under a group RAGEN does not read: that is the fix, not an install
+                hints = [stray.hint() for stray in strays]
             raise PluginNotFoundError(f"no {kind} named {raw!r} (entry-point group {GROUPS[kind]})", hints)
         # Entries with the same dist and value are one plugin; anything else is a true conflict.
         distinct = {(e.dist_name, e.value): e for e in enabled}
@@ -301,6 +305,15 @@ class Registry:
             raise PluginConfigError(f"{kind} {spec.name!r} has no preset {preset!r}", hints)
         from pydantic import ValidationError
 
+        if preset is not None:  # the preset's own keys first: an error in it is the plugin's, not the user's settings
+            try:
+                spec.make_config({}, preset=preset)
+            except ValidationError as exc:
+                inner = config_error_from_validation(exc, prefix=f"presets[{preset!r}]", model_cls=spec.config_model, show=f"{kind} {spec.name}")
+                entry = self.find(kind, name)
+                raise PluginConfigError(f"{kind} {spec.name!r} from {entry.origin}: its preset {preset!r} is broken: "
+                                        f"{inner.message.removeprefix('invalid config: ')}",
+                                        [f"the preset is the plugin's own: report it to {entry.dist_name}, and run without it meanwhile"]) from None
         try:
             made = spec.make_config(dict(config or {}), preset=preset)
         except ValidationError as exc:
@@ -346,7 +359,7 @@ class Registry:
         except Exception as exc:
             raise PluginLoadError(
                 f"{kind} {spec.name!r} from {entry.origin} failed to import its implementation {spec.factory}: {type(exc).__name__}: {exc}",
-                [_import_hint(exc, spec.factory, entry.dist_name)],
+                [_factory_hint(exc, spec.factory, entry.dist_name)],
             ) from exc
         label = f"{spec.kind} {spec.name!r} ({entry.origin})"
         with plugin_call(label, f"its factory {spec.factory}"):
@@ -438,6 +451,45 @@ def plugin_call(obj: Any, what: str) -> Iterator[None]:
                           ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
 
 
+@dataclass(frozen=True)
+class StrayEntryPoint:
+    """An entry point in a group named like RAGEN's (``ragen...``) that RAGEN does not read: a
+    misspelt group (``ragen_core.env``) leaves its plugin unseen, without a word otherwise."""
+
+    group: str
+    name: str
+    value: str
+    dist_name: str
+
+    @property
+    def meant(self) -> str | None:
+        """The group it most likely meant (None: nothing close)."""
+        close = difflib.get_close_matches(self.group, [*GROUPS.values(), COMMAND_GROUP], n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def hint(self) -> str:
+        fix = f"rename the group to {self.meant!r}" if self.meant else f"use one of {', '.join(GROUPS.values())}"
+        return (f"{self.dist_name} declares {self.name!r} under entry-point group {self.group!r}, which RAGEN does not read: "
+                f"{fix} in its pyproject.toml and reinstall it (pip install -e ...)")
+
+
+def stray_entry_points() -> list[StrayEntryPoint]:
+    """Every :class:`StrayEntryPoint` installed here (reads metadata only; never imports a plugin)."""
+    from importlib.metadata import entry_points
+
+    known = {*GROUPS.values(), COMMAND_GROUP}
+    found: dict[tuple[str, str, str], StrayEntryPoint] = {}
+    everything = entry_points()
+    for group in sorted(everything.groups):
+        if group in known or not normalize_name(group).startswith("ragen"):
+            continue
+        for ep in everything.select(group=group):
+            dist = getattr(ep, "dist", None)
+            stray = StrayEntryPoint(group, normalize_name(ep.name), ep.value, normalize_name(getattr(dist, "name", None) or "unknown"))
+            found.setdefault((group, stray.name, stray.dist_name), stray)  # one dist seen twice (editable metadata)
+    return list(found.values())
+
+
 def _normal_form(name: str) -> str:
     """The closest valid plugin name to ``name`` (for the hint of a refused registration)."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", normalize_name(name)).strip("-")
@@ -460,6 +512,16 @@ def dist_location(dist: Any) -> str:
         return str(dist.locate_file(""))
     except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
         return ""
+
+
+def _factory_hint(exc: BaseException, factory: str, dist: str) -> str:
+    """:func:`_import_hint`, except when the factory string itself names nothing (its module, or
+    its name in the module): a typo in the spec, which no reinstall fixes."""
+    module, _, attr = factory.partition(":")
+    no_module = isinstance(exc, ModuleNotFoundError) and exc.name == module
+    if no_module or (isinstance(exc, AttributeError) and getattr(exc, "name", None) in attr.split(".")):
+        return f"fix the factory string of {dist}'s spec ({factory!r}): 'ragen plugins check' names what it lacks"
+    return _import_hint(exc, factory, dist)
 
 
 def _import_hint(exc: BaseException, target: str, dist: str) -> str:

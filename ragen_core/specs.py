@@ -27,6 +27,9 @@ GROUPS: dict[str, str] = {
     "pool": "ragen_core.env_pools",
 }
 
+#: Entry-point group of ``ragen`` subcommands (plugins that add a CLI command).
+COMMAND_GROUP = "ragen_core.commands"
+
 Kind = Literal["env", "estimator", "algorithm", "filter", "diagnostic", "engine", "pool"]
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]*$"

@@ -217,3 +217,47 @@ def test_module_api_mirrors_registry():
     finally:
         registry.unregister("env", "tmp-module-api")
     assert "tmp-module-api" not in registry.names("env")
+
+
+def test_an_entry_point_under_a_misspelt_group_is_named_not_ignored(sandbox, capsys):
+    """``[project.entry-points."ragen_core.env"]`` (no s): the plugin was simply never found, and the
+    not-found error hinted at installing a package that was installed."""
+    from ragen_core.cli.main import main
+    from ragen_core.testing import fake_entry_points
+
+    tmp, reg = sandbox
+    fake_entry_points(tmp, "fake-wronggroup", {"ragen_core.env": {"wronggroup": "fakeplug_wg:SPEC"}}, add_to_path=False)
+    importlib.invalidate_caches()
+    strays = [s for s in registry.stray_entry_points() if s.dist_name == "fake-wronggroup"]
+    assert [(s.group, s.name, s.meant) for s in strays] == [("ragen_core.env", "wronggroup", "ragen_core.envs")]
+    with pytest.raises(PluginNotFoundError) as err:
+        reg.get_spec("env", "wronggroup")
+    assert err.value.hints == ["fake-wronggroup declares 'wronggroup' under entry-point group 'ragen_core.env', which RAGEN does not "
+                               "read: rename the group to 'ragen_core.envs' in its pyproject.toml and reinstall it (pip install -e ...)"]
+    capsys.readouterr()
+    assert main(["plugins", "check"]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if "wronggroup" in line)
+    assert "FAILED" in row and "entry-point group 'ragen_core.env' is not one RAGEN reads: did you mean 'ragen_core.envs'?" in row
+
+
+def test_a_typo_in_a_spec_factory_or_preset_is_blamed_on_the_spec(sandbox):
+    """A factory string naming no module got "reinstall the distribution"; a preset key the config
+    does not have was reported as the user's own setting (env_config.hgih)."""
+    tmp, reg = sandbox
+    _add(tmp, "fake-typos", "typos", "fakeplug_typos")
+    spec = reg.get_spec("env", "typos")
+    object.__setattr__(spec, "factory", "fakeplug_typos_x:make")
+    with pytest.raises(PluginLoadError) as err:
+        reg.make("env", "typos")
+    assert err.value.hints == ["fix the factory string of fake-typos's spec ('fakeplug_typos_x:make'): 'ragen plugins check' names "
+                               "what it lacks"]
+    object.__setattr__(spec, "factory", "fakeplug_typos:mkae")
+    with pytest.raises(PluginLoadError) as err:
+        reg.make("env", "typos")
+    assert err.value.hints[0].startswith("fix the factory string of fake-typos's spec")
+    object.__setattr__(spec, "presets", {"Short": {"szie": 4}})
+    with pytest.raises(PluginConfigError) as err:
+        reg.make_config("env", "typos", {"size": 2}, preset="Short", where="env_config")
+    assert err.value.message == ("env 'typos' from fake-typos 0.0.1: its preset 'Short' is broken: presets['Short'].szie: unknown key "
+                                 "(did you mean 'size'?)")
+    assert err.value.hints == ["the preset is the plugin's own: report it to fake-typos, and run without it meanwhile"]

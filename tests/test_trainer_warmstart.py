@@ -383,3 +383,20 @@ def test_stray_actions_show_the_reply_format_after_a_rejected_move():
     assert all(t.valid and well_formed(t.info) for t in mixed)  # the format is always right
     # an env with action names keeps its legal-action demonstrations
     assert [t.response_text for t in turns(register_toy_env(), 0.0)] == [t.response_text for t in turns(register_toy_env(), 0.5)]
+
+
+def test_recording_env_takes_a_plain_four_tuple_as_pools_do():
+    """An env whose step returns ``(obs, reward, done, info)`` passed the conformance kit and the pools,
+    then the warm start's recorder failed on it: "'tuple' object has no attribute 'observation'"."""
+    from ragen_core.testing.toy_env import CorridorEnv
+    from ragen_core.trainer.warmstart import RecordingEnv
+
+    class TupleCorridor(CorridorEnv):
+        def step(self, action):
+            return tuple(super().step(action))
+
+    legal: dict = {}
+    env = RecordingEnv(TupleCorridor(), seed=0, legal=legal)
+    first = env.reset(3)
+    obs, reward, done, info = env.step("Right")
+    assert set(legal) == {first, obs} and all(legal[o] == ["Left", "Right"] for o in legal)

@@ -29,6 +29,7 @@ from typing import Any
 
 from ragen_core.distributions import COMMANDS as COMMAND_DISTRIBUTIONS
 from ragen_core.distributions import command_hint
+from ragen_core.specs import COMMAND_GROUP  # command name -> module implementing ragen_register_commands
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -41,8 +42,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warm-policy": ("ragen_core.cli.warm_policy", "build or show the warm-started tiny policy that ships with ragen-core"),
 }
 
-#: entry-point group of plugin subcommands: command name -> module implementing ragen_register_commands
-COMMAND_GROUP = "ragen_core.commands"
 
 #: commands of first-party plugin distributions, for a hint when the distribution is missing
 FIRST_PARTY_COMMANDS = COMMAND_DISTRIBUTIONS

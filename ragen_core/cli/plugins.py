@@ -135,6 +135,10 @@ def check_plugins(args: argparse.Namespace) -> int:
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
+    for stray in registry.stray_entry_points() if not args.kind else []:  # a misspelt group: its plugin is never found
+        failures += 1
+        table.append(["?", stray.name, stray.dist_name, "", "FAILED", f"entry-point group {stray.group!r} is not one RAGEN reads"
+                      + (f": did you mean {stray.meant!r}?" if stray.meant else "")])
     _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
     print(f"\n{len(table) - failures - disabled} ok, {failures} failed" + (f", {disabled} disabled" if disabled else ""))
     return 1 if failures else 0

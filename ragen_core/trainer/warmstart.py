@@ -105,8 +105,9 @@ class RecordingEnv(Env):
 
     def step(self, action: str) -> StepResult:
         result = self.inner.step(action)
-        self._record(result.observation)
-        return result
+        if isinstance(result, (tuple, list)) and len(result) == 4 and isinstance(result[0], str):  # a plain 4-tuple too, as pools take
+            self._record(result[0])
+        return result  # anything else: the pool names what is wrong with it
 
     def render(self) -> str:
         return self.inner.render()
