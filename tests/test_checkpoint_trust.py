@@ -267,7 +267,7 @@ def test_resume_with_every_checkpoint_damaged_is_a_one_line_error(tmp_path, caps
     assert line.startswith("CheckpointError:") and "step_1" in line and "step_2" in line
 
 
-@pytest.mark.parametrize("file,how", DAMAGE)
+@pytest.mark.parametrize("file,how", [(file, how) for file, how in DAMAGE if file != ck.STATE_FILE])  # eval reads no trainer state
 def test_eval_of_a_damaged_checkpoint_is_a_one_line_error(tmp_path, capsys, file, how):
     cfg = make_config(tmp_path, "steps=1")
     Trainer(cfg).train()
@@ -328,3 +328,15 @@ def test_a_damaged_metrics_line_with_rows_after_it_is_refused_not_cut(tmp_path, 
     metrics.write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')  # a live run's line being written: no word
     caplog.clear()
     assert [r["step"] for r in read_metrics(metrics)] == [1] and not caplog.records
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated"])
+def test_eval_does_not_need_the_trainer_state(tmp_path, capsys, how):
+    """trainer_state.pt holds the optimiser and RNG states a resume needs: eval refused a checkpoint
+    without it, though the model folder was whole."""
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    _damage(Path(cfg.run_dir) / "checkpoints" / "step_1" / ck.STATE_FILE, how)
+    capsys.readouterr()
+    assert _call_cli(_eval_argv(Path(cfg.run_dir) / "checkpoints" / "step_1")) == 0
+    assert "success" in capsys.readouterr().out

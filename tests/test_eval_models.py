@@ -106,3 +106,25 @@ def test_eval_of_a_run_uses_the_runs_env_preset_and_settings(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"RagenError: could not load model {str(tmp_path / 'nowhere')!r}: the folder does not exist")
     assert main(["eval", "--model", "tiny"]) == 2  # a model that exists but names no env
     assert "ragen eval needs --env NAME" in capsys.readouterr().err
+
+
+def test_eval_of_a_run_folder_without_a_readable_config_names_the_file(tmp_path, capsys):
+    """A run directory whose config.yaml was missing or broken got "ragen eval needs --env NAME (or
+    --model naming a run directory ...)", though --model did name one."""
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_2").mkdir(parents=True)
+    (run / "checkpoints" / "step_2" / "config.json").write_text("{}")  # a model folder, as far as the name check goes
+    hint = "hint: restore it, or give --env NAME (with the run's env settings) to evaluate the model anyway"
+    for model in (run, run / "checkpoints" / "step_2"):
+        rc = main(["eval", "--model", str(model), "--groups", "2"])
+        text = capsys.readouterr().err
+        assert rc == 2 and one_line_error(text) == f"ConfigError: {run / 'config.yaml'} not found: ragen eval takes a run directory's env from it"
+        assert hint in text.splitlines()
+    (run / "config.yaml").write_text("steps: [unclosed\n")
+    assert main(["eval", "--model", str(run), "--groups", "2"]) == 2
+    assert one_line_error(capsys.readouterr().err).startswith(f"ConfigError: malformed YAML in {run / 'config.yaml'} at line 2")
+    (run / "config.yaml").write_text("steps: 3\n")
+    assert main(["eval", "--model", str(run), "--groups", "2"]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: {run / 'config.yaml'} names no env: ragen eval takes a run directory's env from it"

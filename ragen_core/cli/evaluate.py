@@ -62,7 +62,7 @@ def resolve_model(model: str) -> str:
         ConfigError: A run directory without checkpoints.
         CheckpointError: The checkpoint is damaged (names the file).
     """
-    from ragen_core.trainer.checkpoint import list_checkpoints, verify_checkpoint, written_by_ragen
+    from ragen_core.trainer.checkpoint import STATE_FILE, list_checkpoints, verify_checkpoint, written_by_ragen
 
     path = Path(model)
     if path.is_dir() and (path / "checkpoints").is_dir():
@@ -79,7 +79,7 @@ def resolve_model(model: str) -> str:
         from ragen_core.errors import CheckpointError
 
         try:
-            verify_checkpoint(path)
+            verify_checkpoint(path, unused=(STATE_FILE,))  # the optimiser and RNG states: a training resume's, not eval's
         except CheckpointError as exc:
             raise CheckpointError(exc.message, [f"evaluate an older checkpoint: --model {older[-1]}"] if older else []) from None
         return str(path)
@@ -196,6 +196,15 @@ def run(args: argparse.Namespace) -> int:
         from ragen_core.errors import ConfigError
 
         check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
+        run_dir = None if args.config else _run_dir_of(args.model)
+        if run_dir is not None:  # a run directory whose config.yaml is missing or says no env: that file is what to fix
+            from ragen_core.config import read_yaml
+
+            hint = "restore it, or give --env NAME (with the run's env settings) to evaluate the model anyway"
+            if not (run_dir / "config.yaml").is_file():
+                raise ConfigError(f"{run_dir / 'config.yaml'} not found: ragen eval takes a run directory's env from it", [hint])
+            read_yaml(run_dir / "config.yaml")  # malformed YAML: its own one-line error, with the line
+            raise ConfigError(f"{run_dir / 'config.yaml'} names no env: ragen eval takes a run directory's env from it", [hint])
         raise ConfigError("ragen eval needs --env NAME (or --model naming a run directory, whose env it then uses)",
                           ["example: ragen eval --env bandit"])
     env = args.env or str(run_settings["env"])  # type: ignore[index]
@@ -274,8 +283,7 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
     policy, a hub id) or a config.yaml that cannot be read (loading the model says why)."""
     from ragen_core.config import read_yaml
 
-    path = Path(model)
-    run_dir = path if (path / "config.yaml").is_file() else path.parent.parent if path.parent.name == "checkpoints" else None
+    run_dir = _run_dir_of(model)
     if run_dir is None or not (run_dir / "config.yaml").is_file():
         return None
     try:
@@ -291,6 +299,14 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
 
         out["rollout"] = {k: v for k, v in rollout.items() if k not in BATCH_ROLLOUT_KEYS}
     return out
+
+
+def _run_dir_of(model: str) -> Path | None:
+    """The run directory ``model`` names (one with a config.yaml or checkpoints/, or a checkpoint inside one), else None."""
+    path = Path(model)
+    if (path / "config.yaml").is_file() or (path / "checkpoints").is_dir():
+        return path
+    return path.parent.parent if path.parent.name == "checkpoints" else None
 
 
 def is_shipped_name(model: str) -> bool:

@@ -278,8 +278,9 @@ def write_manifest(folder: str | Path) -> None:
         os.fsync(fh.fileno())
 
 
-def verify_checkpoint(folder: str | Path, *, hashes: bool = True) -> bool:
-    """Check ``folder`` against its manifest (``hashes=False``: sizes only, no file is read).
+def verify_checkpoint(folder: str | Path, *, hashes: bool = True, unused: tuple[str, ...] = ()) -> bool:
+    """Check ``folder`` against its manifest (``hashes=False``: sizes only, no file is read;
+    ``unused``: files the reader does not need, such as ``ragen eval`` the trainer state).
 
     Returns:
         True when every listed file is there with its size and hash; False for a folder without a
@@ -299,6 +300,8 @@ def verify_checkpoint(folder: str | Path, *, hashes: bool = True) -> bool:
         raise CheckpointError(f"checkpoint {folder}: {MANIFEST_FILE} is damaged ({_first_line(exc)})") from None
     for name, size, digest in entries:
         file = folder / name
+        if name in unused:
+            continue
         if not file.is_file():
             raise CheckpointError(f"checkpoint {folder}: {name} is missing")
         actual = file.stat().st_size
