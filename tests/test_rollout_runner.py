@@ -392,3 +392,40 @@ def test_in_process_env_factory_pool_needs_no_registration(tok):
     eng = ScriptedEngine(["a</think><answer>Up || Up</answer>", "b</think><answer>Up</answer>"], tok)
     (t,) = RolloutRunner(env, eng, tok, RolloutConfig(env_groups=1, group_size=1, max_turns=4), pool=pool).run()
     assert t.env == "line-by-factory" and t.success and [turn.actions for turn in t.turns] == [["Up", "Up"], ["Up"]]
+
+
+class UnseededLineEnv(LineEnv):
+    """Starts where a process-wide counter says, whatever the seed: group members start apart."""
+
+    starts: ClassVar[list[int]] = [0]
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        self.starts[0] += 1
+        self.pos, self.seed = self.starts[0] % 2, seed
+        return self.render()
+
+
+def test_group_members_that_start_apart_are_warned_about_once(tok, caplog):
+    """An env whose reset ignores the seed trained without a word; the conformance kit alone caught it."""
+    from ragen_core.rollout import runner as runner_mod
+
+    name = "rollout-test-unseeded"
+    registry.register(EnvSpec(name=name, config_model=EnvConfig, factory=f"{__name__}:UnseededLineEnv"))
+    try:
+        def rollout(env: str, size: int) -> None:
+            eng = ScriptedEngine(["x</think><answer>Up</answer>"] * 8, tok)
+            RolloutRunner(EnvRef(name=env, config={"max_turns": 1}), eng, tok, RolloutConfig(env_groups=2, group_size=size)).run()
+
+        with caplog.at_level("WARNING", logger="ragen_core.rollout.runner"):
+            rollout(LINE, 2)  # a seeded env: no word
+            rollout(name, 1)  # one member per group: nothing to compare
+            assert not caplog.records
+            rollout(name, 2)
+            rollout(name, 2)
+        assert [r.getMessage() for r in caplog.records] == [
+            f"env {name!r} gave the members of one group (seed {caplog.records[0].args[1]}) different first observations: reset(seed) "
+            "must give each member the same start, or group-relative advantages compare episodes that began apart "
+            "(ragen_core.testing's env checks test this)"]
+    finally:
+        registry.unregister("env", name)
+        runner_mod._STARTS_APART_SAID.discard(name)

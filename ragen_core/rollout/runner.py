@@ -31,6 +31,7 @@ In ``full`` mode an episode whose next prompt would not fit ends there, truncate
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -45,6 +46,10 @@ from ragen_core.rollout.parser import ParsedReply, parse_reply
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import derive_seed
 from ragen_core.specs import PluginConfig
+
+logger = logging.getLogger(__name__)
+_STARTS_APART_SAID: set[str] = set()
+"""Envs whose group members started apart, said once per process."""
 
 
 class RolloutConfig(PluginConfig):
@@ -121,6 +126,21 @@ class RolloutRunner:
         """Close the pool (its envs and workers). Idempotent."""
         self.pool.close()
 
+    def _say_if_members_start_apart(self, requests: list[ResetRequest], starts: list[EpisodeStart]) -> None:
+        """Warn (once per env and process) when members of one group, reset with one seed, got
+        different first observations: an env whose ``reset`` ignores the seed trains without error,
+        but the group's advantages then compare episodes that did not start alike."""
+        if self.env.name in _STARTS_APART_SAID:
+            return
+        first: dict[int, str] = {}
+        for request, start in zip(requests, starts):
+            if first.setdefault(request.seed, start.observation) != start.observation:
+                _STARTS_APART_SAID.add(self.env.name)
+                logger.warning("env %r gave the members of one group (seed %d) different first observations: reset(seed) must give "
+                               "each member the same start, or group-relative advantages compare episodes that began apart "
+                               "(ragen_core.testing's env checks test this)", self.env.name, request.seed)
+                return
+
     # -------------------------------------------------------------------- run
     def run(
         self,
@@ -149,6 +169,7 @@ class RolloutRunner:
         """The rollout of :meth:`run`, its arguments resolved."""
         requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
         starts = self.pool.reset(requests)
+        self._say_if_members_start_apart(requests, starts)
         self._progress(f"the reset of a {mode} rollout")
         episodes = [self._record(req, start, size) for req, start in zip(requests, starts)]
         budget = self.config.max_model_len - sampling.max_new_tokens
