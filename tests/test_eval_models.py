@@ -127,4 +127,5 @@ def test_eval_of_a_run_folder_without_a_readable_config_names_the_file(tmp_path,
     assert one_line_error(capsys.readouterr().err).startswith(f"ConfigError: malformed YAML in {run / 'config.yaml'} at line 2")
     (run / "config.yaml").write_text("steps: 3\n")
     assert main(["eval", "--model", str(run), "--groups", "2"]) == 2
-    assert one_line_error(capsys.readouterr().err) == f"ConfigError: {run / 'config.yaml'} names no env: ragen eval takes a run directory's env from it"
+    said = one_line_error(capsys.readouterr().err)
+    assert said == f"ConfigError: {run / 'config.yaml'} names no env: ragen eval takes a run directory's env from it"

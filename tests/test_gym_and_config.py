@@ -116,3 +116,12 @@ def test_override_values_parse_as_yaml_scalars():
     assert parse_override("a='8'") == (["a"], "8")
     assert parse_override("a=null") == (["a"], None)
     assert apply_overrides({"a": {"x": 1}}, ["a.y=2"]) == {"a": {"x": 1, "y": 2}}
+
+
+def test_the_light_import_check_of_an_in_process_spec_says_why_it_cannot_run():
+    """It failed with the tail of the subprocess's not-found error: the installed envs' list."""
+    from ragen_core.testing import check_spec_is_light
+
+    with pytest.raises(AssertionError, match=r"^env 'toy-corridor' is registered in this process only \(registry.register\): the "
+                                             r"light-import check .* pip install -e the package, or skip this check"):
+        check_spec_is_light("env", register_toy_env())

@@ -44,3 +44,19 @@ def test_explicit_cap_within_the_model_positions_is_kept(short_model):
     cfg = _config("rollout.max_model_len=900")
     preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert cfg.rollout.max_model_len == 900
+
+
+def test_an_observation_longer_than_the_context_is_blamed_on_the_env(short_model, capfd):
+    """A 2000-cell corridor: the hint said to lower max_new_tokens (no help), and transformers printed
+    "Token indices sequence length is longer than the specified maximum" before the error."""
+    cfg = _config("rollout.max_model_len=600", "env_config.length=2000")
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.message.startswith(f"the first prompt of env {cfg.env!r} needs ~")
+    assert err.value.hints == [f"env {cfg.env!r}'s instruction and first observation alone take ~{err.value.message.split('~')[1].split()[0]} "
+                               "tokens: make them shorter (its env_config, or the env's render) or raise rollout.max_model_len"]
+    assert "Token indices sequence length" not in capfd.readouterr().err
+    cfg = _config("rollout.max_model_len=600", "env_config.length=300", "sampling.train.max_new_tokens=300")  # the reply is what does not fit
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.hints == ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"]

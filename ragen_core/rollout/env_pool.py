@@ -188,7 +188,8 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         except Exception as exc:
             raise EnvError(
                 f"{label} raised on action {short_repr(action, 60)}: {_first_line(exc)}",
-                hints=["envs must treat any action string as input and report invalid moves via info"],
+                hints=["a step that raises ends the run: fix the env's step ('ragen -v' shows the traceback); an invalid or "
+                       "unknown action is reported through info['action_is_valid'], never an exception"],
             ) from exc
         if not isinstance(result, (tuple, list)) or len(result) != 4:  # a StepResult is a 4-tuple (a list of 4 unpacks too)
             size = f" of {len(result)}" if isinstance(result, (tuple, list)) else ""

@@ -162,13 +162,15 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
             reset_env(env, ResetRequest(0, config.seed_val, mode="val"), label=episode_label(ref, config.seed_val))
     finally:
         env.close()
-    prompt_len = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    prompt_len = len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])  # no "longer than the maximum" warning
     if prompt_len + budget > r.max_model_len:
+        hints = ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"]
+        if prompt_len + 64 > r.max_model_len:  # the env's own text leaves no room for a reply: that is what to change
+            hints = [f"env {config.env!r}'s instruction and first observation alone take ~{prompt_len} tokens: make them shorter "
+                     "(its env_config, or the env's render) or raise rollout.max_model_len"]
         raise ResourceError(
             f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, "
-            f"more than rollout.max_model_len={r.max_model_len}",
-            ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"],
-        )
+            f"more than rollout.max_model_len={r.max_model_len}", hints)
     n_params = sum(p.numel() for p in model.parameters())
     bytes_per = next(model.parameters()).element_size()
     need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref)
