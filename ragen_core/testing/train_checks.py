@@ -18,10 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 #: Overrides of a small GRPO run: 2 groups of 2 episodes, one mini-batch of two micro-batches, no
-#: warm start (the test checks the pipeline, not learning), no progress bar, no checkpoints.
+#: warm start (the test checks the pipeline, not learning), no progress bar, no checkpoints, no
+#: validation (add ``test_freq=N`` and ``val_groups=N`` after it to validate).
 TINY_RUN: list[str] = [
     "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4", "optim.micro_batch_size=2",
-    "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0",
+    "optim.lr=1e-3", "algo=grpo", "warm_start.enabled=false", "progress=false", "save_freq=0", "test_freq=0",
 ]
 
 
