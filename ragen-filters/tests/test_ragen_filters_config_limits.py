@@ -114,3 +114,19 @@ def test_ragen_run_refuses_ddof_at_the_group_size_in_one_line(tmp_path):
     assert out.returncode == 2, out.stderr
     line = one_line_error(out.stderr)
     assert "filter_config.ddof=2" in line and "group size 2" in line
+
+
+def test_a_topk_count_that_keeps_every_group_is_warned_about():
+    """snr-topk-abs with value=4 (its default) and rollout.env_groups=4 (the run default) kept every
+    group without a word: the filter then selected nothing out."""
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.trainer.config import run_warnings
+
+    said = [w for w in run_warnings(toy_run_config(None, "filter=snr-topk-abs", "rollout.env_groups=4")) if "snr-topk-abs" in w]
+    assert said == ["filter_config.value=4 keeps every one of rollout.env_groups=4 groups, so snr-topk-abs selects nothing out; "
+                    "set filter_config.value below 4, or raise rollout.env_groups"]
+    dropping = run_warnings(toy_run_config(None, "filter=snr-topk-abs", "filter_config.value=9", "filter_config.include_zero=false",
+                                           "rollout.env_groups=4"))
+    assert any("groups (but those of zero spread), so snr-topk-abs" in w for w in dropping)
+    assert not [w for w in run_warnings(toy_run_config(None, "filter=snr-topk-abs", "rollout.env_groups=8")) if "snr-topk-abs" in w]
+    assert registry.make_config("filter", "snr-topp").rollout_warnings(4, 2) == []  # the base class says nothing

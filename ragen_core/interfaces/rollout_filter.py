@@ -63,6 +63,11 @@ class FilterConfig(PluginConfig):
             ConfigError: naming the settings to change.
         """
 
+    def rollout_warnings(self, env_groups: int, group_size: int) -> list[str]:
+        """Settings that run but probably do not do what was meant for batches of ``env_groups``
+        groups of ``group_size`` (one sentence each; the run prints them at its start). None here."""
+        return []
+
 
 class RolloutFilter(ABC):
     """Base of filter plugins. The trainer reads :meth:`select`, :attr:`needs_entropies`,

@@ -528,6 +528,8 @@ def run_warnings(config: RunConfig) -> list[str]:
       (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
       group holds one episode, so the warning says what the advantage becomes instead.
     * LoRA settings (``optim.peft.alpha`` / ``target_modules``) while ``optim.peft.rank`` is 0 (LoRA off).
+    * The filter's own :meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.rollout_warnings`
+      (``snr-topk-abs`` keeping every group of the batch).
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -547,6 +549,8 @@ def run_warnings(config: RunConfig) -> list[str]:
         if unused:
             out.append(f"{' and '.join(unused)} {'is' if len(unused) == 1 else 'are'} set but optim.peft.rank is 0, so LoRA is off and "
                        f"{'it is' if len(unused) == 1 else 'they are'} unused; to train adapters: optim.peft.rank=8 (or another rank)")
+    chosen = registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
+    out += chosen.rollout_warnings(config.rollout.env_groups, config.rollout.group_size)  # type: ignore[attr-defined]
     for key in _unlisted_diagnostic_settings(config):
         turned_on = ",".join([*config.diagnostics, key])
         out.append(f"diagnostics_config.{key} is set but diagnostics does not list {key!r}, so these settings are unused; "

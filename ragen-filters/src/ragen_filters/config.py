@@ -154,6 +154,13 @@ class TopKAbsConfig(OrderedConfig):
     value: int = Field(default=4, ge=0)
     """Number of groups to keep (clamped to the candidates, at least 1)."""
 
+    def rollout_warnings(self, env_groups: int, group_size: int) -> list[str]:
+        if self.value < env_groups:
+            return []
+        zero = "" if self.keeps_zero_scores() else " (but those of zero spread)"
+        return [f"filter_config.value={self.value} keeps every one of rollout.env_groups={env_groups} groups{zero}, so snr-topk-abs "
+                f"selects nothing out; set filter_config.value below {env_groups}, or raise rollout.env_groups"]
+
 
 class MinPConfig(OrderedConfig):
     """``snr-minp``: keep groups scoring at least ``value`` times the best score."""
