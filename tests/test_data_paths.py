@@ -29,6 +29,18 @@ CASES = [  # env, the setting, a hub id the setting also takes (None: a path onl
 ]
 
 
+def _data_rows(env: str, field: str) -> str:
+    """Three distinct rows an env's data setting reads (local data is read by the availability check)."""
+    import json
+
+    rows = {"deepcoder": lambda i: {"problem": f"Print {i}.", "tests": json.dumps([{"input": "1\n", "output": f"{i}\n"}])},
+            "metamathqa": lambda i: {"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"},
+            "searchqa": lambda i: {"question": f"Who made thing {i}?", "answer": f"maker {i}"}}.get(env)
+    if rows is None or "." in field:  # a corpus or a catalogue: only its existence is checked
+        return "{}\n"
+    return "".join(json.dumps(rows(i)) + "\n" for i in range(3))
+
+
 def _nested(field: str, value: str) -> dict:
     head, _, rest = field.partition(".")
     return {head: _nested(rest, value) if rest else value}
@@ -42,7 +54,7 @@ def test_a_missing_local_data_file_is_refused_by_the_env_availability_check(tmp_
     missing = str(tmp_path / "nope" / "data.jsonl")
     with pytest.raises(ConfigError, match=rf"^env_config\.{field}: {missing} does not exist \({tmp_path} exists\)"):
         spec.check_available(registry.make_config("env", env, _nested(field, missing)))
-    (tmp_path / "data.jsonl").write_text("{}\n")
+    (tmp_path / "data.jsonl").write_text(_data_rows(env, field))
     spec.check_available(registry.make_config("env", env, _nested(field, str(tmp_path / "data.jsonl"))))
     spec.check_available(registry.make_config("env", env, {}))  # the built-in data
     if hub is not None:
@@ -141,8 +153,8 @@ def test_the_agentic_envs_warn_about_a_local_test_file(tmp_path, env, field, val
         pytest.skip(f"env {env!r} is not installed")
     spec = registry.get_spec("env", env)
     settings = {"mock_mode": True} if env == "searchqa" else {}
-    (tmp_path / "gsm8k_test_5.jsonl").write_text("{}\n")
-    (tmp_path / "gsm8k_train_5.jsonl").write_text("{}\n")
+    (tmp_path / "gsm8k_test_5.jsonl").write_text(_data_rows(env, field))
+    (tmp_path / "gsm8k_train_5.jsonl").write_text(_data_rows(env, field))
     found = spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_test_5.jsonl")}))
     assert len(found) == 1 and f"env_config.{val_field}" in found[0]
     assert spec.check_available(registry.make_config("env", env, {**settings, field: str(tmp_path / "gsm8k_train_5.jsonl")})) == []
