@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import load_config, merge_files
+    from ragen_core.config import deep_merge, load_config, read_yaml
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -89,7 +89,9 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
-    layers = merge_files(files, base)  # the run's config.yaml or a recipe, then the --config files
+    layers = dict(base or {})  # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
+    for file in files:
+        layers = deep_merge(layers, absolute_file_paths(read_yaml(file), Path(file).expanduser().resolve().parent))
     args_ = absolute_paths(flags + list(args.overrides))
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
@@ -118,19 +120,35 @@ def absolute_paths(overrides: list[str]) -> list[str]:
     ``--resume`` or ``ragen eval`` from another folder reads the same file (or names it missing)
     instead of failing, or silently reading another ``mm.jsonl`` found there. Hub ids and paths
     that do not exist are left as typed."""
-    from ragen_core.models import spells_our_name
-
     out = []
     for item in overrides:
         key, _, value = item.partition("=")
-        name = key.rsplit(".", 1)[-1]
-        data = (key == "model" and not spells_our_name(value)) or (_PATH_KEY.search(name) is not None and key != "run_dir")  # run_dir as given
-        if value and data and not value.startswith(("{", "[")):
-            path = Path(value).expanduser()
-            if not path.is_absolute() and path.exists():
-                item = f"{key}={path.resolve()}"
-        out.append(item)
+        out.append(f"{key}={_absolute(key, value)}" if not value.startswith(("{", "[")) else item)
     return out
+
+
+def _absolute(key: str, value: str, beside: Path | None = None) -> str:
+    """``value`` of the dotted setting ``key`` made absolute by :func:`absolute_paths`' rule: a path
+    that exists here or (``beside``: a config file's folder) next to that file."""
+    from ragen_core.models import spells_our_name
+
+    name = key.rsplit(".", 1)[-1]
+    data = (key == "model" and not spells_our_name(value)) or (_PATH_KEY.search(name) is not None and key != "run_dir")  # run_dir as given
+    path = Path(value).expanduser()
+    if not value or not data or path.is_absolute():
+        return value
+    for found in (path, *([beside / path] if beside is not None else [])):
+        if found.exists():
+            return str(found.resolve())
+    return value
+
+
+def absolute_file_paths(data: Any, beside: Path, key: str = "") -> Any:
+    """A ``--config`` file's settings with :func:`absolute_paths`' rule applied to every nested
+    value; a relative path may name a file here or next to the config file."""
+    if isinstance(data, dict):
+        return {k: absolute_file_paths(v, beside, f"{key}.{k}" if key else str(k)) for k, v in data.items()}
+    return _absolute(key, data, beside) if isinstance(data, str) else data
 
 
 def drop_stale_settings(config: RunConfig, layers: dict[str, Any], overrides: list[str], *, resumed: bool = False) -> RunConfig:
