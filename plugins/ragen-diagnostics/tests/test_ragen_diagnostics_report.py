@@ -237,3 +237,24 @@ def test_the_no_reasoning_note_says_what_the_offline_route_needs():
     note = skipped_note([1, 2])
     assert "--checkpoint step_N --z-source response" in note
     assert "save_rollouts=true" in note and "--rollouts FILE" in note
+
+
+def test_one_measurement_draws_no_regime_dividers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a single offline measurement the dividers sat on the point itself (the middle of a range
+    of one), so its quadrant meant nothing; from two measurements on they are relative to the first."""
+    from matplotlib.axes import Axes
+    from ragen_diagnostics.report import _regime_plot
+
+    drawn: list[str] = []
+    for name in ("axvline", "axhline", "set_title"):
+        real = getattr(Axes, name)
+        monkeypatch.setattr(Axes, name, lambda self, *a, _name=name, _real=real, **k: (drawn.append(f"{_name}:{a[0]}"), _real(self, *a, **k))[1])
+
+    def offline(step: int, mi: float) -> dict[str, Any]:
+        return {"step": step, "collapse_trajectory_sample/mi_estimate": mi, "collapse_trajectory_sample/conditional_entropy_est": 1.0}
+
+    assert _regime_plot([], [offline(10, 0.1)], tmp_path / "one.png", 0.5, 0.5)
+    assert drawn == ["set_title:Reasoning regimes (one measurement: regimes compare later ones with the first, so no dividers)"]
+    drawn.clear()
+    assert _regime_plot([], [offline(10, 0.1), offline(20, 0.02)], tmp_path / "two.png", 0.5, 0.5)
+    assert drawn == ["axvline:0.5", "axhline:0.05", "set_title:Reasoning regimes (dividers at 50% / 50% of the first measurement)"]

@@ -94,25 +94,28 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
     fig, ax = plt.subplots(figsize=(7.5, 6))
     all_h = [v for p in paths + off_paths for v in p[2]]
     all_mi = [v for p in paths + off_paths for v in p[3]]
-    h_first, mi_first = (paths[0][2][0], paths[0][3][0]) if paths else (0.0, 0.0)
-    # dividers relative to the run's first measurement; without one, the middle of the data
+    # dividers relative to the first measurement (the run's, else the earliest offline one); when
+    # that is zero, the middle of the data. One measurement alone has no regime: nothing to compare with.
+    ref = paths[0] if paths else off_paths[0]
+    h_first, mi_first = ref[2][0], ref[3][0]
+    single = len({s for p in paths + off_paths for s in p[1]}) < 2
     x_div = entropy_ratio * h_first if h_first > 0 else (min(all_h) + max(all_h)) / 2
     y_div = mi_ratio * mi_first if mi_first > 0 else (min(all_mi) + max(all_mi)) / 2
     lo_x, hi_x = min(all_h + [0.0]), max(all_h + [x_div]) * 1.15 + 1e-6
     lo_y, hi_y = min(all_mi + [0.0]) - 0.02, max(all_mi + [y_div]) * 1.15 + 1e-6
-    # shade the two collapse quadrants (low MI): template collapse right, low-entropy left
-    ax.fill_between([x_div, hi_x], lo_y, y_div, color="tab:red", alpha=0.06, lw=0)
-    ax.fill_between([lo_x, x_div], lo_y, y_div, color="tab:orange", alpha=0.08, lw=0)
-    ax.axvline(x_div, color="grey", lw=0.8, ls="--")
-    ax.axhline(y_div, color="grey", lw=0.8, ls="--")
-    corners = {  # (x, y, ha, va) per quadrant label, in the order of QUADRANTS
-        QUADRANTS[0]: (hi_x, hi_y, "right", "top"),
-        QUADRANTS[1]: (lo_x, hi_y, "left", "top"),
-        QUADRANTS[2]: (hi_x, lo_y, "right", "bottom"),
-        QUADRANTS[3]: (lo_x, lo_y, "left", "bottom"),
-    }
-    for text, (x, y, ha, va) in corners.items():
-        ax.text(x, y, text, ha=ha, va=va, fontsize=10, color="dimgray", style="italic")
+    if not single:  # shade the two collapse quadrants (low MI): template collapse right, low-entropy left
+        ax.fill_between([x_div, hi_x], lo_y, y_div, color="tab:red", alpha=0.06, lw=0)
+        ax.fill_between([lo_x, x_div], lo_y, y_div, color="tab:orange", alpha=0.08, lw=0)
+        ax.axvline(x_div, color="grey", lw=0.8, ls="--")
+        ax.axhline(y_div, color="grey", lw=0.8, ls="--")
+        corners = {  # (x, y, ha, va) per quadrant label, in the order of QUADRANTS
+            QUADRANTS[0]: (hi_x, hi_y, "right", "top"),
+            QUADRANTS[1]: (lo_x, hi_y, "left", "top"),
+            QUADRANTS[2]: (hi_x, lo_y, "right", "bottom"),
+            QUADRANTS[3]: (lo_x, lo_y, "left", "bottom"),
+        }
+        for text, (x, y, ha, va) in corners.items():
+            ax.text(x, y, text, ha=ha, va=va, fontsize=10, color="dimgray", style="italic")
     markers = ["o", "s"]
     sc = None
     for k, (label, steps, h, mi) in enumerate(paths):
@@ -131,7 +134,8 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
     ax.set_ylim(lo_y, hi_y)
     ax.set_xlabel("conditional entropy H(Z|X) (nats/token)")
     ax.set_ylabel("mutual information I(X;Z) (nats/token)")
-    rule = (f"dividers at {entropy_ratio:.0%} / {mi_ratio:.0%} of the first measurement" if h_first > 0 and mi_first > 0
+    rule = ("one measurement: regimes compare later ones with the first, so no dividers" if single
+            else f"dividers at {entropy_ratio:.0%} / {mi_ratio:.0%} of the first measurement" if h_first > 0 and mi_first > 0
             else "dividers at the middle of the measured range")
     ax.set_title(f"Reasoning regimes ({rule})", fontsize=10)
     ax.legend(loc="best", fontsize=8)
