@@ -162,3 +162,29 @@ def test_a_run_stopped_while_drawing_its_plots_says_how_to_draw_them(monkeypatch
         JsonlLogger(tmp_path).ragen_on_train_end()
     assert (f"plots not drawn (stopped while drawing them; metrics.jsonl and the checkpoints are kept): draw them with 'ragen plot {tmp_path}'"
             in capsys.readouterr().err)
+
+
+def test_a_resume_that_changed_settings_is_marked_on_every_curve(monkeypatch, tmp_path):
+    """Curves ran straight through a --resume that changed optim.lr: nothing showed where the
+    settings changed (config_changes.jsonl knew)."""
+    from matplotlib.figure import Figure
+
+    (tmp_path / "config_changes.jsonl").write_text(
+        json.dumps({"from_step": 3, "changed": {"optim.lr": [1e-3, 1e-4]}}) + "\n" + "torn{\n"
+        + json.dumps({"from_step": 2, "changed": {"a": [1, 2], "b": [1, 2]}, "added": {"c": 1}}) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    marks: dict[str, list[tuple[list[float], list[str]]]] = {}
+    save = Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        marks[str(path).rsplit("/", 1)[-1]] = [
+            (sorted(line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"), [t.get_text() for t in ax.texts])
+            for ax in fig.axes if ax.get_visible() and ax.get_lines()]
+        return save(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record)
+    plot_run(tmp_path)
+    assert marks and "summary.png" in marks
+    for name, drawn in marks.items():
+        for xs, texts in drawn:
+            assert xs == [1.5, 2.5] and texts == [" resumed: optim.lr", " resumed: a, b +1"], name

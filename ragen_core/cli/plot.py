@@ -16,6 +16,7 @@ matplotlib's non-interactive Agg backend (works on headless machines).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -111,7 +112,26 @@ def plan(rows: list[dict[str, Any]]) -> list[tuple[Panel, list[str]]]:
     return out
 
 
-def _draw(ax: Any, rows: list[dict[str, Any]], keys: list[str], ylabel: str, *, legend: bool) -> None:
+def setting_changes(run_dir: Path) -> list[tuple[int, str]]:
+    """``(from_step, what)`` of every ``--resume`` that changed settings (``config_changes.jsonl``;
+    ``what`` names the settings, shortened); unreadable lines are skipped."""
+    from ragen_core.trainer.run_dir import CHANGES_FILE
+
+    out: list[tuple[int, str]] = []
+    path = run_dir / CHANGES_FILE
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+            step = int(row["from_step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        keys = [*row.get("changed", {}), *row.get("added", {}), *row.get("removed", {})] if isinstance(row, dict) else []
+        out.append((step, ", ".join(keys[:2]) + (f" +{len(keys) - 2}" if len(keys) > 2 else "")))
+    return out
+
+
+def _draw(ax: Any, rows: list[dict[str, Any]], keys: list[str], ylabel: str, *, legend: bool,
+          changes: list[tuple[int, str]] | None = None) -> None:
     from matplotlib.ticker import MaxNLocator
 
     steps: set[int] = set()
@@ -119,6 +139,10 @@ def _draw(ax: Any, rows: list[dict[str, Any]], keys: list[str], ylabel: str, *, 
         xs, ys = series(rows, key)
         steps.update(xs)
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+    for step, what in changes or []:  # a --resume that changed settings: the curve after this line ran under them
+        ax.axvline(step - 0.5, color="grey", lw=0.8, ls=":")
+        ax.text(step - 0.5, 1.0, f" resumed: {what}", transform=ax.get_xaxis_transform(), rotation=90, va="top", ha="right",
+                fontsize=6, color="dimgray")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if len(steps) == 1:  # one step: one tick, not a fractional axis around it
         ax.set_xticks(sorted(steps))
@@ -176,20 +200,21 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     except OSError as exc:
         raise ConfigError(f"--out {out_dir}: cannot create the folder ({exc.strerror or type(exc).__name__})") from None
     written: list[Path] = []
+    changes = setting_changes(run_dir)
     figures = plan(rows)
     for panel, chosen in figures:
         if panel.own_scale:
             cols = min(len(chosen), 3)
             fig, axes = plt.subplots(-(-len(chosen) // cols), cols, figsize=(4 * cols, 3.2 * -(-len(chosen) // cols)), squeeze=False)
             for ax, key in zip(axes.flat, chosen):
-                _draw(ax, rows, [key], LABELS.get(key, key), legend=False)
+                _draw(ax, rows, [key], LABELS.get(key, key), legend=False, changes=changes)
                 ax.set_title(key, fontsize=9)
             for ax in list(axes.flat)[len(chosen):]:
                 ax.set_visible(False)
             fig.suptitle(f"{run_dir.name}: {panel.name}")
         else:
             fig, ax = plt.subplots(figsize=(6, 4))
-            _draw(ax, rows, chosen, panel.ylabel, legend=True)
+            _draw(ax, rows, chosen, panel.ylabel, legend=True, changes=changes)
             ax.set_title(f"{run_dir.name}: {panel.name}")
         fig.tight_layout()
         written.append(_save_png(fig, out_dir / f"{panel.name}.png"))
@@ -198,7 +223,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
         first = sorted(figures, key=lambda f: SUMMARY.index(f[0].name) if f[0].name in SUMMARY else len(SUMMARY))[:4]
         for ax, (panel, chosen) in zip(axes.flat, first):
             keys = chosen[:1] if panel.own_scale else chosen[:6]  # one scale per axes
-            _draw(ax, rows, keys, LABELS.get(keys[0], keys[0]) if panel.own_scale else panel.ylabel, legend=True)
+            _draw(ax, rows, keys, LABELS.get(keys[0], keys[0]) if panel.own_scale else panel.ylabel, legend=True, changes=changes)
             ax.set_title(keys[0] if panel.own_scale else panel.name)  # a panel of several scales shows one metric here: name it
         for ax in list(axes.flat)[len(first):]:
             ax.set_visible(False)
