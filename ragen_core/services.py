@@ -98,7 +98,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -216,8 +216,22 @@ _FAILED_STATUS = 500
 load): the wait stops at once instead of running to ``ready_timeout_s``. 503 means "still loading"."""
 
 
+class Probe(NamedTuple):
+    """What one :func:`probe` found: ``why`` not reachable (None: it is), and the HTTP status of the
+    health path when one answered (None without a health path or an answer)."""
+
+    why: str | None
+    status: int | None = None
+
+
 def why_unreachable(url: str, health_path: str | None = None, timeout: float = 3.0, *, any_status: bool = False) -> str | None:
-    """None when something answers at ``url``, else why not, in a few words for an error message.
+    """None when something answers at ``url``, else why not, in a few words for an error message
+    (:func:`probe`'s ``why``)."""
+    return probe(url, health_path, timeout, any_status=any_status).why
+
+
+def probe(url: str, health_path: str | None = None, timeout: float = 3.0, *, any_status: bool = False) -> Probe:
+    """Whether something answers at ``url``, and the health path's HTTP status.
 
     The one reachability rule of the project (services, env servers given by URL, a Lean server, a
     Ray cluster, the Hugging Face hub): without ``health_path`` a TCP connection to the URL's host
@@ -232,10 +246,10 @@ def why_unreachable(url: str, health_path: str | None = None, timeout: float = 3
         try:
             socket.create_connection((host, port), timeout=timeout).close()
         except TimeoutError:
-            return f"no answer within {timeout:g} s"
+            return Probe(f"no answer within {timeout:g} s")
         except OSError as e:
-            return f"TCP connect failed ({e.strerror or e})"
-        return None
+            return Probe(f"TCP connect failed ({e.strerror or e})")
+        return Probe(None)
     path = parts.path.rstrip("/") + health_path
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = cls(host, port, timeout=timeout)
@@ -243,14 +257,14 @@ def why_unreachable(url: str, health_path: str | None = None, timeout: float = 3
         conn.request("GET", path)
         status = conn.getresponse().status
     except TimeoutError:
-        return f"no answer within {timeout:g} s"
+        return Probe(f"no answer within {timeout:g} s")
     except (OSError, http.client.HTTPException) as e:
-        return f"GET {path} failed ({getattr(e, 'strerror', None) or e!r})"
+        return Probe(f"GET {path} failed ({getattr(e, 'strerror', None) or e!r})")
     finally:
         conn.close()
     if any_status:
-        return f"HTTP {status} from a proxy in front of it" if status in (502, 504) else None
-    return None if 200 <= status < 300 else f"GET {path} answered HTTP {status}"
+        return Probe(f"HTTP {status} from a proxy in front of it" if status in (502, 504) else None, status)
+    return Probe(None if 200 <= status < 300 else f"GET {path} answered HTTP {status}", status)
 
 
 def check_url_answers(url: str | None, setting: str, timeout: float = 3.0) -> None:
@@ -454,7 +468,7 @@ class _Service:
         deadline = time.monotonic() + self.config.ready_timeout_s
         delay = 0.02
         while True:
-            why = why_unreachable(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+            why, status = probe(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
             code = self.poll()  # after the probe: a dying child must not pass for ready
             if code is not None:
                 if _port_busy(HOST, port) or "address already in use" in self.output_tail().lower():
@@ -462,7 +476,7 @@ class _Service:
                 raise self.error(f"exited with status {code} before it was ready")
             if why is None:
                 return False
-            if why.endswith(f" answered HTTP {_FAILED_STATUS}"):  # it says it failed (503 is "still loading"): no use waiting
+            if status == _FAILED_STATUS:  # it says it failed (503 is "still loading"): no use waiting
                 self.kill(self.config.stop_timeout_s)
                 raise self.error(f"failed while starting (last probe: {why}); the child was killed",
                                  ("its last output says why; fix that and start again",))
@@ -493,9 +507,9 @@ class _Service:
                                    ["restart the server at `url` (then resume the run), or unset `url` to let RAGEN start it"])
             return
         deadline = time.monotonic() + self.config.ready_timeout_s
-        while (why := why_unreachable(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))):
-            refused = re.search(r"answered HTTP (4\d\d)$", why)
-            if refused and refused.group(1) not in ("408", "425", "429"):  # a server that is there and says no: not loading
+        while (found := probe(self.url, self.spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))).why:
+            why, status = found
+            if status is not None and 400 <= status < 500 and status not in (408, 425, 429):  # a server that is there and says no
                 raise ServiceError(f"service {self.spec.name!r} at {self.url}: something answers, but {why}: it is not a "
                                    f"{self.spec.name} server", ["point `url` at the right server, or unset it to let RAGEN start one"])
             if time.monotonic() >= deadline:
