@@ -185,11 +185,11 @@ def names_local_path(value: str) -> bool:
             or Path(value).exists() or (len(parts) > 1 and Path(parts[0]).is_dir()))
 
 
-def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (),
+def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (), files: tuple[str, ...] = (),
                      prefix: str = "env_config") -> list[str]:
     """An env's availability check for its data settings (dotted field names of ``config``): a
     ``hub_or_path`` setting that can only be a local path (:func:`names_local_path`), or any
-    ``paths`` setting, must exist. Said in one line naming the setting, before a run loads a model
+    ``paths`` setting, must exist; a ``files`` setting must be a file (not a folder). Said in one line naming the setting, before a run loads a model
     or warm-starts, instead of at the first env reset. A hub id while the hub cannot be reached
     turns ``datasets`` to its offline mode (:func:`offline_unless_hub_answers`); the returned
     warnings say so.
@@ -198,7 +198,7 @@ def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: t
         ConfigError: the first setting that names nothing.
     """
     hub_ids: list[str] = []
-    for field in (*hub_or_path, *paths):
+    for field in (*hub_or_path, *paths, *files):
         value: Any = config
         for part in field.split("."):
             value = getattr(value, part, None)
@@ -211,8 +211,11 @@ def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: t
         if not path.exists():
             parent = next((p for p in path.parents if p.is_dir()), None)
             near = f" ({parent} exists)" if parent is not None and str(parent) not in (".", "/") else ""
-            what = "a local file or folder, or a Hugging Face dataset id (owner/name)" if field in hub_or_path else "an existing file or folder"
+            what = ("a local file or folder, or a Hugging Face dataset id (owner/name)" if field in hub_or_path
+                    else "an existing file" if field in files else "an existing file or folder")
             raise ConfigError(f"{prefix}.{field}: {value} does not exist{near}", [f"{prefix}.{field} takes {what}"])
+        if field in files and path.is_dir():
+            raise ConfigError(f"{prefix}.{field}: {value} is a folder", [f"{prefix}.{field} takes a file"])
     return offline_unless_hub_answers(hub_ids) if hub_ids else []
 
 

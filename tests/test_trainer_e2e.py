@@ -394,3 +394,21 @@ def test_seq_mean_unit_episode_weighs_each_episode_once_in_windowed_mode(tmp_pat
         assert row["actor/pg_loss"] == pytest.approx(0.0, abs=1e-6)  # 0 up to float32 rounding of O(1) terms (~8 eps)
     else:
         assert row["actor/pg_loss"] > 0.1
+
+
+def test_a_sigterm_under_torchrun_says_it_may_be_torchrun_passing_on_a_lost_rank(tmp_path, capsys):
+    """When one rank dies, torchrun sends the others SIGTERM: rank 0 printed "interrupt (SIGTERM)"
+    as if a user had asked, before the lost-rank error that was the real cause."""
+    import dataclasses
+    import signal
+
+    trainer = Trainer(make_config(tmp_path, "steps=1"))
+    trainer.world = dataclasses.replace(trainer.world, size=2)  # only the handler's wording reads it here
+    previous = trainer._install_sigint()
+    try:
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+    finally:
+        for sig, handler in (previous or {}).items():
+            signal.signal(sig, handler)
+    assert ("interrupt (SIGTERM, from a user or from torchrun after another rank ended): finishing this step and saving a checkpoint "
+            "(SIGTERM again to abort)") in capsys.readouterr().out.splitlines()

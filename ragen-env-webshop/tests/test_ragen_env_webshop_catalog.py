@@ -134,14 +134,39 @@ def test_real_catalog_engine_plays_through_the_oracle():
 
 
 def test_loader_errors_name_the_files(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read the WebShop catalog"):
+    with pytest.raises(ConfigError, match=r"cannot read the WebShop products of catalog.product_path .*missing.json"):
         load_products(str(tmp_path / "missing.json"), None)
+    (tmp_path / "bad.json").write_text("{bad")  # which of the two files is malformed was not said
+    (tmp_path / "good.json").write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}]))
+    with pytest.raises(ConfigError, match=r"^cannot read the WebShop products of catalog.product_path .*bad.json \(Expecting"):
+        load_products(str(tmp_path / "bad.json"), str(tmp_path / "good.json"))
+    with pytest.raises(ConfigError, match=r"^cannot read the WebShop attributes of catalog.attribute_path .*bad.json \(Expecting"):
+        load_products(str(tmp_path / "good.json"), str(tmp_path / "bad.json"))
+    with pytest.raises(ConfigError, match=r"^catalog.product_path .* is a folder: the WebShop catalog is read from files"):
+        load_products(str(tmp_path), None)
     (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(ConfigError, match="no products"):
         load_products(str(tmp_path / "empty.json"), None)
     (tmp_path / "one.json").write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}]))
     with pytest.raises(ConfigError, match="attribute_path"):
         make_goals(load_products(str(tmp_path / "one.json"), None))
+
+
+def test_a_catalog_folder_is_refused_by_the_availability_check_and_a_bad_file_by_the_server(tmp_path, capsys):
+    """A folder passed the check ("takes an existing file or folder") and failed at load; the shop
+    server's start-up error reached the run as its traceback's last lines."""
+    from ragen_env_webshop.plugin import check_available
+    from ragen_env_webshop.server import main
+
+    from ragen_core import registry
+
+    with pytest.raises(ConfigError, match=r"^env_config.catalog.product_path: .* is a folder\n") as err:
+        check_available(registry.make_config("env", "webshop", {"catalog": {"product_path": str(tmp_path)}}))
+    assert err.value.hints == ["env_config.catalog.product_path takes a file"]
+    (tmp_path / "bad.json").write_text("{bad")
+    assert main(["--port", "1", "--settings", json.dumps({"catalog": {"product_path": str(tmp_path / "bad.json")}})]) == 2
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 1 and err_lines[0].startswith("ragen-webshop-server: ConfigError: cannot read the WebShop products")
 
 
 def test_an_attribute_file_without_a_product_file_is_refused(tmp_path, capsys):

@@ -640,7 +640,9 @@ class Trainer(CheckpointMixin):
 
                 raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
             if self.world.main:  # under torchrun every rank gets the signal; one line says it
-                print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how} again to abort)", flush=True)
+                if self.world.parallel and signum == signal.SIGTERM:  # torchrun also stops the other ranks so when one ends
+                    how = "SIGTERM, from a user or from torchrun after another rank ended"
+                print(f"\ninterrupt ({how}): finishing this step and saving a checkpoint ({how.split(',')[0]} again to abort)", flush=True)
 
         return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
 

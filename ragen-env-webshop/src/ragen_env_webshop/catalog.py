@@ -290,12 +290,18 @@ def load_products(product_path: str, attribute_path: str | None, seed: int = 0, 
         ConfigError: a file is missing or unreadable, or no product could be read.
     """
     path = Path(product_path).expanduser()
+    hint = ["catalog.product_path: items_shuffle*.json or a documents .jsonl; catalog.attribute_path: items_ins_v2*.json"]
+    for setting, file in (("catalog.product_path", path), ("catalog.attribute_path", attribute_path)):
+        if file is not None and Path(file).expanduser().is_dir():
+            raise ConfigError(f"{setting} {file} is a folder: the WebShop catalog is read from files", hint)
     try:
         rows = _read_raw_products(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read the WebShop products of catalog.product_path {path} ({e})", hint) from None
+    try:
         attr_map = json.loads(Path(attribute_path).expanduser().read_text(encoding="utf-8")) if attribute_path else {}
     except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read the WebShop catalog ({e})",
-                          ["catalog.product_path: items_shuffle*.json or a documents .jsonl; catalog.attribute_path: items_ins_v2*.json"]) from None
+        raise ConfigError(f"cannot read the WebShop attributes of catalog.attribute_path {attribute_path} ({e})", hint) from None
     products: list[Product] = []
     seen: set[str] = set()
     for raw in rows:

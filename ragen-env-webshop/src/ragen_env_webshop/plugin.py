@@ -14,7 +14,7 @@ def check_available(config: Any) -> None:
     from ragen_core.datafiles import check_data_paths
     from ragen_core.services import check_url_answers
 
-    check_data_paths(config, paths=("catalog.product_path", "catalog.attribute_path"))
+    check_data_paths(config, files=("catalog.product_path", "catalog.attribute_path"))
     if config.shop == "server":
         check_url_answers(config.server.url, "env_config.server.url")
 

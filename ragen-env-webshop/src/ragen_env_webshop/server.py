@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -34,6 +35,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pydantic import BaseModel, Field
 
+from ragen_core.errors import RagenError
 from ragen_env_webshop.config import CatalogConfig
 from ragen_env_webshop.engine import SUBPAGES, Location, Page, ShopEngine, engine_for
 
@@ -206,14 +208,20 @@ def serve(engine: ShopEngine, host: str, port: int, log_level: str = "warning") 
     uvicorn.run(create_app(engine), host=host, port=port, log_level=log_level, access_log=False)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="WebShop server (the env's child process)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--settings", default="{}", help="JSON: catalog, limit_goals, top_k, per_page")
     args = parser.parse_args(argv)
-    serve(engine_from_settings(json.loads(args.settings)), args.host, args.port)
+    try:
+        engine = engine_from_settings(json.loads(args.settings))
+    except RagenError as e:  # a catalog that does not load: its one line (the service's error quotes the last output)
+        print(f"ragen-webshop-server: {type(e).__name__}: {e.message}", file=sys.stderr)
+        return 2
+    serve(engine, args.host, args.port)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
