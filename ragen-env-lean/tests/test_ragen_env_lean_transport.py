@@ -319,6 +319,8 @@ def test_env_over_the_server_rewards_from_lean_verdicts(server):
 #: Answers every request (blank-line separated, like the REPL) with ``{}``.
 ANSWERS_EMPTY = ("import sys\nbuf = []\nfor line in sys.stdin:\n    if line.strip():\n        buf.append(line)\n"
                  "    elif buf:\n        buf = []\n        sys.stdout.write('{}\\n\\n')\n        sys.stdout.flush()\n")
+#: Writes ``{}`` without the blank line a REPL ends its replies with, then hangs (``sh -c 'echo {}; sleep 100'``).
+ANSWERS_EMPTY_THEN_HANGS = "import sys, time\nsys.stdout.write('{}\\n')\nsys.stdout.flush()\ntime.sleep(100)\n"
 #: Echoes its input, like ``cat``, on machines without one.
 ECHOES = "import sys\nfor line in sys.stdin:\n    sys.stdout.write(line)\n    sys.stdout.flush()\n"
 
@@ -345,15 +347,18 @@ def test_parse_response_keeps_the_real_shapes():
     assert not isinstance(malformed.value, NotLeanReply)  # a REPL response with a broken message: a transport fault
 
 
-@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ECHOES], [sys.executable, "-c", ANSWERS_EMPTY]],
-                         ids=["cat", "python-echo", "python-empty"])
+@pytest.mark.parametrize("command", [_cat(), [sys.executable, "-c", ECHOES], [sys.executable, "-c", ANSWERS_EMPTY],
+                                     [sys.executable, "-c", ANSWERS_EMPTY_THEN_HANGS]],
+                         ids=["cat", "python-echo", "python-empty", "empty-then-hangs"])
 def test_a_process_that_is_not_a_repl_is_flagged_at_once(command):
     proc = ReplProcess(command, None, timeout=10.0, start_timeout=10.0, memory_mb=4096)
+    started = time.monotonic()
     try:
         result = proc.check(HEADER, BODY.format("rfl"))
     finally:
         proc.stop()
     assert (result.status, result.not_lean, verdict(result).accepted) == ("server_error", True, False)
+    assert time.monotonic() - started < 8  # a whole JSON reply is read at once: "{}" then silence ran into the 10 s timeout
     assert proc.starts == 1 and proc.pid is None  # stopped, and not retried: a retry would get the same
 
 

@@ -152,6 +152,8 @@ class ReplProcess:
                 raise ConnectionError(f"Lean REPL exited (code {proc.wait()}){': ' + why if why else ''}")
             if line.strip():
                 chunks.append(line)
+                if line.rstrip().endswith(b"}") and _is_json(b"".join(chunks)):  # whole: no wait for the blank line after it
+                    break  # (one that never comes, from a program that is no REPL, ran into the timeout)
             elif chunks:
                 break
         text = b"".join(chunks).decode("utf-8", "replace")
@@ -203,6 +205,14 @@ class ReplProcess:
                 if attempt == 1:
                     return transport_failure(str(exc), time.monotonic() - started)
         raise AssertionError("unreachable")
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
+        return False
+    return True
 
 
 class ReplChecker:
