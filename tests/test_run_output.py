@@ -53,17 +53,20 @@ def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp
     assert "warm start round 1: SFT" not in capfd.readouterr().err
 
 
-def test_the_first_step_says_what_it_is_doing_on_the_progress_bar(tmp_path, capfd):
-    """Until a process finishes its first step the bar names the phase: the rollout's turns, then
-    the first update (which can sit tens of seconds in torch's one-time set-up); later steps show
-    reward and success only."""
+def test_every_step_says_what_it_is_doing_on_the_progress_bar(tmp_path, capfd):
+    """The bar names the phase: the rollout's turns, then the update (the first can sit tens of
+    seconds in torch's one-time set-up), and validation; after the first step beside the last
+    step's reward and success. Later steps and validation used to sit silent (a minute or more)."""
+    import re
+
     from ragen_core.trainer.trainer import Trainer
 
-    Trainer(_cfg(tmp_path, "steps=2", "save_freq=0", "progress=true")).train()
+    Trainer(_cfg(tmp_path, "steps=2", "save_freq=0", "progress=true", "test_freq=2", "val_groups=1")).train()
     err = capfd.readouterr().err
     assert "turn 1 of a train rollout" in err
     assert "the update of step 1 (a process's first update sets torch up" in err
-    assert "the update of step 2" not in err
+    assert re.search(r"reward=-?\d\.\d{3}, success=\d\.\d\d \| the update of step 2\b", err)
+    assert re.search(r"\| turn 1 of a val rollout", err)
 
 
 def test_a_plugins_warning_during_training_prints_on_its_own_line_above_the_bar(tmp_path, capfd, monkeypatch):

@@ -654,13 +654,15 @@ class Trainer(CheckpointMixin):
         return tqdm(total=self.config.steps, initial=self.start_step - 1, desc=f"ragen {self.config.env}/{self.config.algo}", unit="step")
 
     def _beat(self, what: str) -> None:
-        """Progress within a step: the watchdog's heartbeat, and, until this process has finished a
-        step, the progress bar's note (the first step's rollout turns and its first update, which
-        can sit silent for tens of seconds while torch sets itself up)."""
+        """Progress within a step: the watchdog's heartbeat, and the progress bar's note (every
+        rollout turn, update and validation; after a step, beside that step's reward and success)."""
         self.watchdog.beat(what)
         bar = self._bar
-        if bar is not None and not self.history:
-            bar.set_postfix_str(what)
+        if bar is not None:
+            last = self.history[-1] if self.history else None
+            done = (f"reward={last.get('train/reward', float('nan')):.3f}, success={last.get('train/success', float('nan')):.2f} | "
+                    if last is not None else "")
+            bar.set_postfix_str(done + what)
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
