@@ -340,3 +340,16 @@ def test_eval_does_not_need_the_trainer_state(tmp_path, capsys, how):
     capsys.readouterr()
     assert _call_cli(_eval_argv(Path(cfg.run_dir) / "checkpoints" / "step_1")) == 0
     assert "success" in capsys.readouterr().out
+
+
+def test_resuming_a_run_that_is_already_there_says_so(tmp_path, capsys):
+    """--resume RUN --steps 1 of a run at step 2 exited 0 with a malformed bar ("2step [00:00, ?step/s]") and no word."""
+    cfg = make_config(tmp_path, "steps=2")
+    Trainer(cfg).train()
+    capsys.readouterr()
+    rows = (Path(cfg.run_dir) / "metrics.jsonl").read_text()
+    assert _call_cli(["run", "--resume", cfg.run_dir, "--steps", "1", "progress=true"]) == 0
+    out = capsys.readouterr()
+    assert (f"{cfg.run_dir} is already at step 2 (steps=1): nothing to train; --resume {cfg.run_dir} --steps N with N above 2 "
+            "trains further") in out.out.splitlines()
+    assert "step/s" not in out.err and (Path(cfg.run_dir) / "metrics.jsonl").read_text() == rows

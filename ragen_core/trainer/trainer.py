@@ -150,8 +150,6 @@ class Trainer(CheckpointMixin):
 
     def _interrupted_setup_line(self) -> str:
         """What a Ctrl-C / SIGTERM during set-up (a model load, a warm start) left behind."""
-        from ragen_core.errors import shell_word
-
         head = "interrupted during set-up, before step 1: nothing was trained"
         if self.resume:
             return f"{head}; {self.run_dir} is as it was (--resume {shell_word(self.run_dir)} continues from its checkpoint)"
@@ -356,7 +354,11 @@ class Trainer(CheckpointMixin):
         cfg = self.config
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
-        bar = self._bar = self._progress()
+        nothing_left = self.start_step > cfg.steps  # a resume of a run that is already there
+        if nothing_left and self.world.main:
+            print(f"{self.run_dir} is already at step {self.start_step - 1} (steps={cfg.steps}): nothing to train; "
+                  f"--resume {shell_word(self.run_dir)} --steps N with N above {self.start_step - 1} trains further")
+        bar = self._bar = None if nothing_left else self._progress()
         above = contextlib.ExitStack()
         if bar is not None:
             above.enter_context(_LogAboveBar.installed())
