@@ -367,3 +367,16 @@ def test_relative_data_paths_in_a_config_file_are_recorded_absolute(tmp_path, mo
         assert main(["run", "--config", str(configs / "run.yaml"), "--print-config"]) == 0
         lines = capsys.readouterr().out.splitlines()  # a missing one is left as typed: the env's own check names it at the run
         assert f"  data_path: {recorded}" in lines and "run_dir: out" in lines
+
+
+def test_a_misspelt_option_is_named_by_its_command_with_the_option_meant(capsys):
+    """'ragen run --stpes 2' said "usage: ragen [-h] [-v] COMMAND ..." and "ragen: error: unrecognized
+    arguments: --stpes": the top-level usage, and no suggestion (a misspelt config key gets one)."""
+    with pytest.raises(SystemExit) as ended:
+        main(["run", "--env", "bandit", "--stpes", "2"])
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("usage: ragen run ") and err[-1] == "ragen run: error: unrecognized arguments: --stpes (did you mean --steps?)"
+    with pytest.raises(SystemExit):
+        main(["run", "--env", "bandit", "--zzz"])
+    assert capsys.readouterr().err.splitlines()[-1] == "ragen run: error: unrecognized arguments: --zzz"

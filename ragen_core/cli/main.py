@@ -148,9 +148,24 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     args, extra = parser.parse_known_args(argv)
     if extra and isinstance(getattr(args, "overrides", None), list) and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    elif extra:  # said by the subcommand's parser ("usage: ragen run ..."), with the option probably meant
+        import difflib
+
+        sub = _subparser(parser, getattr(args, "command", None)) or parser
+        options = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+        guesses = [close[0] for e in extra if e.startswith("--")
+                   for close in [difflib.get_close_matches(e.split("=")[0], options, n=1, cutoff=0.6)] if close]
+        sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {', '.join(guesses)}?)" if guesses else ""))
     return args
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
+    """The parser of subcommand ``command`` (None when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return None
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
