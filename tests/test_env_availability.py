@@ -132,5 +132,6 @@ def test_play_shows_the_actions_the_remaining_turns_allow_and_the_last_observati
     # typed moves that never reach the goal of a 40-cell corridor in two steps: Left twice
     result = play(env, seed=3, agent="human", out=out, inp=io.StringIO("Left\nLeft\n"), rng=np.random.default_rng(0))
     text = out.getvalue()
-    assert "--- turn 1/2 (2 actions left) ---" in text and "--- turn 2/2 (1 action left) ---" in text
+    # the turns bind (1 per turn), not the episode's 10: "1 per turn" says why the count falls by more than was done
+    assert "--- turn 1/2 (2 actions left, 1 per turn) ---" in text and "--- turn 2/2 (1 action left, 1 per turn) ---" in text
     assert result["actions"] == 2 and "(no turns left)\n" + env.render() in text

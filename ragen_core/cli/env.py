@@ -95,8 +95,10 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
         print("(answer on one line, or over several: start with <answer> or ``` and end with </answer> or ```)", file=out)
     for turn in range(1, limit_turns + 1):
         # what the rollout still allows: the episode's cap, or fewer when the remaining turns cannot reach it
-        left = min(limit_actions - actions_done, (limit_turns - turn + 1) * cfg.max_actions_per_turn)
-        print(f"\n--- turn {turn}/{limit_turns} ({left} action{'' if left == 1 else 's'} left) ---\n{obs}", file=out)
+        by_turns = (limit_turns - turn + 1) * cfg.max_actions_per_turn
+        left = min(limit_actions - actions_done, by_turns)
+        per_turn = f", {cfg.max_actions_per_turn} per turn" if by_turns < limit_actions - actions_done else ""  # why it fell by more
+        print(f"\n--- turn {turn}/{limit_turns} ({left} action{'' if left == 1 else 's'} left{per_turn}) ---\n{obs}", file=out)
         if env.action_names:
             print(f"actions: {', '.join(env.action_names)}" + (f"  (join several with ' {env.action_sep} ')" if env.action_sep else ""), file=out)
         if agent == "random":
