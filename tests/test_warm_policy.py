@@ -336,3 +336,18 @@ def test_the_readme_names_the_shipped_chains_built_from_uncommitted_changes():
     dirty = {folder.name for folder in warm_policy.SHIPPED_ROOT.iterdir()
              if (folder / "build.json").is_file() and "+dirty" in (folder / "build.json").read_text(encoding="utf-8")}
     assert named == dirty
+
+
+def test_a_build_without_out_does_not_write_over_a_shipped_policy(capsys):
+    """The README's rebuild commands had no --out: run by a user, they wrote over the shipped,
+    git-tracked policy in the package."""
+    from ragen_core.cli.main import main
+    from ragen_core.trainer.warm_policy import BUILD_FILE, SHIPPED_ROOT
+
+    shipped = SHIPPED_ROOT / "bandit"
+    before = (shipped / BUILD_FILE).read_bytes()
+    assert main(["warm-policy", "build", "--name", "bandit", "--envs", "bandit"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"ConfigError: {shipped} holds the shipped 'bandit' policy: a build without --out would write over it",
+                   "hint: pass --out FOLDER for a policy of your own, or --replace to rebuild the shipped one"]
+    assert (shipped / BUILD_FILE).read_bytes() == before

@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     b = sub.add_parser("build", help="build the warm policy (minutes on 2 cores)")
     b.add_argument("--name", default="tiny-warm", help="policy name: its folder under ragen_core/models/warm (default tiny-warm, the general one)")
-    b.add_argument("--out", help="output folder (default: ragen_core/models/warm/NAME)")
+    b.add_argument("--out", help="output folder (default: ragen_core/models/warm/NAME, which needs --replace where a shipped policy is)")
+    b.add_argument("--replace", action="store_true", help="let a build without --out write over the shipped policy NAME (maintainers)")
     b.add_argument("--envs", nargs="+", help="envs to include (default: every installed env that can be demonstrated here)")
     b.add_argument("--episodes", type=positive_int, default=32, help="demonstrations per target per round (default 32)")
     b.add_argument("--demo-turns", type=positive_int, default=2, help="turns per demonstration episode (default 2)")
@@ -49,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(max(1, torch.get_num_threads()))
         envs = args.envs or warm_policy.default_envs()
         out = Path(args.out) if args.out else warm_policy.SHIPPED_ROOT / args.name
+        if not args.out and not args.replace and (out / warm_policy.BUILD_FILE).is_file():
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(f"{out} holds the shipped {args.name!r} policy: a build without --out would write over it",
+                              ["pass --out FOLDER for a policy of your own, or --replace to rebuild the shipped one"])
         print(f"building the warm policy for {', '.join(envs)} into {out}")
         record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs, lr=args.lr,
                                    max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,
