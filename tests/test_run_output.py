@@ -41,7 +41,10 @@ def test_the_warm_start_shows_progress_bars_for_sft_and_the_valid_rate_check(tmp
                f"warm_start.cache_dir={tmp_path / 'ws'}")
     model, tok = load_model_and_tokenizer("tiny")
     warm_start(cfg, model, tok)
-    err = capfd.readouterr().err
+    out, err = capfd.readouterr()
+    # said before the rounds: they run from the model's own weights and take minutes (nothing said so before)
+    assert ("warm start: teaching the reply format from the model's own weights (warm_start.start_from=scratch): rounds of 3 "
+            "demonstrations until 0.00 valid replies, at most 1 rounds") in out
     # the bar's total: 3 demonstrations x 2 epochs at batch 1 (its first frame "0/6" is always drawn; the
     # last, "6/6", only when tqdm's 0.1 s refresh happens to fall after the last step: the bar does not stay)
     assert "warm start round 1: SFT" in err and "0/6" in err

@@ -346,6 +346,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         return model
     import torch
 
+    if verbose and shipped is None:  # rounds from the model's own weights: minutes on 2 cores, said before they start
+        why = "warm_start.start_from=scratch" if ws.start_from != "shipped" else f"model {config.model!r} has no shipped warm policy"
+        print(f"warm start: teaching the reply format from the model's own weights ({why}): rounds of {ws.episodes} demonstrations "
+              f"until {ws.target_valid_rate:.2f} valid replies, at most {ws.max_rounds} rounds or {ws.max_seconds:.0f} s "
+              "(minutes on 2 cores; the result is cached, so later runs start at once)")
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
     balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
