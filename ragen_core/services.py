@@ -414,7 +414,8 @@ class _Service:
         return " | ".join(lines[-_TAIL_LINES:]) or "(none)"
 
     def error(self, reason: str, hints: tuple[str, ...] = ()) -> ServiceError:
-        where = f"service {self.spec.name!r} ({shlex.join(self.argv)})"
+        # a long argument (a child's JSON settings) is cut: the error stays one readable line; the log holds it whole
+        where = f"service {self.spec.name!r} ({shlex.join(a if len(a) <= 80 else a[:60] + '...' for a in self.argv)})"
         return ServiceError(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
 
     def start(self) -> None:

@@ -237,6 +237,16 @@ def test_a_child_that_answers_500_while_starting_fails_at_once_with_its_output()
     assert "could not load the index: corpus.jsonl:1: bad line" in msg and "raise ready_timeout_s" not in msg
 
 
+def test_a_long_argument_of_the_child_is_cut_in_its_error(tmp_path):
+    """WebShop's server gets its settings as one JSON argument: the one-line error quoted all of it."""
+    long_file = str(tmp_path / ("x" * 150))
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--exit-code", "3", "--pid-file", long_file), fast())
+    msg = str(info.value)
+    assert "exited with status 3 before it was ready" in msg
+    assert long_file not in msg.split("; last output")[0] and f"--pid-file {long_file[:60]}..." in msg
+
+
 def test_the_log_a_restart_warning_names_outlives_the_service():
     """The warning says "(log: /tmp/ragen-service-...)"; the clean stop at the run's end deleted that file."""
     with acquire(child_spec(name="shop"), fast()) as handle:
