@@ -380,3 +380,6 @@ def test_a_misspelt_option_is_named_by_its_command_with_the_option_meant(capsys)
     with pytest.raises(SystemExit):
         main(["run", "--env", "bandit", "--zzz"])
     assert capsys.readouterr().err.splitlines()[-1] == "ragen run: error: unrecognized arguments: --zzz"
+    with pytest.raises(SystemExit):  # a nested subcommand's own parser says it
+        main(["warm-policy", "show", "nosuch"])
+    assert capsys.readouterr().err.splitlines()[-1] == "ragen warm-policy show: error: unrecognized arguments: nosuch"

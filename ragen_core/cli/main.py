@@ -151,7 +151,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     elif extra:  # said by the subcommand's parser ("usage: ragen run ..."), with the option probably meant
         import difflib
 
-        sub = _subparser(parser, getattr(args, "command", None)) or parser
+        sub = _chosen_parser(parser, args)
         options = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
         guesses = [close[0] for e in extra if e.startswith("--")
                    for close in [difflib.get_close_matches(e.split("=")[0], options, n=1, cutoff=0.6)] if close]
@@ -159,13 +159,14 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return args
 
 
-def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser | None:
-    """The parser of subcommand ``command`` (None when there is none)."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
-            found: argparse.ArgumentParser = action.choices[command]
-            return found
-    return None
+def _chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost parser the command line chose (``ragen warm-policy show``'s, say)."""
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = getattr(args, action.dest, None) if action is not None else None
+        if action is None or chosen not in action.choices:
+            return parser
+        parser = action.choices[chosen]
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
