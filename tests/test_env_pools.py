@@ -154,3 +154,18 @@ def test_process_workers_ignore_ctrl_c_so_the_step_being_finished_keeps_its_epis
         outcomes = pool.step([StepRequest(i, ("Right",)) for i in range(2)])
         assert [o.end_reason for o in outcomes] == ["", ""], [o.error for o in outcomes]
         assert pool.worker_pids() == pids
+
+
+def test_a_process_worker_that_dies_keeps_the_warning_it_logged_first(caplog):
+    """Warnings rode with the next reply: a worker that died before it lost them (its death was said
+    without its last words)."""
+    from ragen_core.testing.toy_env import DYING_TOY_FACTORY
+
+    with ProcessEnvPool(EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"length": 5}), workers=1) as pool:
+        pool.reset([ResetRequest(0, 3, 0)])
+        pid = pool.worker_pids()[0]
+        with caplog.at_level("WARNING"):
+            (outcome,) = pool.step([StepRequest(0, ("Die",))])
+    assert outcome.end_reason == "failed" and "died with exit code 3" in outcome.error
+    said = [r.getMessage() for r in caplog.records if "about to die" in r.getMessage()]
+    assert said == [f"process pool worker 0 (pid {pid}): about to die (pid {pid})"]

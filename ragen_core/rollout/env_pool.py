@@ -83,10 +83,17 @@ class WorkerLogs(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.records: list[tuple[int, str, str]] = []
+        self.forward: Callable[[list[tuple[int, str, str]]], None] | None = None
+        """When set (the process pool's worker), each record is sent at once through it instead of
+        waiting for the next reply: a worker that dies before replying keeps what it logged."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.records.append((record.levelno, record.name, record.getMessage()))
+            entry = (record.levelno, record.name, record.getMessage())
+            if self.forward is not None:
+                self.forward([entry])
+            else:
+                self.records.append(entry)
         except Exception:  # noqa: BLE001 - logging's rule: a failing handler must not raise
             self.handleError(record)
 

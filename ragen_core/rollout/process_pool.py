@@ -30,6 +30,7 @@ import dataclasses
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import weakref
 from multiprocessing.connection import Connection, wait
@@ -65,7 +66,20 @@ def _worker_main(conn: Connection, env_json: str) -> None:
     # Ctrl-C in a terminal reaches the whole foreground process group: the trainer finishes its step
     # on it, so the workers must keep serving that step (they end when the parent closes the pipe).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logs = WorkerLogs.install()  # every reply carries the warnings logged since the last one
+    sending = threading.Lock()  # replies (main thread) and log records (any thread) share the pipe
+
+    def send(message: tuple[Any, ...]) -> None:
+        with sending:
+            conn.send(message)
+
+    def forward(records: list[tuple[int, str, str]]) -> None:  # at once: a worker that then dies keeps them
+        try:
+            send(("log", None, records))
+        except (OSError, ValueError):  # the trainer closed the pipe: nobody is left to tell
+            pass
+
+    logs = WorkerLogs.install()
+    logs.forward = forward
     ref = EnvRef.model_validate_json(env_json)
     envs: dict[int, Any] = {}
     labels: dict[int, str] = {}
@@ -85,14 +99,14 @@ def _worker_main(conn: Connection, env_json: str) -> None:
                         envs[req.episode_id] = _build(ref)
                     labels[req.episode_id] = episode_label(ref, req.seed, req.member)
                     starts.append(dataclasses.asdict(reset_env(envs[req.episode_id], req, label=labels[req.episode_id])))
-                conn.send(("started", starts, logs.take()))
+                send(("started", starts, logs.take()))
             elif kind == "step":
                 for data in payload:
                     eid = data["episode_id"]
                     out = run_actions(envs[eid], eid, tuple(data["actions"]), label=labels[eid])
-                    conn.send(("outcome", dataclasses.asdict(out), logs.take()))
+                    send(("outcome", dataclasses.asdict(out), logs.take()))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it there
-            conn.send(("error", str(exc).splitlines()[0] if str(exc) else type(exc).__name__, logs.take()))
+            send(("error", str(exc).splitlines()[0] if str(exc) else type(exc).__name__, logs.take()))
     for env in envs.values():
         env.close()
 
@@ -233,8 +247,10 @@ class ProcessEnvPool(EnvPool):
             for index, w in list(pending.items()):
                 if w.conn not in ready and w.process.sentinel not in ready:
                     continue
-                del pending[index]
                 message = _recv(w)
+                if message is not None and message[0] == "log":  # logged (and replayed here); the reply is still to come
+                    continue
+                del pending[index]
                 if message is None:
                     errors.append(f"{w.describe()} died with exit code {w.process.exitcode} while resetting")
                     self._replace(w, "died while resetting")
@@ -282,6 +298,8 @@ class ProcessEnvPool(EnvPool):
                 eids = queues[w.index]
                 if w.conn in ready or w.process.sentinel in ready:
                     message = _recv(w)
+                    if message is not None and message[0] == "log":  # replayed here; not an answer (the step's clock runs on)
+                        continue
                     heard[w.index] = time.monotonic()
                     if message is None:
                         self._fail(w, eids, outcomes, f"{w.describe()} died with exit code {w.process.exitcode}", "failed")
@@ -318,7 +336,8 @@ class ProcessEnvPool(EnvPool):
 
 def _recv(w: _Worker) -> tuple[str, Any] | None:
     """The worker's next message (waiting for it), or None when the worker is gone. The warnings
-    the worker logged before it are logged here first (:class:`~ragen_core.rollout.env_pool.WorkerLogs`)."""
+    the worker logged are logged here (:class:`~ragen_core.rollout.env_pool.WorkerLogs`): sent as
+    they happen, as a ``("log", None)`` message the callers skip, so a worker that dies keeps them."""
     from ragen_core.rollout.env_pool import replay_worker_logs
 
     try:

@@ -112,6 +112,24 @@ class UnsaidCorridorEnv(CorridorEnv):
 #: Import string of :class:`UnsaidCorridorEnv` for ``EnvRef(factory=...)``.
 UNSAID_TOY_FACTORY = "ragen_core.testing.toy_env:UnsaidCorridorEnv"
 
+
+class DyingCorridorEnv(CorridorEnv):
+    """The corridor whose ``Die`` action logs a warning and ends its process at once (exit code 3):
+    for checks that a pool worker's last words reach the trainer's process."""
+
+    def step(self, action: str) -> StepResult:
+        if action == "Die":
+            import logging
+            import os
+
+            logging.getLogger(__name__).warning("about to die (pid %d)", os.getpid())
+            os._exit(3)
+        return super().step(action)
+
+
+#: Import string of :class:`DyingCorridorEnv` for ``EnvRef(factory=...)``.
+DYING_TOY_FACTORY = "ragen_core.testing.toy_env:DyingCorridorEnv"
+
 TOY_ENV_SPEC = EnvSpec(
     name=TOY_ENV_NAME,
     summary="Walk a corridor to the goal (core test env)",
