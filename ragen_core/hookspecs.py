@@ -119,3 +119,39 @@ def call_hook(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> Any:
         raise PluginError(f"{label} raised in {name}: {type(exc).__name__}: {exc}",
                           ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
 
+
+def hook_metrics(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Call hook ``name`` (one returning ``dict[str, float] | None``) on each observer in pluggy's
+    order and return ``(observer label, its dict)`` pairs, so a bad return value can be named by
+    its observer: one that returns something else than a dict (or None) is a one-line
+    :class:`~ragen_core.errors.PluginError`. An observer's exception is named as :func:`call_hook` does.
+    With a hook wrapper among the observers the calls go through pluggy (labels are then "an observer")."""
+    from ragen_core.errors import PluginError
+    from ragen_core.registry import plugin_label
+
+    hook = getattr(pm.hook, name)
+    impls = hook.get_hookimpls()
+    if any(getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False) for impl in impls):
+        pairs = [("an observer", result) for result in call_hook(pm, name, **kwargs)]
+    else:
+        pairs = []
+        for impl in reversed(impls):  # pluggy's order: the newest registered first
+            try:
+                given = {arg: kwargs[arg] for arg in impl.argnames}  # and arguments with a default, as pluggy passes them
+                given.update({arg: kwargs[arg] for arg in getattr(impl, "kwargnames", ()) if arg in kwargs})
+                result = impl.function(**given)
+            except Exception as exc:
+                from ragen_core.errors import RagenError
+
+                if isinstance(exc, RagenError):
+                    raise
+                raise PluginError(f"{plugin_label(impl.plugin)} raised in {name}: {type(exc).__name__}: {exc}",
+                                  ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
+            if result is not None:
+                pairs.append((plugin_label(impl.plugin), result))
+    for label, result in pairs:
+        if not isinstance(result, dict):
+            raise PluginError(f"{label} returned a {type(result).__name__} from {name}: it must return a dict of metric names "
+                              "to numbers, or None", ["fix the plugin, or run without it"])
+    return pairs
+

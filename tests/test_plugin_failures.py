@@ -71,6 +71,21 @@ class DiagBoom:
         raise KeyError("boom from a diagnostic")
 
 
+class OddReturn:
+    """Returns ``config.kind`` from the rollout hook: a list, or a dict with a text value."""
+
+    def __init__(self, config):
+        self.kind = config.kind
+
+    @hookimpl
+    def ragen_on_rollout_end(self, trajectories, step, context):
+        return [1.0] if self.kind == "list" else {"odd/value": "high", "odd/fine": 1.0, "odd/nan": math.nan}
+
+
+class OddConfig(PluginConfig):
+    kind: str = "list"
+
+
 class EndBoom:
     def __init__(self, config):
         pass
@@ -103,6 +118,7 @@ SPECS = [
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
     DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
     DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
+    DiagnosticSpec(name="test-odd-return", config_model=OddConfig, factory=f"{__name__}:OddReturn"),
 ]
 
 
@@ -188,6 +204,23 @@ def test_a_diagnostic_that_raises_is_named(tmp_path):
     with pytest.raises(PluginError, match=r"^diagnostic 'test-diag-boom' \(<in-process>\) raised in ragen_on_rollout_end: KeyError"), \
             Trainer(cfg) as trainer:
         trainer.train()
+
+
+def test_a_diagnostic_returning_no_dict_is_named_and_a_non_number_is_said(tmp_path, capsys):
+    """A list from the hook crashed with "AttributeError: 'list' object has no attribute 'items'" in
+    the trainer, naming no plugin; a text value was dropped without a word."""
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-odd-return]", steps=1)
+    with pytest.raises(PluginError) as err, Trainer(cfg) as trainer:
+        trainer.train()
+    assert err.value.message == ("diagnostic 'test-odd-return' (<in-process>) returned a list from ragen_on_rollout_end: it must "
+                                 "return a dict of metric names to numbers, or None")
+    cfg = toy_run_config(tmp_path / "run2", "diagnostics=[test-odd-return]", "diagnostics_config.test-odd-return.kind=dict", steps=2)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    assert history[0]["odd/fine"] == 1.0 and "odd/value" not in history[0] and math.isnan(history[0]["odd/nan"])
+    said = [line for line in capsys.readouterr().err.splitlines() if "odd/value" in line]
+    assert said == ["diagnostic 'test-odd-return' (<in-process>) returned 'odd/value': 'high' from ragen_on_rollout_end, not a number: "
+                    "not logged (metrics are numbers; NaN is logged as null)"]  # once, not every step
 
 
 def test_an_observer_failing_at_the_end_does_not_hide_why_training_failed(tmp_path, capsys):
@@ -393,3 +426,13 @@ def test_a_second_signal_during_an_update_lets_it_finish_and_saves_the_step(tmp_
     how = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     assert (f"interrupt ({how}) during step 2's update: it finishes (seconds), then the step is saved without its validation "
             f"({how} a third time quits at once, saving nothing newer)") in capsys.readouterr().out.splitlines()
+
+
+def test_a_wrongly_shaped_estimator_output_reads_plainly():
+    """It said "its advantages returned shape (2, 970)"."""
+    from ragen_core.trainer.update import _check_shape
+
+    with pytest.raises(PluginError) as err:
+        _check_shape(torch.zeros(2, 3), torch.zeros(2, 4), "estimator 'x'", "the advantages tensor it returned", "the estimator")
+    assert err.value.message == "estimator 'x': the advantages tensor it returned has shape (2, 3), expected a tensor of shape (2, 4)"
+    assert err.value.hints == ["the estimator returns one value per token of each row, shaped like its input"]

@@ -57,8 +57,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
-from ragen_core.hookspecs import call_hook
+from ragen_core.hookspecs import call_hook, hook_metrics
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import CheckpointMixin
@@ -115,6 +116,8 @@ class Trainer(CheckpointMixin):
         """True from the first weight change of a step until it ends (its weights are then no step's)."""
         self._in_update = False
         """True while a step's critic / actor update runs (a second interrupt then waits for its end)."""
+        self._said_not_numbers: set[tuple[str, str]] = set()
+        """(observer, metric key) pairs whose non-number value was reported (once each)."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
@@ -682,9 +685,12 @@ class Trainer(CheckpointMixin):
             report_pool_failures(step, trajs)
             self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
-            for result in call_hook(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
-                if result:
-                    metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
+            for label, result in hook_metrics(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
+                metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
+                for key in [k for k, v in result.items() if not is_number(v) and (label, k) not in self._said_not_numbers]:
+                    self._said_not_numbers.add((label, key))  # once per observer and key
+                    report(f"{label} returned {key!r}: {short_repr(result[key], 40)} from ragen_on_rollout_end, not a number: "
+                           "not logged (metrics are numbers; NaN is logged as null)")
         metrics.update(episode_metrics(trajs, "train"))
         metrics["rollout/policy_lag"] = policy_lag(trajs, self.policy_version)
         if self.overlap is not None and step < cfg.steps:  # step t+1's rollout runs from here on, on the current weights

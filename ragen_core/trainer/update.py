@@ -160,7 +160,7 @@ def prepare(
             values = rows_summed(world, batch, lambda rows: (batched_values(critic, batch, rows, micro), None))[0]
     with plugin_call(algorithm, "shape_rewards"):
         rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
-    _check_shape(rewards, batch.token_rewards, algorithm, "shape_rewards")
+    _check_shape(rewards, batch.token_rewards, algorithm, "the tensor shape_rewards returned", "shape_rewards")
     if acfg.use_kl_in_reward:
         assert old is not None and ref is not None  # both computed above when the KL is in the reward
         rewards, kl_metrics = kl_in_reward(rewards, old, ref, m, acfg.kl_in_reward_coef, acfg.kl_in_reward_type)
@@ -412,13 +412,14 @@ def _filled(tensor: torch.Tensor | None, device: Any) -> torch.Tensor:
     return tensor.to(device)
 
 
-def _check_shape(value: Any, like: Any, plugin: Any, what: str) -> None:
-    """Refuse a plugin's tensor that is not shaped like ``like`` (one line naming the plugin)."""
+def _check_shape(value: Any, like: Any, plugin: Any, what: str, call: str) -> None:
+    """Refuse a plugin's tensor (``what``, returned by ``call``) that is not shaped like ``like``
+    (one line naming the plugin)."""
     shape = getattr(value, "shape", None)
     if shape is None or tuple(shape) != tuple(like.shape):
-        got = f"shape {tuple(shape)}" if shape is not None else f"a {type(value).__name__}"
-        raise PluginError(f"{plugin_label(plugin)}: {what} returned {got}, expected a tensor of shape {tuple(like.shape)}",
-                          [f"{what} returns one value per token of each row, shaped like its input"])
+        got = f"has shape {tuple(shape)}" if shape is not None else f"is a {type(value).__name__}"
+        raise PluginError(f"{plugin_label(plugin)}: {what} {got}, expected a tensor of shape {tuple(like.shape)}",
+                          [f"{call} returns one value per token of each row, shaped like its input"])
 
 
 def _check_advantages(out: Any, rewards: Any, mask: Any, estimator: Any) -> None:
@@ -430,8 +431,8 @@ def _check_advantages(out: Any, rewards: Any, mask: Any, estimator: Any) -> None
     if not isinstance(out, AdvantageOutputs):
         raise PluginError(f"{plugin_label(estimator)}: returned a {type(out).__name__}, not AdvantageOutputs",
                           ["an estimator returns ragen_core.interfaces.advantage.AdvantageOutputs"])
-    _check_shape(out.advantages, rewards, estimator, "its advantages")
-    _check_shape(out.returns, rewards, estimator, "its returns")
+    _check_shape(out.advantages, rewards, estimator, "the advantages tensor it returned", "the estimator")
+    _check_shape(out.returns, rewards, estimator, "the returns tensor it returned", "the estimator")
     if not bool(torch.isfinite(out.advantages.float()[mask > 0]).all()):
         raise PluginError(f"{plugin_label(estimator)}: advantages are NaN or infinite on trained tokens",
                           ["check the estimator's normalisation (a zero std needs an epsilon)"])
