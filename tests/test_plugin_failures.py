@@ -436,3 +436,19 @@ def test_a_wrongly_shaped_estimator_output_reads_plainly():
         _check_shape(torch.zeros(2, 3), torch.zeros(2, 4), "estimator 'x'", "the advantages tensor it returned", "the estimator")
     assert err.value.message == "estimator 'x': the advantages tensor it returned has shape (2, 3), expected a tensor of shape (2, 4)"
     assert err.value.hints == ["the estimator returns one value per token of each row, shaped like its input"]
+
+
+class TypoAlgoConfig(AlgorithmConfig):
+    estimater: str = "rloo"  # meant: estimator
+
+
+def test_plugins_check_notes_a_config_field_close_to_an_inherited_one(capsys):
+    """An algorithm whose config declared 'estimater' trained with the inherited estimator (grpo),
+    and 'ragen plugins check --strict' said ok."""
+    registry.register(AlgorithmSpec(name="test-typo-algo", summary="typo", config_model=TypoAlgoConfig, factory=f"{__name__}:ShapeBoom"))
+    try:
+        assert main(["plugins", "check", "--kind", "algorithm"]) == 0  # a note, not a failure
+        line = next(line for line in capsys.readouterr().out.splitlines() if "test-typo-algo" in line)
+        assert "field 'estimater' is close to the inherited 'estimator': a misspelt override adds a field" in line
+    finally:
+        registry.unregister("algorithm", "test-typo-algo")

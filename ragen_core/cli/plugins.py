@@ -124,7 +124,8 @@ def check_plugins(args: argparse.Namespace) -> int:
             continue
         try:
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            notes = _check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
+            notes = (_check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
+                     + _check_field_typos(spec))
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
             notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
@@ -237,6 +238,26 @@ def _check_defaults(spec: Any) -> list[str]:
     if fault is not None:
         raise PluginConfigError(f"the default of {fault[0]} fails its own validation: {fault[1]}")
     return []
+
+
+def _check_field_typos(spec: Any) -> list[str]:
+    """A note for a field the plugin's config adds whose name is close to one it inherits from its
+    kind's base config (``estimater`` beside ``estimator``): a misspelt override adds a new field
+    and leaves the inherited default in force, without an error anywhere."""
+    import difflib
+
+    from ragen_core.specs import import_string
+
+    if spec.config_base is None:
+        return []
+    inherited = list(import_string(spec.config_base).model_fields)
+    notes = []
+    for name in spec.config_model.model_fields:
+        close = difflib.get_close_matches(name, inherited, n=1, cutoff=0.8) if name not in inherited else []
+        if close:
+            notes.append(f"field {name!r} is close to the inherited {close[0]!r}: a misspelt override adds a field and leaves "
+                         f"{close[0]}'s default in force")
+    return notes
 
 
 def _check_recipe(spec: object, recipe: str) -> list[str]:
