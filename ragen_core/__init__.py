@@ -26,6 +26,7 @@ from ragen_core.errors import (
 from ragen_core.hookspecs import hookimpl
 from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+from ragen_core.interfaces.diagnostic import Diagnostic, DiagnosticConfig
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
@@ -70,6 +71,8 @@ __all__ = [
     "AlgorithmConfig",
     "AlgorithmSpec",
     "ConfigError",
+    "Diagnostic",
+    "DiagnosticConfig",
     "DiagnosticSpec",
     "DuplicatePluginError",
     "EngineSpec",

@@ -452,3 +452,13 @@ def test_plugins_check_notes_a_config_field_close_to_an_inherited_one(capsys):
         assert "field 'estimater' is close to the inherited 'estimator': a misspelt override adds a field" in line
     finally:
         registry.unregister("algorithm", "test-typo-algo")
+
+
+def test_the_diagnostic_base_classes_import_from_ragen_core():
+    """The README says every class it names for plugin authors imports from ragen_core; the
+    diagnostic's did not."""
+    import ragen_core
+    from ragen_core.interfaces.diagnostic import Diagnostic, DiagnosticConfig
+
+    assert (ragen_core.Diagnostic, ragen_core.DiagnosticConfig) == (Diagnostic, DiagnosticConfig)
+    assert {"Diagnostic", "DiagnosticConfig"} <= set(ragen_core.__all__)
