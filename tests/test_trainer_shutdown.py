@@ -90,3 +90,15 @@ def test_an_engine_built_by_a_setup_that_failed_later_is_closed(tmp_path, monkey
         with Trainer(make_config(tmp_path)) as trainer:
             trainer.train()
     assert len(made) == 1 and made[0].model is None  # closed although setup() never finished
+
+
+def test_a_second_train_on_one_trainer_is_refused(tmp_path):
+    """It trained from step 1 again: metrics.jsonl held steps 1, 2, 1, 2 and step_2 held other weights."""
+    cfg = make_config(tmp_path, "steps=2")
+    with Trainer(cfg) as trainer:
+        assert len(trainer.train()) == 2
+        rows = (trainer.run_dir / "metrics.jsonl").read_text()
+        with pytest.raises(RagenError, match=r"^this Trainer has trained already \(to step 2\): a Trainer trains once") as err:
+            trainer.train()
+    assert "resume=True" in err.value.hints[0]
+    assert (trainer.run_dir / "metrics.jsonl").read_text() == rows

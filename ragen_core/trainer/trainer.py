@@ -125,6 +125,7 @@ class Trainer(CheckpointMixin):
         update (a validation that fails then checkpoints the step, whose update had finished)."""
         self._built = False
         self._shut = False
+        self._trained = False
         self.history: list[dict[str, float]] = []
         self._bar: Any = None
         """The progress bar while :meth:`train` runs (None without one)."""
@@ -351,8 +352,17 @@ class Trainer(CheckpointMixin):
 
     # ------------------------------------------------------------------ loop
     def train(self) -> list[dict[str, float]]:
-        """Run to ``config.steps`` (or an early stop / Ctrl-C); returns the per-step metrics."""
+        """Run to ``config.steps`` (or an early stop / Ctrl-C); returns the per-step metrics. Once
+        per Trainer: a second call is refused (it trained from step 1 again, appending the same
+        steps to metrics.jsonl); continue with ``Trainer(config, resume=True)``."""
         self._check_open()
+        if self._trained:
+            from ragen_core.errors import RagenError
+
+            raise RagenError(f"this Trainer has trained already (to step {self.start_step - 1 + len(self.history)}): a Trainer "
+                             "trains once", [f"to go further, Trainer(config with more steps, resume=True) continues from "
+                                             f"{self.run_dir}'s newest checkpoint"])
+        self._trained = True
         self.setup()
         cfg = self.config
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
