@@ -12,7 +12,7 @@ process (a Ray worker, an HTTP env server) from ``(kind, name, config JSON)``.
 from __future__ import annotations
 
 import importlib
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
@@ -45,6 +45,24 @@ def normalize_choice(value: str) -> str:
     a run's config.yaml records, whatever spelling was typed (``GRPO``, ``snr_topp``)."""
     dist, sep, name = value.partition(":")
     return f"{normalize_name(dist)}:{normalize_name(name)}" if sep else normalize_name(value)
+
+
+C = TypeVar("C", bound="PluginConfig")
+
+
+def with_overrides(config_class: type[C], config: C | None, overrides: dict[str, Any]) -> C:
+    """The config a plugin object is built with: ``config_class(**overrides)`` without a config,
+    else ``config`` with ``overrides`` on top, validated again (keyword overrides beside a config
+    were dropped, or copied in without validation).
+
+    Raises:
+        pydantic.ValidationError: an override breaks the config's rules.
+    """
+    if config is None:
+        return config_class(**overrides)
+    if not overrides:
+        return config
+    return type(config).model_validate({**config.model_dump(exclude_unset=True), **overrides})
 
 
 def import_string(target: str) -> Any:

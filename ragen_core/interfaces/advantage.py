@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 if TYPE_CHECKING:
     import torch
@@ -52,7 +52,7 @@ class AdvantageEstimator(ABC):
     needs_critic: bool = False
 
     def __init__(self, config: PluginConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
 
     @abstractmethod
     def __call__(self, inputs: AdvantageInputs) -> AdvantageOutputs:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 if TYPE_CHECKING:
     import torch
@@ -77,7 +77,7 @@ class Algorithm:
     config_class: type[AlgorithmConfig] = AlgorithmConfig
 
     def __init__(self, config: AlgorithmConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
 
     @property
     def needs_critic(self) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 
 class DiagnosticConfig(PluginConfig):
@@ -26,7 +26,7 @@ class Diagnostic:
     config_class: type[DiagnosticConfig] = DiagnosticConfig
 
     def __init__(self, config: DiagnosticConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
 
     def scheduled(self, step: int) -> bool:
         return step == 1 or (step > 0 and step % self.config.compute_freq == 0)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 
 class SamplingParams(PluginConfig):
@@ -76,7 +76,7 @@ class Engine(ABC):
     config_class: type[PluginConfig] = PluginConfig
 
     def __init__(self, config: PluginConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
         self.policy_version = 0
         """Version of the weights the engine samples from (set by :meth:`sync_weights`)."""
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 
 class EnvConfig(PluginConfig):
@@ -72,11 +72,7 @@ class Env(ABC):
     action_sep: str | None = "||"
 
     def __init__(self, config: EnvConfig | None = None, **overrides: Any) -> None:
-        if config is None:
-            config = self.config_class(**overrides)
-        elif overrides:
-            config = config.model_copy(update=overrides)
-        self.config = config
+        self.config = with_overrides(self.config_class, config, overrides)  # overrides validated, also beside a config
         self.seed: int | None = None
 
     # ----------------------------------------------------------------- required

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 #: Why a pool ended an episode: ``"done"`` (the env said so), ``"timeout"`` (no answer within the
 #: pool's step timeout), ``"failed"`` (the env worker crashed or the env raised; see ``error``).
@@ -182,7 +182,7 @@ class EnvPool(ABC):
 
     def __init__(self, env: EnvRef, config: EnvPoolConfig | None = None, **overrides: Any) -> None:
         self.env = env
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
 
     @classmethod
     def from_config(cls, config: EnvPoolConfig, *, env: EnvRef, **kwargs: Any) -> EnvPool:

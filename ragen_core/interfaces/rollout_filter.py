@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import PluginConfig, with_overrides
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class RolloutFilter(ABC):
     config_class: type[FilterConfig] = FilterConfig
 
     def __init__(self, config: FilterConfig | None = None, **overrides: Any) -> None:
-        self.config = config if config is not None else self.config_class(**overrides)
+        self.config = with_overrides(self.config_class, config, overrides)
 
     @property
     def needs_entropies(self) -> bool:
