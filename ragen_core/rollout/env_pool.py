@@ -112,6 +112,21 @@ class WorkerLogs(logging.Handler):
         return cls._installed
 
 
+def one_request_per_episode(requests: Sequence[StepRequest]) -> None:
+    """Refuse a step batch that names an episode twice (every pool: one request per episode per
+    turn; the local pool ran both, the process pool answered the second twice).
+
+    Raises:
+        ValueError: naming the episode.
+    """
+    seen: set[int] = set()
+    for r in requests:
+        if r.episode_id in seen:
+            raise ValueError(f"episode {r.episode_id} appears twice in one step request: send one StepRequest per episode per turn, "
+                             "its actions together")
+        seen.add(r.episode_id)
+
+
 def replay_worker_logs(records: Sequence[Sequence[Any]], where: str) -> None:
     """Log a worker's :meth:`WorkerLogs.take` records here, each under its own logger, prefixed with
     ``where`` (``"process pool worker 2 (pid 812)"``): above the progress bar, or wherever this
@@ -335,6 +350,8 @@ class LocalEnvPool(EnvPool):
         """Episode-id slot -> env instance (kept across resets)."""
         self._labels: dict[int, str] = {}
         """Live episode id -> how errors name it (env, seed, member)."""
+        self._lost: dict[int, str] = {}
+        """Episode id -> why it ended (its step timed out): stepped again, it comes back failed."""
         self._threads: int | None = None
 
     @property
@@ -365,7 +382,7 @@ class LocalEnvPool(EnvPool):
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
-        self._labels = {}
+        self._labels, self._lost = {}, {}
         for r in requests:
             if r.episode_id not in self._envs:
                 self._envs[r.episode_id] = self._build()
@@ -379,16 +396,25 @@ class LocalEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        one_request_per_episode(requests)
         for r in requests:
-            if r.episode_id not in self._labels:
-                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first; a timed-out episode stays ended)")
-        outcomes = self._run([partial(self._step_one, r) for r in requests], self.config.step_timeout_s)
-        for i, (r, out) in enumerate(zip(requests, outcomes)):
-            if out is TIMED_OUT:
+            if r.episode_id not in self._labels and r.episode_id not in self._lost:
+                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+        live = [r for r in requests if r.episode_id not in self._lost]
+        ran = dict(zip((r.episode_id for r in live), self._run([partial(self._step_one, r) for r in live], self.config.step_timeout_s)))
+        outcomes: list[StepOutcome] = []
+        for r in requests:
+            out = ran.get(r.episode_id)
+            if r.episode_id in self._lost:  # timed out earlier: ended, as the process pool ends a lost worker's episodes
+                outcomes.append(StepOutcome(r.episode_id, observation="", end_reason="failed", error=self._lost[r.episode_id]))
+            elif out is TIMED_OUT:
                 label = self._labels[r.episode_id]
                 self._abandon(r.episode_id)
                 error = f"{label} did not finish its step within step_timeout_s={self.config.step_timeout_s}; instance abandoned"
-                outcomes[i] = StepOutcome(r.episode_id, observation="", end_reason="timeout", error=error)
+                self._lost[r.episode_id] = error
+                outcomes.append(StepOutcome(r.episode_id, observation="", end_reason="timeout", error=error))
+            else:
+                outcomes.append(ran[r.episode_id])
         return outcomes
 
     def _reset_one(self, r: ResetRequest) -> EpisodeStart:
@@ -408,6 +434,6 @@ class LocalEnvPool(EnvPool):
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        envs, self._envs, self._labels = self._envs, {}, {}
+        envs, self._envs, self._labels, self._lost = self._envs, {}, {}, {}
         for env in envs.values():
             env.close()

@@ -267,6 +267,9 @@ class ProcessEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        from ragen_core.rollout.env_pool import one_request_per_episode
+
+        one_request_per_episode(requests)
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[int]] = {}
         """Worker index -> its episodes still to answer, in the order it steps them."""

@@ -175,12 +175,26 @@ def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
         assert elapsed < SLEEP_S, f"step waited {elapsed:.1f} s for a step that should time out after {TIMEOUT_S} s ({DOC})"
         assert slow_out.end_reason == "timeout" and slow_out.error and "\n" not in slow_out.error, f"{slow_out} ({DOC})"
         _same(fast_out, _expected(fast, 1, ["Right"]), "the fast episode")
-        fast_again = pool.step([StepRequest(1, ("Left",))])[0]
+        ended, fast_again = pool.step([StepRequest(0, ("Right",)), StepRequest(1, ("Left",))])
+        assert ended.end_reason == "failed" and ended.error, f"a timed-out episode stepped again comes back failed: {ended} ({DOC})"
         _same(fast_again, _expected(fast, 1, ["Left"]), "the fast episode, next turn")
         starts = pool.reset(requests)
         assert starts[0].observation == _reference(requests[0]).render(), "the timed-out episode's slot must work after a reset"
         env = _reference(requests[0])
         _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "the rebuilt episode")
+
+
+def check_one_request_per_episode(make: MakePool) -> None:
+    """A step batch naming an episode twice is refused (ValueError), not run twice or answered twice."""
+    requests = _requests(1, 1, base=5)
+    with make(TOY, None) as pool:
+        pool.reset(requests)
+        try:
+            pool.step([StepRequest(0, ("Right",)), StepRequest(0, ("Left",))])
+        except ValueError as exc:
+            assert "episode 0 appears twice" in str(exc), f"{exc} ({DOC})"
+        else:
+            raise AssertionError(f"a step batch naming episode 0 twice was accepted ({DOC})")
 
 
 def check_env_warnings_reach_this_process(make: MakePool) -> str:
@@ -216,6 +230,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "outcomes-in-request-order": check_outcomes_in_request_order,
     "close-idempotent": check_close_idempotent,
     "timeout-fails-only-slow-episode": check_timeout_fails_only_slow_episode,
+    "one-request-per-episode": check_one_request_per_episode,
     "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
 }
 

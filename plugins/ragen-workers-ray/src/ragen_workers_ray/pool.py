@@ -351,6 +351,9 @@ class RayEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
+        from ragen_core.rollout.env_pool import one_request_per_episode
+
+        one_request_per_episode(requests)
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[tuple[int, Any]]] = {}
         """Actor index -> (episode id, result ref) still to answer, in the order the actor runs them."""
