@@ -298,6 +298,9 @@ class Registry:
             if preset is None and isinstance(config, spec.config_model):
                 return config
             config = config.model_dump()
+        elif config is not None and not isinstance(config, dict):  # the caller's mistake, not a plugin bug
+            raise PluginConfigError(f"{where or f'{kind} {spec.name!r}'} settings must be a mapping of setting names to values, "
+                                    f"got a {type(config).__name__}", [f"'ragen plugins show {kind} {spec.name}' lists the settings"])
         if preset is not None and preset not in spec.presets:
             close = difflib.get_close_matches(preset, list(spec.presets), n=1, cutoff=0.5)
             hints = [f"did you mean {close[0]!r}?"] if close else []

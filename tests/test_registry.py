@@ -261,3 +261,18 @@ def test_a_typo_in_a_spec_factory_or_preset_is_blamed_on_the_spec(sandbox):
     assert err.value.message == ("env 'typos' from fake-typos 0.0.1: its preset 'Short' is broken: presets['Short'].szie: unknown key "
                                  "(did you mean 'size'?)")
     assert err.value.hints == ["the preset is the plugin's own: report it to fake-typos, and run without it meanwhile"]
+
+
+def test_settings_that_are_not_a_mapping_are_the_callers_error():
+    """make_config("env", "bandit", [1, 2]) said the plugin's validator raised TypeError, "report it to ragen-env-bandit"."""
+    name = EnvSpec(name="test-map-env", summary="x", factory="ragen_core.testing.toy_env:CorridorEnv",
+                   config_model="ragen_core.testing.toy_env:CorridorConfig")
+    registry.register(name)
+    try:
+        for bad in ([1, 2], "abc"):
+            with pytest.raises(PluginConfigError) as err:
+                registry.make_config("env", "test-map-env", bad)
+            assert err.value.message == f"env 'test-map-env' settings must be a mapping of setting names to values, got a {type(bad).__name__}"
+            assert "report it" not in str(err.value)
+    finally:
+        registry.unregister("env", "test-map-env")

@@ -327,7 +327,8 @@ class RunConfig(_Section):
     """Named preset of the filter."""
     filter_config: dict[str, Any] = Field(default_factory=dict)
     model: str = "tiny"
-    """``tiny`` (a small randomly initialised local model) or a local HF model folder."""
+    """``tiny`` (the small local model: runs start from its shipped warm policy, see ``warm_start``)
+    or a local HF model folder."""
     engine: str = "hf"
     engine_config: dict[str, Any] = Field(default_factory=dict)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
@@ -356,7 +357,7 @@ class RunConfig(_Section):
     seed_val: int = Field(default=123, ge=0, le=MAX_SEED)
     """Base seed of the fixed validation set (0 to 2**63 - 1)."""
     run_dir: str | None = None
-    """Output directory; default ``runs/<env>-<algo>-<timestamp>``."""
+    """Output directory; default ``runs/<env>-<algo>-<YYYYmmdd-HHMMSS>-<suffix>``."""
     diagnostics: list[str] = Field(default_factory=list)
     """Diagnostic plugins to attach (e.g. ``collapse``)."""
     diagnostics_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
