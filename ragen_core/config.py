@@ -18,7 +18,7 @@ messages echo a bad value in a bounded form (:func:`short_repr`), never whole.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -225,11 +225,14 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc, prefix) + (hints if unknown else [])) from None
 
 
-def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``base`` with each YAML file merged over it in order (unvalidated)."""
+def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None,
+                each: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``base`` with each YAML file merged over it in order (unvalidated); ``each(data, path)``
+    rewrites a file's settings before they are merged (``ragen run`` makes its data paths absolute)."""
     data: dict[str, Any] = dict(base or {})
     for f in files:
-        data = deep_merge(data, read_yaml(f))
+        read = read_yaml(f)
+        data = deep_merge(data, each(read, Path(f)) if each is not None else read)
     return data
 
 

@@ -185,12 +185,21 @@ def names_local_path(value: str) -> bool:
             or Path(value).exists() or (len(parts) > 1 and Path(parts[0]).is_dir()))
 
 
+def only_local_sources(*sources: str | None) -> bool:
+    """True when at least one source is given and every given one is a local path
+    (:func:`names_local_path`): an env's availability check can then read and split its data
+    before a run loads a model (a hub dataset is left to the first reset)."""
+    given = [s for s in sources if s is not None]
+    return bool(given) and all(names_local_path(s) for s in given)
+
+
 def check_data_paths(config: Any, *, hub_or_path: tuple[str, ...] = (), paths: tuple[str, ...] = (), files: tuple[str, ...] = (),
                      prefix: str = "env_config") -> list[str]:
     """An env's availability check for its data settings (dotted field names of ``config``): a
     ``hub_or_path`` setting that can only be a local path (:func:`names_local_path`), or any
-    ``paths`` setting, must exist; a ``files`` setting must be a file (not a folder). Said in one line naming the setting, before a run loads a model
-    or warm-starts, instead of at the first env reset. A hub id while the hub cannot be reached
+    ``paths`` setting, must exist; a ``files`` setting must be a file (not a folder). Said in one
+    line naming the setting, before a run loads a model or warm-starts, instead of at the first env
+    reset. A hub id while the hub cannot be reached
     turns ``datasets`` to its offline mode (:func:`offline_unless_hub_answers`); the returned
     warnings say so.
 

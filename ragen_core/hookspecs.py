@@ -20,6 +20,8 @@ from typing import Any
 
 import pluggy
 
+from ragen_core.errors import PluginError, RagenError
+
 PROJECT = "ragen"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -101,7 +103,6 @@ def make_plugin_manager() -> pluggy.PluginManager:
 def call_hook(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> Any:
     """``pm.hook.<name>(**kwargs)``, with an observer's exception turned into a one-line
     :class:`~ragen_core.errors.PluginError` naming that observer (found from the traceback)."""
-    from ragen_core.errors import PluginError, RagenError
     from ragen_core.registry import plugin_label
 
     hook = getattr(pm.hook, name)
@@ -115,9 +116,13 @@ def call_hook(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> Any:
         while tb is not None and owner is None:
             owner = owners.get(tb.tb_frame.f_code)
             tb = tb.tb_next
-        label = plugin_label(owner) if owner is not None else "an observer"
-        raise PluginError(f"{label} raised in {name}: {type(exc).__name__}: {exc}",
-                          ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
+        raise _raised_in(plugin_label(owner) if owner is not None else "an observer", name, exc) from exc
+
+
+def _raised_in(label: str, name: str, exc: Exception) -> PluginError:
+    """The one-line :class:`~ragen_core.errors.PluginError` of observer ``label`` raising ``exc`` in hook ``name``."""
+    return PluginError(f"{label} raised in {name}: {type(exc).__name__}: {exc}",
+                       ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"])
 
 
 def hook_metrics(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -126,7 +131,6 @@ def hook_metrics(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> list[tup
     its observer: one that returns something else than a dict (or None) is a one-line
     :class:`~ragen_core.errors.PluginError`. An observer's exception is named as :func:`call_hook` does.
     With a hook wrapper among the observers the calls go through pluggy (labels are then "an observer")."""
-    from ragen_core.errors import PluginError
     from ragen_core.registry import plugin_label
 
     hook = getattr(pm.hook, name)
@@ -140,13 +144,10 @@ def hook_metrics(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> list[tup
                 given = {arg: kwargs[arg] for arg in impl.argnames}  # and arguments with a default, as pluggy passes them
                 given.update({arg: kwargs[arg] for arg in getattr(impl, "kwargnames", ()) if arg in kwargs})
                 result = impl.function(**given)
+            except RagenError:
+                raise
             except Exception as exc:
-                from ragen_core.errors import RagenError
-
-                if isinstance(exc, RagenError):
-                    raise
-                raise PluginError(f"{plugin_label(impl.plugin)} raised in {name}: {type(exc).__name__}: {exc}",
-                                  ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"]) from exc
+                raise _raised_in(plugin_label(impl.plugin), name, exc) from exc
             if result is not None:
                 pairs.append((plugin_label(impl.plugin), result))
     for label, result in pairs:

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import deep_merge, load_config, read_yaml
+    from ragen_core.config import load_config, merge_files
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -89,9 +89,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
-    layers = dict(base or {})  # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
-    for file in files:
-        layers = deep_merge(layers, absolute_file_paths(read_yaml(file), Path(file).expanduser().resolve().parent))
+    # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
+    layers = merge_files(files, base, each=lambda data, file: absolute_file_paths(data, file.expanduser().resolve().parent))
     args_ = absolute_paths(flags + list(args.overrides))
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():

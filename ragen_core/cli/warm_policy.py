@@ -45,16 +45,16 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.trainer import warm_policy
 
     if args.action == "build":
-        import torch
-
-        torch.set_num_threads(max(1, torch.get_num_threads()))
-        envs = args.envs or warm_policy.default_envs()
         out = Path(args.out) if args.out else warm_policy.SHIPPED_ROOT / args.name
-        if not args.out and not args.replace and (out / warm_policy.BUILD_FILE).is_file():
+        if not args.out and not args.replace and (out / warm_policy.BUILD_FILE).is_file():  # before any env is imported
             from ragen_core.errors import ConfigError
 
             raise ConfigError(f"{out} holds the shipped {args.name!r} policy: a build without --out would write over it",
                               ["pass --out FOLDER for a policy of your own, or --replace to rebuild the shipped one"])
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        envs = args.envs or warm_policy.default_envs()
         print(f"building the warm policy for {', '.join(envs)} into {out}")
         record = warm_policy.build(out, envs, episodes=args.episodes, demo_turns=args.demo_turns, epochs=args.epochs, lr=args.lr,
                                    max_rounds=args.max_rounds, check_episodes=args.check_episodes, seed=args.seed,

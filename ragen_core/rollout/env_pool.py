@@ -404,10 +404,9 @@ class LocalEnvPool(EnvPool):
         ran = dict(zip((r.episode_id for r in live), self._run([partial(self._step_one, r) for r in live], self.config.step_timeout_s)))
         outcomes: list[StepOutcome] = []
         for r in requests:
-            out = ran.get(r.episode_id)
-            if r.episode_id in self._lost:  # timed out earlier: ended, as the process pool ends a lost worker's episodes
+            if r.episode_id not in ran:  # timed out earlier: ended, as the process pool ends a lost worker's episodes
                 outcomes.append(StepOutcome(r.episode_id, observation="", end_reason="failed", error=self._lost[r.episode_id]))
-            elif out is TIMED_OUT:
+            elif ran[r.episode_id] is TIMED_OUT:
                 label = self._labels[r.episode_id]
                 self._abandon(r.episode_id)
                 error = f"{label} did not finish its step within step_timeout_s={self.config.step_timeout_s}; instance abandoned"

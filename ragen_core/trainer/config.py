@@ -376,20 +376,13 @@ class RunConfig(_Section):
     and ``RUN_DIR/watchdog-stacks.txt`` (:mod:`ragen_core.trainer.watchdog`); ``None`` = off.
     Raise it when one update phase (or checkpoint save) of a large model takes longer."""
 
-    @field_validator("env", "algo", "filter", "engine")
+    @field_validator("env", "algo", "filter", "engine", "diagnostics")
     @classmethod
-    def _registry_spelling(cls, value: str) -> str:
+    def _registry_spelling(cls, value: str | list[str]) -> str | list[str]:
         """Plugin names as the registry resolves them (``--algo GRPO`` is recorded as ``grpo``)."""
         from ragen_core.specs import normalize_choice
 
-        return normalize_choice(value)
-
-    @field_validator("diagnostics")
-    @classmethod
-    def _registry_spellings(cls, value: list[str]) -> list[str]:
-        from ragen_core.specs import normalize_choice
-
-        return [normalize_choice(name) for name in value]
+        return [normalize_choice(name) for name in value] if isinstance(value, list) else normalize_choice(value)
 
     @field_validator("diagnostics_config")
     @classmethod

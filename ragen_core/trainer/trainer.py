@@ -410,8 +410,7 @@ class Trainer(CheckpointMixin):
                 self.watchdog.beat(f"the end of step {step}")
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(reward=f"{metrics.get('train/reward', float('nan')):.3f}",
-                                    success=f"{metrics.get('train/success', float('nan')):.2f}")
+                    bar.set_postfix_str(_step_summary(metrics))
                 last = step == cfg.steps or self.stop_reason is not None or self._interrupts > 0
                 exited = self.stop_reason == "trainer/exited_after_gradient_analysis"
                 # after logging: a checkpointed step always has its metrics line
@@ -674,10 +673,7 @@ class Trainer(CheckpointMixin):
         self.watchdog.beat(what)
         bar = self._bar
         if bar is not None:
-            last = self.history[-1] if self.history else None
-            done = (f"reward={last.get('train/reward', float('nan')):.3f}, success={last.get('train/success', float('nan')):.2f} | "
-                    if last is not None else "")
-            bar.set_postfix_str(done + what)
+            bar.set_postfix_str(f"{_step_summary(self.history[-1])} | {what}" if self.history else what)
 
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
@@ -887,6 +883,11 @@ class Trainer(CheckpointMixin):
 
 def _quiet(*args: Any) -> None:
     """A ``log`` that prints nothing (ranks other than 0)."""
+
+
+def _step_summary(metrics: dict[str, float]) -> str:
+    """A finished step on the progress bar: its reward and success."""
+    return f"reward={metrics.get('train/reward', float('nan')):.3f}, success={metrics.get('train/success', float('nan')):.2f}"
 
 
 class _Timer:

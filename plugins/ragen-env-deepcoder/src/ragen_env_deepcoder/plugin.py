@@ -12,11 +12,10 @@ def check_available(config: Any) -> list[str]:
     """Data settings that name a local file or folder must exist, and local problems are read and
     split (too few, a bad row): said before a run starts, not at the first reset. A local training
     file named as a test split is warned about."""
-    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, names_local_path
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, only_local_sources
 
     found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
-    sources = [s for s in (config.dataset, config.val_dataset) if s is not None]
-    if sources and all(names_local_path(s) for s in sources):  # a hub dataset is read at the first reset
+    if only_local_sources(config.dataset, config.val_dataset):  # a hub dataset is read at the first reset
         from ragen_env_deepcoder.problems import problems_for
 
         for split in ("train", "val"):

@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from ragen_core.datafiles import hash_holdout, in_hash_share
+from ragen_core.datafiles import hash_holdout
 from ragen_core.errors import ConfigError
 from ragen_env_deepcoder.answer import function_name
 from ragen_env_deepcoder.config import DeepCoderConfig
@@ -260,11 +260,6 @@ def split_source(dataset: str | None, val_dataset: str | None, mode: str) -> str
 def statement_key(problem: Problem) -> str:
     """Case- and whitespace-insensitive identity of a problem (its statement and starter code)."""
     return " ".join(f"{problem.statement}\n{problem.starter_code}".casefold().split())
-
-
-def in_validation(key: str, fraction: float) -> bool:
-    """True for the ``fraction`` of keys whose SHA-256 hash is smallest (stable everywhere)."""
-    return in_hash_share(key, fraction)
 
 
 def _is_local(source: str) -> bool:

@@ -15,11 +15,10 @@ def check_available(config: Any) -> list[str]:
     (too few questions, no labelled row, no row of ``types``): said before a run loads a model, not
     at the first reset or validation. A local training file named as a test split is warned about
     (the hub's test splits are refused by the config)."""
-    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, names_local_path
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, only_local_sources
 
     found = check_data_paths(config, hub_or_path=("dataset_path", "val_dataset_path"))
-    sources = [s for s in (config.dataset_path, config.val_dataset_path) if s is not None]
-    if sources and all(names_local_path(s) for s in sources):  # a hub id is read at the first reset
+    if only_local_sources(config.dataset_path, config.val_dataset_path):  # a hub id is read at the first reset
         from ragen_env_metamathqa.problems import splits_for
 
         splits_for(config)  # cached per process: the run's own reset reads it from there

@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import describe_bad_file, hash_holdout, in_hash_share
+from ragen_core.datafiles import describe_bad_file, hash_holdout
 from ragen_core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -170,11 +170,6 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
 def question_key(text: str) -> str:
     """What the split hashes and deduplicates on: lower-cased, whitespace collapsed."""
     return " ".join(text.lower().split())
-
-
-def in_validation(text: str, fraction: float) -> bool:
-    """True for the ``fraction`` of questions whose SHA-256 hash is smallest (stable everywhere)."""
-    return in_hash_share(question_key(text), fraction)
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,11 @@ def check_available(config: Any) -> list[str]:
     before a run starts, not at the first reset or search. A local training file named as a test
     split is warned about, and so is a question set searched against the built-in world (no
     corpus, index or server given: every search would find nothing useful)."""
-    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, names_local_path
+    from ragen_core.datafiles import check_data_paths, named_test_split_warnings, only_local_sources
     from ragen_core.services import check_url_answers
 
     found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"), paths=("retriever.index", "retriever.corpus"))
-    sources = [s for s in (config.dataset, config.val_dataset) if s is not None]
-    if sources and all(names_local_path(s) for s in sources):  # local questions are read and split now; a hub id at the first reset
+    if only_local_sources(config.dataset, config.val_dataset):  # local questions are read and split now; a hub id at the first reset
         from ragen_env_searchqa.data import load_splits
 
         load_splits(config.dataset, config.val_dataset, config.val_fraction, config.max_instances, config.cache_dir,
