@@ -22,6 +22,7 @@ from ragen_core.errors import (
     PluginNotFoundError,
     RagenError,
     RegistryError,
+    UsageError,
 )
 from ragen_core.hookspecs import hookimpl
 from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
@@ -107,6 +108,7 @@ __all__ = [
     "StepOutcome",
     "StepRequest",
     "StepResult",
+    "UsageError",
     "__version__",
     "hookimpl",
 ]

@@ -99,6 +99,12 @@ class TrainingError(RagenError):
     """Training cannot go on (it diverged: optimiser steps kept being skipped); names the newest checkpoint."""
 
 
+class UsageError(RagenError, ValueError):
+    """A Python caller handed a RAGEN API something it does not take: a dict where a request
+    object belongs, a step for an episode that is not running, a seed out of range. The message
+    names the argument and what it takes."""
+
+
 class ResourceError(RagenError):
     """The run cannot fit the hardware (memory, context length); raised before rollout starts."""
 

@@ -41,6 +41,7 @@ from ragen_core.errors import (
     PluginNotFoundError,
     RagenError,
     RegistryError,
+    UsageError,
 )
 from ragen_core.specs import (
     COMMAND_GROUP,
@@ -172,6 +173,10 @@ class Registry:
     def find(self, kind: str, name: str) -> PluginEntry:
         """Resolve ``name`` or ``dist:name`` to exactly one entry, or raise with hints."""
         kind = _kind_of(kind)
+        if not isinstance(name, str) or not name:
+            from ragen_core.config import short_repr
+
+            raise UsageError(f"{article(kind)} name is a non-empty string, not {short_repr(name)}", [f"'ragen plugins' lists the installed {kind}s"])
         dist_sel: str | None = None
         raw = name
         if ":" in name:
@@ -199,6 +204,10 @@ class Registry:
             else:
                 hints.append(f"no {kind} plugins are installed")
             hints.append(install_hint(kind, name))
+            elsewhere = sorted({e.dist_name for e in all_entries if e.name == name and self.enabled(e)})
+            if dist_sel is not None and elsewhere:  # the name is right, the distribution part is not
+                hints = [f"{kind} {name!r} comes from {', '.join(elsewhere)}, not {dist_sel!r}: write {name!r} or "
+                         f"'{elsewhere[0]}:{name}'"]
             strays = [e for e in stray_entry_points() if e.name == name]
             if strays:  # installed, but under a group RAGEN does not read: that is the fix, not an install
                 hints = [stray.hint() for stray in strays]
@@ -379,9 +388,10 @@ class Registry:
 
     def register(self, spec: PluginSpec, *, dist: str = IN_PROCESS, version: str = "") -> PluginEntry:
         """Register a spec in-process (notebooks, tests). Takes part in the duplicate check."""
-        kind = spec.kind
+        kind = getattr(spec, "kind", None) if isinstance(spec, PluginSpec) else None
         if kind not in GROUPS:
-            raise TypeError(f"cannot register {type(spec).__name__}: not a plugin spec kind")
+            kinds = ", ".join(cls.__name__ for cls in SPEC_CLASSES.values())
+            raise UsageError(f"cannot register {article(type(spec).__name__)}: register takes a plugin spec ({kinds})")
         if not re.fullmatch(NAME_PATTERN, spec.name):  # model_copy(update=...) skips the spec's own validation
             raise RegistryError(f"cannot register {kind} {spec.name!r}: a plugin name is lower-case letters, digits and '-', "
                                 "starting with a letter", [f"register it as {_normal_form(spec.name)!r}"])
@@ -542,14 +552,17 @@ def _import_hint(exc: BaseException, target: str, dist: str) -> str:
     return f"pip install {top}   (a dependency of {dist}; check its extras)"
 
 
-def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None, show: str = "KIND NAME") -> PluginConfigError:
+def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = None, show: str | None = "KIND NAME") -> PluginConfigError:
     """Turn a pydantic ValidationError into a one-line error naming the first bad field path
     (and, with ``model_cls``, the field an unknown key was probably meant to be); ``show`` is
-    the ``ragen plugins show`` argument that lists the plugin's fields."""
+    the ``ragen plugins show`` argument that lists the plugin's fields (None: list ``model_cls``'s)."""
     from ragen_core.config import list_hints, validation_message
 
     errors = exc.errors()
-    hint = f"check the spelling against 'ragen plugins show {show}'" if any(e.get("type") == "extra_forbidden" for e in errors) else ""
+    hint = ""
+    if any(e.get("type") == "extra_forbidden" for e in errors):
+        hint = (f"check the spelling against 'ragen plugins show {show}'" if show is not None or model_cls is None
+                else f"{model_cls.__name__} takes: {', '.join(model_cls.model_fields)}")
     return PluginConfigError(validation_message(exc, prefix, model_cls), [*list_hints(exc, prefix), hint])
 
 

@@ -22,7 +22,7 @@ def _words(*keys: int | str) -> list[int]:
     """Two 32-bit words per integer key, one per string (its SHA-256 prefix).
 
     Raises:
-        ValueError: An integer key outside ``[-2**63, 2**64 - 1]``.
+        UsageError: An integer key outside ``[-2**63, 2**64 - 1]`` (a ValueError).
     """
     out: list[int] = []
     for key in keys:
@@ -31,7 +31,9 @@ def _words(*keys: int | str) -> list[int]:
         else:
             value = int(key)
             if not _KEY_MIN <= value <= _KEY_MAX:
-                raise ValueError(f"seed {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
+                from ragen_core.errors import UsageError
+
+                raise UsageError(f"seed {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
             out.append(value & 0xFFFFFFFF)
             out.append((value >> 32) & 0xFFFFFFFF)
     return out

@@ -12,6 +12,7 @@ process (a Ray worker, an HTTP env server) from ``(kind, name, config JSON)``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
@@ -50,19 +51,38 @@ def normalize_choice(value: str) -> str:
 C = TypeVar("C", bound="PluginConfig")
 
 
-def with_overrides(config_class: type[C], config: C | None, overrides: dict[str, Any]) -> C:
+def with_overrides(config_class: type[C], config: C | Mapping[str, Any] | None, overrides: dict[str, Any]) -> C:
     """The config a plugin object is built with: ``config_class(**overrides)`` without a config,
     else ``config`` with ``overrides`` on top, validated again (keyword overrides beside a config
-    were dropped, or copied in without validation).
+    were dropped, or copied in without validation). A mapping, or another plugin's config (a
+    filter given the base ``FilterConfig``), is validated as ``config_class``.
 
     Raises:
-        pydantic.ValidationError: an override breaks the config's rules.
+        PluginConfigError: a setting breaks the config's rules (one line naming the field and the class).
+        ConfigError: ``config`` is neither a config nor a mapping.
     """
-    if config is None:
-        return config_class(**overrides)
-    if not overrides:
+    from pydantic import ValidationError
+
+    from ragen_core.errors import ConfigError
+
+    if isinstance(config, config_class) and not overrides:
         return config
-    return type(config).model_validate({**config.model_dump(exclude_unset=True), **overrides})
+    if config is None:
+        model, data = config_class, dict(overrides)
+    elif isinstance(config, PluginConfig):
+        model = type(config) if isinstance(config, config_class) else config_class
+        data = {**config.model_dump(exclude_unset=True), **overrides}
+    elif isinstance(config, Mapping):
+        model, data = config_class, {**config, **overrides}
+    else:
+        raise ConfigError(f"expected a {config_class.__name__} or a dict of its settings, got {type(config).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        from ragen_core.registry import config_error_from_validation
+
+        error = config_error_from_validation(exc, model_cls=model, show=None)
+        raise type(error)(f"{model.__name__}: {error.message}", error.hints) from None
 
 
 def import_string(target: str) -> Any:
@@ -237,13 +257,15 @@ class EnvSpec(PluginSpec):
         """The run-config fragment of recipe ``name`` with ``env`` set, ready as a config base.
 
         Raises:
-            KeyError: with the known recipe names, when this env has no recipe ``name``.
+            ConfigError: with the known recipe names, when this env has no recipe ``name``.
         """
         import copy
 
+        from ragen_core.errors import ConfigError
+
         if name not in self.recipes:
             known = ", ".join(self.recipes) or "none"
-            raise KeyError(f"env {self.name!r} has no recipe {name!r} (known: {known})")
+            raise ConfigError(f"env {self.name!r} has no recipe {name!r} (known: {known})", [f"see 'ragen plugins show env {self.name}'"])
         return {"env": self.name, **copy.deepcopy(self.recipes[name].config)}
 
 

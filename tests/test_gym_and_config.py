@@ -129,17 +129,19 @@ def test_the_light_import_check_of_an_in_process_spec_says_why_it_cannot_run():
 
 def test_keyword_overrides_beside_a_config_are_validated_and_kept():
     """Env(config, max_turns=-5) copied the value in unchecked; LocalEnvPool(ref, config, threads=4)
-    dropped the keyword."""
-    from pydantic import ValidationError
-
+    dropped the keyword. A bad keyword is a one-line PluginConfigError naming the class (it was
+    pydantic's multi-line ValidationError)."""
     from ragen_core import registry
+    from ragen_core.errors import PluginConfigError
     from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.env_pool import LocalEnvPool
     from ragen_core.testing.toy_env import CorridorEnv
 
     config = registry.make_config("env", register_toy_env())
     assert CorridorEnv(config, max_turns=3).config.max_turns == 3
-    with pytest.raises(ValidationError, match="max_turns"):
+    with pytest.raises(PluginConfigError, match=r"^CorridorConfig: invalid config: max_turns: .*\(got -5\)$"):
         CorridorEnv(config, max_turns=-5)
+    with pytest.raises(PluginConfigError, match="thread: unknown key \\(did you mean 'threads'\\?\\)"):
+        LocalEnvPool(EnvRef(name=register_toy_env()), thread=4)
     pool = LocalEnvPool(EnvRef(name=register_toy_env()), registry.make_config("pool", "local"), threads=4)
     assert pool.threads == 4

@@ -59,7 +59,7 @@ def test_spec_recipe_is_a_fresh_copy_with_the_env_set(recipe_env):
     assert base["env"] == NAME and base["rollout"] == {"env_groups": 2, "group_size": 4}
     base["rollout"]["env_groups"] = 99
     assert recipe_env.recipe("fast")["rollout"]["env_groups"] == 2
-    with pytest.raises(KeyError, match="known: fast, critic, typo, bad-estimator"):
+    with pytest.raises(ConfigError, match="known: fast, critic, typo, bad-estimator"):
         recipe_env.recipe("nope")
 
 

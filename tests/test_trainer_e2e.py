@@ -64,6 +64,8 @@ def test_two_step_run_logs_metrics_and_saves_loadable_checkpoint(tmp_path, algo)
     assert len(history) == 2
     rows = _rows(trainer.run_dir)
     assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in history] == [1, 2], "train()'s rows carry their step, as metrics.jsonl's do"
+    assert history[1]["train/reward"] == rows[1]["train/reward"]
     for key in ("train/success", "train/reward", "actor/pg_loss", "actor/entropy", "rollout/filter_kept_ratio", "timing_s/gen", "actor/grad_norm"):
         assert key in rows[0] and math.isfinite(rows[0][key]), key
     assert "val-env/success" in rows[1]

@@ -314,11 +314,11 @@ def test_config_spellings_and_errors():
     f = ReferenceFilter(strategy="top-k", metric="reward_std", order="SMALLEST", prob_mode="Softmax")
     assert (f.config.strategy, f.config.metric, f.config.order, f.config.prob_mode) == (
         "top_k", "reward_variance", "smallest", "softmax")
-    from pydantic import ValidationError
+    from ragen_core.errors import PluginConfigError
 
-    with pytest.raises(ValidationError, match="valeu"):
+    with pytest.raises(PluginConfigError, match="valeu: unknown key"):
         TopPFilter(valeu=0.5)
-    with pytest.raises(ValidationError):
+    with pytest.raises(PluginConfigError, match="strategy"):
         ReferenceFilter(strategy="best")
     assert TopPFilter({"value": 0.5}).config.value == 0.5
     converted = TopPFilter(FilterConfig(empty_stop_steps=3))

@@ -178,11 +178,7 @@ def recipe_base(args: argparse.Namespace, files: list[str]) -> dict[str, Any]:
     env = args.env if args.env is not None else merge_files(files).get("env")
     if not env:
         raise ConfigError("--recipe needs an env", ["example: ragen run --env bandit --recipe learn"])
-    spec = registry.get_spec("env", str(env))
-    try:
-        return spec.recipe(args.recipe)
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0]), [f"see 'ragen plugins show env {spec.name}'"]) from None
+    return registry.get_spec("env", str(env)).recipe(args.recipe)
 
 
 def _check_recipe_algo(recipe: str, recipe_algo: str, algo: str) -> None:

@@ -24,6 +24,7 @@ member index; the pool does not know about groups.
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -61,11 +62,18 @@ class EnvRef(BaseModel):
 
         Raises:
             PluginNotFoundError / PluginConfigError: unknown env name, bad config or preset.
+            ConfigError: ``factory`` cannot be imported.
         """
         if self.factory is not None:
+            from ragen_core.errors import ConfigError
             from ragen_core.specs import import_string
 
-            return import_string(self.factory)(**self.config)
+            try:
+                make = import_string(self.factory)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigError(f"env factory {self.factory!r} cannot be imported: {type(exc).__name__}: {exc}",
+                                  ["give EnvRef(factory='package.module:Class') naming a class this process can import"]) from exc
+            return make(**self.config)
         from ragen_core import registry
 
         return registry.make_env(self.name, preset=self.preset, **self.config)
@@ -100,6 +108,10 @@ class EnvFacts:
         )
 
 
+RESET_MODES = ("train", "val")
+"""The modes an env is reset in: the training split, or the validation split."""
+
+
 @dataclass(frozen=True)
 class ResetRequest:
     """Start episode ``episode_id`` from ``seed`` (member ``member`` of its group) in ``mode``."""
@@ -108,6 +120,17 @@ class ResetRequest:
     seed: int
     member: int = 0
     mode: str = "train"
+    """``"train"`` or ``"val"``."""
+
+    def __post_init__(self) -> None:
+        from ragen_core.errors import UsageError
+
+        for name in ("episode_id", "seed", "member"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise UsageError(f"ResetRequest.{name} takes an int, not {type(value).__name__} {value!r}")
+        if self.mode not in RESET_MODES:
+            raise UsageError(f"ResetRequest.mode takes 'train' or 'val', not {self.mode!r}")
 
 
 @dataclass
@@ -132,6 +155,14 @@ class StepRequest:
 
     episode_id: int
     actions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from ragen_core.errors import UsageError
+
+        if not isinstance(self.episode_id, numbers.Integral) or isinstance(self.episode_id, bool):
+            raise UsageError(f"StepRequest.episode_id takes an int, not {type(self.episode_id).__name__} {self.episode_id!r}")
+        if isinstance(self.actions, str) or not all(isinstance(a, str) for a in self.actions):
+            raise UsageError(f"StepRequest.actions takes a sequence of action strings, not {self.actions!r}")
 
 
 @dataclass

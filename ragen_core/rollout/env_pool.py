@@ -29,14 +29,14 @@ import numbers
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import Field
 
 from ragen_core.config import short_repr
-from ragen_core.errors import EnvError, RagenError
+from ragen_core.errors import EnvError, RagenError, UsageError
 from ragen_core.interfaces.env import Env
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
@@ -112,19 +112,48 @@ class WorkerLogs(logging.Handler):
         return cls._installed
 
 
-def one_request_per_episode(requests: Sequence[StepRequest]) -> None:
-    """Refuse a step batch that names an episode twice (every pool: one request per episode per
-    turn; the local pool ran both, the process pool answered the second twice).
+def check_resets(requests: Sequence[Any]) -> None:
+    """Refuse a reset batch every pool would misread: an item that is not a :class:`ResetRequest`,
+    or an episode id named twice.
 
     Raises:
-        ValueError: naming the episode.
+        UsageError: naming the item or the episode.
     """
+    _requests_of(requests, ResetRequest, "reset")
     seen: set[int] = set()
     for r in requests:
         if r.episode_id in seen:
-            raise ValueError(f"episode {r.episode_id} appears twice in one step request: send one StepRequest per episode per turn, "
+            raise UsageError(f"episode {r.episode_id} appears twice in one reset request: give each episode of a batch its own id")
+        seen.add(r.episode_id)
+
+
+def check_steps(requests: Sequence[Any], running: Container[int]) -> None:
+    """Refuse a step batch every pool would misread: an item that is not a :class:`StepRequest`,
+    an episode named twice (one request per episode per turn: the local pool ran both, the
+    process pool answered the second twice), or one that is not ``running`` (never reset, or
+    replaced by a later reset).
+
+    Raises:
+        UsageError: naming the item or the episode.
+    """
+    _requests_of(requests, StepRequest, "step")
+    seen: set[int] = set()
+    for r in requests:
+        if r.episode_id in seen:
+            raise UsageError(f"episode {r.episode_id} appears twice in one step request: send one StepRequest per episode per turn, "
                              "its actions together")
         seen.add(r.episode_id)
+        if r.episode_id not in running:
+            raise UsageError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+
+
+def _requests_of(requests: Sequence[Any], kind: type, call: str) -> None:
+    if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+        raise UsageError(f"pool.{call}() takes a list of {kind.__name__}, not {type(requests).__name__}")
+    for item in requests:
+        if not isinstance(item, kind):
+            hint = f"build it as {kind.__name__}(**item)" if isinstance(item, Mapping) else ""
+            raise UsageError(f"pool.{call}() takes {kind.__name__} objects, not {type(item).__name__} {short_repr(item)}", [hint])
 
 
 def replay_worker_logs(records: Sequence[Sequence[Any]], where: str) -> None:
@@ -382,6 +411,7 @@ class LocalEnvPool(EnvPool):
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        check_resets(requests)
         self._labels, self._lost = {}, {}
         for r in requests:
             if r.episode_id not in self._envs:
@@ -396,10 +426,7 @@ class LocalEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        one_request_per_episode(requests)
-        for r in requests:
-            if r.episode_id not in self._labels and r.episode_id not in self._lost:
-                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+        check_steps(requests, self._labels.keys() | self._lost.keys())
         live = [r for r in requests if r.episode_id not in self._lost]
         ran = dict(zip((r.episode_id for r in live), self._run([partial(self._step_one, r) for r in live], self.config.step_timeout_s)))
         outcomes: list[StepOutcome] = []

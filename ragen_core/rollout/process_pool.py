@@ -224,6 +224,9 @@ class ProcessEnvPool(EnvPool):
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        from ragen_core.rollout.env_pool import check_resets
+
+        check_resets(requests)
         self._live, self._lost = {}, {}
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
@@ -267,19 +270,17 @@ class ProcessEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        from ragen_core.rollout.env_pool import one_request_per_episode
+        from ragen_core.rollout.env_pool import check_steps
 
-        one_request_per_episode(requests)
+        check_steps(requests, self._live.keys() | self._lost.keys())
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[int]] = {}
         """Worker index -> its episodes still to answer, in the order it steps them."""
         for r in requests:
             if r.episode_id in self._lost:
                 outcomes[r.episode_id] = StepOutcome(r.episode_id, "", end_reason="failed", error=self._lost[r.episode_id])
-            elif r.episode_id in self._live:
-                queues.setdefault(self._live[r.episode_id], []).append(r.episode_id)
             else:
-                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+                queues.setdefault(self._live[r.episode_id], []).append(r.episode_id)
         actions = {r.episode_id: list(r.actions) for r in requests}
         heard: dict[int, float] = {}
         for index, eids in list(queues.items()):

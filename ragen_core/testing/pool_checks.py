@@ -185,16 +185,40 @@ def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
 
 
 def check_one_request_per_episode(make: MakePool) -> None:
-    """A step batch naming an episode twice is refused (ValueError), not run twice or answered twice."""
+    """A step batch naming an episode twice is refused (UsageError), not run twice or answered twice."""
     requests = _requests(1, 1, base=5)
     with make(TOY, None) as pool:
         pool.reset(requests)
-        try:
-            pool.step([StepRequest(0, ("Right",)), StepRequest(0, ("Left",))])
-        except ValueError as exc:
-            assert "episode 0 appears twice" in str(exc), f"{exc} ({DOC})"
-        else:
-            raise AssertionError(f"a step batch naming episode 0 twice was accepted ({DOC})")
+        _refused(lambda: pool.step([StepRequest(0, ("Right",)), StepRequest(0, ("Left",))]), "episode 0 appears twice",
+                 "a step batch naming episode 0 twice")
+
+
+def check_refuses_what_it_cannot_run(make: MakePool) -> None:
+    """A caller's mistake is a one-line :class:`~ragen_core.errors.UsageError` before anything runs, the
+    same from every pool: a step for an episode that is not running, a dict instead of a request, one
+    reset batch naming an episode twice. The pool still works afterwards."""
+    requests = _requests(1, 2, base=5)
+    with make(TOY, None) as pool:
+        _refused(lambda: pool.reset([{"episode_id": 0, "seed": 5}]), "takes ResetRequest objects, not dict",  # type: ignore[list-item]
+                 "a reset given a dict")
+        _refused(lambda: pool.reset([requests[0], requests[0]]), "episode 0 appears twice", "a reset batch naming episode 0 twice")
+        pool.reset(requests)
+        _refused(lambda: pool.step([StepRequest(7, ("Right",))]), "episode 7 is not running", "a step for episode 7, never reset")
+        _refused(lambda: pool.step([{"episode_id": 0, "actions": ["Right"]}]), "takes StepRequest objects, not dict",  # type: ignore[list-item]
+                 "a step given a dict")
+        env = _reference(requests[0])
+        _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "a step after the refused calls")
+
+
+def _refused(call: Callable[[], object], words: str, what: str) -> None:
+    from ragen_core.errors import UsageError
+
+    try:
+        call()
+    except UsageError as exc:
+        assert words in str(exc), f"{what}: the error must say {words!r}, got {exc} ({DOC})"
+    else:
+        raise AssertionError(f"{what} was accepted ({DOC})")
 
 
 def check_env_warnings_reach_this_process(make: MakePool) -> str:
@@ -231,6 +255,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "close-idempotent": check_close_idempotent,
     "timeout-fails-only-slow-episode": check_timeout_fails_only_slow_episode,
     "one-request-per-episode": check_one_request_per_episode,
+    "refuses-what-it-cannot-run": check_refuses_what_it_cannot_run,
     "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
 }
 

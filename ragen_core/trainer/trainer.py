@@ -53,7 +53,7 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ class Trainer(CheckpointMixin):
     """Train one policy on one env with one algorithm.
 
     Args:
-        config: The validated run config.
+        config: The run config: a :class:`RunConfig`, or a dict of its settings (validated here).
         resume: Continue from the newest intact checkpoint of ``config.run_dir``.
         overwrite: A fresh run into a ``config.run_dir`` that holds a run first removes that run's
             files (without it, a non-empty folder is refused; see :mod:`ragen_core.trainer.run_dir`).
@@ -85,11 +85,17 @@ class Trainer(CheckpointMixin):
             (:func:`ragen_core.trainer.distributed.from_env`), one process without it.
     """
 
-    def __init__(self, config: RunConfig, *, resume: bool = False, overwrite: bool = False, world: World | None = None) -> None:
-        from ragen_core.errors import ConfigError
+    def __init__(self, config: RunConfig | Mapping[str, Any], *, resume: bool = False, overwrite: bool = False,
+                 world: World | None = None) -> None:
+        from ragen_core.config import validate
+        from ragen_core.errors import ConfigError, UsageError
         from ragen_core.trainer.distributed import check_supported, from_env
         from ragen_core.trainer.run_dir import default_run_dir
 
+        if isinstance(config, Mapping):  # Trainer({"env": "bandit", "steps": 30}): validated as the CLI validates a --config file
+            config = validate(RunConfig, dict(config))
+        elif not isinstance(config, RunConfig):
+            raise UsageError(f"Trainer takes a RunConfig or a dict of its settings, not {type(config).__name__}")
         if resume and (overwrite or not config.run_dir):
             raise ConfigError("resume needs the run directory (config.run_dir) and cannot be combined with overwrite")
         self.config = config
@@ -352,7 +358,8 @@ class Trainer(CheckpointMixin):
 
     # ------------------------------------------------------------------ loop
     def train(self) -> list[dict[str, float]]:
-        """Run to ``config.steps`` (or an early stop / Ctrl-C); returns the per-step metrics. Once
+        """Run to ``config.steps`` (or an early stop / Ctrl-C); returns this call's per-step metrics,
+        one row per step with its ``"step"`` as in metrics.jsonl. Once
         per Trainer: a second call is refused (it trained from step 1 again, appending the same
         steps to metrics.jsonl); continue with ``Trainer(config, resume=True)``."""
         self._check_open()
@@ -405,7 +412,7 @@ class Trainer(CheckpointMixin):
                 self._agree_on_interrupts()
                 self.timing_totals["total"] = time.perf_counter() - t_start
                 metrics["timing_s/total"] = self.timing_totals["total"]
-                self.history.append(metrics)
+                self.history.append({"step": step, **metrics})
                 call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=step, context=self.context)
                 self.watchdog.beat(f"the end of step {step}")
                 if bar is not None:
@@ -576,7 +583,7 @@ class Trainer(CheckpointMixin):
         given) and say so: ``what`` happened, what was ``saved``, how to continue."""
         try:
             if metrics is not None:
-                self.history.append(metrics)
+                self.history.append({"step": done, **metrics})
                 call_hook(self.pm, "ragen_on_step_end", metrics=metrics, step=done, context=self.context)
             path = self.save(done, at)
         except Exception as exc:  # noqa: BLE001 - the original error is the one to report

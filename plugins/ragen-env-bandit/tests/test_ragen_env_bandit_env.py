@@ -184,10 +184,15 @@ def test_unknown_action_is_invalid_and_ends_the_episode(action):
     assert (reward2, done2, info2["action_is_valid"]) == (0.0, True, False)
 
 
-def test_step_before_reset_does_not_raise():
+def test_step_before_reset_is_an_env_error_as_in_every_other_env():
+    """It answered done=True with a "Call reset" observation (Sokoban, FrozenLake, Countdown, ... raise)."""
+    from ragen_core.errors import EnvError
+
     env = BanditEnv()
-    obs, reward, done, info = env.step("Trader")
-    assert isinstance(obs, str) and reward == 0.0 and done is True and info["success"] is False
+    with pytest.raises(EnvError, match=r"BanditEnv.step/render called before reset\(seed\)"):
+        env.step("Trader")
+    with pytest.raises(EnvError, match="before reset"):
+        env.render()
 
 
 def test_oracle_pulls_the_high_arm_and_env_pickles():

@@ -223,9 +223,14 @@ def test_env_pickles_mid_episode_and_close_is_idempotent():
     env.close()
 
 
-def test_step_before_reset_does_not_raise():
-    obs, reward, done, info = SudokuEnv().step("2,3,5")
-    assert isinstance(obs, str) and reward == 0.0 and done is True and info["success"] is False
+def test_step_before_reset_is_an_env_error_as_in_every_other_env():
+    """It answered done=True with a "Call reset" observation (Sokoban, FrozenLake, Countdown, ... raise)."""
+    from ragen_core.errors import EnvError
+
+    with pytest.raises(EnvError, match=r"SudokuEnv.step/render called before reset\(seed\)"):
+        SudokuEnv().step("2,3,5")
+    with pytest.raises(EnvError, match="before reset"):
+        SudokuEnv().render()
 
 
 @pytest.mark.skipif(not DATA.exists(), reason="shared sudoku sample not available")

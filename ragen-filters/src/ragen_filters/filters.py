@@ -23,7 +23,6 @@ from ragen_core.interfaces.rollout_filter import (
     GroupedRollouts,
     RolloutFilter,
 )
-from ragen_core.specs import PluginConfig
 from ragen_filters.config import (
     MinPConfig,
     NoFilterConfig,
@@ -46,19 +45,9 @@ class ScoredFilter(RolloutFilter):
     config: Any
 
     def __init__(self, config: FilterConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
-        # Accept a dict or another filter's config (e.g. the base FilterConfig) by re-validating
-        # it against this filter's model, so a wrong type fails with a field-level message.
-        if config is None:
-            config = self.config_class(**overrides)
-        elif isinstance(config, dict):
-            config = self.config_class.model_validate({**config, **overrides})
-        elif not isinstance(config, PluginConfig):
-            raise ConfigError(
-                f"{type(self).__name__} expects a {self.config_class.__name__} or a dict, got {type(config).__name__}"
-            )
-        elif not isinstance(config, self.config_class) or overrides:
-            config = self.config_class.model_validate({**config.model_dump(exclude_unset=True), **overrides})
-        super().__init__(config)
+        # A dict or another filter's config (e.g. the base FilterConfig) is validated as this
+        # filter's model, so a wrong type fails with a field-level message.
+        super().__init__(config, **overrides)
 
     @property
     def needs_entropies(self) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
 from ragen_env_bandit.config import TEST_PAIRS, TRAIN_PAIRS, BanditConfig
@@ -49,7 +50,7 @@ class BanditEnv(Env):
         self._low_arm = ""
         self._high_arm = ""
         self._payout_rng = make_rng(0, 0, "bandit-payout")
-        self._observation = "Call reset(seed) to start a bandit game."
+        self._observation = ""
         self._done = False
 
     # ----------------------------------------------------------------- episode
@@ -75,7 +76,9 @@ class BanditEnv(Env):
 
     def step(self, action: str) -> StepResult:
         """Pull the named arm; any other string is an invalid action that ends the episode."""
-        if self._arms is None or self._done:
+        if self._arms is None:
+            raise EnvError("BanditEnv.step/render called before reset(seed)")
+        if self._done:
             info = self._info(chose=None)
             return StepResult(self._observation, 0.0, True, info)
 
@@ -93,6 +96,8 @@ class BanditEnv(Env):
         return StepResult(self._observation, self.finite(reward), True, self._info(chose=chose))
 
     def render(self) -> str:
+        if self._arms is None:
+            raise EnvError("BanditEnv.step/render called before reset(seed)")
         return self._observation
 
     def instruction(self) -> str:

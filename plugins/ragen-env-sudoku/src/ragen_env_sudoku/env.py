@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
 from ragen_env_sudoku.config import SudokuConfig
@@ -77,7 +78,9 @@ class SudokuEnv(Env):
     def step(self, action: str) -> StepResult:
         """Apply one placement; never raises on any input."""
         cfg = self.config
-        if self._puzzle is None or self._done:
+        if self._puzzle is None:
+            raise EnvError("SudokuEnv.step/render called before reset(seed)")
+        if self._done:
             return StepResult(self.render(), 0.0, True, self._info(valid=False, effective=False))
         n = self._puzzle.grid_size
         self._steps += 1
@@ -121,7 +124,7 @@ class SudokuEnv(Env):
 
     def render(self) -> str:
         if self._puzzle is None:
-            return "Call reset(seed) to get a Sudoku puzzle."
+            raise EnvError("SudokuEnv.step/render called before reset(seed)")
         view = BoardView(
             n=self._puzzle.grid_size,
             givens=self._puzzle.givens,

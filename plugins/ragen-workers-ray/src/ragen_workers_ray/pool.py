@@ -298,6 +298,9 @@ class RayEnvPool(EnvPool):
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
+        from ragen_core.rollout.env_pool import check_resets
+
+        check_resets(requests)
         self._connect()
         self._live, self._lost, self._finished = {}, {}, set()
         count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
@@ -351,17 +354,15 @@ class RayEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        from ragen_core.rollout.env_pool import one_request_per_episode
+        from ragen_core.rollout.env_pool import check_steps
 
-        one_request_per_episode(requests)
+        check_steps(requests, self._live.keys() | self._lost.keys())
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[tuple[int, Any]]] = {}
         """Actor index -> (episode id, result ref) still to answer, in the order the actor runs them."""
         for r in requests:
             if r.episode_id in self._lost:
                 outcomes[r.episode_id] = StepOutcome(r.episode_id, "", end_reason="failed", error=self._lost[r.episode_id])
-            elif r.episode_id not in self._live:
-                raise ValueError(f"episode {r.episode_id} is not running in this pool (reset it first)")
         for r in requests:
             if r.episode_id in self._live:
                 k = self._live[r.episode_id]

@@ -1,0 +1,102 @@
+"""A Python caller's mistake is a one-line RagenError naming what to fix, as on the command line.
+
+Each case raised a bare KeyError, ValueError, TypeError, AttributeError or a multi-line pydantic
+ValidationError (session 23's walk of the Python API).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.errors import ConfigError, EnvError, PluginConfigError, PluginNotFoundError, RagenError, UsageError
+from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
+from ragen_core.rollout.env_pool import LocalEnvPool
+from ragen_core.testing.run_helpers import register_toy_env
+from ragen_core.testing.toy_env import CorridorEnv
+
+
+def _one_line(exc: BaseException) -> str:
+    assert isinstance(exc, RagenError), f"{type(exc).__name__}: {exc}"
+    assert exc.message.count("\n") == 0, exc.message
+    return str(exc)
+
+
+def test_an_env_factory_that_cannot_be_imported_is_a_config_error():
+    pool = LocalEnvPool(EnvRef(name="x", factory="no_such_module_here:Thing"))
+    with pytest.raises(ConfigError, match=r"env factory 'no_such_module_here:Thing' cannot be imported: ModuleNotFoundError") as info:
+        pool.reset([ResetRequest(0, 1)])
+    _one_line(info.value)
+    with pytest.raises(ConfigError, match="cannot be imported: AttributeError"):
+        EnvRef(name="x", factory="ragen_core.testing.toy_env:NoSuchEnv").build()
+
+
+def test_requests_check_their_fields():
+    with pytest.raises(UsageError, match="ResetRequest.mode takes 'train' or 'val', not 'validation'"):
+        ResetRequest(0, 1, mode="validation")  # an env would have reset it in the training split
+    with pytest.raises(UsageError, match="ResetRequest.seed takes an int, not str '3'"):
+        ResetRequest(0, "3")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="StepRequest.actions takes a sequence of action strings"):
+        StepRequest(0, "Right")  # type: ignore[arg-type]  # five actions R, i, g, h, t
+    import numpy as np
+
+    assert ResetRequest(np.int64(2), np.int64(7)).seed == 7  # numpy integers are integers
+
+
+def test_a_seed_beyond_64_bits_is_a_usage_error():
+    env = CorridorEnv()
+    with pytest.raises(UsageError, match=r"seed 1180591620717411303424 does not fit in 64 bits") as info:
+        env.reset(2**70)
+    assert isinstance(info.value, ValueError)  # still what a caller catching ValueError expects
+
+
+def test_registry_calls_name_what_they_take():
+    with pytest.raises(UsageError, match=r"cannot register an object: register takes a plugin spec \(EnvSpec, "):
+        registry.register(object())  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="an env name is a non-empty string, not None"):
+        registry.make_env(None)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="an env name is a non-empty string, not ''"):
+        registry.find("env", "")
+    name = register_toy_env()
+    with pytest.raises(PluginNotFoundError) as info:
+        registry.find("env", f"ragen-env-nope:{name}")
+    hints = info.value.hints
+    assert hints == [f"env {name!r} comes from <in-process>, not 'ragen-env-nope': write {name!r} or '<in-process>:{name}'"], hints
+
+
+def test_keyword_settings_of_a_plugin_object_fail_in_one_line_naming_the_class():
+    with pytest.raises(PluginConfigError) as info:
+        LocalEnvPool(EnvRef(name="x"), thread=4)
+    text = _one_line(info.value)
+    assert text.startswith("LocalPoolConfig: invalid config: thread: unknown key (did you mean 'threads'?)"), text
+    assert "LocalPoolConfig takes: step_timeout_s, reset_timeout_s, threads" in text
+    with pytest.raises(PluginConfigError, match=r"CorridorConfig: invalid config: max_turns: .*\(got 0\)"):
+        CorridorEnv({"max_turns": 0})
+    assert CorridorEnv({"max_turns": 3}).config.max_turns == 3  # a dict of settings is a config
+    with pytest.raises(ConfigError, match="expected a CorridorConfig or a dict of its settings, got list"):
+        CorridorEnv([("max_turns", 3)])  # type: ignore[arg-type]
+
+
+def test_trainer_takes_a_dict_of_settings_and_refuses_anything_else(tmp_path):
+    from ragen_core.trainer import Trainer
+
+    with pytest.raises(ConfigError, match=r"stpes: unknown key \(did you mean 'steps'\?\)"):
+        Trainer({"env": register_toy_env(), "stpes": 3, "run_dir": str(tmp_path / "a")})
+    with pytest.raises(UsageError, match="Trainer takes a RunConfig or a dict of its settings, not str"):
+        Trainer("bandit")  # type: ignore[arg-type]
+    assert not (tmp_path / "a").exists(), "a refused config must leave no run folder"
+    with Trainer({"env": register_toy_env(), "steps": 3, "run_dir": str(tmp_path / "b"), "model": "tiny"}) as trainer:
+        assert trainer.config.steps == 3 and trainer.config.env == register_toy_env()
+
+
+def test_env_step_before_reset_is_an_env_error_in_every_shipped_env():
+    from ragen_core.distributions import ALL_DISTRIBUTIONS
+
+    shipped = [e.name for e in registry.entries("env") if e.dist_name in ALL_DISTRIBUTIONS]
+    assert {"bandit", "sudoku", "sokoban"} <= set(shipped), shipped
+    for name in shipped:
+        if name in ("webshop", "lean", "searchqa", "deepcoder"):
+            continue  # these need data or a service to build at all (their own tests cover reset order)
+        env = registry.make_env(name)
+        with pytest.raises(EnvError, match="reset"):
+            env.step("1")
