@@ -41,3 +41,18 @@ def test_plot_of_a_metrics_file_suggests_its_folder_quoted(tmp_path, capsys):
     err = capsys.readouterr().err
     said = err.split("ragen plot ", 1)[1].splitlines()[0]
     assert shlex.split(said) == [str(run_dir)]
+
+
+def test_a_used_folder_names_the_python_calls_beside_the_flags(tmp_path):
+    """A notebook user calling Trainer(config) was told only about --resume and --overwrite."""
+    used = tmp_path / "used"
+    (used / "checkpoints" / "step_1").mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        claim_run_dir(used)
+    assert "Trainer(config, resume=True) or Trainer(config, overwrite=True)" in info.value.hints[0]
+    empty_handed = tmp_path / "no-checkpoint"
+    empty_handed.mkdir()
+    (empty_handed / "metrics.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        claim_run_dir(empty_handed)
+    assert "--overwrite to start it again (Trainer(config, overwrite=True))" in info.value.hints[0]

@@ -133,9 +133,11 @@ def claim_run_dir(run_dir: Path, *, overwrite: bool = False, log: Any = print) -
         shown = ", ".join(entries[:4]) + (f", ... ({len(entries)} entries)" if len(entries) > 4 else "")
         checkpoints = run_dir / "checkpoints"
         if checkpoints.is_dir() and any(p.name.startswith("step_") for p in checkpoints.iterdir()):
-            hint = f"continue that run with 'ragen run --resume {shell_word(run_dir)}', choose another --run-dir, or pass --overwrite to replace it"
+            hint = (f"continue that run with 'ragen run --resume {shell_word(run_dir)}', choose another --run-dir, or pass --overwrite "
+                    "to replace it (from Python: Trainer(config, resume=True) or Trainer(config, overwrite=True))")
         else:  # nothing to resume from: --resume would refuse it
-            hint = "it holds no checkpoint to resume from: pass --overwrite to start it again, or choose another --run-dir"
+            hint = ("it holds no checkpoint to resume from: pass --overwrite to start it again (Trainer(config, overwrite=True)), "
+                    "or choose another --run-dir")
         raise ConfigError(f"run directory {run_dir} is not empty ({shown})", [hint])
     if entries:
         ours = set(RUN_ENTRIES) | {f"{name}.tmp" for name in RUN_ENTRIES}
