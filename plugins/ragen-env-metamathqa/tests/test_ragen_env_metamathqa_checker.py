@@ -33,6 +33,15 @@ TABLE = [
     ("(2, 1)", "(1, 2)", False, False),  # order matters in tuples
     ("x^2+2x+1", "(x+1)^3", False, False),
     ("e^{i\\pi}", "-1", False, False),  # e is a symbol, not Euler's number
+    # a word after a number is a unit only when it is not a number word or an operation (all accepted once)
+    ("2 thousand", "2", False, False),
+    ("3 million", "3", False, False),
+    ("5 dozen", "5", False, False),
+    ("18 squared", "18", False, False),
+    ("4 cubed", "4", False, False),
+    ("3 halves", "3", False, False),
+    ("18 plus one", "18", False, False),  # an operation we cannot read: wrong, no fall-back to 18
+    ("7 times 3", "3", False, False),
     # only the math checker accepts
     ("\\frac{1}{2}", "0.5", False, True),
     ("1/2", "\\frac{1}{2}", False, True),
@@ -84,6 +93,15 @@ TABLE = [
     ("x^2+2x+1", "(x+1)^2", False, True),  # same values at the three test points
     ("(0.5, 3)", "\\left(\\frac12, 3\\right)", False, True),
     ("1e3", "1000", False, True),
+    ("2 thousand", "2000", False, True),  # number words scale
+    ("1.5 million dollars", "1500000", False, True),
+    ("5 dozen", "60", False, True),
+    ("18 squared", "324", False, True),
+    ("4 cubed", "64", False, True),
+    ("3 halves", "\\frac32", False, True),
+    ("2 thirds", "\\frac{2}{3}", False, True),
+    ("2 percent", "0.02", False, True),  # as 2%
+    ("\\frac{1}{2} hour", "0.5", False, True),  # a unit after a fraction
 ]
 
 

@@ -15,8 +15,9 @@ is the same number or expression as the label:
    degree signs, ``\\%``.
 4. **Plain numbers** (:func:`fast_values`) in exact rational arithmetic: integers, decimals,
    signs, thousands separators (``1,500``), ``a/b``, ``\\frac{a}{b}``, mixed numbers (``1 1/2``),
-   scientific notation, a trailing percent (``25%`` reads as 25 and as 0.25) and trailing unit
-   words (``18 dollars``). Equal values match. A decimal with ``d >= 2`` decimals also matches
+   scientific notation, a trailing percent (``25%`` reads as 25 and as 0.25; ``25 percent`` too),
+   number words that change the value (``2 thousand``, ``5 dozen``, ``18 squared``, ``2 thirds``)
+   and trailing unit words (``18 dollars``, ``1.5 million dollars``). Equal values match. A decimal with ``d >= 2`` decimals also matches
    a non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
    decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or
    two exact values, must be equal.
@@ -35,7 +36,8 @@ is the same number or expression as the label:
    is then killed and restarted), the numeric verdict stands.
 6. **Prose fallback.** When the extracted text cannot be read at all ("I think it is 18"), the
    last stand-alone number in it is compared instead. Text that *can* be read and differs is
-   wrong: ``2x+3`` never falls back to ``3``.
+   wrong: ``2x+3`` never falls back to ``3``, and neither does an operation written in words
+   after a number (``18 plus one`` is not 18).
 
 Why this shape: a step must not hang on a hostile reply, yet a thread cannot be killed, a
 subprocess per check costs milliseconds (the goal is 5,000 checks/s), and ``signal``
@@ -239,9 +241,20 @@ _RE_FRAC = re.compile(rf"([+-]?)\s*\\frac\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}\s*\{{
 _RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1/2 in LaTeX
 _RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
 _RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
-_RE_UNITS = re.compile(r"(.*?[\d%])\s+([a-zA-Z][a-zA-Z.\s/]*)")
+_RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*)")
 #: Words that are mathematics, not units, after a number.
 _NOT_UNITS = frozenset({"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k", "and", "or", "to", "by", "mod"})
+#: Number words right after a number that change its value (``2 thousand``, ``5 dozen``, ``18 squared``,
+#: ``2 thirds``): applied, not dropped as a unit ("2 thousand" was read as 2). A unit may follow.
+_SCALES = {"hundred": Fraction(100), "thousand": Fraction(10**3), "million": Fraction(10**6), "billion": Fraction(10**9),
+           "trillion": Fraction(10**12), "dozen": Fraction(12)}
+_POWERS = {"squared": 2, "cubed": 3}
+_PARTS = {word: n for n, words in enumerate((("half", "halves"), ("third", "thirds"), ("quarter", "quarters", "fourth", "fourths"),
+                                             ("fifth", "fifths"), ("sixth", "sixths"), ("seventh", "sevenths"), ("eighth", "eighths"),
+                                             ("ninth", "ninths"), ("tenth", "tenths")), start=2) for word in words}
+#: Operations written as words after a number: an answer we cannot read, so wrong (no fall-back to
+#: its last number: "18 plus one" is not 18).
+_RE_WORD_OPERATION = re.compile(r"[\d}]\s+(?:plus|minus|times|over|divided|multiplied|less|more|squared|cubed)\b", re.IGNORECASE)
 
 
 def _decimal(literal: str) -> tuple[Fraction, int | None] | None:
@@ -265,14 +278,27 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     if len(text) > 2 * MAX_DIGITS + 20:
         return None
     units = _RE_UNITS.fullmatch(text)
-    if units and not set(units.group(2).lower().replace(".", " ").replace("/", " ").split()) & _NOT_UNITS:
-        text = units.group(1)
+    word = ""
+    if units:
+        words = units.group(2).lower().replace(".", " ").replace("/", " ").split()
+        if set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS:
+            units = None
+        else:
+            text, word = units.group(1), words[0]
+            if word in ("percent", "pct") or words[:2] == ["per", "cent"]:
+                text, word = text + "%", ""
     percent = text.endswith("%")
     if percent:
         text = text[:-1].rstrip()
     num = _read_number(text)
     if num is None:
         return None
+    if word in _SCALES:
+        num = _Num(num.value * _SCALES[word], None)
+    elif word in _POWERS:
+        num = _Num(num.value ** _POWERS[word], None)
+    elif word in _PARTS:
+        num = _Num(num.value / _PARTS[word], None)
     if not percent:
         return (num,)
     return (num, _Num(num.value / 100, (num.decimals or 0) + 2))
@@ -717,7 +743,7 @@ def math_equal(
         if not pred:
             return False
         verdict = _compare(pred, gold)
-        if verdict is None:
+        if verdict is None and not _RE_WORD_OPERATION.search(pred):
             numbers = _LAST_NUMBER.findall(pred)
             verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
         return bool(verdict)
