@@ -275,6 +275,69 @@ def test_sympy_past_its_time_limit_is_killed_and_the_numeric_verdict_stands():
     assert worker().timeouts == before + 1
     # the replacement worker answers the next question
     assert math_equal("1+10^{-13}", "1") is False
+    # the same pair again (a group's members often repeat an answer) is remembered as undecided: no second wait
+    assert math_equal("(x+1)^{300}(x-1)^{300}", "(x^2-1)^{300}", symbolic_time_limit_s=0.5) is True
+    assert worker().timeouts == before + 1
+
+
+def test_the_worker_outlives_the_thread_that_started_it():
+    """Pools step episodes in short-lived threads; PR_SET_PDEATHSIG fires when the starting *thread*
+    ends, so the worker was killed after every turn and sympy imported again (~1.5 s a turn)."""
+    import threading
+
+    w = worker()
+    w.close()  # the next question starts a worker, from the thread below
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(math_equal("x^2+4x+4", "(x+2)^2")))
+    thread.start()
+    thread.join()
+    assert answers == [True]
+    proc = w._proc
+    assert proc is not None
+    time.sleep(1.0)  # two of the worker's parent checks (PARENT_CHECK_S)
+    assert proc.poll() is None, "the sympy worker died with the thread that started it"
+    assert math_equal("x^2+6x+9", "(x+3)^2") and w._proc is proc  # the same worker answers
+
+
+def test_the_worker_exits_when_its_parent_is_gone():
+    """A parent killed while the worker computes leaves no orphan (stdin's end covers an idle
+    worker; the sleep below stands for a long sympy call)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    worker_code = ("import os, time\n"
+                   "from ragen_env_metamathqa.symbolic import _die_with\n"
+                   "_die_with(int(os.environ['WATCH']), every_s=0.1)\n"
+                   "print('watching', flush=True)\n"  # the parent's stdout, which it shares
+                   "time.sleep(60)\n")
+    parent_code = ("import os, subprocess, sys, time\n"
+                   f"child = subprocess.Popen([sys.executable, '-c', {worker_code!r}], start_new_session=True, "
+                   "env={**os.environ, 'WATCH': str(os.getpid())})\n"
+                   "print(child.pid, flush=True)\n"
+                   "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert parent.stdout.readline() == "watching\n"
+    finally:
+        parent.kill()
+        parent.wait()
+
+    def running(pid: int) -> bool:  # a zombie has exited (nobody may reap it in a container)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if running(child):
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the sympy worker outlived its killed parent by 10 s")
 
 
 def test_env_config_switches_the_sympy_check():

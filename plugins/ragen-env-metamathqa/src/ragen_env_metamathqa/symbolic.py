@@ -18,8 +18,9 @@ powers) and ``simplify`` has no time bound. A thread cannot be stopped; a proces
 is started once per process on first use (importing sympy takes about a second, outside the
 check's time limit), answers one question per JSON line, and is killed and restarted when a
 question outlives ``time_limit_s`` (the replacement starts at once, so its import overlaps the
-caller's next steps). The trees come from our parser only: the worker never parses
-or ``eval``-s text. It caps its own address space (1 GiB) and dies with its parent.
+caller's next steps; the pair is remembered as undecided, so a group repeating it does not pay
+again). The trees come from our parser only: the worker never parses or ``eval``-s text. It caps
+its own address space (1 GiB) and exits when the process that started it is gone.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ Tree = tuple[Any, ...]
 STARTUP_TIMEOUT_S = 60.0
 #: Address-space cap of the worker, bytes.
 WORKER_MEMORY_BYTES = 1 << 30
-#: Definite verdicts remembered per process (a group's episodes share labels and often answers).
+#: Verdicts remembered per process (a group's episodes share labels and often answers), including
+#: "undecided in time": a hostile pair repeated by a group costs one time limit, not one each.
 CACHE_SIZE = 4096
+#: Seconds between the worker's checks that the process that started it is still there.
+PARENT_CHECK_S = 0.5
 
 
 def is_plain_number(tree: Tree) -> bool:
@@ -60,7 +64,7 @@ class SympyWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._pid = os.getpid()
-        self._cache: dict[tuple[Tree, Tree], bool] = {}
+        self._cache: dict[tuple[Tree, Tree], bool | None] = {}
         self.unavailable: str | None = None
         self.timeouts = 0
 
@@ -88,13 +92,13 @@ class SympyWorker:
                 self.timeouts += 1
                 self._stop()
                 self._spawn()  # the replacement imports sympy while the caller goes on
-                return None
-            verdict = json.loads(line)
-        if verdict is not None:
+                verdict = None
+            else:
+                verdict = json.loads(line)
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
-            self._cache[key] = bool(verdict)
-        return None if verdict is None else bool(verdict)
+            self._cache[key] = None if verdict is None else bool(verdict)
+        return self._cache[key]
 
     def _ensure(self) -> subprocess.Popen[bytes] | None:
         """The running worker; starts one (or waits for the replacement already starting)."""
@@ -115,7 +119,7 @@ class SympyWorker:
         self._ready = False
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "ragen_env_metamathqa.symbolic"],
+                [sys.executable, "-m", "ragen_env_metamathqa.symbolic", str(os.getpid())],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -215,17 +219,28 @@ def _decide(a: Any, b: Any, sp: Any) -> bool | None:
     return None if verdict is None else bool(verdict)
 
 
+def _die_with(parent: int, every_s: float = PARENT_CHECK_S) -> threading.Thread:
+    """Exit this process once ``parent`` is gone, also in the middle of a long sympy call.
+
+    Not ``prctl(PR_SET_PDEATHSIG)``: Linux sends that signal when the *thread* that started the
+    worker ends, and env pools step episodes in short-lived threads, so the worker was killed after
+    every turn and sympy imported again (about 1.5 s a turn). stdin's end covers a parent that
+    exits while the worker waits for a question; this thread covers one that dies while it computes."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="die-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def _serve() -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    try:  # die with the parent (Linux)
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    _die_with(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())  # the pid it was started by (it may be gone already)
     import sympy
 
     out = sys.stdout.buffer
