@@ -121,3 +121,19 @@ def test_resume_changes_list_typed_settings_first_and_no_empty_section_as_remove
     line = record_resume_changes(tmp_path, changes, 3)
     shown = line.split(" from step 3 on: ")[1]
     assert shown.startswith("diagnostics [] -> ['collapse'], optim.lr ")  # both sides set: listed before the added fields
+
+
+def test_naming_a_preset_that_changes_nothing_keeps_the_saved_env_settings():
+    """--resume RUN --preset Bandit (the defaults' name) was no change for the resume check, yet the
+    run's saved env_config was dropped: the env's task went back to its defaults mid-run."""
+    from ragen_core.config import load_config
+    from ragen_core.testing.installed import require_distribution
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.run_dir import stale_plugin_settings
+
+    require_distribution("ragen-env-bandit")
+    saved = {"env": "bandit", "preset": None, "env_config": {"hi_arm_hiscore_prob": 0.5}}
+    same = load_config(RunConfig, [], ["preset=Bandit"], base=saved)
+    assert stale_plugin_settings(saved, same) == []
+    other = load_config(RunConfig, [], ["preset=BanditTest"], base=saved)
+    assert stale_plugin_settings(saved, other) == [("env_config", "preset changed from None to 'BanditTest'")]

@@ -266,6 +266,8 @@ def stale_plugin_settings(previous: dict[str, Any], config: Any) -> list[tuple[s
     filter, engine or env pool, another preset of one of them, a diagnostic no longer listed. Only
     a plugin or preset that ``previous`` names itself counts (a file that sets ``filter_config``
     alone sets it for whichever filter is chosen)."""
+    from ragen_core.trainer.config import plain_preset
+
     given = _flat(previous)
     after = _flat(config.model_dump(mode="json"))
     out: list[tuple[str, str]] = []
@@ -274,6 +276,8 @@ def stale_plugin_settings(previous: dict[str, Any], config: Any) -> list[tuple[s
         if not any(k.startswith(settings_key + ".") for k in given) or any(settings_key.startswith(d + ".") for d in dropped):
             continue  # nothing set for it, or dropped with its parent already
         for key in filter(None, (name_key, preset_key)):
+            if key == "preset" and plain_preset(str(after.get("env")), given.get(key)) == plain_preset(str(after.get("env")), after.get(key)):
+                continue  # naming an env preset that changes nothing (Bandit's "Bandit") keeps the settings, as a resume does
             if key in given and given[key] != after.get(key):
                 out.append((settings_key, f"{key} changed from {given[key]!r} to {after.get(key)!r}"))
                 dropped.append(settings_key)
