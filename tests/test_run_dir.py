@@ -151,7 +151,10 @@ def _resume_cli(run_dir: Path, *extra: str) -> int:
     return main(["run", "--resume", str(run_dir), "--no-progress", *extra])
 
 
-@pytest.mark.parametrize(("flag", "key"), [("--algo=ppo", "algo"), ("--model=tiny-qwen-tok", "model"), ("--preset=Long", "preset")])
+@pytest.mark.parametrize(("flag", "key"), [("--algo=ppo", "algo"), ("--model=tiny-qwen-tok", "model"), ("--preset=Long", "preset"),
+                                          # the checkpoint's seed schedule and RNGs won (the new seed was only recorded)
+                                          ("seed=777", "seed"), ("seed_val=999", "seed_val"),
+                                          ("optim.peft.rank=4", "optim.peft")])  # LoRA on: a traceback from the optimiser's state
 def test_resume_refuses_to_change_what_the_run_trains(tmp_path, capsys, flag, key):
     cfg = make_config(tmp_path, steps=1)
     Trainer(cfg).train()
@@ -198,6 +201,19 @@ def test_resume_names_the_checkpoint_and_every_changed_setting(tmp_path, capsys)
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2]
     rows = [json.loads(line) for line in (Path(cfg.run_dir) / "config_changes.jsonl").read_text().splitlines()]
     assert [(r["from_step"], r["changed"]) for r in rows] == [(2, {"optim.lr": [cfg.optim.lr, cfg.optim.lr / 2]})]
+
+
+def test_resume_applies_changed_optimiser_settings(tmp_path, capsys):
+    """optim.betas and optim.weight_decay were recorded as changed, but the optimiser's state loaded
+    from the checkpoint kept the old ones (only lr was set again)."""
+    import torch
+
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "optim.weight_decay=0.5", "optim.betas=[0.5,0.6]") == 0
+    state = torch.load(Path(cfg.run_dir) / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=True)
+    groups = state["optimizer"]["param_groups"]
+    assert [(tuple(g["betas"]), g["weight_decay"]) for g in groups] == [((0.5, 0.6), 0.5)] * len(groups)
 
 
 def test_resume_of_a_run_without_a_checkpoint_refuses_before_any_settings_line(tmp_path, capsys):

@@ -594,6 +594,10 @@ class CheckpointMixin:
         self._load_trained(self.model, self.optimizer, None, state["optimizer"])  # the policy's weights are loaded already
         if self.critic is not None and "critic" in state:
             self._load_trained(self.critic, self.critic_optimizer, state["critic"], state["critic_optimizer"])
+        o = self.config.optim
+        for optimizer in (self.optimizer, self.critic_optimizer):  # the run's settings, not the checkpoint's
+            for group in optimizer.param_groups if optimizer is not None else ():  # (a --resume may change them; lr: _set_lr)
+                group["betas"], group["weight_decay"] = tuple(o.betas), o.weight_decay
         if self.ref_model is not None and "ref_model" in state:
             self.ref_model.load_state_dict(state["ref_model"])
         if state.get("runner") is not None and hasattr(self.runner, "load_state_dict"):

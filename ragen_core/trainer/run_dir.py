@@ -38,8 +38,11 @@ RUN_ENTRIES = ("config.yaml", "config_changes.jsonl", "metrics.jsonl", "plugins.
 
 CHANGES_FILE = "config_changes.jsonl"
 
-RESUME_FIXED = ("env", "preset", "algo", "model")
-"""Settings that say what a run trains: a resume refuses to change them (that is a new run)."""
+RESUME_FIXED = ("env", "preset", "algo", "model", "seed", "seed_val", "optim.peft")
+"""Settings that say what a run trains: a resume refuses to change them (that is a new run). The
+seeds: the checkpoint carries the run's seed schedule and RNG states, which a new seed would not
+reach (it was recorded as changed while the run went on with the old one). ``optim.peft`` (any of
+its settings): the checkpoint's adapters and optimiser state have the run's LoRA shape."""
 
 RESUME_QUIET = ("steps", "run_dir", "progress")
 """Top-level settings a resume changes as a matter of course (not recorded)."""
@@ -221,9 +224,9 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     one; :data:`NOT_SET` stands for a side that does not have the setting at all.
 
     Raises:
-        ConfigError: ``config`` changes one of :data:`RESUME_FIXED`: the checkpoint's weights and
-            optimiser state and the rows of ``metrics.jsonl`` belong to the run's own env,
-            algorithm and model, and continuing them under another would mix two experiments.
+        ConfigError: ``config`` changes one of :data:`RESUME_FIXED`: the checkpoint's weights,
+            optimiser state, seed schedule and the rows of ``metrics.jsonl`` belong to the run's own
+            env, algorithm, model and seeds, and continuing them under another would mix two experiments.
     """
     try:
         before = _flat(_resolved(type(config).model_validate(previous)))
@@ -235,13 +238,16 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     for key in RESUME_FIXED:
         if key == "preset" and plain_preset(str(after.get("env")), before.get(key)) == plain_preset(str(after.get("env")), after.get(key)):
             continue  # naming a preset that changes nothing (or dropping it) is no change
-        if key in before and before[key] != after.get(key):
+        was, now = _section(before, key), _section(after, key)
+        if (key in before or was is not None) and was != now:
             def said(value: Any, key: str = key) -> str:
+                if isinstance(value, dict):  # a section (optim.peft): its settings
+                    return f"{key} ({', '.join(f'{k}={v!r}' for k, v in value.items())})"
                 return f"{key} {value!r}" if value is not None else f"no {key}"
 
-            raise ConfigError(f"--resume: this run trains {said(before[key])}; continuing it with {said(after.get(key))} "
+            raise ConfigError(f"--resume: this run trains {said(was)}; continuing it with {said(now)} "
                               "would mix two experiments in one run directory",
-                              [f"start a new run for {said(after.get(key))} (drop --resume), or resume without changing {key}"])
+                              [f"start a new run for {said(now)} (drop --resume), or resume without changing {key}"])
     keys = sorted(set(before) | set(after))
     changes = {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
                if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
@@ -340,6 +346,15 @@ def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_ste
     shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in ordered[:8])
     more = f" and {len(changes) - 8} more" if len(changes) > 8 else ""
     return f"resume: settings changed from the run's config.yaml from step {from_step} on: {shown}{more} (recorded in {CHANGES_FILE})"
+
+
+def _section(flat: dict[str, Any], key: str) -> Any:
+    """The value of ``key`` in a :func:`_flat` dict, or its section's settings as a dict (``optim.peft``
+    -> ``{"rank": 8, ...}``); None when it has neither."""
+    if key in flat:
+        return flat[key]
+    inner = {k[len(key) + 1:]: v for k, v in flat.items() if k.startswith(key + ".")}
+    return inner or None
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
