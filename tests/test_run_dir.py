@@ -137,6 +137,27 @@ def test_resume_refuses_an_empty_or_unreadable_config_yaml(tmp_path, capsys, con
     assert _snapshot(Path(cfg.run_dir)) == before
 
 
+@pytest.mark.parametrize(("bad", "said"), [
+    (("--filter", "snr-topp", "filter_config.loss_scaling=linear", "optim.filter_loss_scaling=linear"), "scaled twice"),
+    (("rollout.extra.foo=1",), "rollout.extra.foo: unknown RolloutConfig field"),
+    (("rollout.extra.max_context_turns=abc",), "rollout.extra.max_context_turns"),
+    (("device=cuda:7",), "device=cuda:7"),  # no such device here (none at all in CI)
+])
+def test_overwrite_keeps_the_old_run_when_the_new_config_is_refused(tmp_path, capsys, bad, said):
+    """--overwrite removed the run first; the new run then failed on a setting checked only later
+    (and --print-config had accepted it): nothing was left of either run."""
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    before = _snapshot(Path(cfg.run_dir))
+    capsys.readouterr()
+    assert _run_cli(Path(cfg.run_dir), "--steps", "1", "--overwrite", *bad) == 2
+    assert said in one_line_error(capsys.readouterr().err)
+    assert _snapshot(Path(cfg.run_dir)) == before
+    if not bad[0].startswith("device"):  # --print-config checks settings, not this machine's devices
+        assert main(["run", "--env", register_toy_env(), "--print-config", *bad]) == 2
+        assert said in one_line_error(capsys.readouterr().err)
+
+
 def test_a_finished_run_holds_only_entries_that_overwrite_knows(tmp_path):
     """``overwrite`` removes only what a run writes: every entry of a finished run must be in that list."""
     from ragen_core.trainer.run_dir import RUN_ENTRIES

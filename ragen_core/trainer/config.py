@@ -424,7 +424,8 @@ class RunConfig(_Section):
 
 def check_plugin_configs(config: RunConfig) -> None:
     """Validate the settings of every plugin a run names, from specs only: env, algorithm,
-    estimator, filter, engine, env pool and diagnostics.
+    estimator, filter, engine, env pool and diagnostics; and the settings that combine them
+    (loss scaling set twice, ``rollout.extra``).
 
     Imports no implementation (no torch), so a bad recipe, config file or override is reported
     before a model loads (``ragen run`` and ``--print-config`` call it first; so does
@@ -433,6 +434,7 @@ def check_plugin_configs(config: RunConfig) -> None:
     :class:`~ragen_core.errors.PluginNotFoundError`).
     """
     from ragen_core import registry
+    from ragen_core.errors import ConfigError
 
     # where=: errors name each key where the run config holds it (env_config.max_turns), as typed
     registry.make_config("env", config.env, dict(config.env_config), preset=config.preset, where="env_config")
@@ -443,13 +445,21 @@ def check_plugin_configs(config: RunConfig) -> None:
     budget_check = getattr(algo, "check_response_budget", None)  # AlgorithmConfig's (DAPO's overlong window)
     if budget_check is not None:
         budget_check(config.sampling.train.max_new_tokens)
-    registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset,
-                         where="filter_config").check_group_size(config.rollout.group_size)  # type: ignore[attr-defined]
+    filter_config = registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset,
+                                         where="filter_config")
+    filter_config.check_group_size(config.rollout.group_size)  # type: ignore[attr-defined]
+    if config.optim.filter_loss_scaling != "none" and getattr(filter_config, "loss_scaling", "none") != "none":
+        raise ConfigError("optim.filter_loss_scaling and filter_config.loss_scaling are both set: the advantages would be scaled twice",
+                          ["keep one of them (set the other to 'none')"])
     registry.make_config("engine", config.engine, dict(config.engine_config), where="engine_config")
     registry.make_config("pool", config.rollout.pool, dict(config.rollout.pool_config), where="rollout.pool_config")
     for name in config.diagnostics:
         registry.make_config("diagnostic", name, dict(config.diagnostics_config.get(name) or {}), where=f"diagnostics_config.{name}")
     _unlisted_diagnostic_settings(config)
+    from ragen_core.trainer.setup import rollout_config
+
+    for mode in ("train", "val"):  # rollout.extra: its keys and values, as the runners will take them
+        rollout_config(config, mode)
 
 
 def _critic_agrees(algo_name: str, algo: Any) -> None:

@@ -65,13 +65,13 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
         "seed_val": config.seed_val,
     }
     values.update(r.extra)
-    fields = getattr(RolloutConfig, "model_fields", None)
-    if fields is not None:
-        unknown = [k for k in r.extra if k not in fields]
-        if unknown:
-            raise ConfigError(f"invalid config: rollout.extra.{unknown[0]}: unknown RolloutConfig field", [f"known fields: {', '.join(fields)}"])
-        values = {k: v for k, v in values.items() if k in fields and v is not None}
-    return RolloutConfig(**values)
+    fields = RolloutConfig.model_fields
+    unknown = [k for k in r.extra if k not in fields]
+    if unknown:
+        raise ConfigError(f"invalid config: rollout.extra.{unknown[0]}: unknown RolloutConfig field", [f"known fields: {', '.join(fields)}"])
+    from ragen_core.config import validate
+
+    return validate(RolloutConfig, {k: v for k, v in values.items() if k in fields and v is not None}, prefix="rollout.extra")
 
 
 def make_runner(config: RunConfig, engine: Any, tokenizer: Any, mode: str = "train", *, pool: Any = None, **sizes: Any) -> Any:

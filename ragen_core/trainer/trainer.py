@@ -193,6 +193,8 @@ class Trainer(CheckpointMixin):
         for warning in [*run_warnings(cfg), *self._warnings] if world.main else []:
             print(f"warning: {warning}", file=sys.stderr)
         changes: dict[str, list[Any]] = {}
+        # this machine's device: a device=cuda on a CPU machine is refused before --overwrite removes anything
+        self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
         if world.main and self.run_dir.is_dir():  # before a checkpoint is read or --overwrite removes anything
             self._dir_lock = RunDirLock(self.run_dir)
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
@@ -204,19 +206,11 @@ class Trainer(CheckpointMixin):
             if world.main:
                 claim_run_dir(self.run_dir, overwrite=self.overwrite)  # a fresh run starts in an empty folder
                 self._dir_lock = self._dir_lock or RunDirLock(self.run_dir)
-        self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config, preset=cfg.algo_preset)
         acfg = self.algorithm.config
         self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config, preset=acfg.estimator_preset)
         self.filter = registry.make("filter", cfg.filter, cfg.filter_config, preset=cfg.filter_preset)
-        if cfg.optim.filter_loss_scaling != "none" and self.filter.loss_scaling != "none":
-            from ragen_core.errors import ConfigError
-
-            raise ConfigError(
-                "optim.filter_loss_scaling and filter_config.loss_scaling are both set: the advantages would be scaled twice",
-                hints=["keep one of them (set the other to 'none')"],
-            )
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
