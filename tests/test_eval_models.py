@@ -71,6 +71,17 @@ def test_eval_refuses_a_model_override_beside_a_shipped_policy(capsys):
     assert one_line_error(text) == "ConfigError: --model warm is a shipped policy of the tiny model, but model=some/other-model is set too"
 
 
+@pytest.mark.parametrize(("override", "flag"), [("rollout.group_size=3", "--group-size 3"), ("val_groups=4", "--groups 4"),
+                                                ("rollout.env_groups=5", "--groups 5"), ("val_group_size=2", "--group-size 2")])
+def test_eval_refuses_group_sizes_as_overrides(capsys, override, flag):
+    """rollout.group_size=3 was accepted and ignored: the episodes are --groups x --group-size."""
+    from ragen_core.testing.run_helpers import one_line_error
+
+    rc, text = _eval(capsys, override)
+    assert rc == 2 and one_line_error(text).startswith(f"ConfigError: ragen eval sizes its episodes with {flag.split()[0]}, not ")
+    assert f"hint: give {flag}" in text
+
+
 def test_eval_says_when_the_shipped_policy_was_not_built_for_the_env(capsys):
     from ragen_core.testing.toy_env import register_toy_env
 

@@ -215,6 +215,13 @@ def run(args: argparse.Namespace) -> int:
     elif run_settings is not None:
         preset = f", preset {run_settings['preset']!r}" if run_settings.get("preset") else ""
         print(f"env settings: from the run's config.yaml (env {env!r}{preset}; flags and overrides win)", file=sys.stderr)
+    sizes = {"rollout.env_groups": "--groups", "val_groups": "--groups", "rollout.group_size": "--group-size", "val_group_size": "--group-size"}
+    for override in args.overrides:
+        key = override.partition("=")[0].strip()
+        if key in sizes:  # the evaluation set is --groups x --group-size: the override was silently ignored
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError(f"ragen eval sizes its episodes with {sizes[key]}, not {key}", [f"give {sizes[key]} {override.partition('=')[2]}"])
     flags = [f"env={env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
         flags.append(f"preset={args.preset}")
