@@ -25,7 +25,8 @@ def test_tiny_run_with_collapse_diagnostic_then_diagnose_draws_regime_plot(tmp_p
     cfg = load_config(RunConfig, [], [
         f"env={env}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
         "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4", "optim.micro_batch_size=4",
-        "sampling.train.max_new_tokens=24", "sampling.val.max_new_tokens=24", "steps=2", "test_freq=0", "save_freq=0",
+        "sampling.train.max_new_tokens=24", "sampling.val.max_new_tokens=24", "steps=2", "test_freq=0", "save_freq=1",
+        "keep_checkpoints=2", "save_rollouts=true",
         "progress=false", "warm_start.episodes=8", "warm_start.epochs=2", "warm_start.target_valid_rate=0",
         "warm_start.check_episodes=2", f"warm_start.cache_dir={tmp_path / 'ws'}", f"run_dir={run_dir}",
     ])
@@ -54,3 +55,17 @@ def test_tiny_run_with_collapse_diagnostic_then_diagnose_draws_regime_plot(tmp_p
     assert regime.is_file() and regime.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (run_dir / "diagnostics.html").read_text(encoding="utf-8")
     assert "collapse_regimes" in html
+
+    # offline: step_1's weights on step 2's rollouts, with the run's settings (num_samples 8, z_source auto)
+    # reproduce step 2's logged values; they were paired with step 1's rollouts, under the defaults, filed as step 1
+    done = subprocess.run([sys.executable, "-m", "ragen_core.cli.main", "diagnose", str(run_dir), "--checkpoint", "step_1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "settings: the run's diagnostics_config.collapse (z_source=auto, num_samples=8" in done.stderr
+    (offline,) = [json.loads(line) for line in (run_dir / "diagnostics_offline.jsonl").read_text().splitlines() if line.strip()]
+    assert offline["step"] == 2
+    for key in ("collapse_first_turn_sample/mi_estimate", "collapse_trajectory_sample/conditional_entropy_est",
+                "collapse_trajectory_sample/retrieval_accuracy"):
+        # same weights, tokens and pair sample; only torch's thread count differs (1 in training), which may
+        # reorder float32 sums of a few hundred log-probs: differences of ~1e-6, far below 1e-4
+        assert abs(offline[key] - rows[1][key]) < 1e-4, (key, offline[key], rows[1][key])

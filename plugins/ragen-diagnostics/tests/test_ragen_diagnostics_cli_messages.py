@@ -50,7 +50,7 @@ def _run_with_checkpoint_dir(tmp_path: Path) -> Path:
     _write_skipped(run)
     (run / "checkpoints" / "step_1").mkdir(parents=True)  # never loaded: the arguments are refused first
     (run / "rollouts").mkdir()
-    (run / "rollouts" / "step_1.jsonl").write_text("{}\n")
+    (run / "rollouts" / "step_2.jsonl").write_text("{}\n")  # sampled by step_1's weights
     return run
 
 
@@ -103,7 +103,7 @@ def test_a_folder_for_rollouts_and_a_file_for_checkpoint_are_named_as_such(tmp_p
     assert main(["diagnose", str(run), "--checkpoint", "step_1", "--rollouts", str(run / "rollouts")]) == 2
     err = capsys.readouterr().err
     assert one_line_error(err) == f"RagenError: rollouts {run / 'rollouts'} is a folder; --rollouts takes one step's file"
-    assert f"e.g. --rollouts {run / 'rollouts' / 'step_1.jsonl'} (the latest)" in err
+    assert f"e.g. --rollouts {run / 'rollouts' / 'step_2.jsonl'} (the latest)" in err
     assert main(["diagnose", str(run), "--checkpoint", str(run / "metrics.jsonl")]) == 2
     assert "is a file; a checkpoint is a folder" in one_line_error(capsys.readouterr().err)
 
@@ -195,7 +195,7 @@ def test_an_eval_export_given_as_rollouts_is_named_as_such(tmp_path, capsys):
     assert one_line_error(err) == (f"RagenError: rollouts file {exported} is a 'ragen eval --out' export (chat messages per episode), "
                                    "not saved rollouts")
     assert "save_rollouts=true" in err
-    (run / "rollouts" / "step_1.jsonl").write_text("{}\nnot json\n", encoding="utf-8")
+    (run / "rollouts" / "step_2.jsonl").write_text("{}\nnot json\n", encoding="utf-8")
     assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
     assert "holds no readable trajectory (1 not JSON, 1 JSON but not a trajectory)" in one_line_error(capsys.readouterr().err)
 
@@ -235,3 +235,36 @@ def test_the_report_of_a_skipped_run_recomputed_offline_does_not_repeat_the_advi
     assert "collapse metrics skipped during training</b> at steps 1, 5" in page
     assert "the offline recomputation below measured steps 3" in page
     assert "ragen diagnose RUN_DIR --checkpoint step_N --z-source response" not in page
+
+
+def test_an_offline_attempt_that_skipped_is_not_called_a_training_skip(tmp_path):
+    """A run that measured MI during training, then an offline recompute without --z-source response
+    that found no reasoning: the page said "collapse metrics skipped during training at steps 4"."""
+    from ragen_diagnostics.report import OFFLINE_FILE, build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    measured = {"collapse/error": 0.0, "collapse/skipped_no_reasoning": 0.0, "collapse_first_turn_sample/mi_estimate": 0.61,
+                "collapse_first_turn_sample/conditional_entropy_est": 0.2, "collapse_trajectory_sample/mi_estimate": 0.6,
+                "collapse_trajectory_sample/conditional_entropy_est": 0.2}
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **measured}) + "\n" for s in (1, 2, 3, 4)), encoding="utf-8")
+    (run / OFFLINE_FILE).write_text(json.dumps({"step": 4, "collapse/error": 0.0, "collapse/skipped_no_reasoning": 1.0}) + "\n",
+                                    encoding="utf-8")
+    build_report(run)
+    page = (run / "diagnostics.html").read_text()
+    assert "skipped during training" not in page and "collapse metrics skipped</b>" not in page
+    assert "offline recomputation skipped</b> at steps 4" in page
+
+
+def test_a_run_whose_mi_was_undefined_is_not_told_to_turn_the_diagnostic_on(tmp_path, capsys):
+    """One group (rollout.env_groups=1): the diagnostic logged mi_defined=0 with num_columns=1, and
+    diagnose advised "Turn them on when training: ragen run ... diagnostics=[collapse]"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    row = {"collapse/error": 0.0, "collapse/skipped_no_reasoning": 0.0, "collapse_first_turn_sample/mi_defined": 0.0,
+           "collapse_first_turn_sample/num_columns": 1.0, "collapse_trajectory_sample/mi_defined": 0.0}
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **row}) + "\n" for s in (1, 2)), encoding="utf-8")
+    assert main(["diagnose", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "MI needs at least 2 prompt columns" in out and "rollout.env_groups of 2 or more" in out
+    assert "Turn them on" not in out

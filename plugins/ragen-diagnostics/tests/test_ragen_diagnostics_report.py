@@ -169,7 +169,8 @@ def run_with_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
                                   reasoning="r", reasoning_ids=z, reward=0.5))
             trajectories.append(Trajectory(env="e", tag="E", group_id=g, member=m, seed=g, env_id=3 * g + m, turns=turns))
     (run / "rollouts").mkdir()
-    (run / "rollouts" / "step_5.jsonl").write_text("\n".join(json.dumps(t.to_dict()) for t in trajectories) + "\n")
+    # step 6's rollouts, sampled by the weights saved after step 5 (and scored by them before step 6's update)
+    (run / "rollouts" / "step_6.jsonl").write_text("\n".join(json.dumps(t.to_dict()) for t in trajectories) + "\n")
     return run, model, trajectories
 
 
@@ -180,10 +181,10 @@ def test_diagnose_offline_matches_the_live_diagnostic(run_with_checkpoint: tuple
     from ragen_core.trainer.context import TrainContext
 
     run, model, trajectories = run_with_checkpoint
-    loaded = load_trajectories(run / "rollouts" / "step_5.jsonl")
+    loaded = load_trajectories(run / "rollouts" / "step_6.jsonl")
     assert loaded == trajectories  # JSON round trip of the rollout records
-    offline = diagnose_offline(run / "checkpoints" / "step_5", run / "rollouts" / "step_5.jsonl")
-    live = CollapseDiagnostic().ragen_on_rollout_end(trajectories, 5, TrainContext(config=None, run_dir=run, model=model))
+    offline = diagnose_offline(run / "checkpoints" / "step_5", run / "rollouts" / "step_6.jsonl")
+    live = CollapseDiagnostic(compute_freq=1).ragen_on_rollout_end(trajectories, 6, TrainContext(config=None, run_dir=run, model=model))
     assert live is not None and offline["collapse/error"] == 0.0
     for key in ("collapse_first_turn_sample/mi_estimate", "collapse_trajectory_sample/conditional_entropy_est",
                 "collapse_trajectory_sample/retrieval_accuracy", "collapse/valid_thinking_rate"):
@@ -195,19 +196,21 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     run, _, _ = run_with_checkpoint
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_5", "--num-samples", "all"]) == 0
     rows = read_metrics(run / "diagnostics_offline.jsonl")
-    assert rows and rows[-1]["step"] == 5 and rows[-1]["collapse_trajectory_sample/num_rows"] == 18.0
+    # step 6's logged metrics are what step_5's weights measure on step 6's rollouts: filed as step 6
+    assert rows and rows[-1]["step"] == 6 and rows[-1]["collapse_trajectory_sample/num_rows"] == 18.0
     assert (run / "plots" / "collapse_regimes.png").is_file()
     page = (run / "diagnostics.html").read_text()
     assert "Offline recomputation" in page
     captured = capsys.readouterr()
-    assert "offline metrics appended" in captured.out
+    assert "offline metrics of step 6 appended" in captured.out
     stages = [line for line in captured.err.splitlines() if line.startswith("diagnose [")]  # progress on stderr
     assert [line[:14] for line in stages] == [f"diagnose [{i}/5]" for i in range(1, 6)], captured.err
     assert "collapse_first_turn_sample" in stages[2] and "collapse_trajectory_sample" in stages[3]
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_99"]) == 2
-    # --rollouts alone finds the checkpoint of the same step
-    assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_5.jsonl")]) == 0
-    assert len(read_metrics(run / "diagnostics_offline.jsonl")) == 2
+    # --rollouts alone finds the checkpoint that sampled them (the step before's)
+    assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_6.jsonl")]) == 0
+    assert [r["step"] for r in read_metrics(run / "diagnostics_offline.jsonl")] == [6, 6]
+    assert "offline metrics of step 6 appended" in capsys.readouterr().out
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "missing.jsonl"), "--checkpoint", "step_5"]) == 2
 
 

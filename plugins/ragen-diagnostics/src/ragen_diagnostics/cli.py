@@ -2,9 +2,13 @@
 
 Builds ``RUN_DIR/plots/collapse_*.png`` and ``RUN_DIR/diagnostics.html`` from ``metrics.jsonl``.
 With ``--checkpoint step_N`` and/or ``--rollouts FILE`` it first recomputes the diagnostics on
-that checkpoint and those rollouts (the missing one is taken from the run directory:
-``rollouts/step_N.jsonl`` or ``checkpoints/step_N``) and appends the result to
-``RUN_DIR/diagnostics_offline.jsonl``.
+that checkpoint and those rollouts and appends the result to ``RUN_DIR/diagnostics_offline.jsonl``
+as the step of the rollouts. The missing one is taken from the run directory as training paired
+them: a step's collapse metrics are computed on its rollouts before its update, by the weights
+saved after the step before, so ``--checkpoint step_N`` reads ``rollouts/step_{N+1}.jsonl`` (and
+reproduces step N + 1's logged values) and ``--rollouts .../step_M.jsonl`` reads
+``checkpoints/step_{M-1}``. The run's own ``diagnostics_config.collapse`` settings are used unless a
+flag says otherwise.
 
 A ``ragen`` subcommand contributed through the ``ragen_register_commands`` hook: this
 distribution's entry point ``ragen_core.commands: diagnose = ragen_diagnostics.cli`` lets
@@ -40,13 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="recompute offline with this checkpoint: a name under RUN_DIR/checkpoints (step_N) or a path")
     parser.add_argument("--rollouts", help="recompute offline on this rollouts JSONL file (default RUN_DIR/rollouts/step_N.jsonl)")
     parser.add_argument("--device", default="cpu", help="torch device for offline scoring: cpu (default), auto, cuda[:N], mps, xpu[:N]")
-    parser.add_argument("--num-samples", default=None, help="pairs per family for offline scoring (int >= 2 or 'all'; default 64)")
-    parser.add_argument("--z-source", choices=["reasoning", "response", "auto"], default="reasoning",
-                        help="Z = think-block reasoning (default), the whole reply (no-think runs), or auto")
-    parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default="shared-prefix", help="cross-scoring method")
+    parser.add_argument("--num-samples", default=None,
+                        help="pairs per family for offline scoring (int >= 2 or 'all'; default: the run's setting, else 64)")
+    parser.add_argument("--z-source", choices=["reasoning", "response", "auto"], default=None,
+                        help="Z = think-block reasoning, the whole reply (no-think runs), or auto (default: the run's setting, else reasoning)")
+    parser.add_argument("--scoring", choices=["shared-prefix", "naive"], default=None,
+                        help="cross-scoring method (default: the run's setting, else shared-prefix)")
 
 
 def _resolve_checkpoint(run_dir: Path, name: str | None, rollouts: Path | None, step_of: Any) -> Path:
+    """``--checkpoint`` as a folder; without it, the checkpoint that sampled ``rollouts``: step M's
+    rollouts come from the weights saved after step M - 1 (``checkpoints/step_{M-1}``)."""
     if name:
         path = Path(name)
         if not path.is_absolute() and not path.exists():
@@ -58,22 +66,42 @@ def _resolve_checkpoint(run_dir: Path, name: str | None, rollouts: Path | None, 
             raise RagenError(f"checkpoint {name} not found (looked for {path})", [f"list {run_dir / 'checkpoints'} for saved steps"])
         return path
     step = step_of(rollouts) if rollouts is not None else None
-    candidate = run_dir / "checkpoints" / f"step_{step}"
-    if step is None or not candidate.is_dir():
-        raise RagenError(f"no checkpoint matches the rollouts {rollouts}", ["name one with --checkpoint step_N (or a path)"])
+    if step == 1:
+        raise RagenError(f"the rollouts {rollouts} of step 1 were sampled by the run's starting weights, which the run directory "
+                         "does not keep", ["name a checkpoint with --checkpoint step_N (or a path)"])
+    candidate = run_dir / "checkpoints" / f"step_{step - 1}" if step is not None else None
+    if candidate is None or not candidate.is_dir():
+        looked = f" (looked for {candidate}: step {step}'s rollouts come from the weights saved after step {step - 1})" if step else ""
+        raise RagenError(f"no checkpoint matches the rollouts {rollouts}{looked}", ["name one with --checkpoint step_N (or a path)"])
     return candidate
 
 
 def _resolve_rollouts(run_dir: Path, given: str | None, checkpoint: Path, step_of: Any) -> Path:
+    """``--rollouts``; without it, the rollouts ``checkpoint`` sampled: the weights saved after step
+    N sampled step N + 1's rollouts, which step N + 1's logged collapse metrics were computed on
+    (before that step's update)."""
     if given:
         return Path(given)
     step = step_of(checkpoint)
-    candidate = run_dir / "rollouts" / f"step_{step}.jsonl"
-    if step is None or not candidate.is_file():
-        raise RagenError(f"no saved rollouts for checkpoint {checkpoint.name} (looked for {candidate})",
+    candidate = run_dir / "rollouts" / f"step_{step + 1}.jsonl" if step is not None else None
+    if candidate is None or not candidate.is_file():
+        looked = f" (looked for {candidate}: the weights saved after step {step} sampled step {step + 1}'s rollouts)" if candidate else ""
+        raise RagenError(f"no saved rollouts for checkpoint {checkpoint.name}{looked}",
                          ["a run saves them with save_rollouts=true (resume it with that for a new step), "
                           "or pass --rollouts FILE (another step's rollouts/step_<N>.jsonl)"])
     return candidate
+
+
+def run_settings(run_dir: Path) -> dict[str, Any]:
+    """The collapse diagnostic's settings the run trained with (``diagnostics_config.collapse`` of
+    its config.yaml; empty when it has none): an offline recompute starts from them."""
+    from ragen_core.config import read_yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    saved = (read_yaml(path).get("diagnostics_config") or {}).get("collapse")
+    return dict(saved) if isinstance(saved, dict) else {}
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -125,8 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from ragen_diagnostics import offline, report
 
     offline_only = [(flag, value) for flag, value, default in (("--num-samples", args.num_samples, None), ("--device", args.device, "cpu"),
-                                                                ("--z-source", args.z_source, "reasoning"),
-                                                                ("--scoring", args.scoring, "shared-prefix"))
+                                                                ("--z-source", args.z_source, None), ("--scoring", args.scoring, None))
                     if value != default]
     if offline_only and not (args.checkpoint or args.rollouts):  # they would change nothing: say so, not ignore them
         flags = [flag for flag, _ in offline_only]
@@ -141,17 +168,24 @@ def run(args: argparse.Namespace) -> int:
         rollouts = Path(args.rollouts) if args.rollouts else None
         checkpoint = _resolve_checkpoint(run_dir, args.checkpoint, rollouts, offline.step_of)
         rollouts = _resolve_rollouts(run_dir, args.rollouts, checkpoint, offline.step_of)
-        config: dict[str, Any] = {"scoring": args.scoring, "z_source": args.z_source}
-        if num_samples is not None:
-            config["num_samples"] = num_samples
-        step = offline.step_of(checkpoint) or offline.step_of(rollouts) or 1
+        saved = run_settings(run_dir)  # z_source, num_samples, seed, ... as the run computed them; flags win
+        given = {"scoring": args.scoring, "z_source": args.z_source, "num_samples": num_samples}
+        config: dict[str, Any] = {**saved, **{k: v for k, v in given.items() if v is not None}}
+        config.pop("compute_freq", None)
+        if saved:
+            shown = ", ".join(f"{k}={config[k]}" for k in ("z_source", "num_samples", "scoring") if k in config)
+            print(f"settings: the run's diagnostics_config.collapse ({shown}); flags win", file=sys.stderr)
+        # the step whose logged metrics this recomputes: that of the rollouts (scored before its update,
+        # by the weights saved after the step before), which also seeds the pair sampling as in training
+        checkpoint_step = offline.step_of(checkpoint)
+        step = offline.step_of(rollouts) or (checkpoint_step + 1 if checkpoint_step is not None else 1)
         stages = iter(range(1, 6))
 
         def progress(line: str) -> None:  # stages: rollouts, checkpoint, 2 families, report
             print(f"diagnose [{next(stages, 5)}/5] {line} ...", file=sys.stderr, flush=True)
 
         metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=device, step=step, progress=progress)
-        saved = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
+        written_to = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
         keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
         if metrics.get("collapse/skipped_no_reasoning"):
             print("no turn in the rollouts has reasoning (valid_thinking_rate 0): MI metrics skipped; "
@@ -160,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({k: round(metrics[k], 6) for k in sorted(keys)}, indent=1))
         if metrics.get("collapse/error"):
             print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
-        print(f"offline metrics appended to {saved}")
+        print(f"offline metrics of step {step} appended to {written_to}")
     if args.checkpoint or args.rollouts:
         print(f"diagnose [5/5] drawing the report in {run_dir} ...", file=sys.stderr, flush=True)
     written = report.build_report(run_dir)
@@ -170,8 +204,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     skipped = report.skipped_no_reasoning_steps(report.read_metrics(run_dir / "metrics.jsonl")
                                                 + report.read_metrics(run_dir / report.OFFLINE_FILE))
+    undefined = sorted({int(r["step"]) for r in report.read_metrics(run_dir / "metrics.jsonl")
+                        if any(k.endswith("/mi_defined") and v == 0 for k, v in r.items()) and isinstance(r.get("step"), (int, float))})
     if skipped:
         print(f"note: {run_dir} has no collapse metrics: {report.skipped_note(skipped)}")
+    elif undefined:  # the diagnostic ran: turning it on is not the advice
+        print(f"note: {run_dir} has no MI estimate: the collapse diagnostic ran (steps {report._step_list(undefined)}) but MI needs at "
+              "least 2 prompt columns (distinct first prompts, one per group): train with rollout.env_groups of 2 or more "
+              "(see collapse_*/num_columns in metrics.jsonl)")
     else:
         print(f"note: {run_dir} has no collapse metrics (the report shows reward and filter curves only). Turn them on when training: "
               "ragen run ... diagnostics=[collapse]; or compute them afterwards from a checkpoint and its rollouts (a run with "

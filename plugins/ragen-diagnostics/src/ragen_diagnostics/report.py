@@ -251,7 +251,7 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
         steps = _flag_steps(rows, key)
         if steps:
             parts.append(f"<p><b>{label}</b> at steps {', '.join(map(str, steps))}</p>")
-    skipped = skipped_no_reasoning_steps(rows + offline)
+    skipped = skipped_no_reasoning_steps(rows)  # during training; an offline attempt's skip is its own line below
     recomputed = sorted({int(r["step"]) for r in offline if not r.get(SKIPPED_KEY) and isinstance(r.get("step"), (int, float))})
     if skipped and recomputed:  # the advice was taken: say what the recomputation measured instead of repeating it
         parts.append(f"<p><b>collapse metrics skipped during training</b> at steps {html.escape(_step_list(skipped))} (every "
@@ -259,6 +259,10 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
                      f"{html.escape(_step_list(recomputed))}</p>")
     elif skipped:
         parts.append(f"<p><b>collapse metrics skipped</b>: {html.escape(skipped_note(skipped))}</p>")
+    offline_skipped = [step for step in skipped_no_reasoning_steps(offline) if step not in recomputed]
+    if offline_skipped:
+        parts.append(f"<p><b>offline recomputation skipped</b> at steps {html.escape(_step_list(offline_skipped))}: every turn's "
+                     "&lt;think&gt; reasoning in those rollouts was empty (recompute with --z-source response to score the whole reply)</p>")
     errors = _flag_steps(rows, "collapse/error")
     if errors:
         parts.append(f"<p><b>diagnostic errors</b> at steps {', '.join(map(str, errors))} (see the training log)</p>")
