@@ -41,6 +41,24 @@ def test_a_grpo_run_has_no_critic_panel_and_a_ppo_run_has_one():
     assert _panels(ppo)["critic"] == ["critic/vf_loss"]
 
 
+def test_the_collapse_figure_draws_the_estimates_with_units_not_the_bookkeeping():
+    """collapse.png drew the first 12 collapse keys alphabetically (error, counts, marginal std, ...):
+    MI, retrieval and H(Z) never appeared."""
+    book = {f"collapse{k}": [1.0, 2.0, 3.0 + i] for i, k in enumerate(
+        ("__error", "__valid_thinking_rate", "_first_turn_sample__num_total", "_first_turn_sample__marginal_std",
+         "_first_turn_sample__mi_defined", "_first_turn_sample__num_columns", "_first_turn_sample__mi_upper_bound",
+         "_first_turn_sample__retrieval_chance_level", "_first_turn_sample__mi_zscore_ema", "_trajectory_sample__num_rows",
+         "_trajectory_sample__num_columns", "_trajectory_sample__mi_zscore", "_first_turn_sample__marginal_mean"))}
+    estimates = {"collapse_first_turn_sample__mi_estimate": [0.6, 0.4, 0.1], "collapse_first_turn_sample__retrieval_accuracy": [1.0, 0.8, 0.5],
+                 "collapse_first_turn_sample__conditional_entropy_est": [1.0, 1.1, 1.2],
+                 "collapse_trajectory_sample__mi_estimate": [0.5, 0.3, 0.2]}
+    panel, keys = next((p, k) for p, k in plan(_rows(**book, **estimates)) if p.name == "collapse")
+    assert sorted(keys) == sorted(k.replace("__", "/") for k in estimates)
+    from ragen_core.cli.plot import LABELS
+
+    assert LABELS["collapse_first_turn_sample/mi_estimate"] == "I(X;Z) (first turn, nats/token)"
+
+
 def test_losses_get_one_axes_each_with_the_policy_loss_first(monkeypatch, tmp_path):
     panel, keys = next((p, k) for p, k in plan(GRPO) if p.name == "actor_loss")
     assert panel.own_scale and keys == ["actor/pg_loss", "actor/entropy", "actor/grad_norm"]

@@ -45,7 +45,9 @@ PANELS: list[Panel] = [
     Panel("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|chosen_in_group_reward_std|empty_after_filter)$", "", own_scale=True),
     Panel("validity", r"^(train|val-env)/[^/]+/action_is_valid$", "share of valid actions"),
     Panel("timing", r"^timing_s/(step|gen|update_actor|update_critic)$", "seconds per step"),
-    Panel("collapse", r"^collapse.*", "", own_scale=True),
+    # the collapse diagnostic's estimates, not its bookkeeping (counts, flags, errors: 12 of those hid MI)
+    Panel("collapse", r"^collapse_(first_turn|trajectory)_sample/(mi_estimate|conditional_entropy_est|reasoning_entropy_est|retrieval_accuracy)$",
+          "", own_scale=True),
 ]
 
 #: y-axis labels of metrics drawn on their own axes (others are labelled with their name)
@@ -61,6 +63,10 @@ LABELS = {
     "rollout/in_group_reward_std": "in-group reward std (all groups)",
     "rollout/chosen_in_group_reward_std": "in-group reward std (kept groups)",
     "rollout/empty_after_filter": "batches emptied by the filter",
+    **{f"collapse_{family}_sample/{key}": f"{what} ({where}, {unit})"
+       for family, where in (("first_turn", "first turn"), ("trajectory", "trajectory"))
+       for key, what, unit in (("mi_estimate", "I(X;Z)", "nats/token"), ("conditional_entropy_est", "H(Z|X)", "nats/token"),
+                               ("reasoning_entropy_est", "H(Z)", "nats/token"), ("retrieval_accuracy", "prompt retrieval", "top-1 accuracy"))},
 }
 
 MAX_SERIES = 12
