@@ -300,3 +300,41 @@ def test_a_server_given_by_url_that_goes_away_fails_the_step_naming_it(cfg):
         with pytest.raises(EnvError, match=rf"^the retrieval server at env_config.server.url {url} no longer answers \(TCP connect failed") as err:
             e.step("search[second]")
         assert "ragen run --resume" in err.value.hints[0]
+
+
+def test_a_validation_question_that_differs_in_punctuation_is_not_trained_on(tmp_path):
+    """Search-R1's NQ copy ends questions with '?', FlashRAG's does not: all 17 validation questions
+    stayed in training (the key only lower-cased)."""
+    import json
+
+    rows = [{"question": f"who wrote book number {i}?", "golden_answers": [f"author {i}"]} for i in range(10)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    val = [{"question": f"Who wrote book number {i}", "golden_answers": [f"author {i}"]} for i in (2, 5)]
+    (tmp_path / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in val), encoding="utf-8")
+    splits = load_splits(str(tmp_path / "train.jsonl"), str(tmp_path / "val.jsonl"), 0.1, None, None, 0, 400)
+    assert len(splits.val) == 2 and len(splits.train) == 8
+    assert not any(q.question.startswith(("who wrote book number 2?", "who wrote book number 5?")) for q in splits.train)
+
+
+def test_a_folder_as_dataset_is_one_line_naming_a_file_in_it(tmp_path):
+    (tmp_path / "nq").mkdir()
+    (tmp_path / "nq" / "test.parquet").write_bytes(b"")
+    with pytest.raises(ConfigError, match="question file .* is a folder") as info:
+        load_splits(str(tmp_path / "nq"), None, 0.1, None, None, 0, 400)
+    assert info.value.hints == [f"set dataset to one file in it, e.g. {tmp_path / 'nq' / 'test.parquet'}"]
+
+
+@pytest.mark.parametrize(("answer", "reward", "success"), [
+    ("Marie Curie", 0.1, False),  # wrong: paid incorrect_reward, not a success (every answer was one)
+    ("Wilhelm Conrad", 0.8, True),  # partial, F1 0.8 >= 0.3: paid its F1 and a success (the reference's rule)
+    ("Wilhelm Conrad Roentgen", 1.0, True),
+])
+def test_success_is_exact_or_a_paid_partial_answer_not_a_positive_incorrect_reward(tmp_path, answer, reward, success):
+    import json
+
+    rows = [{"question": f"who discovered x-rays {i}", "golden_answers": ["Wilhelm Conrad Roentgen"]} for i in range(5)]
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with SearchQAEnv(dataset=str(tmp_path / "q.jsonl"), mock_mode=True, incorrect_reward=0.1) as e:
+        e.reset(0)
+        result = e.step(f"finish[{answer}]")
+    assert result.reward == pytest.approx(reward) and result.info["success"] is success

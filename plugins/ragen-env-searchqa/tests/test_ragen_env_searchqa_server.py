@@ -175,3 +175,11 @@ def test_any_json_body_is_parsed_or_refused_with_a_message(body):
         return
     assert queries and all(isinstance(q, str) and q.strip() for q in queries)
     assert isinstance(k, int) and 1 <= k <= MAX_TOP_K and isinstance(scores, bool) and isinstance(batched, bool)
+
+
+def test_a_lone_surrogate_in_a_query_is_a_400_not_a_500():
+    """JSON may spell "\\ud800"; echoing that string back failed to encode and the server answered 500."""
+    with pytest.raises(BadRequest) as info:
+        _parse(b'{"query": "a\\u0000\\ud800"}', MAX_TOP_K, MAX_QUERY_CHARS)
+    assert info.value.status == 400 and "lone UTF-16 surrogate" in info.value.detail
+    assert _parse(b'{"query": "caf\\u00e9 \\ud83d\\ude00"}', MAX_TOP_K, MAX_QUERY_CHARS)[0] == ["café 😀"]  # a pair is fine

@@ -144,6 +144,10 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
     """
     if path.endswith((".json", ".jsonl", ".parquet")) and not os.path.exists(path):
         raise ConfigError(f"question file {path!r} does not exist", ["set dataset to a .json, .jsonl or .parquet file"])
+    if os.path.isdir(path):  # `datasets` read it as a parquet file and failed with a traceback
+        files = sorted(f for f in os.listdir(path) if f.endswith((".json", ".jsonl", ".parquet")))
+        raise ConfigError(f"question file {path!r} is a folder", [f"set dataset to one file in it, e.g. {os.path.join(path, files[0])}"
+                                                                 if files else "set dataset to a .json, .jsonl or .parquet file"])
     source = os.path.splitext(os.path.basename(path))[0]
     out: list[Question] = []
     skipped = 0
@@ -168,8 +172,12 @@ def read_questions(path: str, *, split: str = "train", max_rows: int | None = No
 
 
 def question_key(text: str) -> str:
-    """What the split hashes and deduplicates on: lower-cased, whitespace collapsed."""
-    return " ".join(text.lower().split())
+    """What the split hashes and deduplicates on: the answer scorer's SQuAD normalisation (lower
+    case, no punctuation or articles, single spaces), so copies of a dataset that differ in a
+    trailing "?" (Search-R1's NQ and FlashRAG's) are one question and cannot sit in both splits."""
+    from ragen_env_searchqa.answer import normalize
+
+    return normalize(text)
 
 
 @dataclass(frozen=True)

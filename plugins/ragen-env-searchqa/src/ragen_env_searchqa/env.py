@@ -107,7 +107,10 @@ class SearchQAEnv(Env):
                                  incorrect_reward=c.incorrect_reward, f1_threshold=c.f1_threshold)
             self._done = True
             self._observation = f"Your answer: {answer}. Reward: {score.reward:.2f}"
-            info = {"success": score.exact or score.reward > 0, "action_is_valid": parsed.kind == "finish",
+            # the reference's rule (EM, or a paid partial answer), reading "paid" as F1 at the threshold: a positive
+            # incorrect_reward made every wrong answer a success
+            solved = score.exact or (score.f1 >= c.f1_threshold and score.reward > 0)
+            info = {"success": solved, "action_is_valid": parsed.kind == "finish",
                     "action_is_effective": True, "action_type": parsed.kind, "exact_match": score.exact, "f1": score.f1}
             return StepResult(self._observation, self.finite(score.reward), True, info)
         if parsed.kind == "empty" or not parsed.text:

@@ -146,6 +146,10 @@ def _parse(body: bytes, max_top_k: int, max_query_chars: int) -> tuple[list[str]
             raise BadRequest(400, f"{where} is empty")
         if len(q) > max_query_chars:
             raise BadRequest(400, f"{where} is {len(q)} characters long; at most {max_query_chars} allowed")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): echoing it back failed with a 500
+            raise BadRequest(400, f"{where} holds a lone UTF-16 surrogate, which is not text; send valid Unicode") from None
     keys = [key for key in ("top_k", "k", "topk") if key in data]
     if len(keys) > 1:
         raise BadRequest(400, f"give one of top_k, k, topk (got {', '.join(keys)})")
