@@ -193,6 +193,26 @@ def test_the_temp_dir_is_emptied_between_tests_and_is_the_only_writable_place():
     assert [t.stdout for t in result.tests] == ["[]\nro\n", "[]\nro\n"]
 
 
+def test_a_folder_the_program_locked_is_still_emptied_before_the_next_test():
+    """The harness keeps no CAP_DAC_OVERRIDE: a folder the program made unreadable survived the
+    clean-up, and the next test read what the last one left there (or failed on it)."""
+    code = ("import os\nprint(sorted(os.listdir('.')))\n"
+            "os.makedirs('d/e')\nopen('d/e/f', 'w').write('secret')\nos.chmod('d/e', 0o700)\nos.chmod('d', 0)\nprint('locked')")
+    result = run(code, [stdin_test(), stdin_test()])
+    assert [t.stdout for t in result.tests] == ["[]\nlocked\n", "[]\nlocked\n"], [t.stderr for t in result.tests]
+
+
+def test_a_program_that_catches_the_cpu_limit_signal_still_fails():
+    """RLIMIT_CPU's soft limit sends SIGXCPU, which Python can catch: a program that printed its
+    answer, caught it and exited 0 just under the limit passed."""
+    code = ("import os, signal\nprint('answer', flush=True)\n"
+            "signal.signal(signal.SIGXCPU, lambda *a: (os.write(1, b'caught\\n'), os._exit(0)))\nwhile True:\n    pass")
+    result = run(code, time_limit_s=1.0, wall_factor=20)
+    # killed at the limit: the handler never runs (whether the old exit read as over the limit
+    # depended on rusage's accounting, 1.91 s of a 2 s limit on a loaded machine)
+    assert statuses(result) == ["cpu_limit"] and result.tests[0].stdout == "answer\n"
+
+
 def test_a_harness_run_by_hand_never_empties_a_shared_directory(tmp_path):
     """Outside a sandbox (not pid 1 of a namespace) the harness empties only a directory whose
     name marks it as made for the run; ``/tmp`` or any other folder is left alone."""
