@@ -37,7 +37,8 @@ is the same number or expression as the label:
 6. **Prose fallback.** When the extracted text cannot be read at all ("I think it is 18"), the
    last stand-alone number in it is compared instead. Text that *can* be read and differs is
    wrong: ``2x+3`` never falls back to ``3``, and neither does an operation written in words
-   after a number (``18 plus one`` is not 18).
+   after a number (``18 plus one`` is not 18), nor prose that hedges or negates (``31 or 30``,
+   ``not 30``): a policy must not be paid for naming two answers.
 
 Why this shape: a step must not hang on a hostile reply, yet a thread cannot be killed, a
 subprocess per check costs milliseconds (the goal is 5,000 checks/s), and ``signal``
@@ -254,6 +255,10 @@ _PARTS = {word: n for n, words in enumerate((("half", "halves"), ("third", "thir
                                              ("ninth", "ninths"), ("tenth", "tenths")), start=2) for word in words}
 #: Operations written as words after a number: an answer we cannot read, so wrong (no fall-back to
 #: its last number: "18 plus one" is not 18).
+#: Prose whose last number is not its answer: alternatives and negations ("31 or 30", "not 30": a
+#: policy that hedges must not be paid). No fall-back for these. (A trailing "!" stays an
+#: exclamation: "The answer is 30!" is 30.)
+_RE_HEDGE = re.compile(r"\b(?:or|nor|not|either|neither|never|except|isn't)\b", re.IGNORECASE)
 _RE_WORD_OPERATION = re.compile(r"[\d}]\s+(?:plus|minus|times|over|divided|multiplied|less|more|squared|cubed)\b", re.IGNORECASE)
 
 
@@ -743,7 +748,7 @@ def math_equal(
         if not pred:
             return False
         verdict = _compare(pred, gold)
-        if verdict is None and not _RE_WORD_OPERATION.search(pred):
+        if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
             numbers = _LAST_NUMBER.findall(pred)
             verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
         return bool(verdict)
