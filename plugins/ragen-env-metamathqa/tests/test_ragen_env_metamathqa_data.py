@@ -303,3 +303,14 @@ def test_a_folder_with_files_of_other_columns_names_the_cast_and_the_fix(tmp_pat
     first, hint = str(info.value).splitlines()[:2]
     assert "DatasetGenerationError" not in first and "CastError" in first
     assert hint.startswith("hint: datasets reads every data file of a folder with one set of columns")
+
+
+def test_a_folder_without_a_train_file_names_its_files_not_a_column_cast(tmp_path, cache):
+    """A folder holding only gsm8k_test.jsonl: 'Unknown split "train"', with the hint about mixed columns."""
+    folder = tmp_path / "only-test"
+    folder.mkdir()
+    (folder / "gsm8k_test.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    with pytest.raises(ConfigError) as info:
+        read_problems(str(folder), cache_dir=cache)
+    assert info.value.hints == [f"datasets takes the 'train' split from files named after it and {folder} holds gsm8k_test.jsonl: "
+                                f"give one file itself (dataset_path={folder / 'gsm8k_test.jsonl'})"]

@@ -153,6 +153,11 @@ def _load_dataset(path: str, subset: str | None, split: str, cache_dir: str | No
             hints = ["datasets reads every data file of a folder with one set of columns, a *test* file beside the train "
                      "files too: give the train file itself (dataset_path=FOLDER/train.jsonl), or move files of other "
                      "columns out"]
+            if "Unknown split" in str(exc_shown):  # datasets names splits by file names: no file says "train" here
+                files = sorted(p.name for p in local.iterdir() if p.suffix.lower() in _SUFFIXES)
+                hints = [f"datasets takes the {split!r} split from files named after it and {local} holds "
+                         f"{', '.join(files[:4]) or 'no data file'}: give one file itself (dataset_path={local / files[0]})"
+                         if files else f"put a .json, .jsonl or .parquet file in {local}"]
         else:
             exc_shown = exc
         first_line = f"{type(exc_shown).__name__}: {exc_shown}".split("\n")[0]
