@@ -214,6 +214,9 @@ def test_dapo_dynamic_sampling_runs(tmp_path):
     trainer = Trainer(make_config(tmp_path, "algo=dapo", "steps=1", "test_freq=0"))
     (row,) = trainer.train()
     assert "rollout/dynamic_sampling_dropped" in row
+    # the plots' "share of groups trained": the filter's groups less DAPO's flat ones (filter_kept_ratio said 1.0)
+    groups = trainer.config.rollout.env_groups
+    assert row["rollout/trained_group_ratio"] == (row["rollout/filter_kept_count"] - row["rollout/dynamic_sampling_dropped"]) / groups
     # groups whose episodes all scored the same are dropped, so either an update or an empty step happened
     assert ("actor/pg_loss" in row) != (row["rollout/empty_after_filter"] == 1.0)
 

@@ -42,7 +42,8 @@ PANELS: list[Panel] = [
     Panel("actor_loss", r"^actor/(pg_loss|entropy|kl_loss|ppo_kl|grad_norm)$", "", own_scale=True),
     # logged only when a critic trains (PPO): a GRPO run has no critic panel
     Panel("critic", r"^critic/(vf_loss|values/mean)$", "", own_scale=True),
-    Panel("filter", r"^rollout/(filter_kept_ratio|in_group_reward_std|chosen_in_group_reward_std|empty_after_filter)$", "", own_scale=True),
+    Panel("filter", r"^rollout/(filter_kept_ratio|trained_group_ratio|in_group_reward_std|chosen_in_group_reward_std|empty_after_filter)$",
+          "", own_scale=True),
     Panel("validity", r"^(train|val-env)/[^/]+/action_is_valid$", "share of valid actions"),
     Panel("timing", r"^timing_s/(step|gen|update_actor|update_critic)$", "seconds per step"),
     # the collapse diagnostic's estimates, not its bookkeeping (counts, flags, errors: 12 of those hid MI)
@@ -59,7 +60,8 @@ LABELS = {
     "actor/grad_norm": "actor gradient norm (pre-clip)",
     "critic/vf_loss": "value loss",
     "critic/values/mean": "mean value estimate",
-    "rollout/filter_kept_ratio": "share of groups kept",
+    "rollout/filter_kept_ratio": "share of groups the filter kept",
+    "rollout/trained_group_ratio": "share of groups trained",
     "rollout/in_group_reward_std": "in-group reward std (all groups)",
     "rollout/chosen_in_group_reward_std": "in-group reward std (kept groups)",
     "rollout/empty_after_filter": "batches emptied by the filter",

@@ -60,19 +60,22 @@ class Selection:
 def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) -> GroupedRollouts:
     """One entry per episode of ``batch`` (its first row's group and score, its summed token count).
 
-    ``entropies`` are per row; an episode takes its first row's value.
+    ``entropies`` are per row; an episode takes the mean of its rows' values (spec 9.2: in the
+    windowed context modes an episode has a row per turn).
     """
     first: dict[int, int] = {}
     lengths: dict[int, float] = {}
+    rows_of: dict[int, list[int]] = {}
     for row, (e, n_tok) in enumerate(zip(batch.episode_ids.tolist(), batch.response_mask.sum(1).tolist())):
         first.setdefault(e, row)
         lengths[e] = lengths.get(e, 0.0) + n_tok
+        rows_of.setdefault(e, []).append(row)
     order = list(first)
     gids, scores = batch.group_ids.tolist(), batch.scores.tolist()
     return GroupedRollouts(
         group_ids=[gids[first[e]] for e in order],
         rewards=[scores[first[e]] for e in order],
-        entropies=[entropies[first[e]] for e in order] if entropies is not None else None,
+        entropies=[sum(entropies[r] for r in rows_of[e]) / len(rows_of[e]) for e in order] if entropies is not None else None,
         lengths=[lengths[e] for e in order],
     )
 
@@ -153,6 +156,9 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         flat = {g for g, ok in zip(gids, row_ok) if not ok and g in kept}
         metrics["rollout/dynamic_sampling_dropped"] = float(len(flat))
         kept -= flat
+    # what trains: the filter's groups less those the algorithm's keep mask dropped (DAPO's flat groups);
+    # filter_kept_ratio stays the filter's own choice
+    metrics["rollout/trained_group_ratio"] = len(kept) / max(n_groups, 1)
     reward_std = metrics.get("rollout/in_group_reward_std", group_reward_std(grouped.rewards, grouped.group_ids))
     return Selection(
         grouped=grouped,
