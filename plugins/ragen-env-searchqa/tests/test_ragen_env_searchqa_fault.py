@@ -78,3 +78,27 @@ def test_a_process_pool_starts_at_most_one_worker_and_server_per_core():
     from ragen_core.rollout.process_pool import ProcessEnvPool
 
     assert ProcessEnvPool(EnvRef(name="searchqa")).size <= (os.cpu_count() or 1)
+
+
+def test_a_silent_server_costs_one_retrieval_timeout_not_two():
+    """httpx's timeout is a TransportError too, so the one retry meant for a dropped pooled
+    connection waited a second full timeout: each search of a silent server took 2x retrieval_timeout."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections, never answers
+    try:
+        client = client_mod.BatchingClient(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=1.0, window_s=0.0)
+        start = time.monotonic()
+        try:
+            client.search("who", 3)
+        except client_mod.RetrievalError as e:
+            assert e.kind == "timeout"
+        else:
+            raise AssertionError("a silent server must time out")
+        # one timeout (1 s) plus scheduling slack; two timeouts take at least 2 s
+        assert time.monotonic() - start < 1.9 and client.requests == 1
+        client.close()
+    finally:
+        listener.close()

@@ -130,6 +130,8 @@ class BatchingClient:
             self.requests += 1
             try:
                 response = self._http.post(f"{self.url}/retrieve", json=body)
+            except httpx.TimeoutException:  # a TransportError too, but the server is there and slow:
+                raise  # no second wait (each search of a silent server took twice retrieval_timeout)
             except httpx.TransportError:  # a pooled connection to a server that has since restarted:
                 response = self._http.post(f"{self.url}/retrieve", json=body)  # a search is safe to repeat once
             if response.status_code >= 400:
