@@ -216,3 +216,18 @@ def test_a_bad_question_line_is_named_by_its_line_in_the_file(tmp_path):
     with pytest.raises(ConfigError) as info:
         read_questions(str(questions))
     assert str(info.value).startswith(f"cannot read questions from {str(questions)!r}: line 2 is not JSON: ")
+
+
+def test_a_corpus_line_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(b'{"id": "1", "contents": "fine"}\n{"id": "2", "contents": "caf\xe9"}\n')
+    with pytest.raises(ConfigError, match=rf"^{corpus}:2: bad corpus line \(not UTF-8 text: invalid continuation byte at byte 28"):
+        list(iter_corpus(str(corpus)))
+
+
+def test_a_corpus_of_empty_passages_is_one_line_and_leaves_no_folder(tmp_path):
+    """bm25s failed with "max() arg is an empty sequence" (and a RuntimeWarning) on passages without words."""
+    passages = [Passage(str(i), "", text) for i, text in enumerate(["", "  ", "the a"])]
+    with pytest.raises(ConfigError, match=r"the corpus's 3 passage\(s\) hold no word to index"):
+        build_index(passages, str(tmp_path / "index"), progress=False)
+    assert list(tmp_path.iterdir()) == []

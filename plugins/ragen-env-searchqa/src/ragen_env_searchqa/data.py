@@ -84,8 +84,13 @@ def iter_corpus(path: str) -> Iterator[Passage]:
     """
     if not os.path.isfile(path):
         raise ConfigError(f"corpus file {path!r} does not exist", ["give a JSONL file with one {id, contents} passage per line"])
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f):
+    with open(path, "rb") as f:  # decoded line by line: a bad byte is named with its line (it was a bare UnicodeDecodeError)
+        for n, raw in enumerate(f):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path}:{n + 1}: bad corpus line (not UTF-8 text: {e.reason} at byte {e.start} of the line)",
+                                  ["save the corpus as UTF-8"]) from None
             if not line.strip():
                 continue
             try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -260,7 +261,12 @@ def build_index(passages: Iterable[Passage], folder: str, *, backends: Sequence[
         import bm25s
 
         retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=progress), show_progress=progress)
+        tokens = bm25s.tokenize(texts, stopwords="en", show_progress=progress)
+        if not tokens.vocab:  # bm25s then failed with "max() arg is an empty sequence"
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ConfigError(f"the corpus's {len(texts)} passage(s) hold no word to index (empty texts, or stop words only)",
+                              ["check the corpus's 'contents' / 'text' fields"])
+        retriever.index(tokens, show_progress=progress)
         retriever.save(os.path.join(tmp, "bm25"))
     if dense is not None:
         import faiss
@@ -271,8 +277,6 @@ def build_index(passages: Iterable[Passage], folder: str, *, backends: Sequence[
     with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
     if os.path.isdir(folder):
-        import shutil
-
         shutil.rmtree(folder)
     os.replace(tmp, folder)
     return folder
