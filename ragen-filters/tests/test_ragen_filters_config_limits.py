@@ -40,7 +40,8 @@ def test_a_topk_fraction_above_one_is_refused_pointing_at_the_count_filter():
 @pytest.mark.parametrize(("name", "settings"), [
     ("snr-topk", {"value": 1.0}), ("snr-topk", {"value": 0.0}),
     ("snr-minp", {"value": 1.0}), ("snr-minp", {"value": 0.0}), ("snr-topp", {"selection_eps": 0.0}),
-    ("reference", {"strategy": "top_k", "value": 2.0}), ("reference", {"strategy": "min_p", "value": 0.5}),
+    ("reference", {"strategy": "top_k", "value": 1.0}), ("reference", {"strategy": "top_k_abs", "value": 2.0}),
+    ("reference", {"strategy": "min_p", "value": 0.5}),
 ])
 def test_the_edges_of_the_valid_ranges_are_accepted(name, settings):
     registry.make_config("filter", name, settings)

@@ -320,6 +320,10 @@ def test_config_spellings_and_errors():
         TopPFilter(valeu=0.5)
     with pytest.raises(PluginConfigError, match="strategy"):
         ReferenceFilter(strategy="best")
+    # as snr-topk refuses it: top_k with value 3 kept every group, silently
+    with pytest.raises(PluginConfigError, match=r"with strategy top_k the value is a fraction of the groups.*use strategy top_k_abs"):
+        ReferenceFilter(strategy="top_k", value=3)
+    assert ReferenceFilter(strategy="top_k_abs", value=3).config.value == 3
     assert TopPFilter({"value": 0.5}).config.value == 0.5
     converted = TopPFilter(FilterConfig(empty_stop_steps=3))
     assert converted.config.empty_stop_steps == 3 and converted.config.value == 0.9

@@ -65,7 +65,7 @@ class ScoreConfig(FilterConfig):
         if group_size == 1 and self.metric.endswith("_variance") and not self.keeps_zero_scores():
             raise ConfigError(
                 f"rollout.group_size=1 gives groups of one episode, whose in-group {self.statistic} of {self.metric} is 0: "
-                "this filter drops every such group, so no step would train",
+                "this filter drops every such group (a soft filter weights it 0), so no step would train",
                 ["use rollout.group_size=2 or more, or --filter none (or filter_config.metric=reward)"],
             )
 
@@ -204,6 +204,9 @@ class ReferenceConfig(OrderedConfig):
     def _min_p_cut(cls, value: float, info: ValidationInfo) -> float:
         if info.data.get("strategy") == "min_p" and value > 1:
             raise ValueError(f"with strategy min_p the value is a fraction of the best score, in [0, 1]; {value:g} keeps no group")
+        if info.data.get("strategy") == "top_k" and value > 1:  # as snr-topk: int(value * groups) keeps them all, silently
+            raise ValueError(f"with strategy top_k the value is a fraction of the groups, in [0, 1] ({value:g} would keep every "
+                             f"group); to keep {value:g} groups use strategy top_k_abs")
         return value
 
     @field_validator("prob_mode", "on_all_zero", mode="before")
