@@ -119,12 +119,7 @@ def check_resets(requests: Sequence[Any]) -> None:
     Raises:
         UsageError: naming the item or the episode.
     """
-    _requests_of(requests, ResetRequest, "reset")
-    seen: set[int] = set()
-    for r in requests:
-        if r.episode_id in seen:
-            raise UsageError(f"episode {r.episode_id} appears twice in one reset request: give each episode of a batch its own id")
-        seen.add(r.episode_id)
+    _requests_of(requests, ResetRequest, "reset", "give each episode of a batch its own id")
 
 
 def check_steps(requests: Sequence[Any], running: Container[int]) -> None:
@@ -136,24 +131,24 @@ def check_steps(requests: Sequence[Any], running: Container[int]) -> None:
     Raises:
         UsageError: naming the item or the episode.
     """
-    _requests_of(requests, StepRequest, "step")
-    seen: set[int] = set()
+    _requests_of(requests, StepRequest, "step", "send one StepRequest per episode per turn, its actions together")
     for r in requests:
-        if r.episode_id in seen:
-            raise UsageError(f"episode {r.episode_id} appears twice in one step request: send one StepRequest per episode per turn, "
-                             "its actions together")
-        seen.add(r.episode_id)
         if r.episode_id not in running:
             raise UsageError(f"episode {r.episode_id} is not running in this pool (reset it first)")
 
 
-def _requests_of(requests: Sequence[Any], kind: type, call: str) -> None:
+def _requests_of(requests: Sequence[Any], kind: type, call: str, once: str) -> None:
+    """``requests`` is a list of ``kind`` naming each episode once (``once`` says how)."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
         raise UsageError(f"pool.{call}() takes a list of {kind.__name__}, not {type(requests).__name__}")
+    seen: set[int] = set()
     for item in requests:
         if not isinstance(item, kind):
             hint = f"build it as {kind.__name__}(**item)" if isinstance(item, Mapping) else ""
             raise UsageError(f"pool.{call}() takes {kind.__name__} objects, not {type(item).__name__} {short_repr(item)}", [hint])
+        if item.episode_id in seen:  # type: ignore[attr-defined]  # both request kinds have it
+            raise UsageError(f"episode {item.episode_id} appears twice in one {call} request: {once}")  # type: ignore[attr-defined]
+        seen.add(item.episode_id)  # type: ignore[attr-defined]
 
 
 def replay_worker_logs(records: Sequence[Sequence[Any]], where: str) -> None:
