@@ -169,3 +169,21 @@ def test_a_process_worker_that_dies_keeps_the_warning_it_logged_first(caplog):
     assert outcome.end_reason == "failed" and "died with exit code 3" in outcome.error
     said = [r.getMessage() for r in caplog.records if "about to die" in r.getMessage()]
     assert said == [f"process pool worker 0 (pid {pid}): about to die (pid {pid})"]
+
+
+def test_a_process_worker_that_dies_while_resetting_is_replaced_and_its_episodes_reset(tmp_path):
+    """The whole run stopped (with the hint about 'if __name__ == "__main__"'); the Ray pool already
+    replaced an actor that died while resetting and reset its episodes once more."""
+    from ragen_core.errors import EnvError
+    from ragen_core.testing.toy_env import DYING_TOY_FACTORY
+
+    once = EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"length": 5, "die_on_reset": str(tmp_path / "died")})
+    with ProcessEnvPool(once, workers=2) as pool:
+        starts = pool.reset([ResetRequest(i, 3, i) for i in range(4)])
+        assert [s.episode_id for s in starts] == [0, 1, 2, 3] and (tmp_path / "died").exists()
+        assert [o.end_reason for o in pool.step([StepRequest(i, ("Right",)) for i in range(4)])] == ["", "", "", ""]
+    always = EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"die_on_reset": str(tmp_path / "never"), "die_on_reset_once": False})
+    with ProcessEnvPool(always, workers=1) as pool, pytest.raises(EnvError) as info:
+        pool.reset([ResetRequest(0, 3, 0)])
+    assert "died with exit code 3 while resetting" in info.value.message
+    assert info.value.hints == []  # it started: the spawn hint is for a worker that could not

@@ -80,6 +80,7 @@ def _worker_main(conn: Connection, env_json: str) -> None:
 
     logs = WorkerLogs.install()
     logs.forward = forward
+    forward([])  # "started": a worker that dies later is not mistaken for one that could not start (the spawn hint)
     ref = EnvRef.model_validate_json(env_json)
     envs: dict[int, Any] = {}
     labels: dict[int, str] = {}
@@ -125,6 +126,8 @@ class _Worker:
     index: int
     process: Any
     conn: Connection
+    answered: bool = False
+    """It sent a message: it got past start-up (a spawned worker that fails to import never does)."""
 
     def describe(self) -> str:
         return f"process pool worker {self.index} (pid {self.process.pid})"
@@ -231,13 +234,27 @@ class ProcessEnvPool(EnvPool):
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
             groups.setdefault(r.episode_id % self.size, []).append(r)
+        starts: dict[int, EpisodeStart] = {}
+        errors: list[tuple[str, list[str]]] = []
+        # A worker that dies while resetting (killed, its env's process crashed) is replaced and its
+        # episodes reset once more on the fresh worker, as the Ray pool does with an actor.
+        dead = self._reset_groups(groups, starts, errors, retry_dead=True)
+        if dead:
+            self._reset_groups({k: groups[k] for k in dead}, starts, errors, retry_dead=False)
+        if errors:
+            raise EnvError(errors[0][0], errors[0][1])
+        return [starts[r.episode_id] for r in requests]
+
+    def _reset_groups(self, groups: dict[int, list[ResetRequest]], starts: dict[int, EpisodeStart], errors: list[tuple[str, list[str]]],
+                      *, retry_dead: bool) -> list[int]:
+        """Reset each worker's group of episodes (starting missing workers); returns the workers
+        that died doing it when ``retry_dead`` (else their deaths are ``errors``)."""
         pending = {}
         for index, reqs in groups.items():
             w = self._worker(index)
             w.conn.send(("reset", [dataclasses.asdict(r) for r in reqs]))
             pending[index] = w
-        starts: dict[int, EpisodeStart] = {}
-        errors: list[str] = []
+        dead: list[int] = []
         deadline = None if self.config.reset_timeout_s is None else time.monotonic() + self.config.reset_timeout_s
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -245,7 +262,7 @@ class ProcessEnvPool(EnvPool):
             if not ready:
                 for w in list(pending.values()):
                     self._replace(w, "reset timed out")
-                    errors.append(f"{w.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}")
+                    errors.append((f"{w.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}", []))
                 break
             for index, w in list(pending.items()):
                 if w.conn not in ready and w.process.sentinel not in ready:
@@ -255,18 +272,21 @@ class ProcessEnvPool(EnvPool):
                     continue
                 del pending[index]
                 if message is None:
-                    errors.append(f"{w.describe()} died with exit code {w.process.exitcode} while resetting")
                     self._replace(w, "died while resetting")
+                    if retry_dead:
+                        dead.append(index)
+                        continue
+                    # a spawned worker that could not even start: the script re-ran its pool at import
+                    hints = [] if w.answered else ["a script that starts a process pool must run it under "
+                                                   "'if __name__ == \"__main__\":' (workers are spawned)"]
+                    errors.append((f"{w.describe()} died with exit code {w.process.exitcode} while resetting", hints))
                 elif message[0] == "error":
-                    errors.append(message[1])
+                    errors.append((message[1], []))
                 else:
                     for data in message[1]:
                         starts[data["episode_id"]] = _start(data)
                         self._live[data["episode_id"]] = index
-        if errors:
-            hints = ["a script that starts a process pool must run it under 'if __name__ == \"__main__\":' (workers are spawned)"]
-            raise EnvError(errors[0], hints if "died" in errors[0] else [])
-        return [starts[r.episode_id] for r in requests]
+        return dead
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
@@ -349,6 +369,7 @@ def _recv(w: _Worker) -> tuple[str, Any] | None:
     except (EOFError, OSError):
         w.process.join(5.0)  # reap it, so its exit code is known
         return None
+    w.answered = True
     replay_worker_logs(logs, w.describe())
     return kind, payload
 

@@ -8,6 +8,7 @@ for env-pool timeout checks; pools in other processes build it from :data:`SLOW_
 
 from __future__ import annotations
 
+import os
 import time
 
 from pydantic import Field
@@ -113,14 +114,33 @@ class UnsaidCorridorEnv(CorridorEnv):
 UNSAID_TOY_FACTORY = "ragen_core.testing.toy_env:UnsaidCorridorEnv"
 
 
+class DyingCorridorConfig(CorridorConfig):
+    die_on_reset: str | None = None
+    """A file path: a reset ends the process (exit code 3) unless that file exists, creating it
+    first when ``die_on_reset_once`` (so only the first reset anywhere dies)."""
+    die_on_reset_once: bool = True
+
+
 class DyingCorridorEnv(CorridorEnv):
     """The corridor whose ``Die`` action logs a warning and ends its process at once (exit code 3):
-    for checks that a pool worker's last words reach the trainer's process."""
+    for checks that a pool worker's last words reach the trainer's process. With ``die_on_reset``
+    it ends its process while resetting instead."""
+
+    config_class = DyingCorridorConfig
+    config: DyingCorridorConfig
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        marker = self.config.die_on_reset
+        if marker is not None and not os.path.exists(marker):
+            if self.config.die_on_reset_once:
+                with open(marker, "w", encoding="utf-8"):
+                    pass
+            os._exit(3)
+        return super().reset(seed, member=member, mode=mode)
 
     def step(self, action: str) -> StepResult:
         if action == "Die":
             import logging
-            import os
 
             logging.getLogger(__name__).warning("about to die (pid %d)", os.getpid())
             os._exit(3)
