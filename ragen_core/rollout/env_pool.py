@@ -69,13 +69,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 class WorkerLogs(logging.Handler):
-    """Warnings logged inside a pool's worker process, carried back to the trainer with its replies.
+    """Warnings logged inside a pool's worker process, carried back to the trainer.
 
     A worker's warning (a restarted server, an env without ``info["success"]``) used to go to the
     worker's own stderr, glued to the end of the trainer's progress-bar line, and past any logging
     the trainer's process configured. :meth:`install` puts one of these on the worker's root logger
-    (warnings and worse); the worker sends :meth:`take`'s records along with every reply and the
-    pool passes them to :func:`replay_worker_logs` in the trainer's process.
+    (warnings and worse); the worker sends each record as it is logged through :attr:`forward`
+    (the process pool's pipe, the Ray pool's queue), or without one :meth:`take`'s records along
+    with every reply, and the pool passes them to :func:`replay_worker_logs` in the trainer's process.
     """
 
     _installed: WorkerLogs | None = None
@@ -84,8 +85,8 @@ class WorkerLogs(logging.Handler):
         super().__init__(logging.WARNING)
         self.records: list[tuple[int, str, str]] = []
         self.forward: Callable[[list[tuple[int, str, str]]], None] | None = None
-        """When set (the process pool's worker), each record is sent at once through it instead of
-        waiting for the next reply: a worker that dies before replying keeps what it logged."""
+        """When set (the process and Ray pools' workers), each record is sent at once through it instead
+        of waiting for the next reply: a worker that dies before replying keeps what it logged."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

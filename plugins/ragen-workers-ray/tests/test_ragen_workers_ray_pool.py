@@ -245,3 +245,20 @@ def test_a_local_ray_the_pool_started_caps_num_workers_to_what_it_holds(monkeypa
         pool._fitting_size({"CPU": 2.0})
     monkeypatch.setattr(pool_module._OWNED, "started", False)
     pool.close()
+
+
+def test_an_actor_that_dies_keeps_the_warning_it_logged_first(caplog):
+    """Warnings rode with the actor's next reply: one that died before it lost them (its replacement
+    was said without its last words). The process pool already sent each at once."""
+    from ragen_core.testing.toy_env import DYING_TOY_FACTORY
+
+    with RayEnvPool(EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"length": 5}), num_workers=1) as pool:
+        pool.reset([ResetRequest(0, 3, 0)])
+        pid = pool.worker_pids()[0]
+        with caplog.at_level("WARNING"):
+            (outcome,) = pool.step([StepRequest(0, ("Die",))])
+    assert outcome.end_reason == "failed"
+    said = [r.getMessage() for r in caplog.records if "about to die" in r.getMessage()]
+    assert said == [f"ray pool actor 0 (pid {pid}): about to die (pid {pid})"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.index(said[0]) < next(i for i, m in enumerate(messages) if "replaced ray pool actor 0" in m)

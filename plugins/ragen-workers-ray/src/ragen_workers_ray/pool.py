@@ -29,6 +29,7 @@ importable ``EnvRef.factory``); an env registered in this process only is refuse
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -69,13 +70,24 @@ class EnvActor:
     Every method returns ``(kind, payload, logs)``: ``("error", one line, logs)`` for an env bug
     (raised as :class:`EnvError` by the pool), so no exception object has to cross the wire; ``logs``
     are the warnings logged in the actor since its last reply, which the pool logs in the trainer's
-    process (:class:`~ragen_core.rollout.env_pool.WorkerLogs`).
+    process (:class:`~ragen_core.rollout.env_pool.WorkerLogs`). With ``said`` (the pool's Ray queue)
+    each warning is put there as it is logged instead: an actor that then dies keeps its last words.
     """
 
-    def __init__(self, env_json: str) -> None:
+    def __init__(self, env_json: str, said: Any = None) -> None:
         from ragen_core.rollout.env_pool import WorkerLogs
 
         self.logs = WorkerLogs.install()
+        if said is not None:
+            pid = os.getpid()
+
+            def forward(records: list[tuple[int, str, str]]) -> None:
+                try:
+                    said.put_nowait((pid, records))
+                except Exception:  # noqa: BLE001 - the pool (and its queue) is gone: nobody is left to tell
+                    pass
+
+            self.logs.forward = forward
         self.ref = EnvRef.model_validate_json(env_json)
         self.envs: dict[int, Any] = {}
         self.labels: dict[int, str] = {}
@@ -195,6 +207,8 @@ class RayEnvPool(EnvPool):
         """Episode id -> why its env is gone (its actor was replaced)."""
         self._finished: set[int] = set()
         """Episodes of this rollout that are done (their outcome said so)."""
+        self._said: Any = None
+        """Ray queue the actors put their warnings in as they log them (started with the first actor)."""
 
     def _fitting_size(self, cluster: dict[str, float]) -> int:
         """How many actors to run: ``num_workers`` (0: as many as the cluster holds).
@@ -261,7 +275,11 @@ class RayEnvPool(EnvPool):
         """Start the actors ``indices`` (at once) and wait until each answers."""
         remote = ray.remote(EnvActor).options(**self._actor_options())
         env_json = self.env.model_dump_json()
-        new = {k: _Actor(k, remote.remote(env_json)) for k in indices}
+        if self._said is None:
+            from ray.util.queue import Queue
+
+            self._said = Queue(actor_options={"num_cpus": 0})
+        new = {k: _Actor(k, remote.remote(env_json, self._said)) for k in indices}
         pids = {k: a.handle.pid.remote() for k, a in new.items()}
         ready, _ = ray.wait(list(pids.values()), num_returns=len(pids), timeout=self.config.start_timeout_s)
         errors: list[tuple[str, str]] = []
@@ -285,8 +303,22 @@ class RayEnvPool(EnvPool):
                 _kill(a.handle)
             raise EnvError(errors[0][0], [errors[0][1]])
 
+    def _hear(self) -> None:
+        """Log here the warnings the actors put in the queue since the last call (each prefixed with its actor)."""
+        if self._said is None:
+            return
+        try:
+            waiting = self._said.qsize()
+            batches = self._said.get_nowait_batch(waiting) if waiting else []
+        except Exception:  # noqa: BLE001 - the queue's actor is gone (Ray shut down): nothing to hear
+            return
+        names = {a.pid: a.describe() for a in self._actors.values()}
+        for pid, records in batches:
+            replay_worker_logs(records, names.get(pid, f"ray pool actor (pid {pid})"))
+
     def _replace(self, index: int, why: str) -> None:
         """Kill actor ``index`` and mark every episode it held as lost (a fresh one starts at the next reset)."""
+        self._hear()  # its last words before the line that it was replaced
         actor = self._actors.pop(index)
         _kill(actor.handle)
         lost = sorted(eid for eid, k in self._live.items() if k == index and eid not in self._finished)
@@ -314,6 +346,7 @@ class RayEnvPool(EnvPool):
         dead = self._reset_groups(groups, starts, errors, retry_dead=True)
         if dead:
             self._reset_groups({k: groups[k] for k in dead}, starts, errors, retry_dead=False)
+        self._hear()
         if errors:
             raise EnvError(errors[0])
         return [starts[r.episode_id] for r in requests]
@@ -401,6 +434,7 @@ class RayEnvPool(EnvPool):
                     self._fail(k, queue, outcomes, why, "timeout")
                 if not queue:
                     del queues[k]
+        self._hear()
         if errors:
             raise EnvError(errors[0])
         return [outcomes[r.episode_id] for r in requests]
@@ -416,6 +450,8 @@ class RayEnvPool(EnvPool):
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Close every actor's envs (5 s grace), kill the actors; stop a Ray this pool started. Idempotent."""
+        if ray.is_initialized():
+            self._hear()  # what the envs logged last (while stepping; close's own are not waited for)
         actors, self._actors = self._actors, {}
         self._live, self._lost, self._finished = {}, {}, set()
         if actors and ray.is_initialized():
@@ -423,6 +459,10 @@ class RayEnvPool(EnvPool):
             ray.wait(refs, num_returns=len(refs), timeout=5.0)
             for a in actors.values():
                 _kill(a.handle)
+        said, self._said = self._said, None
+        if said is not None and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                said.shutdown()
         if self._shares_owned:
             _OWNED.users -= 1
             if _OWNED.users <= 0:
