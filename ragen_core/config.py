@@ -171,6 +171,11 @@ def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: s
         cls = settings_model(field)
     if cls is None or not loc:
         return ""
+    head, _, rest = str(loc[-1]).partition(".")
+    if rest and head in cls.model_fields:  # a dotted key in a mapping ({"rollout.group_size": 2}): dots are for overrides
+        parts = str(loc[-1]).split(".")
+        nested = "".join(f"{{{part!r}: " for part in parts) + "..." + "}" * len(parts)
+        return f" (in a mapping, nest it: {nested}; dotted keys are for command-line overrides)"
     close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
     if close:
         return f" (did you mean {close[0]!r}?)"

@@ -96,6 +96,8 @@ _KIND_ALIASES = {"algo": "algorithm"}  # as --algo and algo_config spell it
 
 
 def _kind_of(kind: str) -> str:
+    if not isinstance(kind, str):
+        raise UsageError(f"a plugin kind is a string, not {type(kind).__name__} {kind!r}", [f"kinds: {', '.join(GROUPS)}"])
     k = kind.rstrip("s") if kind.rstrip("s") in GROUPS else kind
     k = _KIND_ALIASES.get(k, k)
     if k not in GROUPS:
@@ -303,6 +305,9 @@ class Registry:
         ``KIND.NAME.key``.
         """
         spec = self.get_spec(kind, name)
+        if preset is not None and not isinstance(preset, str):
+            raise UsageError(f"a preset is named by a string, not {type(preset).__name__} {preset!r}",
+                             [f"'ragen plugins show {kind} {spec.name}' lists its presets"])
         if isinstance(config, PluginConfig):
             if preset is None and isinstance(config, spec.config_model):
                 return config
@@ -363,6 +368,11 @@ class Registry:
 
     def make(self, kind: str, name: str, config: dict[str, Any] | PluginConfig | None = None, *, preset: str | None = None, **kwargs: Any) -> Any:
         """Build a plugin: validate its config, import its factory, call ``factory(config)``."""
+        from ragen_core.interfaces.env_pool import EnvRef
+
+        if _kind_of(kind) == "pool" and not isinstance(kwargs.get("env"), EnvRef):  # the factory's TypeError blamed the plugin
+            raise UsageError(f"registry.make('pool', {name!r}, ...) needs env=EnvRef(...) (the env its episodes run), "
+                             f"not {kwargs.get('env')!r:.80}", ["registry.make('pool', 'local', env=EnvRef(name='sokoban'))"])
         cfg = self.make_config(kind, name, config, preset=preset)
         spec = self.get_spec(kind, name)
         entry = self.find(kind, name)

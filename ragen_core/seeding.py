@@ -15,7 +15,7 @@ import numpy as np
 
 #: Integer keys must fit 64 bits (signed or unsigned): each becomes two 32-bit words, and a larger
 #: one would wrap silently (2**64 gave seed 0's task in every env).
-_KEY_MIN, _KEY_MAX = -(2**63), 2**64 - 1
+KEY_MIN, KEY_MAX = -(2**63), 2**64 - 1
 
 
 def _words(*keys: int | str) -> list[int]:
@@ -30,7 +30,7 @@ def _words(*keys: int | str) -> list[int]:
             out.append(int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little"))
         else:
             value = int(key)
-            if not _KEY_MIN <= value <= _KEY_MAX:
+            if not KEY_MIN <= value <= KEY_MAX:
                 from ragen_core.errors import UsageError
 
                 raise UsageError(f"seed {value} does not fit in 64 bits (use 0 to 2**63 - 1)")

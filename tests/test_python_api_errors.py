@@ -100,3 +100,47 @@ def test_env_step_before_reset_is_an_env_error_in_every_shipped_env():
         env = registry.make_env(name)
         with pytest.raises(EnvError, match="reset"):
             env.step("1")
+
+
+def test_step_actions_may_be_any_iterable_of_strings():
+    """A generator was used up by the type check and the step executed nothing (empty observation)."""
+    assert StepRequest(0, (a for a in ["Right", "Left"])).actions == ("Right", "Left")
+    assert StepRequest(0, ["Right"]).actions == ("Right",)
+    with pytest.raises(UsageError, match="StepRequest.actions takes a sequence of action strings, not None"):
+        StepRequest(0, None)  # type: ignore[arg-type]
+
+
+def test_a_seed_out_of_range_is_the_callers_error_not_the_envs():
+    """ResetRequest(0, 2**70) was accepted, and the env was blamed: "env 'x' failed to reset: ..."."""
+    with pytest.raises(UsageError, match=r"ResetRequest.seed 1180591620717411303424 does not fit in 64 bits"):
+        ResetRequest(0, 2**70)
+    assert ResetRequest(0, 2**63 - 1 + 7).seed == 2**63 + 6  # a base seed near the top, plus its group: what make_rng takes
+
+
+def test_pools_take_an_envref_and_the_registry_asks_for_one():
+    from ragen_core.rollout.process_pool import ProcessEnvPool
+
+    for pool_class in (LocalEnvPool, ProcessEnvPool):
+        with pytest.raises(UsageError, match=f"{pool_class.__name__} takes the env as an EnvRef, not str 'sokoban'"):
+            pool_class("sokoban")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"registry.make\('pool', 'local', \.\.\.\) needs env=EnvRef\(\.\.\.\)") as info:
+        registry.make("pool", "local")  # it was "pool 'local' raised in its factory ... hint: fix the plugin"
+    assert info.value.hints == ["registry.make('pool', 'local', env=EnvRef(name='sokoban'))"]
+
+
+def test_wrong_types_to_the_registry_are_usage_errors():
+    with pytest.raises(UsageError, match="a plugin kind is a string, not NoneType None"):
+        registry.names(None)  # type: ignore[arg-type]
+    name = register_toy_env()
+    with pytest.raises(UsageError, match="a preset is named by a string, not int 5"):
+        registry.make_env(name, preset=5)  # type: ignore[arg-type]
+
+
+def test_a_dotted_key_in_a_dict_of_settings_is_told_to_nest():
+    """The hint repeated the key: "rollout.group_size: unknown key (did you mean 'rollout.group_size'?)"."""
+    from ragen_core.trainer import Trainer
+
+    with pytest.raises(ConfigError) as info:
+        Trainer({"env": register_toy_env(), "rollout.group_size": 2})
+    assert info.value.message == ("invalid config: rollout.group_size: unknown key (in a mapping, nest it: "
+                                  "{'rollout': {'group_size': ...}}; dotted keys are for command-line overrides)")

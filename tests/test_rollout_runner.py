@@ -217,7 +217,9 @@ def test_a_rollout_that_raises_still_tells_the_engine(tok):
         return real_step(requests)
 
     runner.pool.step = failing_step  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="env worker crashed"):
+    from ragen_core.errors import PluginError
+
+    with pytest.raises(PluginError, match="raised in step: RuntimeError: env worker crashed"):  # named, not bare
         runner.run()
     assert ends == [2]  # after the second turn's generate, whose step raised
 
@@ -429,3 +431,65 @@ def test_group_members_that_start_apart_are_warned_about_once(tok, caplog):
     finally:
         registry.unregister("env", name)
         runner_mod._STARTS_APART_SAID.discard(name)
+
+
+class _MisbehavingPool(LocalEnvPool):
+    """A third-party pool with one bug, chosen by ``how``."""
+
+    how = ""
+
+    def reset(self, requests):
+        starts = super().reset(requests)
+        return starts[:-1] if self.how == "short-reset" else starts
+
+    def step(self, requests):
+        outcomes = super().step(requests)
+        if self.how == "reversed":
+            return list(reversed(outcomes))
+        if self.how == "dicts":
+            import dataclasses
+
+            return [dataclasses.asdict(o) for o in outcomes]
+        if self.how == "nan":
+            for o in outcomes:
+                o.reward = float("nan")
+        if self.how == "raises":
+            raise KeyError(0)
+        return outcomes
+
+
+@pytest.mark.parametrize(("how", "said"), [
+    ("short-reset", "reset returned 1 items for 2 requests"),
+    ("reversed", "step's reply 0 is for episode 1, its request for episode 0"),  # rewards went to the wrong episodes
+    ("dicts", "step returned dict items, not StepOutcome"),
+    ("nan", "step returned reward nan for episode 0: not a finite number"),
+    ("raises", "raised in step: KeyError: 0"),
+])
+def test_a_pool_that_answers_wrongly_is_named_not_trained_on(tok, how, said):
+    """The runner paired replies with episodes by position: a short or reordered list trained on wrong data."""
+    from ragen_core.errors import PluginError
+
+    env = EnvRef(name="line-by-factory")
+    pool = _MisbehavingPool(env, env_factory=LineEnv)
+    pool.how = how
+    eng = ScriptedEngine(["a</think><answer>Up</answer>"] * 8, tok)
+    runner = RolloutRunner(env, eng, tok, RolloutConfig(env_groups=2, group_size=1, max_turns=2), pool=pool)
+    with pytest.raises(PluginError) as info:
+        runner.run()
+    assert info.value.message == f"plugin _MisbehavingPool: {said}" or info.value.message.startswith(f"plugin _MisbehavingPool {said}")
+    runner.close()
+
+
+def test_an_engine_that_answers_too_few_prompts_is_named(tok):
+    from ragen_core.errors import PluginError
+
+    class ShortEngine(ScriptedEngine):
+        def generate(self, prompts, sampling, seeds=None):
+            return super().generate(prompts, sampling, seeds)[:-1]
+
+    env = EnvRef(name="line-by-factory")
+    runner = RolloutRunner(env, ShortEngine(["a</think><answer>Up</answer>"] * 8, tok), tok, RolloutConfig(env_groups=2, group_size=1),
+                           pool=LocalEnvPool(env, env_factory=LineEnv))
+    with pytest.raises(PluginError, match=r"plugin ShortEngine: generate returned 1 items for 2 prompts"):
+        runner.run()
+    runner.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -129,6 +130,10 @@ class ResetRequest:
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise UsageError(f"ResetRequest.{name} takes an int, not {type(value).__name__} {value!r}")
+        from ragen_core.seeding import KEY_MAX, KEY_MIN
+
+        if not KEY_MIN <= self.seed <= KEY_MAX:  # an env would fail on it and be blamed (its make_rng refuses it)
+            raise UsageError(f"ResetRequest.seed {self.seed} does not fit in 64 bits (use 0 to 2**63 - 1)")
         if self.mode not in RESET_MODES:
             raise UsageError(f"ResetRequest.mode takes 'train' or 'val', not {self.mode!r}")
 
@@ -161,8 +166,12 @@ class StepRequest:
 
         if not isinstance(self.episode_id, numbers.Integral) or isinstance(self.episode_id, bool):
             raise UsageError(f"StepRequest.episode_id takes an int, not {type(self.episode_id).__name__} {self.episode_id!r}")
-        if isinstance(self.actions, str) or not all(isinstance(a, str) for a in self.actions):
+        if isinstance(self.actions, (str, bytes)) or not isinstance(self.actions, Iterable):
             raise UsageError(f"StepRequest.actions takes a sequence of action strings, not {self.actions!r}")
+        actions = tuple(self.actions)  # a generator was used up by the check below and executed nothing
+        if not all(isinstance(a, str) for a in actions):
+            raise UsageError(f"StepRequest.actions takes a sequence of action strings, not {actions!r}")
+        object.__setattr__(self, "actions", actions)
 
 
 @dataclass
@@ -206,12 +215,31 @@ class EnvPool(ABC):
     Episode ids are chosen by the runner; ids of a reset replace every earlier episode of the
     pool. ``close`` is idempotent. The registry builds a pool as
     ``factory(config, env=ref)`` (:meth:`from_config`). Conformance checks every pool should
-    pass: :mod:`ragen_core.testing.pool_checks`.
+    pass: :mod:`ragen_core.testing.pool_checks`. What they check, and the helpers of
+    :mod:`ragen_core.rollout.env_pool` that the shipped pools share to pass them:
+
+    * a caller's mistake (a dict for a request, an episode named twice in one batch, a step for an
+      episode that is not running) is a :class:`~ragen_core.errors.UsageError` before anything
+      runs: ``check_resets(requests)`` and ``check_steps(requests, running_ids)``;
+    * an env is reset and stepped as the other pools do (its rewards checked, the action budget and
+      ``done`` honoured, an episode ending without ``info["success"]`` warned about):
+      ``reset_env`` and ``run_actions``, where the env runs;
+    * warnings logged where the envs run reach the trainer's process, under their own logger and
+      prefixed with the worker: ``WorkerLogs.install()`` there (with ``forward`` set, each sent as
+      it is logged) and ``replay_worker_logs`` here.
+
+    The runner checks the replies: one per request, for that request's episode, in request order
+    (a :class:`~ragen_core.errors.PluginError` naming the pool otherwise).
     """
 
     config_class: type[EnvPoolConfig] = EnvPoolConfig
 
     def __init__(self, env: EnvRef, config: EnvPoolConfig | None = None, **overrides: Any) -> None:
+        if not isinstance(env, EnvRef):  # it failed at the first reset with an AttributeError
+            from ragen_core.errors import UsageError
+
+            raise UsageError(f"{type(self).__name__} takes the env as an EnvRef, not {type(env).__name__} {env!r}",
+                             [f"{type(self).__name__}(EnvRef(name='sokoban'), ...)"])
         self.env = env
         self.config = with_overrides(self.config_class, config, overrides)
 

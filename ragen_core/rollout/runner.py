@@ -32,13 +32,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field
 
+from ragen_core.errors import PluginError
 from ragen_core.interfaces.engine import Engine, SamplingParams
-from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepRequest
+from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepOutcome, StepRequest
+from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.rollout import prompts
 from ragen_core.rollout.chat import ChatTokens
 from ragen_core.rollout.episodes import EpisodeRecord, SeedSchedule, apply_outcome, plan_turn, reset_requests, turn_info
@@ -168,7 +171,9 @@ class RolloutRunner:
     def _play(self, mode: str, sampling: SamplingParams, n_groups: int, size: int, seed: int | None) -> list[Trajectory]:
         """The rollout of :meth:`run`, its arguments resolved."""
         requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
-        starts = self.pool.reset(requests)
+        with plugin_call(self.pool, "reset"):
+            starts = self.pool.reset(requests)
+        _replies_match(self.pool, "reset", requests, starts, EpisodeStart)
         self._say_if_members_start_apart(requests, starts)
         self._progress(f"the reset of a {mode} rollout")
         episodes = [self._record(req, start, size) for req, start in zip(requests, starts)]
@@ -193,7 +198,11 @@ class RolloutRunner:
             if not live:
                 break
             seeds = [derive_seed("rollout", mode, ep.traj.seed, ep.traj.member, turn_no) for ep in live]
-            gens = self.engine.generate(batch, sampling, seeds)
+            with plugin_call(self.engine, "generate"):
+                gens = self.engine.generate(batch, sampling, seeds)
+            if not isinstance(gens, list) or len(gens) != len(batch) or not all(isinstance(getattr(g, "token_ids", None), list) for g in gens):
+                raise PluginError(f"{plugin_label(self.engine)}: generate returned {_counted(gens)} for {len(batch)} prompts",
+                                  ["generate returns one Generation (token_ids: a list of ints) per prompt, in prompt order"])
             prefix = self.chat.generation_prefix
             texts = [prefix + self.tokenizer.decode(gen.token_ids, skip_special_tokens=True) for gen in gens]
             parses = [
@@ -201,7 +210,10 @@ class RolloutRunner:
                 for ep, text in zip(live, texts)
             ]
             plans = [plan_turn(parsed, ep.facts, ep.actions_left, self.config.format_penalty) for ep, parsed in zip(live, parses)]
-            outcomes = self.pool.step([StepRequest(ep.traj.env_id, plan.actions) for ep, plan in zip(live, plans)])
+            step_requests = [StepRequest(ep.traj.env_id, plan.actions) for ep, plan in zip(live, plans)]
+            with plugin_call(self.pool, "step"):
+                outcomes = self.pool.step(step_requests)
+            _replies_match(self.pool, "step", step_requests, outcomes, StepOutcome)
             self._progress(f"turn {turn_no} of a {mode} rollout")
             for ep, ids, gen, text, parsed, plan, outcome in zip(live, batch, gens, texts, parses, plans, outcomes):
                 ep.parsed.append(parsed)
@@ -328,3 +340,31 @@ class RolloutRunner:
 def _strip_warning(block: str) -> str:
     """History blocks are shown without the invalid-action warning (it concerned that moment)."""
     return block.replace(prompts.INVALID_WARNING + "\n", "")
+
+
+def _counted(replies: Any) -> str:
+    """``3 items`` / ``a dict``: what a plugin returned, for an error line."""
+    return f"{len(replies)} items" if isinstance(replies, list) else f"{type(replies).__name__} {str(replies)[:60]!r}"
+
+
+def _replies_match(pool: Any, what: str, requests: list[Any], replies: Any, kind: type) -> None:
+    """A pool's answers are one ``kind`` per request, for its episode, in request order: the runner
+    pairs them by position, so a short, reordered or mistyped list trained on wrong data silently.
+
+    Raises:
+        PluginError: naming the pool and what it returned.
+    """
+    hint = [f"{what} returns one {kind.__name__} per request, for that request's episode, in request order "
+            "(ragen_core.testing.pool_checks tests a pool)"]
+    if not isinstance(replies, list) or len(replies) != len(requests):
+        raise PluginError(f"{plugin_label(pool)}: {what} returned {_counted(replies)} for {len(requests)} requests", hint)
+    for i, (request, reply) in enumerate(zip(requests, replies)):
+        if not isinstance(reply, kind):
+            raise PluginError(f"{plugin_label(pool)}: {what} returned {type(reply).__name__} items, not {kind.__name__}", hint)
+        if reply.episode_id != request.episode_id:  # type: ignore[attr-defined]  # both reply kinds have one
+            raise PluginError(f"{plugin_label(pool)}: {what}'s reply {i} is for episode {reply.episode_id}, its request for "  # type: ignore[attr-defined]
+                              f"episode {request.episode_id}", hint)
+        reward = getattr(reply, "reward", 0.0)
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise PluginError(f"{plugin_label(pool)}: {what} returned reward {reward!r} for episode {reply.episode_id}: "  # type: ignore[attr-defined]
+                              "not a finite number", ["the pools' run_actions (ragen_core.rollout.env_pool) checks an env's rewards"])

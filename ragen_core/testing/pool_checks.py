@@ -217,6 +217,9 @@ def _refused(call: Callable[[], object], words: str, what: str) -> None:
         call()
     except UsageError as exc:
         assert words in str(exc), f"{what}: the error must say {words!r}, got {exc} ({DOC})"
+    except Exception as exc:  # the author's pool raised something else: say what was expected
+        raise AssertionError(f"{what} must raise ragen_core.UsageError ({words!r}; ragen_core.rollout.env_pool.check_resets / "
+                             f"check_steps do it), not {type(exc).__name__}: {exc} ({DOC})") from exc
     else:
         raise AssertionError(f"{what} was accepted ({DOC})")
 
