@@ -73,6 +73,14 @@ def test_an_exemption_for_a_check_that_does_not_exist_is_refused():
     env_checks.parametrize_env_checks([register_toy_env()], expected_failures={"step-determinism": "reviewed"})
 
 
+def test_one_env_name_given_as_a_string_is_one_env_not_one_per_letter():
+    name = register_toy_env()
+    mark = env_checks.parametrize_env_checks(name)
+    ids = [p.id for p in mark.args[1]]
+    assert ids == [f"{name}-{check}" for check in env_checks.ENV_CHECKS], ids[:3]
+    assert [p.id for p in env_checks.parametrize_env_checks([name], presets="Long").args[1]][0] == f"{name}[Long]-spec"
+
+
 def test_an_episode_ended_without_success_is_said_once_per_env_class(monkeypatch, caplog):
     """A missing info['success'] at done turned into train/success 0 without a word."""
     from ragen_core.rollout import env_pool

@@ -225,11 +225,13 @@ def check_env(name: str, preset: str | None = None, *, skip: tuple[str, ...] = (
             check(name, preset)
 
 
-def parametrize_env_checks(names: list[str], presets: list[str | None] | None = None, expected_failures: dict[str, str] | None = None) -> Any:
+def parametrize_env_checks(names: list[str] | str, presets: list[str | None] | None = None,
+                           expected_failures: dict[str, str] | None = None) -> Any:
     """``pytest.mark.parametrize("env_check", ...)`` with one id per ``(env[preset], check)``.
 
     Args:
-        names: Env plugin names to check.
+        names: Env plugin names to check (one name alone may be given as a string; it made one
+            test per letter).
         presets: Presets to check for every name (``None`` = default config).
         expected_failures: ``{check_name: reason}`` reviewed exemptions, marked xfail.
 
@@ -243,8 +245,8 @@ def parametrize_env_checks(names: list[str], presets: list[str | None] | None = 
     if unknown:
         raise ValueError(f"expected_failures names no env check: {', '.join(unknown)} (the checks: {', '.join(ENV_CHECKS)})")
     params = []
-    for name in names:
-        for preset in presets or [None]:
+    for name in [names] if isinstance(names, str) else names:
+        for preset in [presets] if isinstance(presets, str) else presets or [None]:
             for check_name, check in ENV_CHECKS.items():
                 label = f"{name}[{preset}]-{check_name}" if preset else f"{name}-{check_name}"
                 marks = []
