@@ -280,6 +280,24 @@ def test_a_run_folder_in_use_is_refused_by_a_resume_and_by_overwrite(tmp_path, c
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
 
 
+def test_a_run_refused_by_the_lock_of_a_run_it_raced_leaves_that_runs_folder(tmp_path):
+    """Two fresh runs into one new --run-dir: both saw it missing, the second was refused by the
+    first's lock and removed the folder (then empty) the first was about to write into."""
+    from ragen_core.trainer.run_dir import RunDirLock
+
+    cfg = make_config(tmp_path, steps=1)
+    loser = Trainer(cfg)  # the folder does not exist yet: this trainer would make it
+    run = Path(cfg.run_dir)
+    run.mkdir()
+    winner = RunDirLock(run)  # the other run made it first and holds it
+    try:
+        with pytest.raises(ConfigError, match="is in use by another ragen process"):
+            loser.setup()
+        assert run.is_dir(), "the refused run removed the folder of the run that holds it"
+    finally:
+        winner.release()
+
+
 def test_a_file_system_without_flock_leaves_the_folder_unguarded_not_refused(tmp_path, monkeypatch):
     """Only "held by another process" refuses; a file system that cannot lock (ENOLCK on some NFS
     mounts) must not read as a folder in use."""

@@ -150,8 +150,9 @@ class Trainer(CheckpointMixin):
         try:
             self._setup()
         except BaseException as exc:
-            self._unlock()
-            if not self.resume and self.world.main and self._made_run_dir:
+            ours = self._dir_lock is not None  # a run refused by another's lock on the folder must not remove it:
+            self._unlock()  # both saw it missing, and the other, about to write there, lost its folder
+            if not self.resume and self.world.main and self._made_run_dir and ours:
                 with contextlib.suppress(OSError):  # not empty, or gone: leave it as it is
                     self.run_dir.rmdir()
             if isinstance(exc, KeyboardInterrupt) and self.world.main:
