@@ -353,3 +353,91 @@ def test_resuming_a_run_that_is_already_there_says_so(tmp_path, capsys):
     assert (f"{cfg.run_dir} is already at step 2 (steps=1): nothing to train; --resume {cfg.run_dir} --steps N with N above 2 "
             "trains further") in out.out.splitlines()
     assert "step/s" not in out.err and (Path(cfg.run_dir) / "metrics.jsonl").read_text() == rows
+
+
+# ----------------------------------------------------------------------------- hostile run directories (session 24's walk)
+def test_weights_left_out_of_the_manifest_are_not_trusted(tmp_path, capsys):
+    """Deleting a file's entry from manifest.json, then damaging the file: eval and --resume used it."""
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    ckpt = Path(cfg.run_dir) / "checkpoints" / "step_1"
+    manifest = json.loads((ckpt / ck.MANIFEST_FILE).read_text())
+    del manifest["files"]["model.safetensors"]
+    (ckpt / ck.MANIFEST_FILE).write_text(json.dumps(manifest))
+    _damage(ckpt / "model.safetensors", "flipped")
+    with pytest.raises(ck.CheckpointError, match=r"model.safetensors is not in its manifest.json, so it cannot be verified"):
+        ck.verify_checkpoint(ckpt)
+    capsys.readouterr()
+    assert _call_cli(_eval_argv(ckpt)) == 2
+    assert "model.safetensors is not in its manifest.json" in one_line_error(capsys.readouterr().err)
+
+
+def test_a_checkpoint_of_another_step_in_a_step_folder_is_refused(tmp_path, capsys):
+    """A step_15 checkpoint of another run put at checkpoints/step_3: the resume trained steps 16..17
+    after the run's 1..3, from the other run's weights, without a word."""
+    cfg = make_config(tmp_path, "steps=2")
+    Trainer(cfg).train()
+    checkpoints = Path(cfg.run_dir) / "checkpoints"
+    shutil.rmtree(checkpoints / "step_2")
+    shutil.copytree(checkpoints / "step_1", checkpoints / "step_2")  # step_1's state, under step_2's name
+    capsys.readouterr()
+    assert _call_cli(["run", "--resume", cfg.run_dir, "--steps", "3"]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith("CheckpointError: checkpoints/step_2/trainer_state.pt holds step 1, not 2"), line
+
+
+def test_pruning_does_not_count_a_checkpoint_the_resume_found_damaged(tmp_path, capsys):
+    """A flipped byte keeps the size: pruning (sizes only) kept the damaged step_3 and removed the
+    intact step_2 the resume had fallen back to, leaving one intact checkpoint of the two kept."""
+    cfg = make_config(tmp_path, "steps=3", "save_freq=1")
+    Trainer(cfg).train()
+    checkpoints = Path(cfg.run_dir) / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_2", "step_3"]
+    _damage(checkpoints / "step_3" / "model.safetensors", "flipped")
+    resumed = Trainer(cfg.model_copy(update={"steps": 4}), resume=True)
+    resumed.train()
+    left = sorted(p.name for p in checkpoints.iterdir())
+    assert "step_2" in left and "step_4" in left, left  # the two intact ones
+    for name in ("step_2", "step_4"):
+        assert ck.verify_checkpoint(checkpoints / name)
+
+
+def test_a_metrics_row_without_a_number_step_does_not_stop_a_resume(tmp_path, capsys):
+    cfg = make_config(tmp_path, "steps=1")
+    Trainer(cfg).train()
+    with (Path(cfg.run_dir) / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": null}\n')
+    assert ck.resume_checkpoint(cfg.run_dir, log=lambda _: None)[0] == 1  # was: TypeError from int(None)
+
+
+def test_a_state_write_that_fails_is_a_checkpoint_error(tmp_path, monkeypatch):
+    """torch.save raises RuntimeError ('unexpected pos') when a file-size limit or a full disk stops
+    it: a traceback with exit 1, where the weights' write failing was one line."""
+    import torch
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 512 vs 448")
+
+    cfg = make_config(tmp_path, "steps=1")
+    trainer = Trainer(cfg)
+    trainer.train()
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(ck.CheckpointError, match=r"could not write checkpoint .*step_2: writing trainer_state.pt failed"):
+        trainer.save(2)
+    assert not (Path(cfg.run_dir) / "checkpoints" / "step_2").exists() and ck.verify_checkpoint(Path(cfg.run_dir) / "checkpoints" / "step_1")
+
+
+def test_cutting_metrics_on_resume_skips_stepless_rows_and_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
+    from ragen_core.trainer.loggers import truncate_metrics
+
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "a": 1}\n{"step": null}\n{"step": 2, "a": 2}\n{"step": 3}\n')
+    truncate_metrics(metrics, 2)  # was: TypeError from int(None)
+    assert [json.loads(line).get("step") for line in metrics.read_text().splitlines()] == [1, 2]
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", read_only)
+    with pytest.raises(ConfigError, match=rf"cannot write to run directory {tmp_path} \(PermissionError: Permission denied\)"):
+        truncate_metrics(metrics, 1)

@@ -46,6 +46,8 @@ from ragen_core.errors import CheckpointError, shell_word
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST_FILE = "manifest.json"
+#: Files a checkpoint is read from (weights, trainer state, configs): each must be in the manifest.
+LOADED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", ".model")
 ADAPTER_DIR = "adapter"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_FILE = "ragen_base.json"
@@ -170,7 +172,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
                 model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
                 if state.get("lora_base"):
                     (tmp / ADAPTER_DIR / BASE_FILE).write_text(json.dumps({"lora_base": str(state["lora_base"])}), encoding="utf-8")
-            torch.save(payload, tmp / STATE_FILE)
+            try:
+                torch.save(payload, tmp / STATE_FILE)
+            except RuntimeError as exc:  # torch's writer says "file write failed" / "unexpected pos" (disk full, a file-size limit)
+                raise OSError(f"writing {STATE_FILE} failed: {_first_line(exc)}") from exc
             write_manifest(tmp)
     except (OSError,) + _safetensors_errors() as exc:
         raise CheckpointError(f"could not write checkpoint {final}: {_first_line(exc)}",
@@ -179,7 +184,10 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
     if keep > 0:
         removed = _beyond_kept(run_dir, final, keep)
         for old in removed:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_symlink():  # a linked step_N: the link goes, never what it points to (rmtree refused it quietly)
+                old.unlink()
+            else:
+                shutil.rmtree(old, ignore_errors=True)
         if removed:
             from tqdm import tqdm  # above the trainer's progress bar, not through it
 
@@ -198,6 +206,11 @@ def _sizes_match(folder: Path) -> bool:
     return True
 
 
+KNOWN_DAMAGED: set[Path] = set()
+"""Checkpoint folders this process found damaged (a resume's full check): pruning, which checks
+sizes only, does not count them among the intact ones to keep (a flipped byte keeps the size)."""
+
+
 def _beyond_kept(run_dir: str | Path, final: Path, keep: int) -> list[Path]:
     """Checkpoints older than the newest ``keep`` intact ones (``final``, just written, among them):
     a damaged newer checkpoint never pushes out the intact one a resume would fall back to."""
@@ -207,7 +220,7 @@ def _beyond_kept(run_dir: str | Path, final: Path, keep: int) -> list[Path]:
         if intact >= keep:
             break
         kept.append(folder)  # newer than the oldest kept intact one: kept, damaged or not
-        intact += _sizes_match(folder)
+        intact += folder.resolve() not in KNOWN_DAMAGED and _sizes_match(folder)
     return [p for p in older if p not in kept]
 
 
@@ -298,6 +311,12 @@ def verify_checkpoint(folder: str | Path, *, hashes: bool = True, unused: tuple[
         entries = [(str(name), int(e["size"]), str(e["sha256"])) for name, e in files.items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"checkpoint {folder}: {MANIFEST_FILE} is damaged ({_first_line(exc)})") from None
+    listed = {name for name, _, _ in entries}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in LOADED_SUFFIXES and p.name != MANIFEST_FILE):
+        name = file.relative_to(folder).as_posix()
+        if name not in listed and name not in unused:  # weights the manifest does not vouch for were used unchecked
+            raise CheckpointError(f"checkpoint {folder}: {name} is not in its {MANIFEST_FILE}, so it cannot be verified",
+                                  ["the manifest lists every file a checkpoint was written with: this folder was changed since"])
     for name, size, digest in entries:
         file = folder / name
         if name in unused:
@@ -351,7 +370,8 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
     run_dir = Path(run_dir)
     found = require_checkpoints(run_dir)
     rows, torn = read_complete_rows(run_dir / "metrics.jsonl")
-    logged = int(rows[-1].get("step", 0)) if rows else 0
+    steps = [r.get("step") for r in rows]  # the highest: rows may be out of order, or hold a hand-edited step
+    logged = max((int(s) for s in steps if isinstance(s, (int, float)) and not isinstance(s, bool) and s == s), default=0)
     damaged: list[tuple[Path, str]] = []
     ahead: list[tuple[int, Path, bool]] = []  # intact, but newer than the last metrics row
     chosen: tuple[int, Path, bool] | None = None
@@ -360,6 +380,7 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
             verified = verify_checkpoint(path)
         except CheckpointError as exc:
             damaged.append((path, exc.message))
+            KNOWN_DAMAGED.add(path.resolve())  # pruning must not count it as intact (it checks sizes only)
             continue
         if step <= logged:
             chosen = (step, path, verified)

@@ -125,10 +125,20 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
     p = Path(path)
     if not p.is_file():
         return
-    rows = [r for r in read_complete_rows(p)[0] if int(r.get("step", 0)) <= last_step]
+    rows = [r for r in read_complete_rows(p)[0] if _is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, p)
+    try:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        os.replace(tmp, p)
+    except OSError as exc:  # a read-only run folder: one line, before anything was trained
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError(f"cannot write to run directory {p.parent} ({type(exc).__name__}: {exc.strerror or exc})",
+                          ["make it writable (a resume appends to metrics.jsonl and writes checkpoints there)"]) from None
+
+
+def _is_step(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 class JsonlLogger:

@@ -62,7 +62,7 @@ from ragen_core.errors import shell_word
 from ragen_core.hookspecs import call_hook, hook_metrics
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
-from ragen_core.trainer.checkpoint import CheckpointMixin
+from ragen_core.trainer.checkpoint import STATE_FILE, CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
 from ragen_core.trainer.distributed import World, rank_lost, rollout_share
@@ -202,6 +202,12 @@ class Trainer(CheckpointMixin):
             changes = resume_changes(read_run_config(self.run_dir), cfg)
             ckpt = resume_checkpoint(self.run_dir, log=print if world.main else _quiet)  # the newest intact one with its metrics
             state = load_state(ckpt[1])  # plain data only, read before anything else is built
+            if int(state["step"]) != ckpt[0]:  # another run's checkpoint put (or linked) there: metrics would jump
+                from ragen_core.errors import CheckpointError
+
+                raise CheckpointError(f"checkpoints/{ckpt[1].name}/{STATE_FILE} holds step {int(state['step'])}, not {ckpt[0]}: "
+                                      "the folder holds another step's (or another run's) checkpoint",
+                                      [f"restore checkpoints/{ckpt[1].name} from this run, or remove it to resume from an older one"])
         else:
             ckpt = None
             if world.main:

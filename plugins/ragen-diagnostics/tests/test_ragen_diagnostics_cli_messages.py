@@ -268,3 +268,17 @@ def test_a_run_whose_mi_was_undefined_is_not_told_to_turn_the_diagnostic_on(tmp_
     out = capsys.readouterr().out
     assert "MI needs at least 2 prompt columns" in out and "rollout.env_groups of 2 or more" in out
     assert "Turn them on" not in out
+
+
+def test_a_read_only_run_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    from ragen_diagnostics import report
+
+    run = tmp_path / "run"
+    _write_skipped(run)
+
+    def read_only(run_dir):
+        raise PermissionError(13, "Permission denied", str(run_dir / "plots"))
+
+    monkeypatch.setattr(report, "build_report", read_only)
+    assert main(["diagnose", str(run)]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"RagenError: cannot write the report into {run} (Permission denied: {run / 'plots'})"

@@ -197,7 +197,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"offline metrics of step {step} appended to {written_to}")
     if args.checkpoint or args.rollouts:
         print(f"diagnose [5/5] drawing the report in {run_dir} ...", file=sys.stderr, flush=True)
-    written = report.build_report(run_dir)
+    try:
+        written = report.build_report(run_dir)
+    except PermissionError as exc:  # a read-only run folder: one line, not a traceback
+        raise RagenError(f"cannot write the report into {run_dir} ({exc.strerror}: {exc.filename})",
+                         ["make the run folder writable, or copy it and diagnose the copy"]) from None
     for path in written:
         print(path)
     if any(path.name == "collapse_regimes.png" for path in written):
