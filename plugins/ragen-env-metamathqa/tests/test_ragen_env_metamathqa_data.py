@@ -314,3 +314,17 @@ def test_a_folder_without_a_train_file_names_its_files_not_a_column_cast(tmp_pat
         read_problems(str(folder), cache_dir=cache)
     assert info.value.hints == [f"datasets takes the 'train' split from files named after it and {folder} holds gsm8k_test.jsonl: "
                                 f"give one file itself (dataset_path={folder / 'gsm8k_test.jsonl'})"]
+
+
+def test_one_question_with_two_labels_is_warned_about(tmp_path, cache, caplog):
+    """Kept twice without a word: an episode drawing the wrong row pays for the wrong answer."""
+    rows = [{"question": "What is 1 + 2?", "answer": "#### 3"}, {"question": "what is  1 + 2?", "answer": "#### 4"},
+            {"question": "What is 2 + 2?", "answer": "#### 4"}, {"question": "What is 2 + 2?", "answer": "#### 4"},
+            {"question": "What is 3 + 3?", "answer": "#### 6"}]
+    path = tmp_path / "dup.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="ragen_env_metamathqa.problems"):
+        splits_for(MetaMathQAConfig(dataset_path=str(path), cache_dir=cache))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{path}: 1 question(s) appear with different labels (e.g. 'What is 1 + 2?': '3' and '4'); every row is kept "
+                    "as given, so the reward of such a question depends on the row drawn"], said

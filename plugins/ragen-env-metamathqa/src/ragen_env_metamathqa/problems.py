@@ -200,6 +200,23 @@ def _key(problem: Problem) -> str:
     return problem.key
 
 
+def _say_conflicting_labels(problems: tuple[Problem, ...], source: str) -> None:
+    """Warn once when one question text comes with different labels (one of them is wrong for the
+    reward; a merged or hand-edited file). Labels equal under the reference's exact rule agree."""
+    from ragen_env_metamathqa.checker import exact_match
+
+    first: dict[str, Problem] = {}
+    clashes: list[tuple[Problem, Problem]] = []
+    for problem in problems:
+        seen = first.setdefault(question_key(problem.question), problem)
+        if seen is not problem and not exact_match(problem.answer, seen.answer):
+            clashes.append((seen, problem))
+    if clashes:
+        a, b = clashes[0]
+        logger.warning("%s: %d question(s) appear with different labels (e.g. %r: %r and %r); every row is kept as given, so the "
+                       "reward of such a question depends on the row drawn", source, len(clashes), a.question[:80], a.answer, b.answer)
+
+
 @lru_cache(maxsize=8)
 def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
     config = MetaMathQAConfig.model_validate_json(key)
@@ -212,6 +229,7 @@ def _splits(key: str, mtimes: tuple[float, ...]) -> Splits:
                                       cache_dir=config.cache_dir, max_rows=config.max_rows, types=config.types)
     if dropped:
         logger.warning("%s: %d row(s) without a label skipped (%d question(s) read)", source, dropped, len(rows))
+    _say_conflicting_labels(rows, source)
     if config.val_dataset_path is not None:
         val, val_dropped = read_problems(config.val_dataset_path, subset=config.val_subset, split=config.val_split,
                                          cache_dir=config.cache_dir, types=config.types)
