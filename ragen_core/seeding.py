@@ -15,7 +15,20 @@ import numpy as np
 
 #: Integer keys must fit 64 bits (signed or unsigned): each becomes two 32-bit words, and a larger
 #: one would wrap silently (2**64 gave seed 0's task in every env).
-KEY_MIN, KEY_MAX = -(2**63), 2**64 - 1
+_KEY_MIN, _KEY_MAX = -(2**63), 2**64 - 1
+
+
+def check_key(value: int, what: str = "seed") -> int:
+    """``value``, when it fits the 64 bits an integer key becomes (``ResetRequest`` checks its seed here).
+
+    Raises:
+        UsageError: naming ``what`` (a ValueError).
+    """
+    if not _KEY_MIN <= value <= _KEY_MAX:
+        from ragen_core.errors import UsageError
+
+        raise UsageError(f"{what} {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
+    return value
 
 
 def _words(*keys: int | str) -> list[int]:
@@ -29,11 +42,7 @@ def _words(*keys: int | str) -> list[int]:
         if isinstance(key, str):
             out.append(int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little"))
         else:
-            value = int(key)
-            if not KEY_MIN <= value <= KEY_MAX:
-                from ragen_core.errors import UsageError
-
-                raise UsageError(f"seed {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
+            value = check_key(int(key))
             out.append(value & 0xFFFFFFFF)
             out.append((value >> 32) & 0xFFFFFFFF)
     return out

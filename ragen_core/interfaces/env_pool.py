@@ -109,6 +109,16 @@ class EnvFacts:
         )
 
 
+def _require_ints(request: Any, *names: str) -> None:
+    """Refuse a request whose fields ``names`` are not integers (a bool is not one)."""
+    from ragen_core.errors import UsageError
+
+    for name in names:
+        value = getattr(request, name)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise UsageError(f"{type(request).__name__}.{name} takes an int, not {type(value).__name__} {value!r}")
+
+
 RESET_MODES = ("train", "val")
 """The modes an env is reset in: the training split, or the validation split."""
 
@@ -125,15 +135,10 @@ class ResetRequest:
 
     def __post_init__(self) -> None:
         from ragen_core.errors import UsageError
+        from ragen_core.seeding import check_key
 
-        for name in ("episode_id", "seed", "member"):
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-                raise UsageError(f"ResetRequest.{name} takes an int, not {type(value).__name__} {value!r}")
-        from ragen_core.seeding import KEY_MAX, KEY_MIN
-
-        if not KEY_MIN <= self.seed <= KEY_MAX:  # an env would fail on it and be blamed (its make_rng refuses it)
-            raise UsageError(f"ResetRequest.seed {self.seed} does not fit in 64 bits (use 0 to 2**63 - 1)")
+        _require_ints(self, "episode_id", "seed", "member")
+        check_key(self.seed, "ResetRequest.seed")  # an env would fail on it and be blamed (its make_rng refuses it)
         if self.mode not in RESET_MODES:
             raise UsageError(f"ResetRequest.mode takes 'train' or 'val', not {self.mode!r}")
 
@@ -164,8 +169,7 @@ class StepRequest:
     def __post_init__(self) -> None:
         from ragen_core.errors import UsageError
 
-        if not isinstance(self.episode_id, numbers.Integral) or isinstance(self.episode_id, bool):
-            raise UsageError(f"StepRequest.episode_id takes an int, not {type(self.episode_id).__name__} {self.episode_id!r}")
+        _require_ints(self, "episode_id")
         if isinstance(self.actions, (str, bytes)) or not isinstance(self.actions, Iterable):
             raise UsageError(f"StepRequest.actions takes a sequence of action strings, not {self.actions!r}")
         actions = tuple(self.actions)  # a generator was used up by the check below and executed nothing

@@ -365,13 +365,13 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
     Raises:
         CheckpointError: No checkpoint, or none of them intact.
     """
-    from ragen_core.trainer.loggers import read_complete_rows
+    from ragen_core.trainer.loggers import is_step, read_complete_rows
 
     run_dir = Path(run_dir)
     found = require_checkpoints(run_dir)
     rows, torn = read_complete_rows(run_dir / "metrics.jsonl")
-    steps = [r.get("step") for r in rows]  # the highest: rows may be out of order, or hold a hand-edited step
-    logged = max((int(s) for s in steps if isinstance(s, (int, float)) and not isinstance(s, bool) and s == s), default=0)
+    # the highest: rows may be out of order, or hold a hand-edited step
+    logged = max((int(r["step"]) for r in rows if is_step(r.get("step"))), default=0)
     damaged: list[tuple[Path, str]] = []
     ahead: list[tuple[int, Path, bool]] = []  # intact, but newer than the last metrics row
     chosen: tuple[int, Path, bool] | None = None

@@ -125,7 +125,7 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
     p = Path(path)
     if not p.is_file():
         return
-    rows = [r for r in read_complete_rows(p)[0] if _is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
+    rows = [r for r in read_complete_rows(p)[0] if is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
     tmp = p.with_name(p.name + ".tmp")
     try:
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -137,7 +137,8 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
                           ["make it writable (a resume appends to metrics.jsonl and writes checkpoints there)"]) from None
 
 
-def _is_step(value: object) -> bool:
+def is_step(value: object) -> bool:
+    """A metrics row's ``step`` a reader can use: a number, not a bool, not NaN (hand-edited rows may hold null)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
