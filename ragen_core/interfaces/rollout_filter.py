@@ -8,7 +8,7 @@ instead of dropping) and metrics. A filter never mutates its input.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,8 @@ class RolloutFilter(ABC):
 
     config_class: type[FilterConfig] = FilterConfig
 
-    def __init__(self, config: FilterConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, config: FilterConfig | Mapping[str, Any] | None = None, **overrides: Any) -> None:
+        # a dict, or another filter's config (the base FilterConfig), is validated as this filter's model
         self.config = with_overrides(self.config_class, config, overrides)
 
     @property

@@ -44,11 +44,6 @@ class ScoredFilter(RolloutFilter):
     config_class: ClassVar[type[FilterConfig]] = ScoreConfig
     config: Any
 
-    def __init__(self, config: FilterConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
-        # A dict or another filter's config (e.g. the base FilterConfig) is validated as this
-        # filter's model, so a wrong type fails with a field-level message.
-        super().__init__(config, **overrides)
-
     @property
     def needs_entropies(self) -> bool:
         """The ``entropy`` and ``entropy_variance`` metrics score groups by policy entropy."""

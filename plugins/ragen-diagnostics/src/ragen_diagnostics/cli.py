@@ -206,9 +206,9 @@ def run(args: argparse.Namespace) -> int:
         print(path)
     if any(path.name == "collapse_regimes.png" for path in written):
         return 0
-    skipped = report.skipped_no_reasoning_steps(report.read_metrics(run_dir / "metrics.jsonl")
-                                                + report.read_metrics(run_dir / report.OFFLINE_FILE))
-    undefined = sorted({int(r["step"]) for r in report.read_metrics(run_dir / "metrics.jsonl")
+    rows = report.read_metrics(run_dir / "metrics.jsonl")
+    skipped = report.skipped_no_reasoning_steps(rows + report.read_metrics(run_dir / report.OFFLINE_FILE))
+    undefined = sorted({int(r["step"]) for r in rows
                         if any(k.endswith("/mi_defined") and v == 0 for k, v in r.items()) and isinstance(r.get("step"), (int, float))})
     if skipped:
         print(f"note: {run_dir} has no collapse metrics: {report.skipped_note(skipped)}")
