@@ -101,10 +101,10 @@ from types import TracebackType
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ragen_core.errors import RagenError
-from ragen_core.specs import PluginConfig
+from ragen_core.specs import CheckedModel, PluginConfig
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class ServiceError(RagenError):
     """A service could not be started, did not become ready, or died too often."""
 
 
-class ServiceSpec(BaseModel):
+class ServiceSpec(CheckedModel):
     """How an env package launches its server; written in code, not set by users."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

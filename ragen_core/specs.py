@@ -15,7 +15,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 #: Entry-point group owned by the core for each plugin kind.
 GROUPS: dict[str, str] = {
@@ -96,7 +96,41 @@ def import_string(target: str) -> Any:
     return obj
 
 
-class PluginConfig(BaseModel):
+class CheckedModel(BaseModel):
+    """Base of RAGEN's pydantic models: a bad value given to the constructor (``RunConfig(steps=0)``,
+    ``EnvRef(name=5)``) or assigned to a validated field is refused with a one-line
+    :class:`~ragen_core.errors.ConfigError` (a ``ValueError``, as pydantic's is) that names the class
+    and the field, and lists the fields for an unknown key: pydantic's own ValidationError spans
+    lines and ends in a documentation link. ``model_validate`` is left alone: its callers (the
+    registry, ``load_config``) word the error with the path the settings came from."""
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _one_line_error(type(self), exc) from None
+
+    # pydantic calls a model's own __init__ from model_validate and for nested models, where a
+    # ConfigError would become a "Value error" losing the field path; this marks it as the base's
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise _one_line_error(type(self), exc) from None
+
+
+def _one_line_error(cls: type[BaseModel], exc: ValidationError) -> Exception:
+    from ragen_core.errors import ConfigError
+    from ragen_core.registry import config_error_from_validation
+
+    error = config_error_from_validation(exc, model_cls=cls, show=None)
+    kind = type(error) if issubclass(cls, PluginConfig) else ConfigError
+    return kind(f"{cls.__name__}: {error.message}", error.hints)
+
+
+class PluginConfig(CheckedModel):
     """Base of every plugin config: typed fields, defaults, attribute docstrings, no extras.
 
     ``extra="forbid"`` makes a misspelt key an error that names the field path instead of a
@@ -106,7 +140,7 @@ class PluginConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
 
-class PluginSpec(BaseModel):
+class PluginSpec(CheckedModel):
     """What the registry knows about one plugin before building it."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -161,7 +195,10 @@ class PluginSpec(BaseModel):
     @classmethod
     def _resolve_config_model(cls, value: Any) -> Any:
         if isinstance(value, str):
-            value = import_string(value)
+            try:
+                value = import_string(value)
+            except (ImportError, AttributeError, ValueError) as exc:  # a ValueError: not 'module:attr'
+                raise ValueError(f"cannot be imported: {type(exc).__name__}: {exc}") from None
         return value
 
     @field_validator("config_model")
@@ -191,7 +228,7 @@ class PluginSpec(BaseModel):
         return import_string(self.factory)
 
 
-class Recipe(BaseModel):
+class Recipe(CheckedModel):
     """A named set of run settings an env ships for a task (``ragen run --env E --recipe NAME``).
 
     ``config`` is a fragment of the run config, nested as in a YAML file (``{"sampling": {"train":
@@ -218,7 +255,7 @@ class Recipe(BaseModel):
         return value
 
 
-class EnvResources(BaseModel):
+class EnvResources(CheckedModel):
     """What one env instance needs where it runs: a hint for env pools.
 
     The ``process`` pool sizes its default worker count by ``cpus``; a Ray pool passes these to

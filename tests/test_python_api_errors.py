@@ -144,3 +144,63 @@ def test_a_dotted_key_in_a_dict_of_settings_is_told_to_nest():
         Trainer({"env": register_toy_env(), "rollout.group_size": 2})
     assert info.value.message == ("invalid config: rollout.group_size: unknown key (in a mapping, nest it: "
                                   "{'rollout': {'group_size': ...}}; dotted keys are for command-line overrides)")
+
+
+def test_models_built_directly_refuse_bad_values_in_one_line():
+    """RunConfig(steps=0), EnvRef(name=5), EnvSpec(name="X"), an assignment, all raised pydantic's
+    multi-line ValidationError; PoolSpec(config_model="nope.mod:X") a bare ModuleNotFoundError."""
+    from ragen_core.specs import EnvSpec, PoolSpec
+    from ragen_core.trainer.config import RunConfig
+
+    cases = [
+        (lambda: RunConfig(steps=0), ConfigError, r"^RunConfig: invalid config: steps: .* \(got 0\)$"),
+        (lambda: EnvRef(name=5), ConfigError, r"^EnvRef: invalid config: name: .* \(got 5\)$"),
+        (lambda: EnvSpec(name="X", factory="a:b"), ConfigError, r"^EnvSpec: invalid config: name: .* \(got 'X'\)$"),
+        (lambda: PoolSpec(name="p", factory="a:b", config_model="nope.mod:X"), ConfigError,
+         r"^PoolSpec: invalid config: config_model: cannot be imported: ModuleNotFoundError: No module named 'nope'"),
+        (lambda: setattr(RunConfig(), "steps", -1), ConfigError, r"^RunConfig: invalid config: steps: .* \(got -1\)$"),
+        (lambda: registry.get_spec("env", register_toy_env()).config_model(max_turns=-1), PluginConfigError,
+         r"^CorridorConfig: invalid config: max_turns: .* \(got -1\)$"),
+    ]
+    for build, kind, pattern in cases:
+        with pytest.raises(kind, match=pattern) as info:
+            build()
+        assert isinstance(info.value, ValueError)  # as pydantic's error is: `except ValueError` still catches it
+        _one_line(info.value)
+    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: stepz: unknown key \(did you mean 'steps'\?\)") as info:
+        RunConfig(stepz=3)
+    assert info.value.hints and info.value.hints[0].startswith("RunConfig takes: env, ")
+    # a nested section keeps its whole path (pydantic calls a model's own __init__ for nested
+    # models unless told it is the base's: the error would have been "rollout: Value error, ...")
+    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: rollout\.max_turn: unknown key \(did you mean 'max_turns'\?\)"):
+        RunConfig(rollout={"max_turn": 3})
+    assert RunConfig.model_validate({"steps": 2}).steps == 2
+
+
+def test_an_env_reset_directly_refuses_arguments_it_would_take_silently():
+    """reset("3") seeded another episode than reset(3), reset(3.5) and reset(True) ran, and
+    reset(mode="test") reset the training split: every env took them (only the pools' requests
+    were checked). The check wraps every subclass's reset, a third party's too."""
+    env = CorridorEnv(length=3)
+    assert env.reset(3) == CorridorEnv(length=3).reset(3)
+    for args, kwargs, pattern in [
+        (("3",), {}, r"^CorridorEnv\.reset: seed takes an int, not str '3'$"),
+        ((3.5,), {}, r"^CorridorEnv\.reset: seed takes an int, not float 3\.5$"),
+        ((True,), {}, r"^CorridorEnv\.reset: seed takes an int, not bool True$"),
+        ((2**64,), {}, r"^CorridorEnv\.reset: seed 18446744073709551616 does not fit in 64 bits"),
+        ((3,), {"member": -1}, r"^CorridorEnv\.reset: member takes an int >= 0 \(the env's index in its group\), not -1$"),
+        ((3,), {"mode": "test"}, r"^CorridorEnv\.reset: mode takes 'train' or 'val', not 'test'$"),
+    ]:
+        with pytest.raises(UsageError, match=pattern) as info:
+            env.reset(*args, **kwargs)
+        _one_line(info.value)
+
+    class Subclassed(CorridorEnv):  # an env subclassing another: its own reset is checked too
+        def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+            return "sub " + super().reset(seed, member=member, mode=mode)
+
+    assert Subclassed(length=3).reset(3, mode="val").startswith("sub ")
+    with pytest.raises(UsageError, match=r"^Subclassed\.reset: mode takes 'train' or 'val', not 'validation'$"):
+        Subclassed(length=3).reset(3, mode="validation")
+    with pytest.raises(UsageError, match=r"^ResetRequest\.member takes an int >= 0"):
+        ResetRequest(0, 3, member=-2)

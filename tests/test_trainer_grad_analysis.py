@@ -60,11 +60,10 @@ def test_due_steps_are_one_plus_multiples_of_every():
 
 
 def test_only_without_every_is_a_config_error():
-    from pydantic import ValidationError
-
+    from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
 
-    with pytest.raises(ValidationError, match="grad_analysis.every > 0"):
+    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: .*grad_analysis.every > 0"):
         RunConfig(grad_analysis={"only": True})
 
 

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 from ragen_env_lean.availability import check_available
 from ragen_env_lean.checker import CheckResult, LeanMessage, transport_failure, verdict
 from ragen_env_lean.config import LeanConfig
@@ -232,7 +231,7 @@ def test_config_validation():
     assert LeanConfig().chosen_backend() == "repl"
     for bad in ({"server_url": "h:8000"}, {"repl_command": []}, {"repl_command": ""}, {"request_timeout": 0}, {"max_retries": -1},
                 {"dataset": "x.jsonl", "train_split": "test", "val_split": "test"}, {"severs_url": "http://h"}, {"backend": "docker"}):
-        with pytest.raises(ValidationError):
+        with pytest.raises(ConfigError, match="^LeanConfig: invalid config: "):
             LeanConfig(**bad)
 
 

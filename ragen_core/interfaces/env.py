@@ -16,7 +16,9 @@ must produce the *same initial observation* for every ``member`` of a group shar
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 
@@ -54,6 +56,43 @@ class StepResult(NamedTuple):
     info: dict[str, Any]
 
 
+RESET_MODES = ("train", "val")
+"""The modes an env is reset in: the training split, or the validation split."""
+
+
+def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train") -> None:
+    """Refuse reset arguments an env would take silently: a seed that is not an int (``"3"`` and
+    ``3`` seed different episodes; ``3.5`` is no seed), one out of 64 bits, a negative or non-int
+    member, a mode other than ``train`` / ``val`` (``"test"`` reset the training split).
+
+    Raises:
+        UsageError: naming ``where`` (``ResetRequest.``, ``SokobanEnv.reset: ``) and the argument.
+    """
+    from ragen_core.errors import UsageError
+    from ragen_core.seeding import check_key
+
+    for name, value in (("seed", seed), ("member", member)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise UsageError(f"{where}{name} takes an int, not {type(value).__name__} {value!r}")
+    check_key(int(seed), f"{where}seed")
+    if member < 0:
+        raise UsageError(f"{where}member takes an int >= 0 (the env's index in its group), not {member}")
+    if mode not in RESET_MODES:
+        raise UsageError(f"{where}mode takes 'train' or 'val', not {mode!r}")
+
+
+def _checked_reset(reset: Any) -> Any:
+    """``reset`` refusing what :func:`check_reset_args` refuses, before the env sees it."""
+
+    @functools.wraps(reset)
+    def checked(self: Env, seed: int, *args: Any, **kwargs: Any) -> Any:
+        check_reset_args(f"{type(self).__name__}.reset: ", seed, kwargs.get("member", 0), kwargs.get("mode", "train"))
+        return reset(self, seed, *args, **kwargs)
+
+    checked.__ragen_checked__ = True  # type: ignore[attr-defined]
+    return checked
+
+
 class Env(ABC):
     """Base class of every RAGEN environment.
 
@@ -64,7 +103,17 @@ class Env(ABC):
 
     Call order: ``__init__(config)`` -> ``reset(seed, ...)`` -> ``step(action)`` * n ->
     ``reset`` again or ``close()``. ``close`` must be idempotent.
+
+    A subclass's ``reset`` is wrapped when the class is defined: a seed that is not an int, a
+    negative member or a mode other than ``train`` / ``val`` is refused with a one-line
+    :class:`~ragen_core.errors.UsageError` before the env sees it (:func:`check_reset_args`).
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("reset")
+        if callable(own) and not getattr(own, "__ragen_checked__", False):
+            cls.reset = _checked_reset(own)  # type: ignore[method-assign]
 
     config_class: type[EnvConfig] = EnvConfig
     #: Separator between several actions in one ``<answer>``; ``None`` for envs whose answer is

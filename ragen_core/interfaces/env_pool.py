@@ -30,16 +30,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from ragen_core.specs import PluginConfig, with_overrides
+from ragen_core.interfaces.env import check_reset_args
+from ragen_core.specs import CheckedModel, PluginConfig, with_overrides
 
 #: Why a pool ended an episode: ``"done"`` (the env said so), ``"timeout"`` (no answer within the
 #: pool's step timeout), ``"failed"`` (the env worker crashed or the env raised; see ``error``).
 PoolEndReason = Literal["", "done", "timeout", "failed"]
 
 
-class EnvRef(BaseModel):
+class EnvRef(CheckedModel):
     """Which env to build, as data: a registered name, config overrides and an optional preset.
 
     ``factory`` builds an env that is not installed (a test env, an env in a notebook's module)
@@ -119,10 +120,6 @@ def _require_ints(request: Any, *names: str) -> None:
             raise UsageError(f"{type(request).__name__}.{name} takes an int, not {type(value).__name__} {value!r}")
 
 
-RESET_MODES = ("train", "val")
-"""The modes an env is reset in: the training split, or the validation split."""
-
-
 @dataclass(frozen=True)
 class ResetRequest:
     """Start episode ``episode_id`` from ``seed`` (member ``member`` of its group) in ``mode``."""
@@ -134,13 +131,8 @@ class ResetRequest:
     """``"train"`` or ``"val"``."""
 
     def __post_init__(self) -> None:
-        from ragen_core.errors import UsageError
-        from ragen_core.seeding import check_key
-
-        _require_ints(self, "episode_id", "seed", "member")
-        check_key(self.seed, "ResetRequest.seed")  # an env would fail on it and be blamed (its make_rng refuses it)
-        if self.mode not in RESET_MODES:
-            raise UsageError(f"ResetRequest.mode takes 'train' or 'val', not {self.mode!r}")
+        _require_ints(self, "episode_id")
+        check_reset_args("ResetRequest.", self.seed, self.member, self.mode)  # an env would be blamed for a seed it cannot take
 
 
 @dataclass

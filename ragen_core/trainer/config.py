@@ -15,12 +15,13 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ragen_core.interfaces.engine import SamplingParams
+from ragen_core.specs import CheckedModel
 
 
-class _Section(BaseModel):
+class _Section(CheckedModel):
     # allow_inf_nan=False: an inf or NaN setting (``rollout.format_penalty=-.inf``, ``optim.lr=inf``)
     # is refused here in one line instead of surfacing as a NaN loss or a crash steps later
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False)

@@ -191,9 +191,9 @@ def test_rloo_by_hand():
 
 
 def test_grpo_config_rejects_bad_epsilon():
-    from pydantic import ValidationError
+    from ragen_core.errors import PluginConfigError
 
-    with pytest.raises(ValidationError):
+    with pytest.raises(PluginConfigError, match=r"^GRPOConfig: invalid config: epsilon: .*\(got 0.0\)$"):
         GRPOConfig(epsilon=0.0)
 
 
