@@ -96,9 +96,25 @@ def test_two_runs_started_in_the_same_second_get_their_own_directories(tmp_path,
     monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20250101-120000")
     first, second = Trainer(make_config(None, steps=1)), Trainer(make_config(None, steps=1))
     assert first.run_dir != second.run_dir
-    assert first.run_dir.is_dir() and second.run_dir.is_dir()  # created (claimed) when chosen
     assert first.run_dir.parent == second.run_dir.parent == Path("runs")
+    assert not Path("runs").exists()  # a Trainer built and dropped leaves nothing (it left an empty runs/<name>)
+    first.setup()
+    try:
+        assert first.run_dir.is_dir() and (first.run_dir / "config.yaml").is_file()
+    finally:
+        first.close()
+    assert not second.run_dir.exists()
     assert "20250101-120000" in first.run_dir.name
+
+
+def test_a_default_folder_taken_between_construction_and_set_up_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    trainer = Trainer(make_config(None, steps=1))
+    trainer.run_dir.mkdir(parents=True)  # another run took the name meanwhile (its suffix is random: rare)
+    (trainer.run_dir / "metrics.jsonl").write_text("{}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^run directory runs/.+ was created by another run after this Trainer chose it"):
+        trainer.setup()
+    assert (trainer.run_dir / "metrics.jsonl").read_text(encoding="utf-8") == "{}\n"  # the other run's folder is left alone
 
 
 def test_default_directory_creation_retries_a_taken_name(tmp_path, monkeypatch):
@@ -108,7 +124,9 @@ def test_default_directory_creation_retries_a_taken_name(tmp_path, monkeypatch):
     suffixes = iter(["aaaa", "aaaa", "bbbb"])
     monkeypatch.setattr(rd, "_suffix", lambda: next(suffixes))
     cfg = make_config(None, steps=1)
-    a, b = rd.default_run_dir(cfg), rd.default_run_dir(cfg)
+    a = rd.default_run_dir(cfg)
+    a.mkdir(parents=True)
+    b = rd.default_run_dir(cfg)
     assert a.name.endswith("-aaaa") and b.name.endswith("-bbbb")
 
 
@@ -401,3 +419,32 @@ def test_resume_of_a_file_says_it_is_a_file(tmp_path, capsys):
     afile.write_text("x")
     assert _resume_cli(afile) == 2
     assert one_line_error(capsys.readouterr().err) == f"ConfigError: --resume: {afile} is a file, not a run directory"
+
+
+def test_repeated_or_unordered_metric_rows_are_read_and_kept_one_per_step(tmp_path, capsys, caplog):
+    """A metrics.jsonl with a step written twice or out of order (files concatenated, rows pasted
+    back by hand) was kept as it was by a resume, and `ragen plot` drew its curves back and forth."""
+    import logging
+
+    from ragen_core.trainer.loggers import one_row_per_step
+
+    rows = [{"step": 2, "a": 1}, {"step": 1, "a": 2}, {"step": 2, "a": 3}, {"step": None, "a": 4}]
+    kept, note = one_row_per_step(rows)
+    assert kept == [{"step": 1, "a": 2}, {"step": 2, "a": 3}, {"step": None, "a": 4}]
+    assert note == "step 2 has several rows (the last written is used); rows are out of step order (read in step order)"
+    assert one_row_per_step(kept[:2]) == (kept[:2], "")
+
+    cfg = make_config(tmp_path, steps=2)
+    Trainer(cfg).train()
+    metrics = Path(cfg.run_dir) / "metrics.jsonl"
+    first, second = metrics.read_text(encoding="utf-8").splitlines()
+    metrics.write_text("\n".join([second, first, second]) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="ragen_core.trainer.loggers"):
+        assert [r["step"] for r in read_metrics(metrics)] == [1, 2]
+    assert "step 2 has several rows (the last written is used); rows are out of step order" in caplog.text
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "3") == 0
+    out = capsys.readouterr().out
+    assert ("resume: metrics.jsonl: step 2 has several rows (the last written is used); rows are out of step order "
+            "(read in step order); the file now holds one row per step") in out
+    assert [json.loads(line)["step"] for line in metrics.read_text(encoding="utf-8").splitlines()] == [1, 2, 3]

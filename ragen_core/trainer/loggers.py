@@ -79,7 +79,32 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     if damaged:
         logger.warning("%s: %d line(s) not JSON rows, skipped (line %s)", p, len(damaged), ", ".join(map(str, damaged[:5])) +
                        (", ..." if len(damaged) > 5 else ""))
+    rows, note = one_row_per_step(rows)
+    if note:
+        logger.warning("%s: %s", p, note)
     return rows
+
+
+def one_row_per_step(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The rows with a step, one per step and in step order, then the rows without one; and a note
+    saying what changed ("" when the steps already rose one row each, as a run writes them).
+
+    A step with several rows keeps the last written (a concatenated or hand-edited file, a run
+    resumed by hand): a curve drawn from them went back and forth, and a resume kept them all.
+    """
+    from collections import Counter
+
+    steps = [r["step"] for r in rows if is_step(r.get("step"))]
+    if all(a < b for a, b in zip(steps, steps[1:])):
+        return rows, ""
+    last = {r["step"]: r for r in rows if is_step(r.get("step"))}
+    repeated = sorted(s for s, n in Counter(steps).items() if n > 1)
+    shown = ", ".join(f"{s:g}" for s in repeated[:5]) + (", ..." if len(repeated) > 5 else "")
+    parts = ([f"step{'s' if len(repeated) > 1 else ''} {shown} {'have' if len(repeated) > 1 else 'has'} several rows "
+              "(the last written is used)"] if repeated else [])
+    if any(a > b for a, b in zip(steps, steps[1:])):
+        parts.append("rows are out of step order (read in step order)")
+    return [last[s] for s in sorted(last)] + [r for r in rows if not is_step(r.get("step"))], "; ".join(parts)
 
 
 def read_complete_rows(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
@@ -117,15 +142,17 @@ def read_complete_rows(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     return rows, False
 
 
-def truncate_metrics(path: str | Path, last_step: int) -> None:
-    """Keep only complete rows with ``step <= last_step`` (used when resuming from a checkpoint).
+def truncate_metrics(path: str | Path, last_step: int) -> str:
+    """Keep only complete rows with ``step <= last_step``, one per step in step order (used when
+    resuming from a checkpoint); returns :func:`one_row_per_step`'s note ("" when the rows were in order).
 
     The file is replaced atomically: a process killed meanwhile leaves the old file, never half of it.
     """
     p = Path(path)
     if not p.is_file():
-        return
-    rows = [r for r in read_complete_rows(p)[0] if is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
+        return ""
+    kept = [r for r in read_complete_rows(p)[0] if is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
+    rows, note = one_row_per_step(kept)
     tmp = p.with_name(p.name + ".tmp")
     try:
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -135,6 +162,7 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
 
         raise ConfigError(f"cannot write to run directory {p.parent} ({type(exc).__name__}: {exc.strerror or exc})",
                           ["make it writable (a resume appends to metrics.jsonl and writes checkpoints there)"]) from None
+    return note
 
 
 def is_step(value: object) -> bool:

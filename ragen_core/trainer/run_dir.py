@@ -58,16 +58,13 @@ def _plain(name: str) -> str:
 
 
 def default_run_dir(config: Any, root: str | Path = "runs") -> Path:
-    """Create and return a new folder ``<root>/<env>-<algo>-<time>-<suffix>`` (never an existing one)."""
+    """A free folder name ``<root>/<env>-<algo>-<time>-<suffix>`` (never an existing one), not
+    created: the trainer creates it when set-up starts, so a Trainer built and dropped leaves nothing."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    Path(root).mkdir(parents=True, exist_ok=True)
     for _ in range(100):
         path = Path(root) / f"{_plain(config.env)}-{_plain(config.algo)}-{stamp}-{_suffix()}"
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return path
+        if not os.path.lexists(path):
+            return path
     raise ConfigError(f"could not create a new run directory under {root}: 100 names were taken", ["pass --run-dir"])
 
 

@@ -107,9 +107,11 @@ class Trainer(CheckpointMixin):
         check_supported(config, self.world)
         self._made_run_dir = not (config.run_dir and Path(config.run_dir).exists())
         """This run creates its folder (removed again when a fresh run's set-up fails leaving it empty)."""
+        self._default_dir = not config.run_dir
+        """The folder is the default one chosen here (rank 0's choice), created when set-up starts."""
         if config.run_dir:
             self.run_dir = Path(config.run_dir)
-        else:  # a new default folder is created here, by rank 0 only
+        else:
             self.run_dir = Path(self.world.broadcast(str(default_run_dir(config)) if self.world.main else None))
         self.resume = resume
         self.overwrite = overwrite
@@ -196,6 +198,14 @@ class Trainer(CheckpointMixin):
         changes: dict[str, list[Any]] = {}
         # this machine's device: a device=cuda on a CPU machine is refused before --overwrite removes anything
         self.device = world.device if world.device.startswith("cuda") else su.resolve_device(cfg.device)
+        if world.main and self._default_dir:
+            try:
+                self.run_dir.mkdir(parents=True)
+            except FileExistsError:  # a name free when the Trainer chose it (a random suffix): another run's now
+                from ragen_core.errors import ConfigError
+
+                raise ConfigError(f"run directory {self.run_dir} was created by another run after this Trainer chose it",
+                                  ["build the Trainer again (it picks a new name), or pass run_dir"]) from None
         if world.main and self.run_dir.is_dir():  # before a checkpoint is read or --overwrite removes anything
             self._dir_lock = RunDirLock(self.run_dir)
         if self.resume:  # every rank reads the checkpoint; rank 0's weights are sent to all below anyway
@@ -295,7 +305,9 @@ class Trainer(CheckpointMixin):
         if ckpt is not None:
             self._restore(state)
             if world.main:
-                truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+                tidied = truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
+                if tidied:
+                    print(f"resume: metrics.jsonl: {tidied}; the file now holds one row per step")
                 done = self.start_step - 1
                 if done >= cfg.steps:  # config.yaml keeps the settings its steps ran with; nothing is recorded
                     unused = f" (settings not applied: {', '.join(changes)})" if changes else ""

@@ -89,6 +89,14 @@ def test_read_metrics_skips_malformed_lines(tmp_path: Path) -> None:
     assert len(rows) == 50 and [r["step"] for r in rows] == list(range(1, 51))
 
 
+def test_a_step_diagnosed_twice_is_read_once_with_its_newest_row(tmp_path: Path) -> None:
+    """`ragen diagnose --checkpoint` run twice for one step appends two rows: both were plotted."""
+    offline = tmp_path / "diagnostics_offline.jsonl"
+    offline.write_text("".join(json.dumps(r) + "\n" for r in [{"step": 6, "m": 1.0}, {"step": 3, "m": 2.0}, {"step": 6, "m": 3.0},
+                                                               {"step": True, "m": 4.0}]))
+    assert read_metrics(offline) == [{"step": 3, "m": 2.0}, {"step": 6, "m": 3.0}]  # a bool is no step
+
+
 def test_missing_or_empty_run_dir_is_a_ragen_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(RagenError, match="does not exist"):
         build_report(tmp_path / "nope")
@@ -209,7 +217,9 @@ def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, An
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_99"]) == 2
     # --rollouts alone finds the checkpoint that sampled them (the step before's)
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "rollouts" / "step_6.jsonl")]) == 0
-    assert [r["step"] for r in read_metrics(run / "diagnostics_offline.jsonl")] == [6, 6]
+    lines = (run / "diagnostics_offline.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [6, 6]  # appended; the report reads the newest
+    assert [r["step"] for r in read_metrics(run / "diagnostics_offline.jsonl")] == [6]
     assert "offline metrics of step 6 appended" in capsys.readouterr().out
     assert ragen_main(["diagnose", str(run), "--rollouts", str(run / "missing.jsonl"), "--checkpoint", "step_5"]) == 2
 

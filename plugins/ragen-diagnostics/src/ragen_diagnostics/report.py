@@ -31,7 +31,10 @@ OFFLINE_FILE = "diagnostics_offline.jsonl"
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Rows of a metrics JSONL file with a numeric ``step``; malformed lines are skipped."""
+    """Rows of a metrics JSONL file with a numeric ``step``, one per step in step order (a step
+    diagnosed twice offline: the newest row); malformed lines are skipped."""
+    from ragen_core.trainer.loggers import is_step, one_row_per_step
+
     rows: list[dict[str, Any]] = []
     if not path.is_file():
         return rows
@@ -40,10 +43,9 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+        if isinstance(row, dict) and is_step(row.get("step")):
             rows.append(row)
-    rows.sort(key=lambda r: r["step"])
-    return rows
+    return one_row_per_step(rows)[0]
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
