@@ -45,7 +45,15 @@ TABLE = [
     ("31 or 30", "30", False, False),  # a hedge: no fall-back to the last number (a policy learns to name two)
     ("not 30", "30", False, False),
     ("30 apples, or so", "30", False, False),
+    # boxes that state different answers are a hedge too: each must be the label (the last was paid alone)
+    ("\\boxed{30} or maybe \\boxed{31}", "31", False, False),
+    ("\\boxed{3} or \\boxed{31}", "31", False, False),  # 3 is not "inside" 31: only a box inside a box is
+    ("\\boxed 5 and \\boxed 6", "6", False, False),
+    ("\\boxed{\\boxed{5} or 6}", "5", False, False),  # the inner box is part of the outer answer, not the answer
     # only the math checker accepts
+    ("\\boxed{31}, so \\boxed{31}.", "31", False, True),  # one answer stated twice
+    ("\\boxed{\\frac{1}{2}} = \\boxed{0.5}", "0.5", False, True),  # two forms of the label
+    ("\\boxed{\\boxed{5}}", "5", False, True),
     ("\\frac{1}{2}", "0.5", False, True),
     ("1/2", "\\frac{1}{2}", False, True),
     ("\\dfrac{1}{2}", "\\frac12", False, True),
@@ -120,6 +128,7 @@ def test_rules_side_by_side(answer, label, exact, math):
         ("so \\boxed{42}.", "42"),
         ("\\boxed{1} then \\boxed{2}", "2"),  # the last box
         ("\\boxed{\\frac{a}{\\sqrt{b}}}", "\\frac{a}{\\sqrt{b}}"),
+        ("\\boxed{\\boxed{5} or 6}", "{5} or 6"),  # the outer box, not the last one opened
         ("\\boxed {7}", "7"),
         ("\\boxed 7 is it", "7"),
         ("\\boxed{3} and \\boxed{4", "3"),  # an unclosed last box falls back to the one before

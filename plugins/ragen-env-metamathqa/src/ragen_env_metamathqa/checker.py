@@ -7,8 +7,10 @@ is the same number or expression as the label:
 1. **Exact first.** Anything the reference rule accepts is accepted, so the math checker never
    marks wrong what the exact rule marks right.
 2. **Extract** (:func:`extract_answer`): the last ``\\boxed{...}`` / ``\\fbox{...}`` (braces
-   matched, nested ones included), else the text after the last "answer is" / "answer:", else
-   the whole reply. An equation keeps its right-hand side when the label has none (``x = 5``).
+   matched; a box inside a box is part of its answer), else the text after the last "answer is" /
+   "answer:", else the whole reply. Boxes that state different answers (``\\boxed{30}`` ...
+   ``\\boxed{31}``) must each match: a hedge is wrong (:func:`stated_answers`). An equation keeps
+   its right-hand side when the label has none (``x = 5``).
 3. **Normalise** both sides (:func:`normalize`): decimal digits of any script and full-width
    forms, Unicode minus signs, ``×``/``÷``/``π``/``√``/superscripts/vulgar fractions, ``$``,
    ``\\left``/``\\right``, spacing commands, ``\\text{...}`` wrappers, ``\\dfrac``/``\\tfrac``,
@@ -140,25 +142,39 @@ def _braced(text: str, start: int) -> str | None:
     return None
 
 
-def _last_boxed(text: str) -> str | None:
-    r"""Content of the last well-formed ``\boxed{...}`` (or ``\boxed x``), None if none.
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    r"""``(start, end, content)`` of the well-formed ``\boxed{...}`` (or ``\boxed x``) among the
+    last eight boxes, in order of their start.
 
     Only the last eight boxes are tried, each scanned for at most MAX_ANSWER_CHARS characters,
     so a reply of a million unclosed boxes costs linear time.
     """
-    starts = [m.end() for m in _BOX.finditer(text)][-8:]
-    for pos in reversed(starts):
+    found: list[tuple[int, int, str]] = []
+    for match in list(_BOX.finditer(text))[-8:]:
+        pos = match.end()
         while pos < len(text) and text[pos] == " ":
             pos += 1
         if pos < len(text) and text[pos] == "{":
             group = _braced(text, pos)
             if group is not None:
-                return group
+                found.append((match.start(), pos + len(group) + 2, group))
         elif pos < len(text):
             word = re.match(r"[^\s$]+", text[pos:pos + MAX_ANSWER_CHARS])
             if word:
-                return word.group(0)
-    return None
+                found.append((match.start(), pos + word.end(), word.group(0)))
+    return found
+
+
+def _outer_boxes(text: str) -> list[str]:
+    r"""Contents of the boxes of ``text`` that are not inside another, in order, without the
+    inner boxes' commands (``\boxed{\boxed{5} or 6}`` states "{5} or 6", not 5)."""
+    boxes = _boxes(text) if "box" in text else []
+    return [content.replace("\\boxed", "").replace("\\fbox", "")  # the inner boxes' own words go
+            for start, end, content in boxes if not any(s < start and end <= e for s, e, _ in boxes)]
+
+
+def _tidy(found: str) -> str:
+    return found.strip().strip("$").strip().rstrip(".;,!? ").strip()
 
 
 def extract_answer(reply: str) -> str | None:
@@ -168,17 +184,31 @@ def extract_answer(reply: str) -> str | None:
     """
     if not isinstance(reply, str):
         return None
-    found = _last_boxed(reply) if "box" in reply else None
-    if found is None:
+    boxes = _outer_boxes(reply)
+    if boxes:
+        found = boxes[-1]
+    else:
         markers = list(_MARKER.finditer(reply[-20_000:]))
         if markers:
             tail = reply[-20_000:][markers[-1].end():]
             found = tail.strip().split("\n", 1)[0]
         else:
             found = reply
-    found = found.strip().strip("$").strip()
-    found = found.rstrip(".;,!? ").strip()
-    return found or None
+    return _tidy(found) or None
+
+
+def stated_answers(reply: str) -> list[str]:
+    r"""Every final answer ``reply`` states: the distinct contents of its boxes when it has
+    several (``\boxed{30}`` then ``\boxed{31}``: a hedge, each is checked), else
+    :func:`extract_answer`'s one; empty when nothing is left. Boxes nested in a box are read
+    with it (``\boxed{\boxed{5}}`` states 5 once)."""
+    if not isinstance(reply, str):
+        return []
+    distinct = list(dict.fromkeys(t for t in map(_tidy, _outer_boxes(reply)) if t))
+    if len(distinct) > 1:
+        return distinct
+    found = extract_answer(reply)
+    return [found] if found is not None else []
 
 
 # ------------------------------------------------------------------ normalisation
@@ -718,6 +748,20 @@ def _prepare(pred: str, gold: str) -> tuple[str, str]:
     return pred, gold
 
 
+def _states_label(found: str, gold: str) -> bool:
+    """One extracted answer against the label (inside :func:`math_equal`'s deadline)."""
+    if "box" in found:  # nested boxes: \\boxed{\\boxed{5}} reads as 5
+        found = found.replace("\\boxed", "").replace("\\fbox", "")
+    pred, gold = _prepare(found, gold)
+    if not pred:
+        return False
+    verdict = _compare(pred, gold)
+    if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
+        numbers = _LAST_NUMBER.findall(pred)
+        verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
+    return bool(verdict)
+
+
 def math_equal(
     answer: str,
     label: str,
@@ -735,23 +779,14 @@ def math_equal(
         return False
     if exact_match(answer, label):
         return True
-    found = extract_answer(answer)
+    stated = stated_answers(answer)
     gold = extract_answer(label) if "box" in label else label.strip()
-    if found is None or not gold or len(found) > MAX_ANSWER_CHARS:
+    if not stated or not gold or any(len(found) > MAX_ANSWER_CHARS for found in stated):
         return False
-    if "box" in found:  # nested boxes: \\boxed{\\boxed{5}} reads as 5
-        found = found.replace("\\boxed", "").replace("\\fbox", "")
-    _state.deadline = time.monotonic() + time_limit_s
+    _state.deadline = time.monotonic() + time_limit_s  # one deadline for all the answers a reply states
     _state.symbolic = symbolic_time_limit_s if symbolic else None
     try:
-        pred, gold = _prepare(found, gold)
-        if not pred:
-            return False
-        verdict = _compare(pred, gold)
-        if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
-            numbers = _LAST_NUMBER.findall(pred)
-            verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
-        return bool(verdict)
+        return all(_states_label(found, gold) for found in stated)  # a policy is not paid for naming two answers
     except _OutOfTime:
         return False
     finally:
