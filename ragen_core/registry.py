@@ -279,8 +279,8 @@ class Registry:
         expected = SPEC_CLASSES[entry.kind]
         if not isinstance(spec, expected):
             raise PluginLoadError(
-                f"{entry.kind} {entry.name!r} from {entry.origin}: entry point {entry.value} is a "
-                f"{type(spec).__name__}, expected a {expected.__name__}",
+                f"{entry.kind} {entry.name!r} from {entry.origin}: entry point {entry.value} is "
+                f"{article(type(spec).__name__)}, expected {article(expected.__name__)}",
                 [f"point the entry point at a module-level {expected.__name__} instance"],
             )
         if spec.api_version != API_VERSION:

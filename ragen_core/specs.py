@@ -75,7 +75,9 @@ def with_overrides(config_class: type[C], config: C | Mapping[str, Any] | None, 
     elif isinstance(config, Mapping):
         model, data = config_class, {**config, **overrides}
     else:
-        raise ConfigError(f"expected a {config_class.__name__} or a dict of its settings, got {type(config).__name__}")
+        from ragen_core.registry import article
+
+        raise ConfigError(f"expected {article(config_class.__name__)} or a dict of its settings, got {type(config).__name__}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

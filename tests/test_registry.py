@@ -167,7 +167,7 @@ def test_wrong_spec_type_and_name_mismatch(sandbox):
     _add(tmp, "fake-mis", "misnamed", "fakeplug_mis", value="fakeplug_mis:SPEC")
     (tmp / "fakeplug_mis.py").write_text(_spec_module("other", "fakeplug_mis"))
     importlib.invalidate_caches()
-    with pytest.raises(PluginLoadError, match="is a int, expected a EnvSpec"):
+    with pytest.raises(PluginLoadError, match="is an int, expected an EnvSpec"):
         reg.get_spec("env", "bad")
     with pytest.raises(PluginLoadError, match="differs from spec name 'other'"):
         reg.get_spec("env", "misnamed")

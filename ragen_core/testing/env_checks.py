@@ -159,7 +159,8 @@ def check_picklable(name: str, preset: str | None = None) -> None:
         clone = pickle.loads(pickle.dumps(env))  # noqa: S301 - the env this check pickled itself
         assert clone.render() == env.render(), f"env {name!r}: unpickled env renders differently"
         if len(actions) > 1:
-            r1, r2 = env.step(actions[1]), clone.step(actions[1])
+            # the step's own faults first (a NaN reward is never equal to itself: "steps differently" misled)
+            r1, r2 = _assert_step(name, env.step(actions[1]), actions[1]), _assert_step(name, clone.step(actions[1]), actions[1])
             assert (r1[0], r1[1], r1[2]) == (r2[0], r2[1], r2[2]), f"env {name!r}: unpickled env steps differently"
         clone.close()
     finally:

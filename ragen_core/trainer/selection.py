@@ -81,8 +81,10 @@ def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) ->
 
 
 def dropped_metric(reason: str) -> str:
-    """``rollout/dropped/<reason>``: the metric that counts groups dropped for ``reason`` (lower-case, ``_`` for the rest)."""
-    return "rollout/dropped/" + (re.sub(r"[^a-z0-9]+", "_", str(reason).lower()).strip("_") or "unnamed")
+    """``rollout/dropped/<reason>``: the metric that counts groups dropped for ``reason`` (lower-case
+    letters, ``_`` for the rest). Digits are left out: reasons that carry a number (``"std 0.4"``,
+    against the contract) would make a new metric per group and per step; they share one."""
+    return "rollout/dropped/" + (re.sub(r"[^a-z]+", "_", str(reason).lower()).strip("_") or "unnamed")
 
 
 def check_filter_result(result: Any, group_ids: Sequence[int], rollout_filter: Any) -> None:
@@ -138,8 +140,9 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         result = rollout_filter.select(grouped)
     check_filter_result(result, grouped.group_ids, rollout_filter)
     metrics = {k: float(v) for k, v in result.metrics.items() if is_number(v)}
-    for reason in set(result.dropped.values()):  # why groups were dropped, one count per reason
-        metrics[dropped_metric(reason)] = float(sum(1 for r in result.dropped.values() if r == reason))
+    for reason in result.dropped.values():  # why groups were dropped, one count per reason
+        key = dropped_metric(reason)
+        metrics[key] = metrics.get(key, 0.0) + 1.0
     n_groups = len(set(grouped.group_ids))
     metrics.setdefault("rollout/filter_kept_count", float(len(result.kept_groups)))
     metrics.setdefault("rollout/filter_kept_ratio", len(result.kept_groups) / max(n_groups, 1))
