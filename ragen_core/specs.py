@@ -209,8 +209,10 @@ class PluginSpec(CheckedModel):
         if cls.config_base is not None:
             base = import_string(cls.config_base)
             if not (isinstance(value, type) and issubclass(value, base)):
-                raise ValueError(f"a {cls.kind}'s config_model must subclass {base.__module__}.{base.__name__} "
-                                 f"(the trainer reads its fields), got {getattr(value, '__qualname__', value)!r}")
+                from ragen_core.registry import article
+
+                raise ValueError(f"{article(cls.kind)}'s config_model must subclass {base.__module__}.{base.__name__} "
+                                 "(the trainer reads its fields)")  # pydantic's "(got ...)" follows
         return value
 
     @field_serializer("config_model")
@@ -278,6 +280,7 @@ class EnvSpec(PluginSpec):
     """Spec of an environment plugin (entry-point group ``ragen_core.envs``)."""
 
     kind: ClassVar[str] = "env"
+    config_base: ClassVar[str | None] = "ragen_core.interfaces.env:EnvConfig"
     async_step: bool = False
     """True when ``step`` mostly waits on I/O (a server, a sandbox) and is safe to run in threads:
     the local pool then steps this env's episodes in threads unless its ``threads`` is set."""

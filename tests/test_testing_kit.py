@@ -76,3 +76,20 @@ def test_the_pickle_check_names_a_nan_reward_not_a_difference(monkeypatch):
     monkeypatch.setattr(env_checks, "_make", lambda name, preset: _NanReward(length=4))
     with pytest.raises(AssertionError, match=r"non-finite reward nan"):
         check_picklable("nan-corridor")
+
+
+def test_an_env_spec_without_a_config_model_takes_the_env_settings():
+    """EnvSpec(name, factory) took the bare PluginConfig: no max_turns, and 'ragen plugins show'
+    printed an empty table; a config model that is not an EnvConfig was accepted too."""
+    from ragen_core import EnvConfig, EnvSpec, PluginConfig
+    from ragen_core.errors import ConfigError
+
+    spec = EnvSpec(name="plain", factory="ragen_core.testing.toy_env:CorridorEnv")
+    assert spec.config_model is EnvConfig and spec.make_config({"max_turns": 2}).max_turns == 2
+
+    class NotAnEnvConfig(PluginConfig):
+        size: int = 3
+
+    with pytest.raises(ConfigError, match=r"^EnvSpec: invalid config: config_model: an env's config_model must subclass "
+                                          r"ragen_core\.interfaces\.env\.EnvConfig"):
+        EnvSpec(name="plain", factory="x:y", config_model=NotAnEnvConfig)
