@@ -246,7 +246,7 @@ def probe(url: str, health_path: str | None = None, timeout: float = 3.0, *, any
         try:
             socket.create_connection((host, port), timeout=timeout).close()
         except TimeoutError:
-            return Probe(f"no answer within {timeout:g} s")
+            return Probe(f"no answer within {timeout:.3g} s")
         except OSError as e:
             return Probe(f"TCP connect failed ({e.strerror or e})")
         return Probe(None)
@@ -257,7 +257,7 @@ def probe(url: str, health_path: str | None = None, timeout: float = 3.0, *, any
         conn.request("GET", path)
         status = conn.getresponse().status
     except TimeoutError:
-        return Probe(f"no answer within {timeout:g} s")
+        return Probe(f"no answer within {timeout:.3g} s")
     except (OSError, http.client.HTTPException) as e:
         return Probe(f"GET {path} failed ({getattr(e, 'strerror', None) or e!r})")
     finally:
@@ -472,8 +472,13 @@ class _Service:
             why, status = probe(self.url, spec.health_path, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
             code = self.poll()  # after the probe: a dying child must not pass for ready
             if code is not None:
-                if _port_busy(HOST, port) or "address already in use" in self.output_tail().lower():
-                    return True
+                busy = _port_busy(HOST, port)
+                if code != 0 and (busy or "address already in use" in self.output_tail().lower()):
+                    return True  # it lost the port to another process: try another port
+                if code == 0 and busy:  # not a lost race (that exits non-zero): its own daemon serves there
+                    raise self.error(f"exited with status 0 before it was ready, and a process it left listens on port {port}: "
+                                     "a command that puts itself in the background cannot be watched, restarted or stopped",
+                                     ("run the server in the foreground (no daemon or fork option), and stop the one it left",))
                 raise self.error(f"exited with status {code} before it was ready")
             if why is None:
                 return False

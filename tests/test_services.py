@@ -344,6 +344,38 @@ def test_lost_port_race_is_retried_on_another_port(monkeypatch):
                 assert "Address already in use" in f.read()  # the first child really lost the race
 
 
+DAEMON = """
+import os, socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+if os.fork():  # the parent exits 0 once its daemon holds the port
+    sys.exit(0)
+os.setsid()  # out of the child's process group: nothing RAGEN kills reaches it
+with open(sys.argv[2], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+time.sleep(30)
+"""
+
+
+def test_a_command_that_daemonises_is_named_not_taken_for_a_lost_port(tmp_path):
+    """It was "could not bind port: another process took it (3 port(s) tried)", and each of the
+    three tries left a daemon serving under init."""
+    pid_file = tmp_path / "daemon.pid"
+    spec = ServiceSpec(name="daemon", command=(sys.executable, "-c", DAEMON, "{port}", str(pid_file)))
+    try:
+        with pytest.raises(ServiceError, match=r"exited with status 0 before it was ready, and a process it left listens on port "
+                                               r"\d+: a command that puts itself in the background cannot be watched") as info:
+            acquire(spec, fast())
+        assert "run the server in the foreground" in str(info.value)
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"), "the daemon's pid")
+        time.sleep(0.5)  # a second try's daemon would have written its pid by now
+        assert len(pid_file.read_text().split()) == 1  # one try: one daemon, not one per port tried
+    finally:
+        for pid in pid_file.read_text().split() if pid_file.exists() else []:
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def test_lost_port_race_gives_up_after_port_attempts(monkeypatch):
     with socket.socket() as holder:
         holder.bind((HOST, 0))

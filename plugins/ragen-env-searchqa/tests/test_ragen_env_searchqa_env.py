@@ -302,6 +302,56 @@ def test_a_server_given_by_url_that_goes_away_fails_the_step_naming_it(cfg):
         assert "ragen run --resume" in err.value.hints[0]
 
 
+def test_odd_queries_are_refused_or_sent_and_echoed_in_bounds(env):
+    """A 5,000-character query was sent (the server refused it: "Search failed: HTTP 400", a valid
+    action), a 100k one was echoed whole into the observation, and a lone surrogate failed as an
+    "unreadable answer" of the server."""
+    env.reset(1)
+    requests = client_mod.client_for(env._server().ensure_ready(), env.config.retrieval_timeout).requests
+    obs, reward, done, info = env.step("search[" + "a" * 5000 + "]")
+    assert obs.startswith("Invalid action (a search query of 5000 characters; at most 4096). ")
+    assert (reward, info["action_is_valid"]) == (0.0, False)
+    assert client_mod.client_for(env._server().ensure_ready(), env.config.retrieval_timeout).requests == requests  # not sent
+    query = " ".join(["oak"] * 1000)  # 3,999 characters: sent, and echoed cut
+    obs = env.step(f"search[{query}]").observation
+    assert obs.startswith(f"Search results for '{query[:200]}... (3799 more characters)':\n")
+    question = env.question.question
+    obs, _, _, info = env.step(f"search[\ud800{question}\udfff]")
+    assert obs.startswith(f"Search results for '\ud800{question}\udfff':\n[Document 1]") and info["action_is_effective"]
+
+
+def test_a_url_that_is_no_retrieval_server_fails_the_first_search_naming_the_setting(cfg):
+    """Anything that accepted a connection at server.url passed, and every search then became an
+    observation ("Search failed: HTTP 501: <!DOCTYPE HTML>...", "Search timed out"): a run trained
+    on error text. A server that answers once is trusted to have slow moments after that."""
+    import socket
+    import subprocess
+    import sys
+
+    port = free_port()
+    web = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],  # GET only: POST is 501
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    silent = socket.socket()  # accepts connections (the backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with SearchQAEnv(cfg, server=ServiceConfig(url=url, ready_timeout_s=20)) as e:
+            e.reset(0)
+            with pytest.raises(EnvError, match=rf"^env_config.server.url {url} has not answered a search yet: the first got HTTP 501") as err:
+                e.step("search[oaks]")
+            assert "POST /retrieve" in err.value.hints[0]
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with SearchQAEnv(cfg, retrieval_timeout=0.5, server=ServiceConfig(url=url, ready_timeout_s=5)) as e:
+            e.reset(0)
+            with pytest.raises(EnvError, match=rf"^env_config.server.url {url} has not answered a search yet: the first got no answer within 0.5 s"):
+                e.step("search[oaks]")
+    finally:
+        web.kill()
+        web.wait()
+        silent.close()
+
+
 def test_a_validation_question_that_differs_in_punctuation_is_not_trained_on(tmp_path):
     """Search-R1's NQ copy ends questions with '?', FlashRAG's does not: all 17 validation questions
     stayed in training (the key only lower-cased)."""

@@ -25,10 +25,21 @@ from typing import Any, Literal
 MAX_DOC_CHARS = 800
 
 
+MAX_QUERY_CHARS = 4096
+"""Longest query the env sends and its server takes (a longer one is an invalid action, not a search)."""
+
+
 class RetrievalError(Exception):
-    def __init__(self, kind: Literal["timeout", "connection", "http"], message: str) -> None:
+    def __init__(self, kind: Literal["timeout", "connection", "http"], message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.status = status
+        """The HTTP status of a refused search (None: no answer, or one that could not be read)."""
+
+    @property
+    def about_the_query(self) -> bool:
+        """The server refused this query (too long, malformed), not every query."""
+        return self.status in (400, 413, 422)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class BatchingClient:
 
     def search(self, query: str, k: int) -> list[Document]:
         """The ``k`` best documents for ``query``; raises RetrievalError."""
+        query = query.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be sent as JSON: "?" instead
         if self.single:
             return self._single(query, k)
         item = _Pending(query, k)
@@ -184,6 +196,11 @@ class BatchingClient:
         except (ValueError, KeyError, TypeError) as e:
             raise RetrievalError("http", f"unreadable answer ({type(e).__name__}: {e})") from None
 
+    @property
+    def answered(self) -> bool:
+        """The server has answered a search with results at least once (in either shape)."""
+        return self.batched_ok or self.single
+
     def close(self) -> None:
         self._http.close()
 
@@ -193,7 +210,7 @@ def _http_error(response: Any) -> RetrievalError:
         detail = response.json().get("detail", response.text)
     except (ValueError, AttributeError):
         detail = response.text
-    return RetrievalError("http", f"HTTP {response.status_code}: {str(detail)[:300]}")
+    return RetrievalError("http", f"HTTP {response.status_code}: {str(detail)[:300]}", response.status_code)
 
 
 _clients: dict[tuple[str, float], BatchingClient] = {}

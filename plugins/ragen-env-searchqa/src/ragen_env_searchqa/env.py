@@ -34,7 +34,7 @@ from ragen_core.errors import ConfigError, EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_searchqa.answer import extract_answer, parse_action, score_answer
-from ragen_env_searchqa.client import Document, RetrievalError, client_for, format_results, mock_documents
+from ragen_env_searchqa.client import MAX_QUERY_CHARS, Document, RetrievalError, client_for, format_results, mock_documents
 from ragen_env_searchqa.config import SearchQAConfig
 from ragen_env_searchqa.data import Question, load_splits
 
@@ -106,7 +106,7 @@ class SearchQAEnv(Env):
             score = score_answer(answer, question.answers, correct_reward=c.correct_reward,
                                  incorrect_reward=c.incorrect_reward, f1_threshold=c.f1_threshold)
             self._done = True
-            self._observation = f"Your answer: {answer}. Reward: {score.reward:.2f}"
+            self._observation = f"Your answer: {_shown(answer)}. Reward: {score.reward:.2f}"
             # the reference's rule (EM, or a paid partial answer), reading "paid" as F1 at the threshold: a positive
             # incorrect_reward made every wrong answer a success
             solved = score.exact or (score.f1 >= c.f1_threshold and score.reward > 0)
@@ -119,6 +119,11 @@ class SearchQAEnv(Env):
             self._observation = f"Invalid action ({what}). {AVAILABLE}"
             return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
                                                                  "action_is_effective": False, "action_type": "invalid"})
+        if len(parsed.text) > MAX_QUERY_CHARS:  # the server would refuse it: no search, and not a valid one
+            self._done = out_of_steps
+            self._observation = f"Invalid action (a search query of {len(parsed.text)} characters; at most {MAX_QUERY_CHARS}). {AVAILABLE}"
+            return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
+                                                                 "action_is_effective": False, "action_type": "invalid"})
         docs, failure = self._search(parsed.text)
         info: dict[str, Any] = {"success": False, "action_is_valid": True, "action_is_effective": isinstance(docs, list),
                                 "action_type": "search"}
@@ -129,7 +134,7 @@ class SearchQAEnv(Env):
         self._done = out_of_steps
         text = docs if isinstance(docs, str) else format_results(docs or [], self.config.max_total_chars, self.config.max_doc_chars)
         tail = ("Maximum number of searches reached without an answer." if out_of_steps else AVAILABLE)
-        self._observation = f"Search results for '{parsed.text}':\n{text}\n\n{tail}"
+        self._observation = f"Search results for '{_shown(parsed.text)}':\n{text}\n\n{tail}"
         return StepResult(self._observation, 0.0, self._done, info)
 
     # ------------------------------------------------------------------ server
@@ -148,9 +153,16 @@ class SearchQAEnv(Env):
         service = self._server()
         pid = service.pid
         url = service.ensure_ready()
+        client = client_for(url, self.config.retrieval_timeout)
         try:
-            return client_for(url, self.config.retrieval_timeout).search(query, self.config.max_search_results), None
+            return client.search(query, self.config.max_search_results), None
         except RetrievalError as e:
+            if pid is None and not client.answered and e.kind != "connection" and not e.about_the_query:
+                # a server given by URL that has never answered a search: not a slow moment of a
+                # retrieval server, but no such server there (it only accepted the connection)
+                raise EnvError(f"env_config.server.url {url} has not answered a search yet: the first got {e}",
+                               ["point it at a retrieval server (POST /retrieve, see 'ragen-searchqa serve'), raise "
+                                "env_config.retrieval_timeout if it is only slow, or unset it to let RAGEN start one"]) from e
             if e.kind == "connection" and service.died_since(pid):
                 service.ensure_ready()  # restart now (raises ServiceError past max_restarts)
                 return None, f"the retrieval server died during the search and was restarted ({e})"
@@ -225,3 +237,9 @@ class SearchQAEnv(Env):
         if self._question is None:
             raise EnvError("SearchQAEnv.step/render called before reset(seed)")
         return self._question
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """``text`` as the observation repeats it: a long query or answer is cut (the results are capped
+    at max_total_chars; a 100k-character query was echoed whole)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"

@@ -48,9 +48,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ragen_core.errors import ConfigError
+from ragen_env_searchqa.client import MAX_QUERY_CHARS
 
 MAX_TOP_K = 100
-MAX_QUERY_CHARS = 4096
 MAX_QUERIES = 1024
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
