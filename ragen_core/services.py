@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import http.client
 import logging
 import os
@@ -113,6 +114,30 @@ HOST = "127.0.0.1"
 
 _TAIL_LINES = 5
 _LOG_HEADER = "--- ragen: starting "
+_LOG_NAME = re.compile(r"^ragen-service-.*-p(\d+)-[^-]*\.log$")
+STALE_LOG_S = 24 * 3600.0
+"""A temporary log whose owner process is gone is removed by a later start once it is this old (a
+killed run cannot remove its own; a failed start's log is kept this long for its error to point to)."""
+
+
+def _remove_stale_logs(folder: str) -> None:
+    """Remove temporary service logs in ``folder`` whose owner (the pid in the name) is gone and
+    that are older than :data:`STALE_LOG_S`."""
+    now = time.time()
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            match = _LOG_NAME.match(entry.name)
+            if match is None or int(match.group(1)) == os.getpid():
+                continue
+            try:
+                if now - entry.stat().st_mtime < STALE_LOG_S:
+                    continue
+                os.kill(int(match.group(1)), 0)  # its owner still runs (or the pid is reused): keep it
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            except OSError:  # gone meanwhile, or a process of another user (alive)
+                continue
 _POLL_MAX_S = 0.25
 
 
@@ -430,11 +455,18 @@ class _Service:
                 ["stop whatever listens there, or leave `port` unset so a free port is picked"],
             )
         if self.log_path is None:
-            if cfg.log_dir is not None:
-                os.makedirs(cfg.log_dir, exist_ok=True)
-            safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.spec.name)
-            fd, self.log_path = tempfile.mkstemp(prefix=f"ragen-service-{safe_name}-", suffix=".log", dir=cfg.log_dir)
-            os.close(fd)
+            folder = cfg.log_dir or tempfile.gettempdir()
+            try:
+                os.makedirs(folder, exist_ok=True)
+                if cfg.log_dir is None:
+                    _remove_stale_logs(folder)
+                safe_name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.spec.name)
+                fd, self.log_path = tempfile.mkstemp(prefix=f"ragen-service-{safe_name}-p{os.getpid()}-", suffix=".log", dir=folder)
+                os.close(fd)
+            except OSError as e:  # a log_dir under a file, or a folder it may not write in
+                what = f"log_dir {cfg.log_dir}" if cfg.log_dir is not None else f"the temporary folder {folder}"
+                raise ServiceError(f"service {self.spec.name!r}: cannot write its log in {what} ({e.strerror or e})",
+                                   ["set log_dir (env_config.server.log_dir for an env's server) to a writable folder"]) from None
         port = cfg.port or (self.port if self.port and not _port_busy(HOST, self.port) else free_port())
         for attempt in range(1, cfg.port_attempts + 1):
             lost_port = self._start_once(port)

@@ -266,6 +266,33 @@ def test_a_service_that_never_died_leaves_no_temporary_log():
     assert log is not None and not os.path.exists(log)
 
 
+def test_logs_a_killed_owner_left_are_removed_by_a_later_start_once_stale(tmp_path):
+    """A run killed with SIGKILL cannot remove its service's temporary log: each left one in /tmp
+    for good. A later start removes those whose owner is gone, once a day old (a failed start's
+    log, which its error names, is kept that long)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"ragen-service-shop-p{dead.pid}-abcd1234.log"  # the fixture makes tmp_path the temporary folder
+    fresh = tmp_path / f"ragen-service-shop-p{dead.pid}-efgh5678.log"
+    alive = tmp_path / f"ragen-service-shop-p{os.getppid()}-ijkl9012.log"  # its owner runs
+    other = tmp_path / "ragen-service-notes.log"  # not a name a service log has
+    for path in (stale, fresh, alive, other):
+        path.write_text("old output\n")
+    old = time.time() - services.STALE_LOG_S - 60
+    for path in (stale, alive, other):
+        os.utime(path, (old, old))
+    with acquire(child_spec(name="shop"), fast()) as handle:
+        assert handle.log_path is not None and f"-p{os.getpid()}-" in handle.log_path
+    assert not stale.exists() and fresh.exists() and alive.exists() and other.exists()
+
+
+def test_a_log_dir_that_cannot_be_a_folder_is_one_line_naming_it(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ServiceError, match=r"^service 'shop': cannot write its log in log_dir .*/afile/logs \(Not a directory\)\nhint: ") as info:
+        acquire(child_spec(name="shop"), fast(log_dir=str(tmp_path / "afile" / "logs")))
+    assert "env_config.server.log_dir" in info.value.hints[0]
+
+
 def test_restart_limit_gives_a_clear_error():
     with acquire(child_spec(name="sandbox"), fast(max_restarts=1)) as handle:
         get(handle.url, "/exit")  # the child can be told to exit

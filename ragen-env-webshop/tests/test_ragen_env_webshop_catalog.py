@@ -204,3 +204,17 @@ def test_search_index_is_saved_once_and_loaded_by_later_builds(tmp_path, monkeyp
     for query in ("green tea", "running shoes black", "gluten free granola", "zzz"):
         assert second.search(query) == first.search(query)
     assert first.search("green tea")  # the comparison above is not between empty results
+
+
+def test_an_index_cache_dir_that_cannot_be_a_folder_warns_and_the_index_still_works(tmp_path, caplog):
+    """index_cache_dir under a file failed every reset with a bare NotADirectoryError."""
+    import logging
+
+    from ragen_env_webshop.search import SearchIndex
+
+    (tmp_path / "afile").write_text("x")
+    products = generate_catalog(60, seed=5)
+    with caplog.at_level(logging.WARNING, logger="ragen_env_webshop.search"):
+        index = SearchIndex(products, str(tmp_path / "afile" / "idx"))
+    assert index.loaded_from is None and index.search("green tea") == SearchIndex(products).search("green tea")
+    assert f"catalog.index_cache_dir {tmp_path / 'afile' / 'idx'} cannot hold the search index (Not a directory)" in caplog.text

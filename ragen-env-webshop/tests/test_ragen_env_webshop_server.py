@@ -20,6 +20,7 @@ from ragen_env_webshop.config import CatalogConfig, WebShopConfig
 from ragen_env_webshop.engine import SEP, Location, engine_for, parse_action
 from ragen_env_webshop.env import WebShopEnv, shop_service
 
+from ragen_core.errors import EnvError
 from ragen_core.seeding import make_rng
 from ragen_core.services import acquire
 
@@ -54,7 +55,9 @@ class Client:
         return self._send(urllib.request.Request(self.url + path))
 
     def post(self, path: str, body: object) -> Answer:
-        data = json.dumps(body).encode()
+        return self.post_raw(path, json.dumps(body).encode())
+
+    def post_raw(self, path: str, data: bytes) -> Answer:
         return self._send(urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"}))
 
 
@@ -165,6 +168,25 @@ def test_errors_are_4xx(client, engine):
     assert client.post("/api/step", body={"goal": -1}).status_code == 404
     assert client.post("/api/reset", body={"seed": -1}).status_code == 422
     assert client.get("/health").json()["ok"] is True
+
+
+def test_a_lone_surrogate_is_read_alike_by_both_shops_and_never_a_5xx(client):
+    """search[\\udcff] over HTTP got HTTP 500, an EnvError ending the run (in-process it was a
+    search), with a hint about server.url when no url was set."""
+    raw = '{"goal": 0, "action": "search[\\udcff]", "location": {"kind": "search", "query": "\\ud800"}}'
+    answer = client.post_raw("/api/step", raw.encode())
+    assert answer.status_code == 200, answer.text
+    local, remote = WebShopEnv(), WebShopEnv(shop="server")
+    try:
+        for env in (local, remote):
+            env.reset(1)
+        assert remote.step("search[\udcff blue]") == local.step("search[\udcff blue]")
+        with pytest.raises(EnvError) as err:
+            remote._shop()._call("/api/step", {"goal": "x"})  # a request the server refuses
+        assert err.value.hints == [f"the shop server RAGEN started failed on this request: its log {remote._shop().handle.log_path} says why"]
+    finally:
+        remote.close()
+        local.close()
 
 
 def test_a_megabyte_search_is_an_invalid_action_over_http(client, engine):

@@ -68,6 +68,7 @@ class _HttpShop:
     def __init__(self, config: WebShopConfig) -> None:
         self.handle: ServiceHandle = acquire(shop_service(config), config.server)
         self.timeout = config.request_timeout_s
+        self.given_url = config.server.url is not None
 
     def _call(self, path: str, body: dict[str, Any] | None = None, *, again: bool = True) -> dict[str, Any]:
         """One request. Every request is a pure function of its body (the location travels with
@@ -83,8 +84,9 @@ class _HttpShop:
                 return result
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:200]
-            raise EnvError(f"the WebShop server at {url} answered HTTP {e.code}: {detail}",
-                           ["is server.url a WebShop server of the same catalog? (GET /api/info)"]) from None
+            hint = ("is server.url a WebShop server of the same catalog? (GET /api/info)" if self.given_url
+                    else f"the shop server RAGEN started failed on this request: its log {self.handle.log_path} says why")
+            raise EnvError(f"the WebShop server at {url} answered HTTP {e.code}: {detail}", [hint]) from None
         except (OSError, ValueError) as e:
             if again and isinstance(e, OSError) and self.handle.died_since(pid):
                 return self._call(path, body, again=False)  # ensure_ready restarts it (and says so)
@@ -165,6 +167,8 @@ class WebShopEnv(Env):
         goal = self._require_reset()
         if self._done:
             return StepResult(self.render(), 0.0, True, self._info(False, False, 0.0, 0.0, self.well_formed(action)))
+        if isinstance(action, str):  # a lone surrogate cannot travel as UTF-8 JSON: "?" in both shops, so they agree
+            action = action.encode("utf-8", "replace").decode("utf-8")
         if self.config.shop == "server":
             view = self._shop().step(goal, self._loc, action if isinstance(action, str) else "", self.config.max_query_chars)
         else:

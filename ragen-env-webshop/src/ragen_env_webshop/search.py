@@ -11,6 +11,7 @@ index). Ties in score are broken by catalog order, so results never depend on th
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -63,12 +64,18 @@ class SearchIndex:
 
     def _save(self, target: Path) -> None:
         """Write the index next to ``target`` and rename it into place (readers never see half)."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent)
+        except OSError as e:  # under a file, or a folder it may not write in: the index stays in memory, said once
+            logging.getLogger(__name__).warning("catalog.index_cache_dir %s cannot hold the search index (%s): it is built "
+                                                "in memory each time; set index_cache_dir to a writable folder", target.parent,
+                                                e.strerror or e)
+            return
         try:
             self._bm25.save(tmp, show_progress=False)
             os.replace(tmp, target)
-        except OSError:  # another process saved it first, or the folder is read-only: keep the one in memory
+        except OSError:  # another process saved it first: keep the one in memory
             shutil.rmtree(tmp, ignore_errors=True)
 
     def search(self, query: str, top_k: int = 50) -> tuple[int, ...]:

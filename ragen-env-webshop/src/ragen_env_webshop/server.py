@@ -33,7 +33,7 @@ from urllib.parse import quote, urlencode
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ragen_core.errors import RagenError
 from ragen_env_webshop.config import CatalogConfig
@@ -43,19 +43,38 @@ TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("templa
                         autoescape=select_autoescape(["html"]))
 
 
+def _utf8(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings as "?": JSON may carry one (``"\\udcff"``),
+    UTF-8 cannot, and the page that echoes it failed to encode (HTTP 500)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    if isinstance(value, dict):
+        return {_utf8(k): _utf8(v) for k, v in value.items()}
+    return value
+
+
+class _Request(BaseModel):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        return _utf8(data)
+
+
 class ResetRequest(BaseModel):
     seed: int = Field(ge=0, le=2**63 - 1)
     mode: str = "train"
 
 
-class StepRequest(BaseModel):
+class StepRequest(_Request):
     goal: int
     location: dict[str, Any] = Field(default_factory=dict)
     action: str = ""
     max_query_chars: int = Field(default=500, ge=1)
 
 
-class OracleRequest(BaseModel):
+class OracleRequest(_Request):
     goal: int
     location: dict[str, Any] = Field(default_factory=dict)
 
