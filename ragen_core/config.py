@@ -153,9 +153,10 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], *, example: 
 
 
 def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: str = "") -> str:
-    """`` (did you mean 'lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``: a close
-    field name at the same level, else a field of that name (or close to it) one level down, named
-    by its whole path as typed (``env_config.memory_mb`` -> ``'env_config.sandbox.memory_mb'``)."""
+    """`` (did you mean 'optim.lr'?)`` for an unknown key ``loc`` of ``model_cls``, or ``""``: a
+    close field name at the same level, else a field of that name (or close to it) one level down,
+    named by its whole path as typed (``optim.lrr`` -> ``'optim.lr'``, ``env_config.memory_mb`` ->
+    ``'env_config.sandbox.memory_mb'``)."""
     import difflib
     import typing
 
@@ -177,8 +178,8 @@ def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: s
         nested = "".join(f"{{{part!r}: " for part in parts) + "..." + "}" * len(parts)
         return f" (in a mapping, nest it: {nested}; dotted keys are for command-line overrides)"
     close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
+    if close:  # its whole path, as the unknown key's is given: the suggestion can be pasted as typed
+        return f" (did you mean {'.'.join(str(p) for p in (prefix, *loc[:-1], close[0]) if p)!r}?)"
     for name, field in cls.model_fields.items():
         inner = settings_model(field)
         close = difflib.get_close_matches(str(loc[-1]), list(inner.model_fields), n=1, cutoff=0.7) if inner is not None else []

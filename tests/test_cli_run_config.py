@@ -28,7 +28,7 @@ def test_defaults_are_cpu_sized():
 def test_bad_value_names_field_path():
     with pytest.raises(ConfigError, match=r"rollout\.group_size"):
         load_config(RunConfig, [], ["rollout.group_size=0"])
-    with pytest.raises(ConfigError, match=r"optim\.lrr: unknown key \(did you mean 'lr'\?\)\n"):
+    with pytest.raises(ConfigError, match=r"optim\.lrr: unknown key \(did you mean 'optim\.lr'\?\)\n"):
         load_config(RunConfig, [], ["optim.lrr=1"])
     with pytest.raises(ConfigError, match=r"invalid config: zzz: unknown key\n"):  # nothing close: no guess
         load_config(RunConfig, [], ["zzz=1"])
@@ -40,7 +40,7 @@ def test_bad_value_names_field_path():
 def test_an_unknown_plugin_config_key_suggests_the_field(capsys):
     assert main(["run", "--env", "bandit", "env_config.max_turnz=3", "--print-config"]) == 2
     line = capsys.readouterr().err.strip().splitlines()[0]
-    assert line == "PluginConfigError: invalid config: env_config.max_turnz: unknown key (did you mean 'max_turns'?)"
+    assert line == "PluginConfigError: invalid config: env_config.max_turnz: unknown key (did you mean 'env_config.max_turns'?)"
     if "deepcoder" in registry.names("env"):  # a nested setting given without its parent
         assert main(["run", "--env", "deepcoder", "env_config.memory_mb=256", "--print-config"]) == 2
         line = capsys.readouterr().err.strip().splitlines()[0]
@@ -52,7 +52,7 @@ def test_plugin_setting_errors_name_the_key_as_typed_and_the_plugin_to_look_up(c
     assert main(["run", "--env", "bandit", "algo_config.estimator_config.norm_adv_by_sdt=false", "--print-config"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == ("PluginConfigError: invalid config: algo_config.estimator_config.norm_adv_by_sdt: unknown key "
-                        "(did you mean 'norm_adv_by_std'?)")
+                        "(did you mean 'algo_config.estimator_config.norm_adv_by_std'?)")  # as typed: it pastes back
     assert any(line.startswith("hint: check the spelling against 'ragen plugins show estimator grpo'") for line in lines[1:])
     assert main(["run", "--env", "bandit", "rollout.pool_config.num_workerz=2", "--print-config"]) == 2
     assert capsys.readouterr().err.startswith("PluginConfigError: invalid config: rollout.pool_config.num_workerz: unknown key")

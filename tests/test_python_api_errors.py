@@ -172,7 +172,7 @@ def test_models_built_directly_refuse_bad_values_in_one_line():
     assert info.value.hints and info.value.hints[0].startswith("RunConfig takes: env, ")
     # a nested section keeps its whole path (pydantic calls a model's own __init__ for nested
     # models unless told it is the base's: the error would have been "rollout: Value error, ...")
-    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: rollout\.max_turn: unknown key \(did you mean 'max_turns'\?\)"):
+    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: rollout\.max_turn: unknown key \(did you mean 'rollout\.max_turns'\?\)"):
         RunConfig(rollout={"max_turn": 3})
     assert RunConfig.model_validate({"steps": 2}).steps == 2
 
