@@ -73,8 +73,10 @@ def test_two_step_run_logs_metrics_and_saves_loadable_checkpoint(tmp_path, algo)
     if algo == "ppo":
         assert "critic/vf_loss" in rows[0] and trainer.critic is not None
         assert "timing_s/old_log_prob" in rows[0] and rows[0]["train/num_mini_batches"] == 2
+        assert "timing_s/update_critic" in rows[0]
     else:
         assert trainer.critic is None
+        assert "timing_s/update_critic" not in rows[0]  # was logged as ~0 s in every run without a critic
     assert (trainer.run_dir / "config.yaml").is_file() and (trainer.run_dir / "plugins.json").is_file()
     from transformers import AutoModelForCausalLM
 

@@ -756,8 +756,8 @@ class Trainer(CheckpointMixin):
         # update
         only_analyse = cfg.grad_analysis.only
         self._updating = self._in_update = True  # from here on the weights change (critic, then actor)
-        with timer("update_critic"):
-            if self.critic is not None and not only_analyse:
+        if self.critic is not None and not only_analyse:  # no timing_s/update_critic of 0 s in a run without a critic
+            with timer("update_critic"):
                 metrics.update(update_critic(prepared, critic=self.critic, optimizer=self.critic_optimizer,
                                              algorithm_config=self.algorithm.config, optim=cfg.optim, world=self.world))
         if self._grad_analysis(step, prepared, unfiltered, metrics, timer):
