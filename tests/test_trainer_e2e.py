@@ -167,6 +167,23 @@ def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter):
     assert trainer.policy_version == trainer.engine.policy_version == 0  # no update, no new policy version
 
 
+def test_a_cli_run_that_stopped_without_one_update_fails_naming_the_filter(tmp_path, drop_all_filter, capsys):
+    """It exited 0 ("training stopped early"): 'ragen run ... && ragen eval' went on with a model
+    that was never trained."""
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import TOY_RUN, one_line_error
+
+    run_dir = tmp_path / "cli"
+    code = main(["run", "--env", register_toy_env(), "--run-dir", str(run_dir), "--no-progress", *TOY_RUN, "--steps", "5",
+                 f"--filter={drop_all_filter}", "filter_config.empty_stop_steps=2", "test_freq=0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert one_line_error(err) == (f"TrainingError: the run stopped at step 2 without a single update: the filter {drop_all_filter!r} "
+                                   "kept no group in 2 steps in a row (filter_config.empty_stop_steps)")
+    assert "hint: groups whose episodes all score the same are dropped" in err
+    assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]  # its metrics are kept
+
+
 def test_preflight_rejects_context_too_small_before_rollout(tmp_path):
     cfg = make_config(tmp_path, "rollout.max_model_len=16", "sampling.train.max_new_tokens=10")
     trainer = Trainer(cfg)

@@ -223,6 +223,14 @@ def run(args: argparse.Namespace) -> int:
     last = history[-1] if history else {}
     summary = ", ".join(f"{k}={last[k]:.3f}" for k in ("train/reward", "train/success", "val-env/success") if k in last)
     print(f"run directory: {trainer.run_dir}" + (f" ({summary})" if summary else ""))
+    if trainer.stop_reason == "early_stopped/empty_filtered_steps" and trainer.policy_version == trainer.versions_at_start:
+        from ragen_core.errors import TrainingError  # the run cannot learn as set: not a success ('&& ragen eval')
+
+        raise TrainingError(f"the run stopped at step {trainer.start_step - 1 + len(history)} without a single update: the filter "
+                            f"{config.filter!r} kept no group in {int(last.get('rollout/consecutive_empty_after_filter_steps', 0))} "
+                            "steps in a row (filter_config.empty_stop_steps)",
+                            ["groups whose episodes all score the same are dropped: let them differ (a higher sampling.train."
+                             "temperature, a larger rollout.group_size, a warm start), or choose --filter none"])
     signum = trainer.interrupted_by
     done = trainer.start_step - 1 + len(history)  # history: this call's steps, one row each
     if signum is not None and done < config.steps:  # stopped early on purpose: say so, and do not exit 0 ('&& ragen eval')

@@ -384,6 +384,8 @@ class Trainer(CheckpointMixin):
                                              f"{self.run_dir}'s newest checkpoint"])
         self._trained = True
         self.setup()
+        self.versions_at_start = self.policy_version
+        """:attr:`policy_version` when this call began: the updates it made are the difference."""
         cfg = self.config
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
