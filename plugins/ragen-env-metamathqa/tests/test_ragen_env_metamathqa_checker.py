@@ -45,12 +45,33 @@ TABLE = [
     ("31 or 30", "30", False, False),  # a hedge: no fall-back to the last number (a policy learns to name two)
     ("not 30", "30", False, False),
     ("30 apples, or so", "30", False, False),
+    # prose that states no one value: the fall-back to its last number paid each of these (helper-59's walk)
+    ("x \\neq 50", "50", False, False),
+    ("x ≠ 50", "50", False, False),
+    ("x > 50", "50", False, False),
+    ("x \\geq 50", "50", False, False),
+    ("at least 50", "50", False, False),
+    ("less than 50", "50", False, False),
+    ("\\pm 50", "50", False, False),
+    ("x = \\pm 3", "3", False, False),
+    ("about 50", "50", False, False),
+    ("49 and 50", "50", False, False),
+    ("-3 \\text{ and } 3", "3", False, False),
+    ("49 \\lor 50", "50", False, False),
+    ("49 vs 50", "50", False, False),
+    ("49; 50", "50", False, False),
+    ("49 50", "50", False, False),
+    ("49 oder 50", "50", False, False),  # a hedge word we do not know: two numbers all the same
+    ("x = 49, x = 50", "50", False, False),  # two equations: not the last one's right-hand side
+    ("x=49 \\text{ or } x=50", "50", False, False),
     # boxes that state different answers are a hedge too: each must be the label (the last was paid alone)
     ("\\boxed{30} or maybe \\boxed{31}", "31", False, False),
     ("\\boxed{3} or \\boxed{31}", "31", False, False),  # 3 is not "inside" 31: only a box inside a box is
     ("\\boxed 5 and \\boxed 6", "6", False, False),
     ("\\boxed{\\boxed{5} or 6}", "5", False, False),  # the inner box is part of the outer answer, not the answer
     # only the math checker accepts
+    ("I think it is 18", "18", False, True),  # prose with one number: the fall-back reads it
+    ("x = 3 + 15 = 18", "18", False, True),  # a chain states its last side
     ("\\boxed{31}, so \\boxed{31}.", "31", False, True),  # one answer stated twice
     ("\\boxed{\\frac{1}{2}} = \\boxed{0.5}", "0.5", False, True),  # two forms of the label
     ("\\boxed{\\boxed{5}}", "5", False, True),

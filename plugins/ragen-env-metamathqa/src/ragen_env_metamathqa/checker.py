@@ -40,7 +40,9 @@ is the same number or expression as the label:
    last stand-alone number in it is compared instead. Text that *can* be read and differs is
    wrong: ``2x+3`` never falls back to ``3``, and neither does an operation written in words
    after a number (``18 plus one`` is not 18), nor prose that hedges or negates (``31 or 30``,
-   ``not 30``): a policy must not be paid for naming two answers.
+   ``not 30``), states a relation or a bound (``x \\neq 30``, ``at least 30``, ``\\pm 30``,
+   ``about 30``) or names two numbers (``29 and 30``, ``x = 29, x = 30``): a policy must not be paid
+   for naming two answers, or for an answer that is not one value.
 
 Why this shape: a step must not hang on a hostile reply, yet a thread cannot be killed, a
 subprocess per check costs milliseconds (the goal is 5,000 checks/s), and ``signal``
@@ -289,6 +291,15 @@ _PARTS = {word: n for n, words in enumerate((("half", "halves"), ("third", "thir
 #: policy that hedges must not be paid). No fall-back for these. (A trailing "!" stays an
 #: exclamation: "The answer is 30!" is 30.)
 _RE_HEDGE = re.compile(r"\b(?:or|nor|not|either|neither|never|except|isn't)\b", re.IGNORECASE)
+#: Prose that does not state one value: a relation or bound (``x \neq 50``, ``at least 50``), a
+#: sign choice (``\pm 50``), a hedge on the value (``about 50``), or two values joined (``49 and
+#: 50``, ``49 \lor 50``, ``49 vs 50``). The prose fall-back to the last number refuses it.
+_RE_NOT_ONE_VALUE = re.compile(
+    r"\\(?:neq|ne|geq|leq|ge|le|gt|lt|pm|mp|lor|vee|land|wedge|cup|cap|approx|sim|simeq|lessgtr|not)(?![a-zA-Z])|[<>≠≤≥±∓≈∨∧∪∩⩽⩾]"
+    r"|\b(?:and|at least|at most|up to|less than|more than|greater than|fewer than|above|below|under|between|instead|"
+    r"otherwise|else|vs|versus|approximately|approx|about|around|roughly|nearly|almost|maybe|perhaps|probably)\b",
+    re.IGNORECASE)
+_RE_NEXT_EQUATION = re.compile(r"[,;]\s*[A-Za-z\\]")
 _RE_WORD_OPERATION = re.compile(r"[\d}]\s+(?:plus|minus|times|over|divided|multiplied|less|more|squared|cubed)\b", re.IGNORECASE)
 
 
@@ -744,7 +755,11 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
 def _prepare(pred: str, gold: str) -> tuple[str, str]:
     pred, gold = normalize(pred), normalize(gold)
     if "=" in pred and "=" not in gold:
-        pred = pred.rsplit("=", 1)[1].strip()
+        # a chain (x = 3 + 15 = 18) states its last side; two equations (x = 49, x = 50; x = 49 or
+        # x = 50) do not: they stay whole, and are read as what they are (two values, a hedge)
+        between = pred.split("=")[1:-1]
+        if not any(_RE_HEDGE.search(m) or _RE_NOT_ONE_VALUE.search(m) or _RE_NEXT_EQUATION.search(m) for m in between):
+            pred = pred.rsplit("=", 1)[1].strip()
     return pred, gold
 
 
@@ -756,8 +771,10 @@ def _states_label(found: str, gold: str) -> bool:
     if not pred:
         return False
     verdict = _compare(pred, gold)
-    if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
+    if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred) and not _RE_NOT_ONE_VALUE.search(pred):
         numbers = _LAST_NUMBER.findall(pred)
+        if len(numbers) != 1:  # prose naming two numbers ("49 oder 50", "x = 49, x = 50") states no one value
+            return False
         verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
     return bool(verdict)
 
