@@ -50,6 +50,10 @@ def test_score_exact_f1_and_threshold():
     assert score_answer("a b c Paris d e f g", ["Paris"], incorrect_reward=-0.5).reward == -0.5
     assert score_answer("x", ["y"], correct_reward=2.0).reward == 0.0
     assert exact_match("The  Beatles", "beatles")
+    # the reference's partial credit pays a list of guesses (F1 = 2/(k+1)); a threshold of 1.0 pays exact answers only
+    assert score_answer("Naleil Kothv Gyndv Talky Gixther", ["Gixther"]).reward == pytest.approx(1 / 3, rel=1e-12)
+    assert score_answer("Naleil Kothv Gyndv Talky Gixther", ["Gixther"], f1_threshold=1.0).reward == 0.0
+    assert score_answer("the Gixther", ["Gixther"], f1_threshold=1.0) == (1.0, True, 1.0)
 
 
 @pytest.mark.parametrize(("reply", "answer"), [

@@ -62,6 +62,10 @@ class SearchQAConfig(EnvConfig):
     """Reward of an exact match; an F1 of at least ``f1_threshold`` earns this times the F1."""
     incorrect_reward: float = 0.0
     f1_threshold: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Lowest token F1 that is paid (F1 times ``correct_reward``) and counts as a success, the
+    reference's rule. Partial credit can be gamed: k one-word guesses score 2/(k+1) against a
+    one-word answer (0.33 for five, a success), "A or B" 0.67 on a comparison question. 1.0 pays
+    exact answers only."""
     mock_mode: bool = False
     """Answer searches with two placeholder documents; no server (for wiring tests)."""
 
