@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 import sys
 
 import pytest
@@ -93,3 +94,30 @@ def test_an_env_spec_without_a_config_model_takes_the_env_settings():
     with pytest.raises(ConfigError, match=r"^EnvSpec: invalid config: config_model: an env's config_model must subclass "
                                           r"ragen_core\.interfaces\.env\.EnvConfig"):
         EnvSpec(name="plain", factory="x:y", config_model=NotAnEnvConfig)
+
+
+SLOW = '''
+import time
+time.sleep(0.3)
+from ragen_core import EnvSpec
+SPEC = EnvSpec(name="sleepy", summary="slow to import", factory="ragen_core.testing.toy_env:CorridorEnv")
+'''
+
+
+def test_plugins_check_remarks_on_a_spec_module_slow_to_import(tmp_path, monkeypatch, capsys):
+    """A spec module that slept 8 s when imported was reported plain 'ok'."""
+    from ragen_core.cli import plugins as plugins_cli
+    from ragen_core.cli.main import main
+
+    fake_entry_points(tmp_path, "fake-sleepy", {"ragen_core.envs": {"sleepy": "fakeplug_sleepy:SPEC"}},
+                      modules={"fakeplug_sleepy.py": SLOW}, add_to_path=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_default", None)
+    monkeypatch.setattr(plugins_cli, "SLOW_SPEC_S", 0.2)  # the check's threshold, scaled to this test's 0.3 s import
+    importlib.invalidate_caches()
+    try:
+        main(["plugins", "check", "--kind", "env"])
+    finally:
+        sys.modules.pop("fakeplug_sleepy", None)
+    row = next(line for line in capsys.readouterr().out.splitlines() if "sleepy" in line)
+    assert " ok " in row and re.search(r"its spec module took \d+\.\d s to import", row), row  # >= 0.3 s: how much more varies

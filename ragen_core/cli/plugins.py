@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,11 @@ def list_plugins(args: argparse.Namespace) -> int:
 PRESET_KEYS = {"env": "--preset", "algorithm": "algo_preset", "estimator": "algo_config.estimator_preset", "filter": "filter_preset"}
 
 
+#: Seconds a spec module may take to import before ``ragen plugins check`` remarks on it (ours take
+#: milliseconds; a spec module that imports torch or a dataset takes seconds).
+SLOW_SPEC_S = 2.0
+
+
 def check_plugins(args: argparse.Namespace) -> int:
     from ragen_core import registry
 
@@ -123,8 +129,12 @@ def check_plugins(args: argparse.Namespace) -> int:
                           f"or hide the other with RAGEN_DISABLE_PLUGINS"])
             continue
         try:
+            started = time.perf_counter()
             spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            notes = (_check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
+            took = time.perf_counter() - started
+            notes = [f"its spec module took {took:.1f} s to import: every command that lists plugins pays it; import heavy "
+                     "modules in the factory's module"] if took > SLOW_SPEC_S else []
+            notes += (_check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
                      + _check_field_typos(spec))
             for preset in spec.presets:
                 reg.make_config(e.kind, f"{e.dist_name}:{e.name}", preset=preset)
