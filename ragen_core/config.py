@@ -177,14 +177,15 @@ def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: s
         parts = str(loc[-1]).split(".")
         nested = "".join(f"{{{part!r}: " for part in parts) + "..." + "}" * len(parts)
         return f" (in a mapping, nest it: {nested}; dotted keys are for command-line overrides)"
+    typed = "" if "[" in prefix else prefix  # a path a user types (not a spec's presets['Short']): the suggestion pastes back
     close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
-    if close:  # its whole path, as the unknown key's is given: the suggestion can be pasted as typed
-        return f" (did you mean {'.'.join(str(p) for p in (prefix, *loc[:-1], close[0]) if p)!r}?)"
+    if close:  # its whole path, as the unknown key's is given
+        return f" (did you mean {'.'.join(str(p) for p in (typed, *loc[:-1], close[0]) if p)!r}?)"
     for name, field in cls.model_fields.items():
         inner = settings_model(field)
         close = difflib.get_close_matches(str(loc[-1]), list(inner.model_fields), n=1, cutoff=0.7) if inner is not None else []
         if close:
-            return f" (did you mean {'.'.join(str(p) for p in (prefix, *loc[:-1], name, close[0]) if p)!r}?)"
+            return f" (did you mean {'.'.join(str(p) for p in (typed, *loc[:-1], name, close[0]) if p)!r}?)"
     return ""
 
 
