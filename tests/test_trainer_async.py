@@ -84,3 +84,35 @@ def test_sync_rollout_samples_the_current_policy_with_ratio_one(tmp_path):
 def test_async_rollout_refuses_the_gradient_analysis(tmp_path):
     with pytest.raises(ValueError, match="rollout.async_rollout"):
         make_config(tmp_path, "bad", "rollout.async_rollout=true", "grad_analysis.every=1")
+
+
+@pytest.mark.parametrize("save_freq", [0, 1])
+def test_a_failed_async_step_keeps_the_last_finished_step_and_says_how_to_resume(tmp_path, capsys, monkeypatch, save_freq):
+    """With an async rollout a failed step saved nothing ("no checkpoint ...: start again with
+    --overwrite", three finished steps lost); and a failure whose last finished step was saved by
+    save_freq printed no resume command at all."""
+    from ragen_core.cli.main import main
+    from ragen_core.trainer import trainer as trainer_mod
+    from ragen_core.trainer.loggers import read_metrics
+
+    real = trainer_mod.report_pool_failures
+
+    def fail_at_step_3(step, trajs, *rest):
+        if step == 3 and not rest:  # step 3's training rollout (prefetched during step 2): before any weight changes
+            raise RuntimeError("the env pool broke")
+        return real(step, trajs, *rest)
+
+    cfg = make_config(tmp_path, "broken", "rollout.async_rollout=true", "steps=4", f"save_freq={save_freq}")
+    monkeypatch.setattr(trainer_mod, "report_pool_failures", fail_at_step_3)
+    with pytest.raises(RuntimeError, match="the env pool broke"):
+        Trainer(cfg).train()
+    err = capsys.readouterr().err
+    resume = f"continue with 'ragen run --resume {cfg.run_dir}'"
+    if save_freq == 0:
+        assert f"step 3 failed: saved checkpoints/step_2, the last finished step; once the cause is fixed, {resume}" in err
+    else:
+        assert f"step 3 failed: checkpoints/step_2 holds the last finished step; once the cause is fixed, {resume}" in err
+    assert "nothing to resume" not in err
+    monkeypatch.setattr(trainer_mod, "report_pool_failures", real)
+    assert main(["run", "--resume", str(cfg.run_dir)]) == 0
+    assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2, 3, 4]

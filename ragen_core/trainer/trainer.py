@@ -574,13 +574,21 @@ class Trainer(CheckpointMixin):
         The weights, optimiser and metrics rows are those of the last finished step. With
         several DDP ranks (another rank died, so a collective failed) rank 0 saves alone: every rank
         holds the same whole weights and optimiser state, so no collective is needed. Not with FSDP
-        (gathering the shards needs every rank), an async rollout in flight, or an error inside the
-        update (the weights are then no step's).
+        (gathering the shards needs every rank) or after an error inside the update (the weights are
+        then no step's). With an async rollout, ``at`` holds the runner's state from before the
+        rollout in flight (:attr:`AsyncRollout.unplayed_state`), as a regular checkpoint does: a
+        resume plays that rollout's seeds again (it threw away every finished step).
         """
         done = step - 1
         if self._validating is not None and self._validating[0] == step:  # the update finished: keep it
             return self._save_unvalidated(step, why)
-        if done <= saved or not self.world.main or self.overlap is not None:
+        if not self.world.main:
+            return None
+        if done <= saved:  # the last finished step is saved already: say how to go on from it (it said nothing)
+            if saved > 0:
+                fixed = "" if why == "aborted" else "once the cause is fixed, "
+                report(f"step {step} {why}: checkpoints/step_{saved} holds the last finished step; "
+                       f"{fixed}continue with 'ragen run --resume {shell_word(self.run_dir)}'")
             return None
         if self._updating or self.world.sharded:
             if self.world.parallel:  # say why a torchrun run that lost a rank kept nothing newer
@@ -615,7 +623,7 @@ class Trainer(CheckpointMixin):
         assert self._validating is not None
         _, metrics, at = self._validating
         self._validating = None  # once (the watchdog's thread and the main thread may both get here)
-        if not self.world.main or self.overlap is not None or self.world.sharded or not self._good_to_save(step):
+        if not self.world.main or self.world.sharded or not self._good_to_save(step):
             return None
         return self._rescue_save(step, at, f"step {step}'s validation {why} after its update", "with the step's training metrics",
                                  aborted=why == "aborted", metrics=metrics)
