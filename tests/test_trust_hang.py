@@ -50,13 +50,17 @@ def test_a_hanging_env_step_times_out_and_the_run_goes_on(tmp_path):
                          "watchdog_s=60")
     assert proc.returncode == 0, proc.stderr[-3000:]
     for step in (1, 2):
-        assert (f"step {step}: 2 of 2 train episodes ended by the env pool (2 timed out), counted as unsuccessful; first: "
-                f"env '{SLOW_TOY_ENV_NAME}' (seed") in proc.stderr, proc.stderr[-3000:]
+        assert (f"step {step}: 2 of 2 train episodes ended by the env pool (2 timed out), counted as unsuccessful, their groups left "
+                f"out of the update; first: env '{SLOW_TOY_ENV_NAME}' (seed") in proc.stderr, proc.stderr[-3000:]
+        assert f"step {step}: nothing left to train after the filter and the env pool (which lost 1 group(s)): no update" in proc.stderr
     assert "did not finish its step within step_timeout_s=1.0" in proc.stderr
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     assert [r["train/env_timeouts"] for r in rows] == [2.0, 2.0] and [r["train/env_failures"] for r in rows] == [0.0, 0.0]
     assert [r["train/success"] for r in rows] == [0.0, 0.0]
+    # a cut-off episode's score is not the policy's: it trained with a positive advantage (it stopped collecting penalties)
+    assert [(r["rollout/env_lost_groups"], r["rollout/empty_after_filter"]) for r in rows] == [(1.0, 1.0), (1.0, 1.0)]
+    assert not any("actor/pg_loss" in r for r in rows)
     assert not (run_dir / STACKS_FILE).exists()
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +126,8 @@ def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, tempera
     return means
 
 
-def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies: Sequence[float] | None = None) -> Selection:
+def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies: Sequence[float] | None = None,
+           lost_groups: Collection[int] = ()) -> Selection:
     """Run the filter and the algorithm's keep mask on ``batch`` (see the module docstring).
 
     Args:
@@ -134,8 +135,20 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         rollout_filter: A :class:`~ragen_core.interfaces.rollout_filter.RolloutFilter`.
         algorithm: An :class:`~ragen_core.interfaces.algorithm.Algorithm`.
         entropies: Per-row mean entropies (:func:`mean_entropies`) when the filter needs them.
+        lost_groups: Groups with an episode the env pool ended (its env timed out or its worker
+            failed): left out before the filter sees the batch, and never trained. A cut-off
+            episode's score is not the policy's (it stops collecting format penalties: such
+            episodes scored above healthy ones and got positive advantages). Counted in
+            ``rollout/env_lost_groups``; a step with no other group is an empty step.
     """
     grouped = episode_view(batch, entropies)
+    lost = set(lost_groups) & set(grouped.group_ids)
+    n_all = len(set(grouped.group_ids))
+    if lost:
+        keep = [i for i, g in enumerate(grouped.group_ids) if g not in lost]
+        grouped = GroupedRollouts(group_ids=[grouped.group_ids[i] for i in keep], rewards=[grouped.rewards[i] for i in keep],
+                                  entropies=None if grouped.entropies is None else [grouped.entropies[i] for i in keep],
+                                  lengths=None if grouped.lengths is None else [grouped.lengths[i] for i in keep])
     with plugin_call(rollout_filter, "select"):
         result = rollout_filter.select(grouped)
     check_filter_result(result, grouped.group_ids, rollout_filter)
@@ -161,7 +174,8 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
         kept -= flat
     # what trains: the filter's groups less those the algorithm's keep mask dropped (DAPO's flat groups);
     # filter_kept_ratio stays the filter's own choice
-    metrics["rollout/trained_group_ratio"] = len(kept) / max(n_groups, 1)
+    metrics["rollout/trained_group_ratio"] = len(kept) / max(n_all, 1)
+    metrics["rollout/env_lost_groups"] = float(len(lost))
     reward_std = metrics.get("rollout/in_group_reward_std", group_reward_std(grouped.rewards, grouped.group_ids))
     return Selection(
         grouped=grouped,

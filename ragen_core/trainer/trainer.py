@@ -742,7 +742,9 @@ class Trainer(CheckpointMixin):
             if self.filter.needs_entropies:
                 entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature, self.world)
             # rank 0 selects for all: a filter drawing random numbers cannot pick differently per rank
-            selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies) if self.world.main else None)
+            lost = {t.group_id for t in trajs if t.end_reason in ("timeout", "failed")}  # not the policy's scores: never trained
+            selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies, lost_groups=lost)
+                                             if self.world.main else None)
         metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0
         if selection.empty:
@@ -822,7 +824,9 @@ class Trainer(CheckpointMixin):
         if self.world.main:
             stop_after = self.filter.config.empty_stop_steps
             limit = f"; the run stops after {stop_after} in a row (filter_config.empty_stop_steps)" if stop_after else ""
-            report(f"step {step}: nothing left to train after the filter: no update ({self.empty_streak} such step(s) in a row{limit})")
+            lost = int(metrics.get("rollout/env_lost_groups", 0))
+            why = f"the filter and the env pool (which lost {lost} group(s))" if lost else "the filter"
+            report(f"step {step}: nothing left to train after {why}: no update ({self.empty_streak} such step(s) in a row{limit})")
         if self.config.grad_analysis.only and self._grad_analysis(step, None, None, metrics, timer):  # a separate analysis rollout still runs
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics

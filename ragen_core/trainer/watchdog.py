@@ -199,5 +199,6 @@ def report_pool_failures(step: int, trajectories: Sequence[Any], mode: str = "tr
     first = next((turn.info.get("pool_error") for t in ended for turn in t.turns if turn.info.get("pool_error")), "")
     kinds = ", ".join(part for part in (f"{timeouts} timed out" if timeouts else "", f"{len(ended) - timeouts} failed"
                                         if len(ended) > timeouts else "") if part)
+    trained = ", their groups left out of the update" if mode == "train" else ""
     report(f"step {step}: {len(ended)} of {len(trajectories)} {mode} episodes ended by the env pool ({kinds}), counted as "
-           f"unsuccessful" + (f"; first: {first}" if first else ""))
+           f"unsuccessful{trained}" + (f"; first: {first}" if first else ""))
