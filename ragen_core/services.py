@@ -363,6 +363,23 @@ def spawn_child(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     return _spawner.submit(spawn).result()
 
 
+def die_with_parent(parent: int, every_s: float = 0.5) -> threading.Thread:
+    """Exit this process (status 0) once ``parent`` is gone, whatever it is doing then: a worker
+    whose trainer was killed with SIGKILL kept stepping its env, under init, for as long as the
+    step took. Checked every ``every_s`` seconds from a daemon thread.
+
+    Not ``prctl(PR_SET_PDEATHSIG)``: Linux sends that signal when the *thread* that started the
+    worker ends, and env pools start workers from short-lived threads."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="die-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

@@ -187,3 +187,45 @@ def test_a_process_worker_that_dies_while_resetting_is_replaced_and_its_episodes
         pool.reset([ResetRequest(0, 3, 0)])
     assert "died with exit code 3 while resetting" in info.value.message
     assert info.value.hints == []  # it started: the spawn hint is for a worker that could not
+
+
+KILLED_TRAINER = """
+from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
+from ragen_core.rollout.process_pool import ProcessEnvPool
+ref = EnvRef(name="slow", factory="ragen_core.testing.toy_env:SlowCorridorEnv", config={"sleep_s": 300})
+pool = ProcessEnvPool(ref, workers=1)
+pool.reset([ResetRequest(0, 1)])
+print(next(iter(pool.worker_pids().values())), flush=True)
+pool.step([StepRequest(0, ("Wait",))])  # the worker blocks 300 s in this step
+"""
+
+
+def test_a_worker_busy_in_a_step_dies_with_a_trainer_killed_by_sigkill():
+    """It lived on under init until its step returned (idle workers ended: their pipe closed)."""
+    import subprocess
+    import sys
+    import time
+
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER], stdout=subprocess.PIPE, text=True)
+    worker = 0
+    try:
+        worker = int(trainer.stdout.readline())
+        time.sleep(1.0)  # the step is under way in the worker
+        trainer.kill()
+        trainer.wait(10)
+        deadline = time.monotonic() + 20  # the worker checks its parent every 0.5 s; 20 s is only reached by a failure
+        while time.monotonic() < deadline and _alive(worker):
+            time.sleep(0.1)
+        assert not _alive(worker), "the worker outlived its killed trainer"
+    finally:
+        trainer.kill()
+        if worker and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")

@@ -62,7 +62,9 @@ class ProcessPoolConfig(EnvPoolConfig):
 def _worker_main(conn: Connection, env_json: str) -> None:
     """Loop of one worker: build envs per episode slot, answer resets and steps with dicts."""
     from ragen_core.rollout.env_pool import WorkerLogs, episode_label, reset_env, run_actions
+    from ragen_core.services import die_with_parent
 
+    die_with_parent(os.getppid())  # a trainer killed with SIGKILL closes no pipe: a worker mid-step would go on under init
     # Ctrl-C in a terminal reaches the whole foreground process group: the trainer finishes its step
     # on it, so the workers must keep serving that step (they end when the parent closes the pipe).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

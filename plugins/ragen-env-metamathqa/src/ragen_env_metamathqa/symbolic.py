@@ -220,20 +220,11 @@ def _decide(a: Any, b: Any, sp: Any) -> bool | None:
 
 
 def _die_with(parent: int, every_s: float = PARENT_CHECK_S) -> threading.Thread:
-    """Exit this process once ``parent`` is gone, also in the middle of a long sympy call.
+    """Exit this process once ``parent`` is gone, also in the middle of a long sympy call (stdin's
+    end covers a parent that exits while the worker waits for a question)."""
+    from ragen_core.services import die_with_parent
 
-    Not ``prctl(PR_SET_PDEATHSIG)``: Linux sends that signal when the *thread* that started the
-    worker ends, and env pools step episodes in short-lived threads, so the worker was killed after
-    every turn and sympy imported again (about 1.5 s a turn). stdin's end covers a parent that
-    exits while the worker waits for a question; this thread covers one that dies while it computes."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every_s)
-        os._exit(0)
-
-    thread = threading.Thread(target=watch, name="die-with-parent", daemon=True)
-    thread.start()
-    return thread
+    return die_with_parent(parent, every_s)
 
 
 def _serve() -> None:
