@@ -448,3 +448,14 @@ def test_repeated_or_unordered_metric_rows_are_read_and_kept_one_per_step(tmp_pa
     assert ("resume: metrics.jsonl: step 2 has several rows (the last written is used); rows are out of step order "
             "(read in step order); the file now holds one row per step") in out
     assert [json.loads(line)["step"] for line in metrics.read_text(encoding="utf-8").splitlines()] == [1, 2, 3]
+
+
+def test_a_resume_with_another_pool_lists_the_pool_not_the_settings_that_came_with_it():
+    """'rollout.pool process -> local' came with 'rollout.pool_config.workers 2 -> (not set)' and
+    'rollout.pool_config.threads (not set) -> None': settings no one set."""
+    from ragen_core.trainer.run_dir import resume_changes
+
+    before = make_config(None, "rollout.pool=process", "rollout.pool_config.workers=2", "rollout.pool_config.step_timeout_s=30")
+    after = make_config(None, "rollout.pool=local", "rollout.pool_config.step_timeout_s=60")
+    changes = resume_changes(before.model_dump(mode="json"), after)
+    assert changes == {"rollout.pool": ["process", "local"], "rollout.pool_config.step_timeout_s": [30.0, 60.0]}

@@ -249,7 +249,13 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     changes = {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
                if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
     # an empty section on one side whose settings appear on the other ({} -> its fields) is no change of its own
-    return {k: v for k, v in changes.items() if not (NOT_SET in (v[0], v[1]) and {} in (v[0], v[1]))}
+    changes = {k: v for k, v in changes.items() if not (NOT_SET in (v[0], v[1]) and {} in (v[0], v[1]))}
+    # another plugin chosen (rollout.pool 'process' -> 'ray'): the settings only one of the two has
+    # come with the choice ("rollout.pool_config.address (not set) -> None" listed defaults never set)
+    for name_key, _, settings_key in PLUGIN_SETTINGS:
+        if name_key in changes:
+            changes = {k: v for k, v in changes.items() if not (k.startswith(settings_key + ".") and NOT_SET in v)}
+    return changes
 
 
 #: ``(plugin name key, preset key or None, its settings key)``: when a later config layer (flags,
