@@ -178,15 +178,19 @@ def test_a_stall_after_finished_steps_checkpoints_the_last_one_before_exiting(tm
     assert err.strip().splitlines()[-1].endswith(f"continue with 'ragen run --resume {run_dir}'")
 
 
-def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path):
+@pytest.mark.parametrize("rollout", [[], ["rollout.async_rollout=true"]], ids=["sync", "async"])
+def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path, rollout):
+    """Async (the hung step is the rollout prefetched in the background): nothing was saved, and
+    closing waited forever for that rollout, so the second SIGTERM did not end the run."""
     import signal
 
     run_dir = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, "run", "--run-dir", str(run_dir), *SECOND_STEP_HANGS, "watchdog_s=null"],
+    child = subprocess.Popen([sys.executable, "-c", CHILD_MAIN, "run", "--run-dir", str(run_dir), *SECOND_STEP_HANGS, "watchdog_s=null",
+                              *rollout],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env())
     try:
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file():  # step 1 finished and logged
+        while time.monotonic() < deadline and not (run_dir / "metrics.jsonl").is_file() and child.poll() is None:  # step 1 logged
             time.sleep(0.2)
         time.sleep(2.0)  # into step 2's blocking env step
         child.send_signal(signal.SIGTERM)  # finish the step (it never will) ...

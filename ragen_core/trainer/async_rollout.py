@@ -33,8 +33,10 @@ Not combined with several ranks or the gradient analysis (refused when the run s
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from ragen_core.trainer.batch import TrainBatch
@@ -81,7 +83,6 @@ class AsyncRollout:
         self.unplayed_state: Any = None
         """The runner's state from before the rollout started and not yet taken (None: none such):
         what a checkpoint saves, so a resume plays that rollout's seeds again."""
-        self._pool: ThreadPoolExecutor | None = None
         self._pending: Future[tuple[list[Any], TrainBatch]] | None = None
 
     @property
@@ -104,9 +105,23 @@ class AsyncRollout:
         """Copy ``model``'s weights (policy ``version``) into the behaviour copy and start the next rollout."""
         self.sync(model, version, engine)
         self.unplayed_state = self.runner_state()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragen-rollout")
-        self._pending = self._pool.submit(self.collect, self.behaviour)
+        pending: Future[tuple[list[Any], TrainBatch]] = Future()
+        behaviour = self.behaviour
+
+        def job() -> None:
+            try:
+                pending.set_result(self.collect(behaviour))
+            except BaseException as exc:  # noqa: BLE001 - handed to take(), which raises it
+                pending.set_exception(exc)
+
+        # a daemon thread, not an executor's: an env that never returns must not keep the process from exiting
+        threading.Thread(target=job, name="ragen-rollout", daemon=True).start()
+        self._pending = pending
+
+    @property
+    def in_flight(self) -> bool:
+        """A rollout was started and not yet taken (it may have finished)."""
+        return self._pending is not None
 
     def sync(self, model: Any, version: int, engine: Any) -> None:
         """Behaviour copy <- ``model``'s weights as policy ``version`` (waits for a rollout in flight first)."""
@@ -118,13 +133,17 @@ class AsyncRollout:
         if self._pending is not None:
             self._pending.exception()  # waits; an error is raised by take()
 
-    def close(self) -> None:
-        """Drop a rollout in flight (after waiting for it) and stop the thread. Idempotent."""
-        self.wait()
-        self._pending = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Drop a rollout in flight after waiting for it, at most ``timeout_s`` seconds (None: as
+        long as it takes). Idempotent. False when it had not ended by then: its thread is left
+        behind (a daemon thread, stuck in an env that does not return)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.exception(timeout=timeout_s)
+            except FutureTimeout:
+                return False
+        return True
 
 
 def policy_lag(trajectories: list[Any], version: int) -> float:

@@ -72,6 +72,10 @@ from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
 
+#: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
+#: process or Ray pool ends it at once; an in-process env stuck in a step never does).
+IN_FLIGHT_WAIT_S = 30.0
+
 
 class Trainer(CheckpointMixin):
     """Train one policy on one env with one algorithm.
@@ -481,10 +485,18 @@ class Trainer(CheckpointMixin):
         return self.history
 
     def close(self) -> None:
-        """Wait for a rollout in flight and close the env pool the runners share (envs, worker
-        processes, services; rebuilt on a later rollout). :meth:`train` calls it when it ends."""
-        if self.overlap is not None:
-            self.overlap.close()
+        """Close the env pool the runners share (envs, worker processes, services; rebuilt on a
+        later rollout) and end an async rollout in flight. :meth:`train` calls it when it ends.
+
+        A rollout in flight (after an early stop, an error, a second Ctrl-C) is not trained on: its
+        env pool is closed under it first, so it ends at once instead of running to its end (or
+        never, in an env that hangs: a second SIGTERM then waited forever), then it is given
+        :data:`IN_FLIGHT_WAIT_S` to notice."""
+        if self.overlap is not None and self.overlap.in_flight:
+            self.runner.close()
+            if not self.overlap.close(timeout_s=IN_FLIGHT_WAIT_S):
+                report(f"the async rollout in flight did not end within {IN_FLIGHT_WAIT_S:g} s of its env pool closing "
+                       "(an env that does not return): left behind")
         self.runner.close()
 
     def shutdown(self) -> None:
