@@ -451,11 +451,12 @@ def test_repeated_or_unordered_metric_rows_are_read_and_kept_one_per_step(tmp_pa
 
 
 def test_a_resume_with_another_pool_lists_the_pool_not_the_settings_that_came_with_it():
-    """'rollout.pool process -> local' came with 'rollout.pool_config.workers 2 -> (not set)' and
-    'rollout.pool_config.threads (not set) -> None': settings no one set."""
-    from ragen_core.trainer.run_dir import resume_changes
+    """'rollout.pool process -> local' came with 'rollout.pool_config.threads (not set) -> None', a
+    setting no one set; the old pool's own settings are still named (as removed)."""
+    from ragen_core.trainer.run_dir import NOT_SET, resume_changes
 
     before = make_config(None, "rollout.pool=process", "rollout.pool_config.workers=2", "rollout.pool_config.step_timeout_s=30")
     after = make_config(None, "rollout.pool=local", "rollout.pool_config.step_timeout_s=60")
     changes = resume_changes(before.model_dump(mode="json"), after)
-    assert changes == {"rollout.pool": ["process", "local"], "rollout.pool_config.step_timeout_s": [30.0, 60.0]}
+    assert changes == {"rollout.pool": ["process", "local"], "rollout.pool_config.step_timeout_s": [30.0, 60.0],
+                       "rollout.pool_config.workers": [2, NOT_SET]}
