@@ -204,3 +204,26 @@ def test_an_env_reset_directly_refuses_arguments_it_would_take_silently():
         Subclassed(length=3).reset(3, mode="validation")
     with pytest.raises(UsageError, match=r"^ResetRequest\.member takes an int >= 0"):
         ResetRequest(0, 3, member=-2)
+
+
+def test_the_reset_check_reads_arguments_by_the_subclass_own_signature():
+    """The check took seed as the first positional argument: a keyword-only seed failed with a
+    TypeError, a gym-style reset(seed=None) could not be called without one, and a member or mode
+    given by position was not checked."""
+
+    class KeywordSeed(CorridorEnv):
+        def reset(self, *, seed: int, member: int = 0, mode: str = "train") -> str:
+            return super().reset(seed, member=member, mode=mode)
+
+    class GymStyle(CorridorEnv):
+        def reset(self, seed: int | None = None, member: int = 0, mode: str = "train") -> str:  # type: ignore[override]
+            return super().reset(7 if seed is None else seed, member=member, mode=mode)
+
+    assert KeywordSeed(length=3).reset(seed=3) == CorridorEnv(length=3).reset(3)
+    assert GymStyle(length=3).reset() == CorridorEnv(length=3).reset(7)
+    with pytest.raises(UsageError, match=r"^GymStyle\.reset: member takes an int >= 0 .* not -1$"):
+        GymStyle(length=3).reset(3, -1)
+    with pytest.raises(UsageError, match=r"^GymStyle\.reset: mode takes 'train' or 'val', not 'test'$"):
+        GymStyle(length=3).reset(3, 0, "test")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sede'"):  # Python's own word on a call that does not fit
+        CorridorEnv(length=3).reset(sede=3)

@@ -17,6 +17,7 @@ must produce the *same initial observation* for every ``member`` of a group shar
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -82,12 +83,22 @@ def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train"
 
 
 def _checked_reset(reset: Any) -> Any:
-    """``reset`` refusing what :func:`check_reset_args` refuses, before the env sees it."""
+    """``reset`` refusing what :func:`check_reset_args` refuses, before the env sees it. The
+    arguments are read by the subclass's own signature (keyword-only ``seed``, a gym-style
+    ``seed=None``, ``member`` given by position all work as written); a ``seed`` left None and
+    arguments the signature does not have are not checked."""
+    signature = inspect.signature(reset)
 
     @functools.wraps(reset)
-    def checked(self: Env, seed: int, *args: Any, **kwargs: Any) -> Any:
-        check_reset_args(f"{type(self).__name__}.reset: ", seed, kwargs.get("member", 0), kwargs.get("mode", "train"))
-        return reset(self, seed, *args, **kwargs)
+    def checked(self: Env, *args: Any, **kwargs: Any) -> Any:
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:  # the call does not fit the signature: Python's own error says how
+            return reset(self, *args, **kwargs)
+        seed = given.get("seed")
+        if seed is not None:
+            check_reset_args(f"{type(self).__name__}.reset: ", seed, given.get("member", 0), given.get("mode", "train"))
+        return reset(self, *args, **kwargs)
 
     checked.__ragen_checked__ = True  # type: ignore[attr-defined]
     return checked
