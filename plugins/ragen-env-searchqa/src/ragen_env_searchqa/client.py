@@ -41,6 +41,13 @@ class RetrievalError(Exception):
         """The server refused this query (too long, malformed), not every query."""
         return self.status in (400, 413, 422)
 
+    @property
+    def not_this_api(self) -> bool:
+        """The answer says the server does not speak this API at all: no such route or method
+        (404, 405, 501), or a body that is not the API's (HTML, other JSON). A busy or loading
+        server (503, 429, other 5xx) or a timeout says nothing of the kind."""
+        return self.kind == "http" and (self.status is None or self.status in (404, 405, 501))
+
 
 @dataclass(frozen=True)
 class Document:

@@ -157,12 +157,12 @@ class SearchQAEnv(Env):
         try:
             return client.search(query, self.config.max_search_results), None
         except RetrievalError as e:
-            if pid is None and not client.answered and e.kind != "connection" and not e.about_the_query:
-                # a server given by URL that has never answered a search: not a slow moment of a
-                # retrieval server, but no such server there (it only accepted the connection)
-                raise EnvError(f"env_config.server.url {url} has not answered a search yet: the first got {e}",
-                               ["point it at a retrieval server (POST /retrieve, see 'ragen-searchqa serve'), raise "
-                                "env_config.retrieval_timeout if it is only slow, or unset it to let RAGEN start one"]) from e
+            if pid is None and not client.answered and e.not_this_api:
+                # a server given by URL that has never answered a search, and says it has no such API:
+                # the run would train on "Search failed" observations (it only accepted the connection)
+                raise EnvError(f"env_config.server.url {url} is not a retrieval server: the first search got {e}",
+                               ["point it at a retrieval server (POST /retrieve, see 'ragen-searchqa serve'), "
+                                "or unset it to let RAGEN start one"]) from e
             if e.kind == "connection" and service.died_since(pid):
                 service.ensure_ready()  # restart now (raises ServiceError past max_restarts)
                 return None, f"the retrieval server died during the search and was restarted ({e})"
