@@ -61,7 +61,8 @@ TABLE = [
     ("49 vs 50", "50", False, False),
     ("49; 50", "50", False, False),
     ("49 50", "50", False, False),
-    ("49 oder 50", "50", False, False),  # a hedge word we do not know: two numbers all the same
+    ("49 oder 50", "50", False, False),  # a hedge word of another language: one short word joins two numbers
+    ("49 о 50", "50", False, False),  # a Cyrillic look-alike "o"
     ("x = 49, x = 50", "50", False, False),  # two equations: not the last one's right-hand side
     ("x=49 \\text{ or } x=50", "50", False, False),
     # boxes that state different answers are a hedge too: each must be the label (the last was paid alone)
@@ -71,6 +72,18 @@ TABLE = [
     ("\\boxed{\\boxed{5} or 6}", "5", False, False),  # the inner box is part of the outer answer, not the answer
     # only the math checker accepts
     ("I think it is 18", "18", False, True),  # prose with one number: the fall-back reads it
+    # ... and a sentence with other numbers before its answer, or words that bound nothing (helper-61's walk
+    # of the commit that refused them: 11 of 400 GSM8K / MetaMathQA answer sentences)
+    ("In 5 years, Tom will be 18 years old.", "18", False, True),
+    ("Each of his 4 friends will receive 20 gold bars.", "20", False, True),
+    ("Step 3: 18", "18", False, True),
+    ("the school spent $400 + $200 = $600 on pencils and markers.", "600", False, True),
+    ("Joy will have 90 feet of tape left over after wrapping tape around the field once.", "90", False, True),
+    ("Therefore, there are 375 feet between the first and second signs.", "375", False, True),
+    ("He has 18 marbles left and is happy", "18", False, True),
+    ("Total => 18", "18", False, True),  # an arrow, not "=" then ">"
+    ("\\sqrt{2} \\approx 1.414", "\\sqrt2", False, True),  # the exact answer, then its rounding
+    ("approximately 3.33", "3.33", False, True),  # an approximation word before a decimal: a rounded value
     ("x = 3 + 15 = 18", "18", False, True),  # a chain states its last side
     ("\\boxed{31}, so \\boxed{31}.", "31", False, True),  # one answer stated twice
     ("\\boxed{\\frac{1}{2}} = \\boxed{0.5}", "0.5", False, True),  # two forms of the label
@@ -383,3 +396,16 @@ def test_env_config_switches_the_sympy_check():
     label = strict.oracle_actions()[0]  # the current label
     assert strict.is_correct(label) and loose.is_correct(label)
     assert loose.is_correct(f"{label}+10^{{-13}}") and not strict.is_correct(f"{label}+10^{{-13}}")
+
+
+def test_a_label_of_several_boxes_wants_all_of_them():
+    """A MATH solution boxing two answers was labelled with its last box: half the answer was paid,
+    and the whole answer in two boxes was a hedge."""
+    from ragen_env_metamathqa.problems import boxed_label
+
+    label = boxed_label("The solutions are $\\boxed{2}$ and $\\boxed{3}$.")
+    assert label == "\\boxed{2}, \\boxed{3}" and boxed_label("so $\\boxed{7}$.") == "7"
+    for reply in ("\\boxed{2} and \\boxed{3}", "\\boxed{3}, \\boxed{2}", "2, 3", label):
+        assert math_equal(reply, label), reply
+    for reply in ("\\boxed{3}", "3", "\\boxed{2}, \\boxed{4}", "\\boxed{2}, \\boxed{3}, \\boxed{4}"):
+        assert not math_equal(reply, label), reply

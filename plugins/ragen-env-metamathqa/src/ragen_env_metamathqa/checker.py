@@ -40,9 +40,12 @@ is the same number or expression as the label:
    last stand-alone number in it is compared instead. Text that *can* be read and differs is
    wrong: ``2x+3`` never falls back to ``3``, and neither does an operation written in words
    after a number (``18 plus one`` is not 18), nor prose that hedges or negates (``31 or 30``,
-   ``not 30``), states a relation or a bound (``x \\neq 30``, ``at least 30``, ``\\pm 30``,
-   ``about 30``) or names two numbers (``29 and 30``, ``x = 29, x = 30``): a policy must not be paid
-   for naming two answers, or for an answer that is not one value.
+   ``not 30``), puts a relation, bound or sign choice right before the number (``x \\neq 30``, ``at
+   least 30``, ``\\pm 30``, ``about 30``; an approximation of a decimal is read) or joins it to another
+   number as an alternative (``29 and 30``, ``29; 30``, ``x = 29, x = 30``): a policy must not be
+   paid for naming two answers, or for an answer that is not one value. Numbers earlier in a
+   sentence do not matter (``In 5 years, Tom will be 18``). A label of several boxes (a MATH
+   solution with two answers) wants all of them, in any order.
 
 Why this shape: a step must not hang on a hostile reply, yet a thread cannot be killed, a
 subprocess per check costs milliseconds (the goal is 5,000 checks/s), and ``signal``
@@ -291,15 +294,46 @@ _PARTS = {word: n for n, words in enumerate((("half", "halves"), ("third", "thir
 #: policy that hedges must not be paid). No fall-back for these. (A trailing "!" stays an
 #: exclamation: "The answer is 30!" is 30.)
 _RE_HEDGE = re.compile(r"\b(?:or|nor|not|either|neither|never|except|isn't)\b", re.IGNORECASE)
-#: Prose that does not state one value: a relation or bound (``x \neq 50``, ``at least 50``), a
-#: sign choice (``\pm 50``), a hedge on the value (``about 50``), or two values joined (``49 and
-#: 50``, ``49 \lor 50``, ``49 vs 50``). The prose fall-back to the last number refuses it.
-_RE_NOT_ONE_VALUE = re.compile(
-    r"\\(?:neq|ne|geq|leq|ge|le|gt|lt|pm|mp|lor|vee|land|wedge|cup|cap|approx|sim|simeq|lessgtr|not)(?![a-zA-Z])|[<>≠≤≥±∓≈∨∧∪∩⩽⩾]"
-    r"|\b(?:and|at least|at most|up to|less than|more than|greater than|fewer than|above|below|under|between|instead|"
-    r"otherwise|else|vs|versus|approximately|approx|about|around|roughly|nearly|almost|maybe|perhaps|probably)\b",
-    re.IGNORECASE)
+#: What, written right before the last number of prose, makes it no single value: a relation or a
+#: bound (``x \\neq 50``, ``at least 50``), a sign choice (``\\pm 50``), a hedge (``about 50``; an
+#: approximation word before a decimal states a rounded value and is read).
+_RE_BOUND_BEFORE = re.compile(
+    r"(?:\\(?:neq|ne|geq|leq|ge|le|gt|lt|pm|mp)(?![a-zA-Z])|[<>≠≤≥±∓⩽⩾]"
+    r"|\b(?:at least|at most|up to|no more than|no less than|less than|more than|greater than|fewer than|over|under|above|below|"
+    r"maybe|perhaps|probably))\s*\$?\s*$", re.IGNORECASE)
+_RE_APPROX_BEFORE = re.compile(r"(?:\\(?:approx|sim|simeq)(?![a-zA-Z])|[≈~]|\b(?:about|around|approximately|approx\.?|roughly|"
+                               r"nearly|almost|circa))\s*\$?\s*$", re.IGNORECASE)
+_ARROWS = re.compile(r"=>|->|⇒|→|⟹")
+#: The whole text between two numbers that joins them as alternatives or a list (``49 and 50``,
+#: ``49; 50``, ``49 \\lor 50``, ``x = 49, x = 50``, a hedge word of another language).
+_JOINS = frozenset({"", ",", ";", "/", "&", "and", "or", "nor", "and/or", "ormaybe", "vs", "vs.", "versus", "insteadof", "otherwise",
+                    "else", "to", "-", "\\lor", "\\vee", "\\cup", "\\land", "\\wedge", "oder", "und", "ou", "et", "o", "y", "e",
+                    "или", "и", "或", "和", "או"})
+_ASSIGNED = re.compile(r"[a-z]\s*=", re.IGNORECASE)
+
+
+def _one_value_in_prose(pred: str) -> str | None:
+    """The last stand-alone number of prose that cannot be read otherwise ("I think it is 18"),
+    unless the prose does not state it as the one value: a relation, bound or sign choice right
+    before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
+    numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter."""
+    found = list(_LAST_NUMBER.finditer(pred))
+    if not found:
+        return None
+    last = found[-1]
+    before = _ARROWS.sub(" ", pred[max(0, last.start() - 40):last.start()])
+    if _RE_BOUND_BEFORE.search(before) or (_RE_APPROX_BEFORE.search(before) and "." not in last.group(0)):
+        return None
+    if len(found) > 1:
+        gap = _ASSIGNED.sub(",", pred[found[-2].end():last.start()])
+        joint = re.sub(r"([,;])[,;]+", r"\1", re.sub(r"\s+|\$|\\text|[{}]", "", gap)).lower()
+        if joint in _JOINS or re.fullmatch(r"[^\W\d_]{1,4}", joint):  # one short word: a join of some language ("oder", "или")
+            return None
+    return last.group(0)
+
+
 _RE_NEXT_EQUATION = re.compile(r"[,;]\s*[A-Za-z\\]")
+_RE_JOINED = re.compile(r"\b(?:and|vs|versus)\b|;|\\(?:lor|vee|cup|pm)(?![a-zA-Z])|±")
 _RE_WORD_OPERATION = re.compile(r"[\d}]\s+(?:plus|minus|times|over|divided|multiplied|less|more|squared|cubed)\b", re.IGNORECASE)
 
 
@@ -754,11 +788,12 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
 
 def _prepare(pred: str, gold: str) -> tuple[str, str]:
     pred, gold = normalize(pred), normalize(gold)
+    pred = _ARROWS.sub(" ", pred)  # "total => 18": an arrow, not an equation with a ">" after it
     if "=" in pred and "=" not in gold:
         # a chain (x = 3 + 15 = 18) states its last side; two equations (x = 49, x = 50; x = 49 or
         # x = 50) do not: they stay whole, and are read as what they are (two values, a hedge)
         between = pred.split("=")[1:-1]
-        if not any(_RE_HEDGE.search(m) or _RE_NOT_ONE_VALUE.search(m) or _RE_NEXT_EQUATION.search(m) for m in between):
+        if not any(_RE_HEDGE.search(m) or _RE_JOINED.search(m) or _RE_NEXT_EQUATION.search(m) for m in between):
             pred = pred.rsplit("=", 1)[1].strip()
     return pred, gold
 
@@ -771,11 +806,9 @@ def _states_label(found: str, gold: str) -> bool:
     if not pred:
         return False
     verdict = _compare(pred, gold)
-    if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred) and not _RE_NOT_ONE_VALUE.search(pred):
-        numbers = _LAST_NUMBER.findall(pred)
-        if len(numbers) != 1:  # prose naming two numbers ("49 oder 50", "x = 49, x = 50") states no one value
-            return False
-        verdict = _compare(normalize(numbers[-1]), gold) if numbers else False
+    if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
+        number = _one_value_in_prose(pred)
+        verdict = _compare(normalize(number), gold) if number is not None else False
     return bool(verdict)
 
 
@@ -797,13 +830,18 @@ def math_equal(
     if exact_match(answer, label):
         return True
     stated = stated_answers(answer)
-    gold = extract_answer(label) if "box" in label else label.strip()
-    if not stated or not gold or any(len(found) > MAX_ANSWER_CHARS for found in stated):
+    golds = stated_answers(label) if "box" in label else [label.strip()]
+    if not stated or not all(golds) or any(len(found) > MAX_ANSWER_CHARS for found in stated):
         return False
     _state.deadline = time.monotonic() + time_limit_s  # one deadline for all the answers a reply states
     _state.symbolic = symbolic_time_limit_s if symbolic else None
     try:
-        return all(_states_label(found, gold) for found in stated)  # a policy is not paid for naming two answers
+        if len(golds) == 1:
+            return all(_states_label(found, golds[0]) for found in stated)  # a policy is not paid for naming two answers
+        # a label of several boxes ("the solutions are \boxed{2} and \boxed{3}"): the same answers, in any order,
+        # as boxes or as one list
+        return ((all(any(_states_label(f, g) for g in golds) for f in stated) and all(any(_states_label(f, g) for f in stated) for g in golds))
+                or (len(stated) == 1 and _states_label(stated[0], ", ".join(golds))))
     except _OutOfTime:
         return False
     finally:

@@ -33,7 +33,7 @@ from typing import Any
 from ragen_core.datafiles import hash_holdout, in_hash_share
 from ragen_core.errors import ConfigError
 from ragen_env_metamathqa.builtin import builtin_problem
-from ragen_env_metamathqa.checker import extract_answer
+from ragen_env_metamathqa.checker import extract_answer, stated_answers
 from ragen_env_metamathqa.config import MetaMathQAConfig
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,15 @@ def label_from_response(response: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+def boxed_label(solution: str) -> str | None:
+    r"""A MATH solution's label: its boxed answer, or its boxed answers when it has several
+    (``\boxed{2}, \boxed{3}``: all of them must be given; the last one alone was the label, and half an answer was paid)."""
+    if "boxed" not in solution:
+        return None
+    answers = stated_answers(solution)
+    return ", ".join(f"\\boxed{{{a}}}" for a in answers) if len(answers) > 1 else extract_answer(solution)
+
+
 def _layout(columns: list[str], where: str) -> tuple[str, str, Any]:
     """``(question column, solution column, label function)`` for the columns of a source."""
     names = set(columns)
@@ -92,7 +101,7 @@ def _layout(columns: list[str], where: str) -> tuple[str, str, Any]:
     if {"question", "answer"} <= names:
         return "question", "answer", label_from_response
     if {"problem", "solution"} <= names:
-        return "problem", "solution", lambda text: extract_answer(text) if "boxed" in text else None
+        return "problem", "solution", boxed_label
     raise ConfigError(
         f"{where}: unknown row layout with columns {sorted(names)}",
         ["expected MetaMathQA (query, response), GSM8K (question, answer) or MATH (problem, solution) columns"],
