@@ -172,8 +172,13 @@ def test_models_built_directly_refuse_bad_values_in_one_line():
     assert info.value.hints and info.value.hints[0].startswith("RunConfig takes: env, ")
     # a nested section keeps its whole path (pydantic calls a model's own __init__ for nested
     # models unless told it is the base's: the error would have been "rollout: Value error, ...")
-    with pytest.raises(ConfigError, match=r"^RunConfig: invalid config: rollout\.max_turn: unknown key \(did you mean 'rollout\.max_turns'\?\)"):
+    nested = r"^RunConfig: invalid config: rollout\.max_turn: unknown key \(did you mean 'rollout\.max_turns'\?\)"
+    with pytest.raises(ConfigError, match=nested) as info:
         RunConfig(rollout={"max_turn": 3})
+    assert info.value.hints == []  # "RunConfig takes: env, ..." named the top level's fields, not the section's
+    with pytest.raises(ConfigError, match=r"^EnvRef cannot be changed once built \(setting name\)\nhint: ") as info:
+        EnvRef(name="a").name = "b"  # type: ignore[misc]  # it said "invalid config: name: Instance is frozen (got 'b')"
+    assert info.value.hints == ["build a new one: EnvRef(...), or .model_copy(update={'name': ...})"]
     assert RunConfig.model_validate({"steps": 2}).steps == 2
 
 
