@@ -197,6 +197,22 @@ def test_bad_use_is_a_clear_error(tmp_path):
         SearchQAEnv(mock_mode=True, dataset=str(tmp_path / "missing.jsonl")).reset(0)
 
 
+def _serve(app: FastAPI) -> tuple[str, Callable[[], None]]:
+    """Serve ``app`` on a free loopback port in a thread: its URL and the function that stops it."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(10)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
 def _serve_reference_like() -> tuple[str, Callable[[], None]]:
     """A server that knows only the reference's single-query shape (400 on Search-R1's batched
     one), in a thread: its URL and the function that stops it."""
@@ -211,18 +227,7 @@ def _serve_reference_like() -> tuple[str, Callable[[], None]]:
                    for i in range(data.get("top_k", 10))]
         return {"query": data["query"], "method": "dense", "results": results, "num_results": len(results)}
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-
-    return f"http://127.0.0.1:{port}", stop
+    return _serve(app)
 
 
 @pytest.fixture
@@ -368,18 +373,7 @@ def _serve_loading_first(cfg) -> tuple[str, Callable[[], None]]:
             return JSONResponse({"error": "query is required"}, status_code=400)
         return {"results": [{"id": "doc_0", "content": f"about {data['query']}", "score": 1.0}]}
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(10)
-
-    return f"http://127.0.0.1:{port}", stop
+    return _serve(app)
 
 
 def test_a_validation_question_that_differs_in_punctuation_is_not_trained_on(tmp_path):
