@@ -171,6 +171,25 @@ def test_actor_that_cannot_be_placed_fails_the_reset_after_start_timeout():
     assert pool.worker_pids() == {}
 
 
+def test_a_ray_without_a_live_node_fails_the_actor_start_at_once(monkeypatch):
+    """A local Ray whose raylet died made the next actor start wait start_timeout_s (120 s), then
+    blame resources ("lower num_workers")."""
+    import time
+
+    from ragen_workers_ray import pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "LIVENESS_EVERY_S", 0.5)
+    monkeypatch.setattr(pool_mod, "_live_nodes", lambda: 0)  # what ray.nodes() reports once the only raylet is gone
+    pool = RayEnvPool(TOY, num_workers=1, start_timeout_s=60)
+    pool.resources = EnvResources(cpus=64)  # never placed: the wait goes on until the liveness check
+    started = time.monotonic()
+    with pool, pytest.raises(EnvError, match=r"^ray pool: the Ray cluster has no live node left \(its raylet stopped or died\)") as info:
+        pool.reset([ResetRequest(0, 1)])
+    assert time.monotonic() - started < 30  # not start_timeout_s (60 s); well above the 0.5 s check on a slow machine
+    assert "ragen run --resume RUN_DIR" in info.value.hints[0]
+    assert pool.worker_pids() == {}
+
+
 def test_actor_options_come_from_the_env_spec_resources():
     pool = RayEnvPool(TOY, num_workers=1, envs_per_actor=3)
     assert pool._actor_options() == {"num_cpus": 1.0, "num_gpus": 0.0}  # the GPU-less default

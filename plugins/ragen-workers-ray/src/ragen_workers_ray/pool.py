@@ -55,6 +55,17 @@ from ragen_core.specs import EnvResources
 from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
 
+#: Seconds between the checks, while actors start, that the cluster still has a live node.
+LIVENESS_EVERY_S = 5.0
+
+
+def _live_nodes() -> int | None:
+    """How many nodes of the cluster are alive, or None when Ray cannot say (not counted as none)."""
+    try:
+        return sum(1 for node in ray.nodes() if node.get("Alive"))
+    except Exception:  # noqa: BLE001 - an unanswered state query proves nothing either way
+        return None
+
 log = logging.getLogger("ragen_workers_ray")
 
 
@@ -281,7 +292,7 @@ class RayEnvPool(EnvPool):
             self._said = Queue(actor_options={"num_cpus": 0})
         new = {k: _Actor(k, remote.remote(env_json, self._said)) for k in indices}
         pids = {k: a.handle.pid.remote() for k, a in new.items()}
-        ready, _ = ray.wait(list(pids.values()), num_returns=len(pids), timeout=self.config.start_timeout_s)
+        ready = self._wait_started(list(pids.values()), new)
         errors: list[tuple[str, str]] = []
         """(message, hint) per actor that did not come up."""
         for k, a in new.items():
@@ -302,6 +313,23 @@ class RayEnvPool(EnvPool):
                 self._actors.pop(k, None)
                 _kill(a.handle)
             raise EnvError(errors[0][0], [errors[0][1]])
+
+    def _wait_started(self, refs: list[Any], new: dict[int, _Actor]) -> list[Any]:
+        """The refs of ``refs`` ready within ``start_timeout_s``, looking every few seconds whether
+        the cluster still has a live node: a Ray that died (its raylet stopped) fails at once,
+        saying so, instead of after ``start_timeout_s`` with a hint about resources."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, min(LIVENESS_EVERY_S, left)))
+            if len(ready) == len(refs) or left <= LIVENESS_EVERY_S:
+                return list(ready)
+            if _live_nodes() == 0:
+                for a in new.values():
+                    _kill(a.handle)
+                raise EnvError("ray pool: the Ray cluster has no live node left (its raylet stopped or died), so no actor can start",
+                               ["start Ray again (or leave rollout.pool_config.address unset to let RAGEN start one), then "
+                                "continue the run with 'ragen run --resume RUN_DIR'"])
 
     def _hear(self) -> None:
         """Log here the warnings the actors put in the queue since the last call (each prefixed with its actor)."""
