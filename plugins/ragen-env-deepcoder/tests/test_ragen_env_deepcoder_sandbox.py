@@ -173,6 +173,17 @@ def test_a_sleeper_is_stopped_by_the_wall_clock():
     assert statuses(result) == ["timeout"] and result.tests[0].wall_s < 2.0
 
 
+def test_a_sleeper_is_not_waited_for_again_in_its_later_tests():
+    """Each test of a sleeping program waited out its own wall-clock limit (17-18 s a program with
+    three tests); a program that waits without computing does not get a second wait."""
+    result = run("import time\ntime.sleep(60)", tests=[stdin_test()] * 3, time_limit_s=0.2, wall_factor=2)
+    assert statuses(result) == ["timeout", "skipped", "skipped"]
+    assert result.tests[1].stderr.startswith("not run: an earlier test waited out its wall-clock limit")
+    slow = run("import sys\nn = int(input())\nwhile n: n -= 1\nprint('done')",
+               tests=[stdin_test("10000000000"), stdin_test("1")], time_limit_s=0.2, wall_factor=2)
+    assert statuses(slow)[1] == "ok"  # a program that computes until its limit: its next test still runs
+
+
 def test_output_memory_file_and_process_caps():
     assert statuses(run("print('x' * 20000)", max_output_bytes=10_000)) == ["output_limit"]
     memory = run("x = bytearray(200 * 1024 * 1024)\nprint('allocated')", memory_mb=64)

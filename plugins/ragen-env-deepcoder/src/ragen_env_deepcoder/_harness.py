@@ -57,6 +57,10 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 #: Bytes of a child's stderr kept for the diagnostic ``detail``.
 STDERR_KEEP = 2000
+#: A test that timed out having used less than this share of its wall-clock time on the CPU was
+#: waiting, not computing: the program's remaining tests are not run (reported ``skipped``).
+WAITED_CPU_SHARE = 0.1
+WAITED_NOTE = "not run: an earlier test waited out its wall-clock limit without computing (sleeping or blocked)"
 #: A program killed by SIGKILL with at least cpu_s minus this much CPU time was killed by its CPU
 #: limit (rusage's tick accounting can read a little under the kernel's limit check).
 CPU_SLACK_S = 0.25
@@ -463,13 +467,17 @@ def main():
         emit({"done": True})
         return
     budget_end = time.monotonic() + float(limits["total_s"])
+    waited = False
     for i, test in enumerate(tests):
-        if time.monotonic() >= budget_end:
-            emit({"i": i, "status": "skipped", "stderr": "", "cpu_s": 0.0, "wall_s": 0.0})
+        if waited or time.monotonic() >= budget_end:
+            emit({"i": i, "status": "skipped", "stderr": WAITED_NOTE if waited else "", "cpu_s": 0.0, "wall_s": 0.0})
             continue
         line = _run_test(code_obj, test, limits, uid, nproc)
         line["i"] = i
         emit(line)
+        # it waited out its wall-clock limit without computing (a sleep, a deadlock): the next tests
+        # would each wait theirs too (a sleeper cost every test's limit: 17-18 s a program)
+        waited = line["status"] == "timeout" and line["cpu_s"] < WAITED_CPU_SHARE * line["wall_s"]
         if clean:
             _empty_dir(workdir, uid)
     emit({"done": True})

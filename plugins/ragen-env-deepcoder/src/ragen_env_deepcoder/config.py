@@ -29,7 +29,8 @@ class SandboxConfig(PluginConfig):
     """CPU seconds each test case may use (the reference gave 3 s to all tests together)."""
     wall_factor: float = Field(default=3.0, ge=1.0, le=100)
     """Wall-clock limit of a test case = ``time_limit_s * wall_factor`` (sleeping and waiting
-    programs, a loaded machine)."""
+    programs, a loaded machine). A test that reaches it having used under a tenth of that time on
+    the CPU was waiting, not computing: the program's later tests are not run (they fail)."""
     total_time_limit_s: float = Field(default=60.0, gt=0)
     """Wall-clock budget of one program over all its tests; tests not started in time fail."""
     memory_mb: int = Field(default=512, ge=32)
