@@ -571,11 +571,10 @@ def config_error_from_validation(exc: Any, prefix: str = "", model_cls: Any = No
     errors = exc.errors()
     hint = ""
     unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
-    if unknown and show is None and model_cls is not None and len(unknown[0].get("loc", ())) > 1:
-        pass  # a nested section's key: the message's suggestion names its path; model_cls's own fields would mislead
-    elif unknown:
-        hint = (f"check the spelling against 'ragen plugins show {show}'" if show is not None or model_cls is None
-                else f"{model_cls.__name__} takes: {', '.join(model_cls.model_fields)}")
+    if unknown and (show is not None or model_cls is None):
+        hint = f"check the spelling against 'ragen plugins show {show}'"
+    elif unknown and len(unknown[0].get("loc", ())) == 1:  # a nested section's key: model_cls's own fields would mislead
+        hint = f"{model_cls.__name__} takes: {', '.join(model_cls.model_fields)}"
     return PluginConfigError(validation_message(exc, prefix, model_cls), [*list_hints(exc, prefix), hint])
 
 

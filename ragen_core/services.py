@@ -118,6 +118,7 @@ _LOG_NAME = re.compile(r"^ragen-service-.*-p(\d+)-[^-]*\.log$")
 STALE_LOG_S = 24 * 3600.0
 """A temporary log whose owner process is gone is removed by a later start once it is this old (a
 killed run cannot remove its own; a failed start's log is kept this long for its error to point to)."""
+_POLL_MAX_S = 0.25
 
 
 def _remove_stale_logs(folder: str) -> None:
@@ -138,7 +139,6 @@ def _remove_stale_logs(folder: str) -> None:
                     os.unlink(entry.path)
             except OSError:  # gone meanwhile, or a process of another user (alive)
                 continue
-_POLL_MAX_S = 0.25
 
 
 def _exit_text(code: int) -> str:

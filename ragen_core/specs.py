@@ -81,10 +81,7 @@ def with_overrides(config_class: type[C], config: C | Mapping[str, Any] | None, 
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        from ragen_core.registry import config_error_from_validation
-
-        error = config_error_from_validation(exc, model_cls=model, show=None)
-        raise type(error)(f"{model.__name__}: {error.message}", error.hints) from None
+        raise _one_line_error(model, exc) from None
 
 
 def import_string(target: str) -> Any:

@@ -38,6 +38,9 @@ from ragen_core.specs import CheckedModel, PluginConfig, with_overrides
 #: Why a pool ended an episode: ``"done"`` (the env said so), ``"timeout"`` (no answer within the
 #: pool's step timeout), ``"failed"`` (the env worker crashed or the env raised; see ``error``).
 PoolEndReason = Literal["", "done", "timeout", "failed"]
+#: The end reasons of an episode the pool gave up on (its env timed out or its worker failed): the
+#: episode has no env any more, and its score is not the policy's.
+LOST_END_REASONS = ("timeout", "failed")
 
 
 class EnvRef(CheckedModel):

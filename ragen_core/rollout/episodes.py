@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragen_core.interfaces.env_pool import EnvFacts, ResetRequest, StepOutcome
+from ragen_core.interfaces.env_pool import LOST_END_REASONS, EnvFacts, ResetRequest, StepOutcome
 from ragen_core.rollout.parser import ParsedReply
 from ragen_core.rollout.types import Trajectory
 
@@ -153,7 +153,7 @@ def end_of_turn(outcome: StepOutcome, num_actions: int, facts: EnvFacts) -> Turn
     """
     if outcome.done:
         return TurnEnd("done", terminated=True, truncated=not bool(outcome.info.get("success", False)))
-    if outcome.end_reason in ("timeout", "failed"):
+    if outcome.end_reason in LOST_END_REASONS:
         return TurnEnd(outcome.end_reason, terminated=True, truncated=True)
     if num_actions >= facts.max_actions_per_episode:
         return TurnEnd("action_budget", terminated=True, truncated=True)
@@ -177,7 +177,7 @@ def apply_outcome(ep: EpisodeRecord, plan: TurnPlan, outcome: StepOutcome) -> No
     """
     ep.warn_invalid = not plan.usable
     ep.num_actions += len(outcome.executed)
-    if outcome.end_reason not in ("timeout", "failed"):
+    if outcome.end_reason not in LOST_END_REASONS:
         ep.observation = outcome.observation
     end = end_of_turn(outcome, ep.num_actions, ep.facts)
     if end is not None:

@@ -249,14 +249,12 @@ def resume_changes(previous: dict[str, Any], config: Any) -> dict[str, list[Any]
     changes = {k: [before.get(k, NOT_SET), after.get(k, NOT_SET)] for k in keys
                if before.get(k, NOT_SET) != after.get(k, NOT_SET) and k.split(".")[0] not in RESUME_QUIET}
     # an empty section on one side whose settings appear on the other ({} -> its fields) is no change of its own
-    changes = {k: v for k, v in changes.items() if not (NOT_SET in (v[0], v[1]) and {} in (v[0], v[1]))}
     # another plugin chosen (rollout.pool 'process' -> 'ray'): the settings only the new one has come
     # with the choice ("rollout.pool_config.address (not set) -> None" listed defaults no one set);
     # the old one's own settings stay listed, as removed
-    for name_key, _, settings_key in PLUGIN_SETTINGS:
-        if name_key in changes:
-            changes = {k: v for k, v in changes.items() if not (k.startswith(settings_key + ".") and v[0] is NOT_SET)}
-    return changes
+    switched = tuple(settings_key + "." for name_key, _, settings_key in PLUGIN_SETTINGS if name_key in changes)
+    return {k: v for k, v in changes.items() if not (NOT_SET in (v[0], v[1]) and {} in (v[0], v[1]))
+            and not (v[0] is NOT_SET and k.startswith(switched))}
 
 
 #: ``(plugin name key, preset key or None, its settings key)``: when a later config layer (flags,

@@ -60,6 +60,7 @@ from typing import Any
 from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
 from ragen_core.hookspecs import call_hook, hook_metrics
+from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import STATE_FILE, CheckpointMixin
@@ -754,7 +755,7 @@ class Trainer(CheckpointMixin):
             if self.filter.needs_entropies:
                 entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature, self.world)
             # rank 0 selects for all: a filter drawing random numbers cannot pick differently per rank
-            lost = {t.group_id for t in trajs if t.end_reason in ("timeout", "failed")}  # not the policy's scores: never trained
+            lost = {t.group_id for t in trajs if t.end_reason in LOST_END_REASONS}  # not the policy's scores: never trained
             selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies, lost_groups=lost)
                                              if self.world.main else None)
         metrics.update(selection.metrics)

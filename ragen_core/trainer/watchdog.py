@@ -190,7 +190,9 @@ def _dump_to(stream: Any, header: str) -> None:
 
 def report_pool_failures(step: int, trajectories: Sequence[Any], mode: str = "train") -> None:
     """One line on stderr when the env pool ended episodes of this rollout (timeout or a failed worker)."""
-    ended = [t for t in trajectories if t.end_reason in ("timeout", "failed")]
+    from ragen_core.interfaces.env_pool import LOST_END_REASONS
+
+    ended = [t for t in trajectories if t.end_reason in LOST_END_REASONS]
     if not ended:
         return
     from ragen_core.trainer.divergence import report

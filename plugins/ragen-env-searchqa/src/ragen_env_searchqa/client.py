@@ -37,11 +37,6 @@ class RetrievalError(Exception):
         """The HTTP status of a refused search (None: no answer, or one that could not be read)."""
 
     @property
-    def about_the_query(self) -> bool:
-        """The server refused this query (too long, malformed), not every query."""
-        return self.status in (400, 413, 422)
-
-    @property
     def not_this_api(self) -> bool:
         """The answer says the server does not speak this API at all: no such route or method
         (404, 405, 501), or a body that is not the API's (HTML, other JSON). A busy or loading
