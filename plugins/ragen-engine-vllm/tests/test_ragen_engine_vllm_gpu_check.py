@@ -82,5 +82,18 @@ def test_the_whole_check_on_cpu(gc, capsys, tmp_path):
                     "--group-size", "2", "--new-tokens", "16", "--work-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out[-2000:]
-    assert "policy version: trainer 2, vLLM engine 2 (every update synced)" in out
+    assert "policy version: trainer 2, vllm engine 2 (every update synced)" in out
     assert "generated tokens/s" in out and "greedy replies identical to the HF engine" in out
+
+
+def test_the_hf_engine_check_on_cpu_trains_with_a_critic(gc, capsys, tmp_path):
+    """--engine hf: the same check without vLLM (no install, no import), here PPO on the CPU."""
+    code = gc.main(["--engine", "hf", "--algo", "ppo", "--device", "cpu", "--preset", "tiny", "--dtype", "float32", "--steps", "2",
+                    "--groups", "2", "--group-size", "2", "--new-tokens", "8", "--max-turns", "2", "--work-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    assert "HF engine (transformers" in out and "algo ppo" in out
+    assert "policy version: trainer 2, hf engine 2 (every update synced)" in out
+    assert "vllm" not in out.lower()  # nothing of vLLM was started
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit() and len(line.split()) == 7]
+    assert [r[0] for r in rows] == ["1", "2"]
