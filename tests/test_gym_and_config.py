@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 
-import gymnasium
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +28,7 @@ def test_toy_env_passes_conformance_except_subprocess_import(toy):
 
 
 def test_gymnasium_make_text_interface(toy):
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
     import ragen_core.gym as rgym
 
     assert f"ragen/{toy}" in rgym.register_envs()
@@ -46,6 +46,7 @@ def test_gymnasium_make_text_interface(toy):
 
 
 def test_gymnasium_truncates_at_action_cap(toy):
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
     import ragen_core.gym  # noqa: F401
 
     env = gymnasium.make(f"ragen/{toy}", max_actions_per_episode=2)

@@ -72,7 +72,7 @@ def _refusal(name: str) -> RagenError | None:
 
 @pytest.mark.parametrize("name", ENVS)
 def test_installed_env_has_a_gymnasium_face(name):
-    import gymnasium
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
 
     import ragen_core.gym  # noqa: F401  (registers ragen/<name> from metadata)
 

@@ -37,6 +37,7 @@ SETTINGS = [
     "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
     "optim.mini_batch_size=2", "optim.micro_batch_size=2", "optim.lr=1e-3",
     "val_groups=2", "test_freq=2", "save_freq=1", "warm_start.enabled=false",
+    "device=cpu",  # exact replay is a CPU property: CUDA's default kernels are not bit-deterministic
 ]
 
 # `ragen run` in a child process, with the in-repo toy env registered first (core tests use no env package)

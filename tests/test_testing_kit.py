@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 import sys
 
@@ -29,7 +30,8 @@ def test_the_light_import_check_ignores_what_a_spec_module_prints(tmp_path, monk
     fake_entry_points(tmp_path, "fake-chatty", {"ragen_core.envs": {"chatty": "fakeplug_chatty:SPEC"}},
                       modules={"fakeplug_chatty.py": CHATTY}, add_to_path=False)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the check's fresh interpreter finds the dist too
+    # the check's fresh interpreter finds the dist too (and keeps any PYTHONPATH this one was given)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
     monkeypatch.setattr(registry, "_default", None)  # a registry that sees it
     importlib.invalidate_caches()
     try:

@@ -41,6 +41,7 @@ ARGS = [
     "warm_start.enabled=false", "rollout.env_groups=2", "rollout.group_size=4",
     "optim.mini_batch_size=4", "optim.micro_batch_size=2", f"optim.lr={LR}", f"optim.critic_lr={LR}",
     "sampling.train.max_new_tokens=10", "test_freq=0", "save_freq=-1", "save_rollouts=true",
+    "device=cpu",  # gloo ranks on the CPU, also where a GPU is visible (device=auto would take nccl, one GPU per rank)
 ]
 
 

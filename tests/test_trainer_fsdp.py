@@ -49,6 +49,7 @@ ARGS = [
     "optim.mini_batch_size=4", "optim.micro_batch_size=2", f"optim.lr={LR}", f"optim.critic_lr={LR}",
     "algo_config.use_kl_loss=true", "algo_config.kl_loss_coef=0.1",
     "sampling.train.max_new_tokens=10", "test_freq=0", "save_freq=-1", "save_rollouts=true",
+    "device=cpu",  # gloo ranks on the CPU, also where a GPU is visible (device=auto would take nccl, one GPU per rank)
 ]
 
 

@@ -203,7 +203,7 @@ def _config(tmp_path: Path, *overrides: str, name: str = "run"):
         "sampling.train.max_new_tokens=10", "sampling.val.max_new_tokens=10",
         "optim.mini_batch_size=4", "optim.micro_batch_size=2", "optim.lr=1e-3", "algo_config.entropy_coeff=0",
         "val_groups=2", "test_freq=2", "save_freq=2", "steps=2", "filter=none",
-        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
+        "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}", "device=cpu",  # exact comparisons: the CPU
     ]
     return load_config(RunConfig, [], base + list(overrides))
 

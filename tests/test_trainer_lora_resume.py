@@ -30,6 +30,7 @@ def make_config(tmp_path: Path, *overrides: str, name: str) -> RunConfig:
         "algo_config.use_kl_loss=true", "algo_config.kl_loss_coef=0.5",
         "val_groups=2", "test_freq=2", "save_freq=2", "steps=4",
         "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / name}",
+        "device=cpu",  # a resume replays bit for bit on the CPU; CUDA's default kernels are not bit-deterministic
     ]
     return load_config(RunConfig, [], base + list(overrides))
 
