@@ -41,6 +41,14 @@ TABLE = [
     ("4 cubed", "4", False, False),
     ("3 halves", "3", False, False),
     ("18 plus one", "18", False, False),  # an operation we cannot read: wrong, no fall-back to 18
+    ("18 x^2", "18", False, False),  # a variable with a power is no unit: 18x^2 is not 18
+    ("\\pm 3", "3", False, False),  # both signs are not the one value
+    ("\\pm 3", "3, 3", False, False),
+    ("\\pm 3", "4, -4", False, False),
+    ("\\pm 3", "(3, -3)", False, False),  # a pair is not a sign choice
+    ("x \\in [2, 6]", "[2, 5]", False, False),
+    ("x \\in [2, 5]", "(2, 5]", False, False),
+    ("x \\in [-3, 3]", "-3, 3", False, False),  # an interval is not the list of its end points
     ("7 times 3", "3", False, False),
     ("31 or 30", "30", False, False),  # a hedge: no fall-back to the last number (a policy learns to name two)
     ("not 30", "30", False, False),
@@ -72,6 +80,19 @@ TABLE = [
     ("\\boxed{\\boxed{5} or 6}", "5", False, False),  # the inner box is part of the outer answer, not the answer
     # only the math checker accepts
     ("I think it is 18", "18", False, True),  # prose with one number: the fall-back reads it
+    # a unit with a power, a sign choice against its two values, membership of an interval (session 25's
+    # list of false negatives)
+    ("18 m^2", "18", False, True),
+    ("18 \\text{ m}^2", "18", False, True),
+    ("18 m²", "18", False, True),
+    ("18 \\text{cm}^{3}", "18", False, True),
+    ("\\pm 3", "3, -3", False, True),
+    ("±3", "-3, 3", False, True),
+    ("x = \\pm \\sqrt{2}", "\\sqrt{2}, -\\sqrt{2}", False, True),
+    ("3, -3", "\\pm 3", False, True),
+    ("-3, 3", "\\pm 3", False, True),
+    ("x \\in [2, 5]", "[2, 5]", False, True),
+    ("x \\in (-\\infty, 2]", "(-\\infty, 2]", False, True),
     # ... and a sentence with other numbers before its answer, or words that bound nothing (helper-61's walk
     # of the commit that refused them: 11 of 400 GSM8K / MetaMathQA answer sentences)
     ("In 5 years, Tom will be 18 years old.", "18", False, True),

@@ -19,14 +19,15 @@ is the same number or expression as the label:
    signs, thousands separators (``1,500``), ``a/b``, ``\\frac{a}{b}``, mixed numbers (``1 1/2``),
    scientific notation, a trailing percent (``25%`` reads as 25 and as 0.25; ``25 percent`` too),
    number words that change the value (``2 thousand``, ``5 dozen``, ``18 squared``, ``2 thirds``)
-   and trailing unit words (``18 dollars``, ``1.5 million dollars``). Equal values match. A decimal with ``d >= 2`` decimals also matches
-   a non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
-   decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or
-   two exact values, must be equal.
+   and trailing unit words, with a power (``18 dollars``, ``1.5 million dollars``, ``18 m^2``).
+   Equal values match. A decimal with ``d >= 2`` decimals also matches a non-decimal value (a
+   fraction, or in step 5 an irrational) that rounds to it at ``d`` decimals: ``0.33`` is 1/3 and
+   ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
-   (brackets must agree); anything else (``2\\sqrt{2}``, ``\\frac{\\pi}{4}``, ``x^2+1``) is
-   parsed and evaluated at three fixed points of its free symbols, to 128 bits, and matches
-   when the symbols are the same and every value agrees within ``1e-9`` relative (distinct
+   (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
+   matches the bare pair ``3, -3`` in either order, and the other way round; anything else
+   (``2\\sqrt{2}``, ``\\frac{\\pi}{4}``, ``x^2+1``) is parsed and evaluated at three fixed
+   points of its free symbols, to 128 bits, and matches when the symbols are the same and every value agrees within ``1e-9`` relative (distinct
    closed-form answers are never that close; 128-bit evaluation errs by ~1e-38) or ``1e-32``
    absolute (expressions that cancel to 0, such as ``\\sqrt{2}^2-2``, leave noise of that size).
    Values that differ decide "not equal". Values that agree are then checked *exactly* by
@@ -277,7 +278,9 @@ _RE_FRAC = re.compile(rf"([+-]?)\s*\\frac\s*\{{\s*([+-]?)\s*({_DEC})\s*\}}\s*\{{
 _RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1/2 in LaTeX
 _RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
 _RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
-_RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*)")
+_RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\s*\}?)?)")
+#: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
+_RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 #: Words that are mathematics, not units, after a number.
 _NOT_UNITS = frozenset({"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k", "and", "or", "to", "by", "mod"})
 #: Number words right after a number that change its value (``2 thousand``, ``5 dozen``, ``18 squared``,
@@ -360,7 +363,7 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     units = _RE_UNITS.fullmatch(text)
     word = ""
     if units:
-        words = units.group(2).lower().replace(".", " ").replace("/", " ").split()
+        words = _RE_UNIT_POWER.sub("", units.group(2)).lower().replace(".", " ").replace("/", " ").split()
         if set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS:
             units = None
         else:
@@ -786,9 +789,18 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     return _expression_equal(pred, gold, pred_num, gold_num)
 
 
+#: ``x \\in S``: membership, read as the interval ``S`` (``\\infty`` is not ``\\in``).
+_RE_MEMBER = re.compile(r"[a-zA-Z]\s*\\in(?![a-zA-Z])\s*(.+)")
+#: A sign choice ``\\pm X`` (``±X``), the whole answer.
+_RE_SIGN_CHOICE = re.compile(r"(?:\\pm(?![a-zA-Z])|±)\s*(.+)")
+
+
 def _prepare(pred: str, gold: str) -> tuple[str, str]:
     pred, gold = normalize(pred), normalize(gold)
     pred = _ARROWS.sub(" ", pred)  # "total => 18": an arrow, not an equation with a ">" after it
+    member = _RE_MEMBER.fullmatch(pred)
+    if member and gold[:1] in "([" and member.group(1)[:1] in "([":  # an interval for an interval: not for a list of values
+        pred = member.group(1)
     if "=" in pred and "=" not in gold:
         # a chain (x = 3 + 15 = 18) states its last side; two equations (x = 49, x = 50; x = 49 or
         # x = 50) do not: they stay whole, and are read as what they are (two values, a hedge)
@@ -798,6 +810,24 @@ def _prepare(pred: str, gold: str) -> tuple[str, str]:
     return pred, gold
 
 
+def _both_signs(pred: str, gold: str) -> bool | None:
+    """``\\pm X`` against a bare pair (``X, -X`` in either order), either way round; None otherwise.
+
+    A bracketed pair stays a tuple or an interval, and ``\\pm X`` against one value stays wrong.
+    """
+    for choice, pair in ((pred, gold), (gold, pred)):
+        sign = _RE_SIGN_CHOICE.fullmatch(choice)
+        seq = _split_sequence(pair)
+        if sign is None or seq is None or seq[0] or len(seq[1]) != 2:
+            continue
+        x = sign.group(1).strip()
+        neg = x[1:].strip() if x.startswith("-") else "-" + x
+        a, b = seq[1]
+        return ((_compare(x, a) is True and _compare(neg, b) is True)
+                or (_compare(x, b) is True and _compare(neg, a) is True))
+    return None
+
+
 def _states_label(found: str, gold: str) -> bool:
     """One extracted answer against the label (inside :func:`math_equal`'s deadline)."""
     if "box" in found:  # nested boxes: \\boxed{\\boxed{5}} reads as 5
@@ -805,6 +835,9 @@ def _states_label(found: str, gold: str) -> bool:
     pred, gold = _prepare(found, gold)
     if not pred:
         return False
+    both_signs = _both_signs(pred, gold)
+    if both_signs is not None:
+        return both_signs
     verdict = _compare(pred, gold)
     if verdict is None and not _RE_WORD_OPERATION.search(pred) and not _RE_HEDGE.search(pred):
         number = _one_value_in_prose(pred)
