@@ -26,6 +26,9 @@ check at its own step, and only the step after it turns NaN. So:
 * no checkpoint is written while optimiser steps are being skipped, or when any weight of the
   policy or critic is not finite (:meth:`SkipMonitor.unsafe_to_save`; a line on stderr says so):
   such a state can never rotate a good checkpoint out of the ``keep`` newest;
+* an update that leaves a weight that is not finite (its gradient was finite: float16 weights
+  overflowing, a huge learning rate) stops the run at once (:meth:`SkipMonitor.weights_broke`):
+  every later gradient would be NaN, so there is nothing to wait for;
 * when the run stops as diverged, a checkpoint this process wrote at the step right before the
   skipping began holds exactly the weights whose gradients went non-finite: it is renamed
   ``step_<N>.diverged`` (kept for inspection; ``--resume`` and ``ragen eval`` no longer see it),
@@ -87,6 +90,8 @@ class SkipMonitor:
         """The training step that began the current run of skips."""
         self.saved_steps: list[int] = []
         """Steps this process checkpointed (:meth:`saved`)."""
+        self.broken_at: int | None = None
+        """The training step whose update left a weight that is not finite (:meth:`weights_broke`)."""
 
     def observe(self, step: int, metrics: dict[str, float]) -> bool:
         """Count the skips of training step ``step`` (its metrics), report them; True when over the limit."""
@@ -103,6 +108,14 @@ class SkipMonitor:
         limit = "no limit (optim.max_skipped_steps=null)" if self.limit is None else f"the run stops after {self.limit}"
         report(f"step {step}: skipped optimiser steps ({parts}): non-finite gradient norm; {self.in_a_row} in a row, {limit}")
         return self.limit is not None and self.in_a_row > self.limit
+
+    def weights_broke(self, step: int) -> None:
+        """Step ``step``'s update left a weight that is not finite: every later gradient is NaN, so the
+        run stops now (no skipped steps to wait for); the checkpoint of the step before holds the
+        weights that update started from, set aside like a diverged one."""
+        self.broken_at = step
+        if self.in_a_row == 0:
+            self.first_skipping_step = step
 
     def unsafe_to_save(self, *modules: Any) -> str | None:
         """Why the current state must not become a checkpoint, or None when it may."""
@@ -135,8 +148,11 @@ class SkipMonitor:
         else:
             kept = f"{note}no good checkpoint was written"
             hint = "lower optim.lr and start again"
-        return TrainingError(
-            f"training diverged at step {step}: {self.in_a_row} optimiser steps in a row were skipped for a non-finite "
-            f"gradient norm (optim.max_skipped_steps={self.limit}); {kept}",
-            [hint],
-        )
+        if self.broken_at is not None:
+            why = f"step {self.broken_at}'s update left weights that are not finite (NaN or inf)"
+            if self.in_a_row == 0:  # a finite gradient still overflowed the weights: often float16 weights or a huge lr
+                hint = hint.replace("lower optim.lr", "lower optim.lr (or train float32 weights)")
+        else:
+            why = (f"{self.in_a_row} optimiser steps in a row were skipped for a non-finite gradient norm "
+                   f"(optim.max_skipped_steps={self.limit})")
+        return TrainingError(f"training diverged at step {step}: {why}; {kept}", [hint])

@@ -36,6 +36,45 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = False) -> tuple[Any, Any]:
+    """The model and tokenizer a run trains, from ``model`` (or a checkpoint).
+
+    Two cases differ from :func:`~ragen_core.models.load_model_and_tokenizer`:
+
+    * a folder written by ``ragen warm-policy build --out`` (its ``build.json``) is that policy: the
+      tiny model with the policy's weights (a delta policy: its base's plus the delta), in float32,
+      as a run of the tiny model starts from a shipped one;
+    * float16 weights are trained as float32 (one line says so): AdamW's update of float16 weights
+      overflows to NaN within a step (no loss scaling here). bfloat16 stays bfloat16.
+
+    Raises:
+        RagenError: a warm-policy folder built for another tiny model, or a delta whose base is gone.
+    """
+    import torch
+
+    from ragen_core.errors import RagenError
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warm_policy as wp
+    from ragen_core.trainer.divergence import report
+
+    folder = Path(name_or_path).expanduser()
+    if (folder / wp.BUILD_FILE).is_file():
+        policy = wp.shipped_policy(folder)
+        if policy is None:
+            raise RagenError(f"model {name_or_path}: this warm policy (ragen warm-policy build) cannot be used: built for another tiny model, "
+                             "or a delta whose base policy is missing or was rebuilt",
+                             ["rebuild it with ragen warm-policy build --out FOLDER, or train from model=tiny"])
+        model, tokenizer = load_model_and_tokenizer("tiny", device=device)
+        policy.load_into(model)
+        return model, tokenizer
+    model, tokenizer = load_model_and_tokenizer(name_or_path, device=device, safetensors_only=safetensors_only)
+    if any(p.dtype == torch.float16 for p in model.parameters()):
+        model.float()
+        report(f"model {name_or_path} holds float16 weights: training them as float32 (an AdamW step on float16 weights "
+               "overflows to NaN)")
+    return model, tokenizer
+
+
 def make_engine(config: RunConfig, model: Any, tokenizer: Any) -> Any:
     """The rollout engine, attached to the policy as version 0 (the HF engine shares the module in-process)."""
     from ragen_core import registry

@@ -67,7 +67,7 @@ from ragen_core.trainer.checkpoint import STATE_FILE, CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
 from ragen_core.trainer.distributed import World, rank_lost, rollout_share
-from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report
+from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report, weights_finite
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
@@ -180,7 +180,6 @@ class Trainer(CheckpointMixin):
 
         from ragen_core import registry
         from ragen_core.hookspecs import make_plugin_manager
-        from ragen_core.models import load_model_and_tokenizer
         from ragen_core.trainer import grad_analysis as gan
         from ragen_core.trainer import setup as su
         from ragen_core.trainer.checkpoint import load_state, resume_checkpoint, written_by_ragen
@@ -236,7 +235,7 @@ class Trainer(CheckpointMixin):
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
-        self.model, self.tokenizer = load_model_and_tokenizer(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
+        self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path))
         su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
         self.warm_start_meta: dict[str, Any] = {}
@@ -800,6 +799,10 @@ class Trainer(CheckpointMixin):
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         call_hook(self.pm, "ragen_on_update_end", stats=update_stats, step=step, context=self.context)
         if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
+            self.stop_reason = DIVERGED
+            metrics[DIVERGED] = 1.0
+        if self.stop_reason is None and not weights_finite(self.unsharded_policy, self.critic):  # (a sharded critic: on every rank)
+            self.skips.weights_broke(step)
             self.stop_reason = DIVERGED
             metrics[DIVERGED] = 1.0
 
