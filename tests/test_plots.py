@@ -206,3 +206,25 @@ def test_a_resume_that_changed_settings_is_marked_on_every_curve(monkeypatch, tm
     for name, drawn in marks.items():
         for xs, texts in drawn:
             assert xs == [1.5, 2.5] and texts == [" resumed: optim.lr", " resumed: a, b +1"], name
+
+
+def test_a_dollar_sign_in_the_run_name_is_text_not_mathtext(tmp_path):
+    """A run folder 'tr_$^$' drew no plots ('ParseSyntaxException') and `ragen plot` crashed (helper-62's walk)."""
+    run = tmp_path / "tr_$^$"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    written = plot_run(run)
+    assert written and all(p.is_file() and p.stat().st_size > 1000 for p in written)
+
+
+def test_something_in_the_way_of_a_png_is_one_line(tmp_path, capsys):
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    (run / "plots" / "summary.png").mkdir(parents=True)  # a folder where the summary PNG goes
+    assert main(["plot", str(run)]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line.startswith("ConfigError: cannot write the plots: ") and "summary.png" in line, line

@@ -185,6 +185,13 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    with plt.rc_context({"text.parse_math": False}):  # titles name the run: a folder 'tr_$^$' is text, not mathtext
+        return _plot_run(run_dir, out)
+
+
+def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
+    import matplotlib.pyplot as plt
+
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.loggers import read_metrics
 
@@ -299,7 +306,13 @@ def plot_grad_norms(rows: list[dict[str, Any]], out_dir: Path, title: str) -> Pa
 
 
 def run(args: argparse.Namespace) -> int:
-    written = plot_run(args.run_dir, args.out)
+    from ragen_core.errors import ConfigError
+
+    try:
+        written = plot_run(args.run_dir, args.out)
+    except OSError as exc:  # a folder where a PNG goes, a read-only disk: one line, not a traceback
+        raise ConfigError(f"cannot write the plots: {exc.strerror or exc}: {exc.filename}",
+                          ["remove what is in the way, or write them elsewhere with --out DIR"]) from None
     for path in written:
         print(path)
     return 0

@@ -282,3 +282,63 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(report, "build_report", read_only)
     assert main(["diagnose", str(run)]) == 2
     assert one_line_error(capsys.readouterr().err) == f"RagenError: cannot write the report into {run} (Permission denied: {run / 'plots'})"
+
+
+@pytest.mark.parametrize("blocker", ["plots-file", "html-folder", "png-folder"])
+def test_something_in_the_way_of_the_report_is_one_line(tmp_path, capsys, blocker):
+    """A file named plots, a folder named diagnostics.html or filter_kept.png: tracebacks before (helper-62's walk)."""
+    run = tmp_path / "run"
+    _write_skipped(run)
+    if blocker == "plots-file":
+        (run / "plots").write_text("x")
+    elif blocker == "html-folder":
+        (run / "diagnostics.html").mkdir()
+    else:
+        (run / "plots" / "reward_variance.png").mkdir(parents=True)
+    assert main(["diagnose", str(run)]) == 2
+    assert one_line_error(capsys.readouterr().err).startswith(f"RagenError: cannot write the report into {run} (")
+
+
+def test_a_dollar_sign_in_the_run_name_draws_the_report(tmp_path, capsys):
+    run = tmp_path / "tr_$^$"
+    _write_skipped(run)
+    assert main(["diagnose", str(run)]) == 0
+    assert (run / "plots" / "reward_variance.png").is_file() and (run / "diagnostics.html").is_file()
+
+
+def test_offline_results_that_cannot_be_saved_are_printed_first_and_named(tmp_path, capsys, monkeypatch):
+    """The scoring's result was lost when the save failed (a traceback after minutes of work)."""
+    from ragen_diagnostics import offline
+
+    monkeypatch.setattr(offline, "diagnose_offline", lambda *a, **k: {"collapse_first_turn_sample/mi_estimate": 0.25, "collapse/error": 0.0})
+
+    def full_disk(*_a, **_k):
+        raise OSError(28, "No space left on device", "diagnostics_offline.jsonl")
+
+    monkeypatch.setattr(offline, "save_offline_metrics", full_disk)
+    run = _run_with_checkpoint_dir(tmp_path)
+    assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
+    out, err = capsys.readouterr()
+    assert '"collapse_first_turn_sample/mi_estimate": 0.25' in out
+    assert one_line_error(err) == ("RagenError: the offline metrics printed above were not saved: No space left on device: "
+                                   "diagnostics_offline.jsonl")
+
+
+def test_an_unwritable_run_folder_is_refused_before_the_offline_scoring(tmp_path, capsys, monkeypatch):
+    from ragen_diagnostics import offline
+
+    scored = []
+    monkeypatch.setattr(offline, "diagnose_offline", lambda *a, **k: scored.append(1) or {})
+    run = _run_with_checkpoint_dir(tmp_path)
+    real_write = type(run).write_bytes
+
+    def refuse(self, data):
+        if self.name.startswith(".ragen-diagnose-probe-"):
+            raise OSError(30, "Read-only file system", str(self))
+        return real_write(self, data)
+
+    monkeypatch.setattr(type(run), "write_bytes", refuse)
+    assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
+    assert scored == []
+    assert one_line_error(capsys.readouterr().err) == (f"RagenError: cannot write into {run} (Read-only file system): the offline "
+                                                      "metrics and the report go there")

@@ -147,6 +147,19 @@ def resolve_device(name: str) -> str:
         raise RagenError(f"--device {name}: {reason}", ["use --device cpu (the default) or --device auto"]) from None
 
 
+def _check_writable(run_dir: Path) -> None:
+    """Raise a one-line RagenError when ``run_dir`` cannot take a new file (read-only, no permission)."""
+    import os
+
+    probe = run_dir / f".ragen-diagnose-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise RagenError(f"cannot write into {run_dir} ({exc.strerror or exc}): the offline metrics and the report go there",
+                         ["make the run folder writable, or copy it and diagnose the copy"]) from None
+
+
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     check_run_dir(run_dir)
@@ -184,8 +197,8 @@ def run(args: argparse.Namespace) -> int:
         def progress(line: str) -> None:  # stages: rollouts, checkpoint, 2 families, report
             print(f"diagnose [{next(stages, 5)}/5] {line} ...", file=sys.stderr, flush=True)
 
+        _check_writable(run_dir)  # before the checkpoint loads and the scoring runs: their result is written there
         metrics = offline.diagnose_offline(checkpoint, rollouts, config=config, device=device, step=step, progress=progress)
-        written_to = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
         keys = [k for k in metrics if k.endswith(("/mi_estimate", "/conditional_entropy_est", "/retrieval_accuracy", "/retrieval_chance_level"))]
         if metrics.get("collapse/skipped_no_reasoning"):
             print("no turn in the rollouts has reasoning (valid_thinking_rate 0): MI metrics skipped; "
@@ -194,14 +207,19 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({k: round(metrics[k], 6) for k in sorted(keys)}, indent=1))
         if metrics.get("collapse/error"):
             print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
+        try:
+            written_to = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
+        except OSError as exc:  # the results are printed above: say where they could not go
+            raise RagenError(f"the offline metrics printed above were not saved: {exc.strerror or exc}: {exc.filename}",
+                             ["make the run folder writable, or copy it and diagnose the copy"]) from None
         print(f"offline metrics of step {step} appended to {written_to}")
     if args.checkpoint or args.rollouts:
         print(f"diagnose [5/5] drawing the report in {run_dir} ...", file=sys.stderr, flush=True)
     try:
         written = report.build_report(run_dir)
-    except PermissionError as exc:  # a read-only run folder: one line, not a traceback
-        raise RagenError(f"cannot write the report into {run_dir} ({exc.strerror}: {exc.filename})",
-                         ["make the run folder writable, or copy it and diagnose the copy"]) from None
+    except OSError as exc:  # a read-only run folder, a folder where a file goes: one line, not a traceback
+        raise RagenError(f"cannot write the report into {run_dir} ({exc.strerror or exc}: {exc.filename})",
+                         ["make the run folder writable (and remove what is in the way), or copy it and diagnose the copy"]) from None
     for path in written:
         print(path)
     if any(path.name == "collapse_regimes.png" for path in written):

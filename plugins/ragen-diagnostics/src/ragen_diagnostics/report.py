@@ -296,7 +296,12 @@ def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: f
         RagenError: The directory is missing or holds no metrics (neither ``metrics.jsonl`` rows
             nor offline diagnostics).
     """
-    run = Path(run_dir)
+    plt = _plt()
+    with plt.rc_context({"text.parse_math": False}):  # titles and labels are text: a '$' in a run's name is no mathtext
+        return _build_report(Path(run_dir), mi_ratio, entropy_ratio)
+
+
+def _build_report(run: Path, mi_ratio: float, entropy_ratio: float) -> list[Path]:
     if run.is_file():
         raise RagenError(f"{run} is a file, not a run directory", ["pass the folder a training run wrote (it holds metrics.jsonl)"])
     if not run.is_dir():
