@@ -140,3 +140,29 @@ def test_eval_of_a_run_folder_without_a_readable_config_names_the_file(tmp_path,
     assert main(["eval", "--model", str(run), "--groups", "2"]) == 2
     said = one_line_error(capsys.readouterr().err)
     assert said == f"ConfigError: {run / 'config.yaml'} names no env: ragen eval takes a run directory's env from it"
+
+
+def test_eval_of_a_run_samples_as_its_validation_did_and_flags_win(tmp_path, capsys, monkeypatch):
+    """A run validated at temperature 1.5 with 3 new tokens was evaluated at the defaults (0.5, 48 tokens)
+    without a word (helper-62's walk)."""
+    from ragen_core.cli import evaluate as ev
+    from ragen_core.testing.run_helpers import toy_run_config
+    from ragen_core.trainer.trainer import Trainer
+
+    cfg = toy_run_config(tmp_path / "run", "sampling.val.temperature=1.5", "sampling.val.max_new_tokens=3", "save_freq=1", steps=1)
+    Trainer(cfg).train()
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(config, model_path, *, groups, group_size):
+        seen.append(config.sampling.val)
+        raise Stop
+
+    monkeypatch.setattr(ev, "evaluate", capture)
+    for flags in ([], ["--temperature", "0.7"]):
+        with pytest.raises(Stop):
+            main(["eval", "--model", cfg.run_dir, "--groups", "1", *flags])
+    assert [(s.temperature, s.max_new_tokens) for s in seen] == [(1.5, 3), (0.7, 3)]
+    assert "and its validation sampling; flags and overrides win" in capsys.readouterr().err

@@ -284,6 +284,27 @@ def test_eval_out_is_written_whole(tmp_path, capsys, finished_run):
     assert len(rows) == 2 and [p.name for p in out.parent.iterdir()] == ["val.jsonl"]  # no probe or temp file left
 
 
+
+@pytest.mark.parametrize("target", ["metrics.jsonl", "config.yaml", "checkpoints/step_1/model.safetensors"])
+def test_eval_out_onto_a_run_s_own_file_is_refused(tmp_path, capsys, finished_run, target):
+    """`ragen eval --out RUN/metrics.jsonl` replaced the run's training history with trajectories (helper-62's walk)."""
+    run = finished_run[0]
+    out = run / target
+    if not out.exists():
+        pytest.skip(f"the finished toy run has no {target}")
+    before = out.read_bytes()
+    assert main(["eval", "--env", TOY_ENV_NAME, "--groups", "1", "--out", str(out), "env_config.length=3"]) == 2
+    line = one_line(capsys, "ConfigError")
+    assert f"is the run {run.resolve()}'s {target}, which a training run wrote: eval does not write over it" in line, line
+    assert out.read_bytes() == before
+    assert _run_file_free(run / "eval.jsonl")
+
+
+def _run_file_free(path: Path) -> bool:
+    from ragen_core.cli.evaluate import check_writable
+
+    return check_writable(path) == path  # a new file beside the run's own is fine
+
 class BadDefaultConfig(CorridorConfig):
     length: int = Field(default=1, ge=2)  # a plugin bug: its own default breaks its rule
 

@@ -214,7 +214,8 @@ def run(args: argparse.Namespace) -> int:
         run_settings = None
     elif run_settings is not None:
         preset = f", preset {run_settings['preset']!r}" if run_settings.get("preset") else ""
-        print(f"env settings: from the run's config.yaml (env {env!r}{preset}; flags and overrides win)", file=sys.stderr)
+        print(f"env settings: from the run's config.yaml (env {env!r}{preset}, and its validation sampling; flags and overrides win)",
+              file=sys.stderr)
     sizes = {"rollout.env_groups": "--groups", "val_groups": "--groups", "rollout.group_size": "--group-size", "val_group_size": "--group-size"}
     for override in args.overrides:
         key = override.partition("=")[0].strip()
@@ -285,8 +286,9 @@ def check_model_name(model: str) -> None:
 
 def run_env_settings(model: str) -> dict[str, Any] | None:
     """The env settings of the run ``model`` names (a run directory, or a checkpoint inside one):
-    ``env``, ``preset``, ``env_config`` and the rollout's per-episode settings of its config.yaml,
-    so a run is evaluated on what it trained on. None for anything else (a model folder, a shipped
+    ``env``, ``preset``, ``env_config``, the rollout's per-episode settings and the validation
+    sampling (``sampling.val``) of its config.yaml, so a run is evaluated on what it trained on
+    and sampled as its validation was. None for anything else (a model folder, a shipped
     policy, a hub id) or a config.yaml that cannot be read (loading the model says why)."""
     from ragen_core.config import read_yaml
 
@@ -305,6 +307,9 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
         from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS
 
         out["rollout"] = {k: v for k, v in rollout.items() if k not in BATCH_ROLLOUT_KEYS}
+    sampling = saved.get("sampling")
+    if isinstance(sampling, dict) and isinstance(sampling.get("val"), dict):  # how the run's validation sampled its replies
+        out["sampling"] = {"val": sampling["val"]}
     return out
 
 
@@ -353,6 +358,18 @@ def shipped_policy_named(model: str, config: Any) -> Any:
     return found
 
 
+def _run_file(out: Path) -> str | None:
+    """What ``out`` is in a run directory when it is one of the entries a run writes there (its
+    ``metrics.jsonl``, ``config.yaml``, a file under ``checkpoints/``...), else None."""
+    from ragen_core.trainer.run_dir import CONFIG_FILE, RUN_ENTRIES
+
+    path = out.resolve()
+    for folder in path.parents:
+        if (folder / CONFIG_FILE).is_file() and path.relative_to(folder).parts[0] in RUN_ENTRIES:
+            return f"the run {folder}'s {path.relative_to(folder).as_posix()}"
+    return None
+
+
 def check_writable(out: Path) -> Path:
     """Make sure ``--out`` can be written (creating its folder) before anything is evaluated.
 
@@ -368,6 +385,10 @@ def check_writable(out: Path) -> Path:
 
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder", ["pass a file name, e.g. --out val.jsonl"])
+    run_file = _run_file(out)
+    if run_file is not None:  # eval's trajectories would replace a run's own record (its metrics, its config, a checkpoint)
+        raise ConfigError(f"--out {out} is {run_file}, which a training run wrote: eval does not write over it",
+                          [f"pass another file, e.g. --out {out.parent / 'eval.jsonl'}"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
