@@ -124,7 +124,11 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
             total += reward
             valid = info.get("action_is_valid", True)
             print(f"  {action!r}: reward {reward:+.2f}{'' if valid else '  (invalid action)'}", file=out)
-            success = bool(info.get("success", False))
+            said_success = bool(info.get("success", False))
+            success = done and said_success  # the trainer's rule: an episode succeeds when it ends (done) with info['success']
+            if said_success and not done:
+                print("  (info['success'] is True but the env did not say done: the trainer counts a success only "
+                      "when the episode ends with it)", file=out)
             if done:
                 break
         if done or actions_done >= limit_actions:

@@ -202,6 +202,8 @@ def check_oracle(name: str, preset: str | None = None, seeds: tuple[int, ...] = 
             assert "success" in info, (f"env {name!r}: the oracle's last step (seed {seed}, done={done}) has no info['success']; "
                                        "train/success counts an episode whose info['success'] is True")
             assert bool(info["success"]), f"env {name!r}: oracle did not succeed on seed {seed} (done={done}, success={info['success']!r})"
+            assert done, (f"env {name!r}: the oracle's last step (seed {seed}) says success but not done: train/success counts "
+                          "an episode that ends (done=True) with info['success'] True")
     finally:
         env.close()
 

@@ -1,0 +1,57 @@
+"""One rule for a success everywhere: an episode succeeds when it ends (``done``) with
+``info['success']`` True, as the trainer counts ``train/success``. ``ragen env play`` and the
+kit's oracle check counted a step's ``info['success']`` without ``done`` (helper-63's walk)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from ragen_core import registry
+from ragen_core.cli.main import main
+from ragen_core.interfaces.env import StepResult
+from ragen_core.specs import EnvSpec
+from ragen_core.testing.env_checks import check_oracle
+from ragen_core.testing.toy_env import CorridorConfig, CorridorEnv
+
+
+class SuccessWithoutDone(CorridorEnv):
+    """Reaching G says success but never ends the episode."""
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        return StepResult(result.observation, result.reward, False, result.info)
+
+
+NAME = "success-without-done"
+
+
+@pytest.fixture
+def env_name():
+    registry.register(EnvSpec(name=NAME, config_model=CorridorConfig, factory=f"{__name__}:SuccessWithoutDone"))
+    try:
+        yield NAME
+    finally:
+        registry.unregister("env", NAME)
+
+
+def test_play_counts_no_success_the_trainer_would_not_count(env_name, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("Right\n" * 12 + "q\n"))
+    assert main(["env", "play", env_name, "--set", "length=3", "--set", "max_turns=6"]) == 0
+    out = capsys.readouterr().out
+    assert "info['success'] is True but the env did not say done" in out
+    assert out.rstrip().splitlines()[-1].endswith("success False")
+
+
+def test_play_of_a_real_success_still_says_so(capsys, monkeypatch):
+    from ragen_core.testing.toy_env import register_toy_env
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Right\n" * 12))
+    assert main(["env", "play", register_toy_env(), "--set", "length=3", "--set", "max_turns=6"]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].endswith("success True")
+
+
+def test_the_oracle_check_wants_the_episode_to_end(env_name):
+    with pytest.raises(AssertionError, match=r"the oracle's last step \(seed \d+\) says success but not done"):
+        check_oracle(env_name)
