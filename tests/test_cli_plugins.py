@@ -249,3 +249,26 @@ def test_plugins_show_takes_a_name_one_kind_alone_has_and_algo_for_algorithm(cap
         err = capsys.readouterr().err
         assert "'grpo' is the name of an estimator and an algorithm" in err.splitlines()[0] or \
             "'grpo' is the name of an algorithm and an estimator" in err.splitlines()[0]
+
+
+@pytest.mark.parametrize(("name", "needle"), [("grid-", "not at the end, not doubled"), ("my--grid", "not at the end, not doubled"),
+                                              ("ragen-env-foo", "the package gets the ragen-env- prefix itself")])
+def test_init_env_refuses_names_that_make_a_bad_distribution(tmp_path, name, needle):
+    """ragen-env-grid- does not install; my--grid installs as my-grid (helper-63's walk)."""
+    from ragen_core.cli.init_env import scaffold
+    from ragen_core.errors import RagenError
+
+    with pytest.raises(RagenError, match=needle):
+        scaffold(name, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_init_env_into_a_folder_it_cannot_write_is_one_line(tmp_path):
+    from ragen_core.cli.init_env import scaffold
+    from ragen_core.errors import RagenError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(RagenError, match=r"cannot create the package in .*afile/ragen-env-zz: .*\n?") as err:
+        scaffold("zz", afile)
+    assert "pass --dir a folder you can write to" in str(err.value)

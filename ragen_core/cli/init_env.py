@@ -28,6 +28,12 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     if not re.match(NAME_PATTERN, name):
         raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter",
                          ["example: ragen init-env mygrid"])
+    if name.endswith("-") or "--" in name:  # ragen-env-grid- is no valid distribution; my--grid installs as my-grid
+        raise RagenError(f"invalid env name {name!r}: a '-' must sit between letters or digits (not at the end, not doubled): "
+                         f"the package is named ragen-env-{name}", [f"example: ragen init-env {'-'.join(p for p in name.split('-') if p)}"])
+    if name.startswith("ragen-env-"):
+        raise RagenError(f"invalid env name {name!r}: give the env's own name; the package gets the ragen-env- prefix itself",
+                         [f"ragen init-env {name[len('ragen-env-'):] or 'mygrid'}"])
     taken = installed_env_named(name)
     if taken is not None:
         raise RagenError(f"env name {name!r} is taken: {taken}; a second package registering it would clash "
@@ -48,6 +54,15 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     target = Path(parent) / values["dist"]
     if target.exists() and not force:
         raise RagenError(f"{target} already exists", ["choose another name or pass --force"])
+    try:
+        _write_template(target, values)
+    except OSError as exc:  # --dir a file, a read-only or system folder: one line, not a traceback
+        raise RagenError(f"cannot create the package in {target}: {exc.strerror or exc}: {exc.filename}",
+                         ["pass --dir a folder you can write to"]) from None
+    return target
+
+
+def _write_template(target: Path, values: dict[str, str]) -> None:
     for src in sorted(TEMPLATE.rglob("*")):
         if src.is_dir() or "__pycache__" in src.parts:
             continue
@@ -60,7 +75,6 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
         dest = target / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text, encoding="utf-8")
-    return target
 
 
 def installed_env_named(name: str) -> str | None:
