@@ -37,8 +37,14 @@ def _words(*keys: int | str) -> list[int]:
     Raises:
         UsageError: An integer key outside ``[-2**63, 2**64 - 1]`` (a ValueError).
     """
+    import numbers
+
     out: list[int] = []
     for key in keys:
+        if isinstance(key, bool) or not isinstance(key, (str, numbers.Integral)):  # 1.7 was read as 1, True as 1
+            from ragen_core.errors import UsageError
+
+            raise UsageError(f"a random-generator key must be an int or a str, not {type(key).__name__} {key!r}")
         if isinstance(key, str):
             out.append(int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little"))
         else:
@@ -49,7 +55,13 @@ def _words(*keys: int | str) -> list[int]:
 
 
 def make_rng(*keys: int | str) -> np.random.Generator:
-    """A NumPy generator determined only by ``keys`` (ints or strings)."""
+    """A NumPy generator determined only by ``keys`` (ints or strings; anything else is refused).
+
+    Keys that differ only by trailing zeros give the same stream: ``make_rng(5)`` is
+    ``make_rng(5, 0)`` (NumPy's ``SeedSequence`` pads its entropy words with zeros). Give each
+    stream its own string label, ``make_rng(seed, "map")`` and ``make_rng(seed, member, "slip")``,
+    as the shipped envs do.
+    """
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(_words(*keys))))
 
 

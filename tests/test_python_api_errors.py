@@ -50,6 +50,20 @@ def test_a_seed_beyond_64_bits_is_a_usage_error():
     assert isinstance(info.value, ValueError)  # still what a caller catching ValueError expects
 
 
+
+@pytest.mark.parametrize("key", [1.7, True, None, b"map"])
+def test_a_random_generator_key_is_an_int_or_a_str(key):
+    """make_rng(1.7) was make_rng(1) and make_rng(True) make_rng(1), in silence (helper-63's walk)."""
+    import numpy as np
+
+    from ragen_core.seeding import derive_seed, make_py_rng, make_rng
+
+    for make in (make_rng, make_py_rng, derive_seed):
+        with pytest.raises(UsageError, match=rf"a random-generator key must be an int or a str, not {type(key).__name__} "):
+            make(3, key)
+    assert make_rng(3, np.int64(5)).integers(2**62) == make_rng(3, 5).integers(2**62)  # numpy integers are integers
+    assert make_rng(3, "map").integers(2**62) != make_rng(3, "slip").integers(2**62)
+
 def test_registry_calls_name_what_they_take():
     with pytest.raises(UsageError, match=r"cannot register an object: register takes a plugin spec \(EnvSpec, "):
         registry.register(object())  # type: ignore[arg-type]
