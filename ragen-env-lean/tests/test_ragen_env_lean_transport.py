@@ -423,3 +423,24 @@ def test_a_live_server_url_passes_the_start_check(server):
     srv = server(("ok",))
     check_available(LeanConfig(server_url=srv.url))  # a GET /health the stand-in does not serve (501) still says "up"
     assert srv.seen == []  # the start check sends no proof
+
+
+
+def test_a_repl_that_dies_before_reading_reports_its_exit_code(monkeypatch):
+    """The request is written after the program is gone (a broken pipe): the error names its exit
+    code as when it dies later ('exited (BrokenPipeError)' made the missing-program test flaky)."""
+    proc = ReplProcess(["sh", "-c", "echo 'no REPL here' >&2; exit 3"], None, timeout=5.0, start_timeout=5.0, memory_mb=4096)
+    start = proc._start
+
+    def start_and_let_it_die():
+        started = start()
+        started.wait(timeout=10)
+        return started
+
+    monkeypatch.setattr(proc, "_start", start_and_let_it_die)
+    try:
+        result = proc.check(HEADER, BODY.format("rfl"))
+    finally:
+        proc.stop()
+    assert result.status == "server_error"
+    assert result.error.startswith("Lean REPL exited (code 3)"), result.error

@@ -135,9 +135,13 @@ class ReplProcess:
             proc.stdin.write(json.dumps(payload, ensure_ascii=False).encode("utf-8") + b"\n\n")
             proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
+            try:  # it died before reading (a wrapper that cannot run the REPL exits 127): its exit code, as when it dies later
+                how = f"code {proc.wait(timeout=2)}"
+            except subprocess.TimeoutExpired:
+                how = type(exc).__name__
             why = self._stderr_tail()
             self.stop()
-            raise ConnectionError(f"Lean REPL exited ({type(exc).__name__}){': ' + why if why else ''}") from None
+            raise ConnectionError(f"Lean REPL exited ({how}){': ' + why if why else ''}") from None
         deadline = time.monotonic() + timeout
         chunks: list[bytes] = []
         while True:
