@@ -342,3 +342,30 @@ def test_an_unwritable_run_folder_is_refused_before_the_offline_scoring(tmp_path
     assert scored == []
     assert one_line_error(capsys.readouterr().err) == (f"RagenError: cannot write into {run} (Read-only file system): the offline "
                                                       "metrics and the report go there")
+
+
+@pytest.mark.parametrize(("rollouts", "step", "note"), [
+    ("mine.jsonl", 2, "note: mine.jsonl names no step (a run saves rollouts/step_N.jsonl): its metrics are filed as step 2, the step "
+                      "after checkpoint step_1"),
+    ("rollouts/step_5.jsonl", 5, "note: step 5's rollouts scored with step_1's weights (the run's own scoring of them used step_4's)"),
+])
+def test_offline_results_name_their_weights_and_rollouts(tmp_path, capsys, monkeypatch, rollouts, step, note):
+    """A file not named step_N was filed under a guessed step, and the report never said which weights
+    scored which rollouts (helper-62's walk)."""
+    from ragen_diagnostics import offline
+
+    monkeypatch.setattr(offline, "diagnose_offline",
+                        lambda *a, **k: {"collapse_first_turn_sample/mi_estimate": 0.25, "collapse_first_turn_sample/conditional_entropy_est": 1.0,
+                                         "collapse/error": 0.0})
+    run = _run_with_checkpoint_dir(tmp_path)
+    source = (run / rollouts) if rollouts.startswith("rollouts/") else (tmp_path / rollouts)
+    source.write_text("{}\n")
+    assert main(["diagnose", str(run), "--checkpoint", "step_1", "--rollouts", str(source)]) == 0
+    err = capsys.readouterr().err
+    assert note in err, err
+    (row,) = [json.loads(line) for line in (run / "diagnostics_offline.jsonl").read_text().splitlines()]
+    assert (row["step"], row["checkpoint"], row["rollouts"]) == (step, str(run / "checkpoints" / "step_1"), str(source))
+    assert row["step_from"] == ("checkpoint" if rollouts == "mine.jsonl" else "rollouts")
+    page = (run / "diagnostics.html").read_text()
+    assert "Offline recomputation: sources" in page and str(source) in page
+    assert ("the rollouts file names no step" in page) is (rollouts == "mine.jsonl")

@@ -191,7 +191,15 @@ def run(args: argparse.Namespace) -> int:
         # the step whose logged metrics this recomputes: that of the rollouts (scored before its update,
         # by the weights saved after the step before), which also seeds the pair sampling as in training
         checkpoint_step = offline.step_of(checkpoint)
-        step = offline.step_of(rollouts) or (checkpoint_step + 1 if checkpoint_step is not None else 1)
+        rollouts_step = offline.step_of(rollouts)
+        step = rollouts_step or (checkpoint_step + 1 if checkpoint_step is not None else 1)
+        if rollouts_step is None:  # filed by guess: say so here and in the report
+            print(f"note: {rollouts.name} names no step (a run saves rollouts/step_N.jsonl): its metrics are filed as step {step}, "
+                  f"{'the step after checkpoint ' + str(checkpoint.name) if checkpoint_step is not None else 'for want of one'}",
+                  file=sys.stderr)
+        elif checkpoint_step is not None and rollouts_step != checkpoint_step + 1:
+            print(f"note: step {rollouts_step}'s rollouts scored with {checkpoint.name}'s weights (the run's own scoring of them used "
+                  f"step_{rollouts_step - 1}'s): filed as step {rollouts_step}, the report names both", file=sys.stderr)
         stages = iter(range(1, 6))
 
         def progress(line: str) -> None:  # stages: rollouts, checkpoint, 2 families, report
@@ -208,7 +216,8 @@ def run(args: argparse.Namespace) -> int:
         if metrics.get("collapse/error"):
             print(f"warning: {int(metrics['collapse/error'])} diagnostic family(ies) failed; see the log above")
         try:
-            written_to = offline.save_offline_metrics(run_dir, step, metrics, checkpoint)
+            written_to = offline.save_offline_metrics(run_dir, step, metrics, checkpoint, rollouts,
+                                                      step_from="rollouts" if rollouts_step is not None else "checkpoint")
         except OSError as exc:  # the results are printed above: say where they could not go
             raise RagenError(f"the offline metrics printed above were not saved: {exc.strerror or exc}: {exc.filename}",
                              ["make the run folder writable, or copy it and diagnose the copy"]) from None

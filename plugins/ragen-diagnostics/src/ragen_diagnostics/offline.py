@@ -149,10 +149,15 @@ def diagnose_offline(
     return diag.ragen_on_rollout_end(trajectories, max(step, 1), ctx) or {}
 
 
-def save_offline_metrics(run_dir: str | Path, step: int, metrics: dict[str, float], checkpoint: str | Path) -> Path:
-    """Append one row ``{"step", "checkpoint", **metrics}`` to ``RUN_DIR/diagnostics_offline.jsonl``."""
+def save_offline_metrics(run_dir: str | Path, step: int, metrics: dict[str, float], checkpoint: str | Path,
+                         rollouts: str | Path | None = None, *, step_from: str = "rollouts") -> Path:
+    """Append one row ``{"step", "checkpoint", "rollouts", "step_from", **metrics}`` to
+    ``RUN_DIR/diagnostics_offline.jsonl``; ``step_from`` says where the step came from: the
+    rollouts file's name (``rollouts/step_N.jsonl``) or, when it names none, the checkpoint's
+    (``checkpoint``: its step + 1)."""
     out = Path(run_dir) / OFFLINE_FILE
-    row = {"step": step, "checkpoint": str(checkpoint), **metrics}
+    row = {"step": step, "checkpoint": str(checkpoint), "rollouts": None if rollouts is None else str(rollouts), "step_from": step_from,
+           **metrics}
     with out.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
     return out

@@ -212,6 +212,19 @@ def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
             + "".join(body) + "</table>")
 
 
+def _sources_table(offline: list[dict[str, Any]]) -> str:
+    """Which weights scored which rollouts for each offline row (a step filed by guess says so)."""
+    body = []
+    for r in offline:
+        how = "" if r.get("step_from") in (None, "rollouts") else " (filed after its checkpoint: the rollouts file names no step)"
+        body.append(f"<tr><td>{html.escape(str(r.get('step')))}{html.escape(how)}</td><td><code>{html.escape(str(r.get('checkpoint', '–')))}"
+                    f"</code></td><td><code>{html.escape(str(r.get('rollouts', '–')))}</code></td></tr>")
+    if not body:
+        return ""
+    return ("<h3>Offline recomputation: sources</h3><table><tr><th>step</th><th>checkpoint (weights)</th><th>rollouts</th></tr>"
+            + "".join(body) + "</table>")
+
+
 def _flag_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
     return [int(r["step"]) for r in rows if isinstance(r.get(key), (int, float)) and r[key] > 0]
 
@@ -270,6 +283,7 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
         parts.append(f"<p><b>diagnostic errors</b> at steps {', '.join(map(str, errors))} (see the training log)</p>")
     parts.append(_summary_table(rows, "Training-time measurements"))
     parts.append(_summary_table(offline, "Offline recomputation"))
+    parts.append(_sources_table(offline))
     for png in pngs:
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         parts.append(f"<h3>{html.escape(png.stem)}</h3><img alt='{html.escape(png.stem)}' src='data:image/png;base64,{data}'>")
