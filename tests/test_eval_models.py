@@ -166,3 +166,13 @@ def test_eval_of_a_run_samples_as_its_validation_did_and_flags_win(tmp_path, cap
             main(["eval", "--model", cfg.run_dir, "--groups", "1", *flags])
     assert [(s.temperature, s.max_new_tokens) for s in seen] == [(1.5, 3), (0.7, 3)]
     assert "and its validation sampling; flags and overrides win" in capsys.readouterr().err
+
+
+def test_an_evaluation_too_large_to_hold_is_refused_at_once(capsys):
+    """--groups 1000000000 grew memory by ~35 MB/s with no progress line (helper-62's walk)."""
+    from ragen_core.testing.run_helpers import one_line_error
+
+    assert main(["eval", "--env", "bandit", "--groups", "1000000000"]) == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert line == ("ConfigError: --groups 1000000000 x --group-size 1 is 1000000000 episodes, more than one evaluation holds "
+                    "at once (100000)")

@@ -187,9 +187,21 @@ def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> t
     return trajs, summarize(trajs), tokenizer
 
 
+#: The most episodes one ``ragen eval`` plays: they are all held at once (an env each, and every
+#: trajectory), so --groups 1000000000 grew by ~35 MB/s until the machine ran out of memory.
+MAX_EPISODES = 100_000
+
+
 def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
+
+    if args.groups * args.group_size > MAX_EPISODES:
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError(f"--groups {args.groups} x --group-size {args.group_size} is {args.groups * args.group_size} episodes, more "
+                          f"than one evaluation holds at once ({MAX_EPISODES})",
+                          ["evaluate in parts with different --seed values and --out files"])
 
     run_settings = run_env_settings(args.model) if not args.config else None
     if args.env is None and run_settings is None:
