@@ -228,3 +228,17 @@ def test_something_in_the_way_of_a_png_is_one_line(tmp_path, capsys):
     assert main(["plot", str(run)]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("ConfigError: cannot write the plots: ") and "summary.png" in line, line
+
+
+def test_a_loss_that_is_not_finite_is_named_not_silently_a_gap(tmp_path, capsys):
+    """An Infinity pg_loss at one step was only a gap in the line (helper-62's walk)."""
+    rows = [dict(r) for r in GRPO]
+    rows[1]["actor/pg_loss"] = float("inf")
+    rows[2]["actor/pg_loss"] = float("nan")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes Infinity / NaN
+    plot_run(run)
+    err = capsys.readouterr().err
+    assert "warning: actor/pg_loss is NaN or infinite at steps 2, 3: drawn as gaps" in err
+    assert err.count("warning:") == 1  # the finite series say nothing

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,12 @@ def series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]
             xs.append(int(row.get("step", len(xs))))
             ys.append(float(value))
     return xs, ys
+
+
+def nonfinite_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
+    """Steps whose ``key`` is a number that is not finite (NaN, inf): lines leave them out."""
+    return [int(row.get("step", i)) for i, row in enumerate(rows)
+            if isinstance(row.get(key), float) and not math.isfinite(row[key])]
 
 
 def distinct(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
@@ -217,6 +225,11 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
     written: list[Path] = []
     changes = setting_changes(run_dir)
     figures = plan(rows)
+    for key in dict.fromkeys(k for _, chosen in figures for k in chosen):  # a loss that blew up is a gap in its line: say so
+        bad = nonfinite_steps(rows, key)
+        if bad:
+            shown = ", ".join(map(str, bad[:8])) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            print(f"warning: {key} is NaN or infinite at step{'s' if len(bad) > 1 else ''} {shown}: drawn as gaps", file=sys.stderr)
     for panel, chosen in figures:
         if panel.own_scale:
             cols = min(len(chosen), 3)
