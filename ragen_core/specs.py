@@ -278,6 +278,20 @@ class EnvResources(CheckedModel):
     """Accelerators (or fractions) one instance needs (e.g. a learned reward model)."""
 
 
+def _has_setting(model: type[BaseModel], key: str) -> bool:
+    """Whether the dotted ``key`` names a field of ``model`` (through nested models, ``X | None`` included)."""
+    import typing
+
+    head, _, rest = key.partition(".")
+    field = model.model_fields.get(head)
+    if field is None:
+        return False
+    if not rest:
+        return True
+    kinds = [field.annotation, *typing.get_args(field.annotation)]
+    return any(isinstance(k, type) and issubclass(k, BaseModel) and _has_setting(k, rest) for k in kinds)
+
+
 class EnvSpec(PluginSpec):
     """Spec of an environment plugin (entry-point group ``ragen_core.envs``)."""
 
@@ -297,6 +311,15 @@ class EnvSpec(PluginSpec):
     server there may hold other data)."""
     recipes: dict[str, Recipe] = Field(default_factory=dict)
     """Named run settings for this env (``ragen run --recipe NAME``), e.g. one measured to learn."""
+
+    @model_validator(mode="after")
+    def _placement_keys_exist(self) -> EnvSpec:
+        for key in self.placement_settings:  # a typo would silently do nothing
+            if not _has_setting(self.config_model, key):
+                fields = ", ".join(self.config_model.model_fields)
+                raise ValueError(f"placement_settings names {key!r}, which is no key of {self.config_model.__name__} (fields: {fields})")
+        return self
+
     def recipe(self, name: str) -> dict[str, Any]:
         """The run-config fragment of recipe ``name`` with ``env`` set, ready as a config base.
 

@@ -246,3 +246,28 @@ def test_the_reset_check_reads_arguments_by_the_subclass_own_signature():
         GymStyle(length=3).reset(3, 0, "test")
     with pytest.raises(TypeError, match="unexpected keyword argument 'sede'"):  # Python's own word on a call that does not fit
         CorridorEnv(length=3).reset(sede=3)
+
+
+def test_placement_settings_must_name_env_config_keys():
+    """A typo'd placement key passed `ragen plugins check` and silently did nothing (helper-63's walk)."""
+    from pydantic import BaseModel
+
+    from ragen_core.errors import ConfigError
+    from ragen_core.specs import EnvSpec
+    from ragen_core.testing.toy_env import CorridorConfig
+
+    class Server(BaseModel):
+        start_command: str = ""
+
+    class Served(CorridorConfig):
+        server: Server | None = None
+
+    with pytest.raises(ConfigError, match=r"placement_settings names 'lenght', which is no key of CorridorConfig \(fields: .*length"):
+        EnvSpec(name="typo-placement", config_model=CorridorConfig, factory="ragen_core.testing.toy_env:CorridorEnv",
+                placement_settings=("lenght",))
+    with pytest.raises(ConfigError, match=r"placement_settings names 'server.port'"):
+        EnvSpec(name="typo-placement", config_model=Served, factory="ragen_core.testing.toy_env:CorridorEnv",
+                placement_settings=("server.port",))
+    ok = EnvSpec(name="good-placement", config_model=Served, factory="ragen_core.testing.toy_env:CorridorEnv",
+                 placement_settings=("length", "server.start_command"))
+    assert ok.placement_settings == ("length", "server.start_command")
