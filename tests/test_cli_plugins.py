@@ -272,3 +272,15 @@ def test_init_env_into_a_folder_it_cannot_write_is_one_line(tmp_path):
     with pytest.raises(RagenError, match=r"cannot create the package in .*afile/ragen-env-zz: .*\n?") as err:
         scaffold("zz", afile)
     assert "pass --dir a folder you can write to" in str(err.value)
+
+
+def test_the_scaffold_readme_lists_every_setting_of_its_config(tmp_path):
+    """`ragen plugins show env NAME` listed max_tokens; the scaffold's README table did not (helper-63's walk)."""
+    import re
+
+    from ragen_core.cli.init_env import scaffold
+    from ragen_core.interfaces.env import EnvConfig
+
+    readme = (scaffold("tablecheck", tmp_path) / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", readme, flags=re.MULTILINE))
+    assert set(EnvConfig.model_fields) <= listed, set(EnvConfig.model_fields) - listed
