@@ -242,3 +242,20 @@ def test_a_loss_that_is_not_finite_is_named_not_silently_a_gap(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "warning: actor/pg_loss is NaN or infinite at steps 2, 3: drawn as gaps" in err
     assert err.count("warning:") == 1  # the finite series say nothing
+
+
+def test_plot_errors_name_what_was_given(tmp_path, capsys):
+    """No --out given, yet the error said '--out RUN/plots'; a checkpoint folder was told it had no metrics (helper-62's walk)."""
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_3").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    (run / "plots").write_text("not a folder")
+    assert main(["plot", str(run)]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: {run / 'plots'} is a file where the run's plots folder goes"
+    assert main(["plot", str(run / "checkpoints" / "step_3")]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == f"ConfigError: {run / 'checkpoints' / 'step_3'} is a checkpoint; the metrics are its run's"
+    assert f"hint: pass the run folder: ragen plot {run}" in err

@@ -212,12 +212,18 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
         raise ConfigError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
     rows = read_metrics(run_dir / "metrics.jsonl")
     if not rows:
+        if run_dir.parent.name == "checkpoints" and (run_dir.parent.parent / "metrics.jsonl").is_file():
+            raise ConfigError(f"{run_dir} is a checkpoint; the metrics are its run's",
+                              [f"pass the run folder: ragen plot {shell_word(run_dir.parent.parent)}"])
         raise ConfigError(f"no metrics in {run_dir / 'metrics.jsonl'}", ["pass a run directory written by 'ragen run'"])
     out_dir = Path(out) if out else run_dir / "plots"
     blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
-        raise ConfigError(f"--out {out_dir}: {blocker} is a file; the plots go into a folder",
-                          ["pass a folder (it is created if missing), e.g. --out plots/"])
+        if out:
+            raise ConfigError(f"--out {out_dir}: {blocker} is a file; the plots go into a folder",
+                              ["pass a folder (it is created if missing), e.g. --out plots/"])
+        raise ConfigError(f"{blocker} is a file where the run's plots folder goes",
+                          ["move it away, or write the plots elsewhere with --out DIR"])
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
