@@ -176,3 +176,13 @@ def test_an_evaluation_too_large_to_hold_is_refused_at_once(capsys):
     line = one_line_error(capsys.readouterr().err)
     assert line == ("ConfigError: --groups 1000000000 x --group-size 1 is 1000000000 episodes, more than one evaluation holds "
                     "at once (100000)")
+
+
+def test_greedy_contradictions_and_meaningless_pass_at_k_are_said(capsys):
+    from ragen_core.testing.run_helpers import one_line_error
+
+    assert main(["eval", "--env", "bandit", "--greedy", "--temperature", "0.9"]) == 2
+    assert one_line_error(capsys.readouterr().err) == ("ConfigError: --greedy and --temperature 0.9 contradict each other: greedy "
+                                                      "decoding has no temperature")
+    assert main(["eval", "--env", "bandit", "--greedy", "--groups", "1000000", "--group-size", "4"]) == 2  # refused after the note
+    assert "note: greedy replies are the same in every episode of a group, so pass@4 is pass@1" in capsys.readouterr().err

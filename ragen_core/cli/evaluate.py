@@ -196,6 +196,14 @@ def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
+    if args.greedy and args.temperature is not None:
+        from ragen_core.errors import ConfigError
+
+        raise ConfigError(f"--greedy and --temperature {args.temperature} contradict each other: greedy decoding has no temperature",
+                          ["give one of them"])
+    if args.greedy and args.group_size > 1:
+        print(f"note: greedy replies are the same in every episode of a group, so pass@{args.group_size} is pass@1 unless the env "
+              "itself is random", file=sys.stderr)
     if args.groups * args.group_size > MAX_EPISODES:
         from ragen_core.errors import ConfigError
 
