@@ -42,6 +42,13 @@ TABLE = [
     ("3 halves", "3", False, False),
     ("18 plus one", "18", False, False),  # an operation we cannot read: wrong, no fall-back to 18
     ("18 x^2", "18", False, False),  # a variable with a power is no unit: 18x^2 is not 18
+    ("4 a^3", "4 a^2", False, False),  # ... whatever its letter (helper-64's review of the unit-power rule)
+    ("\\frac{4}{3} r^2", "\\frac{4}{3} r^3", False, False),
+    ("4", "4 a^2", False, False),
+    ("18 a^2", "18", False, False),
+    ("4 b", "4 a", False, False),  # one letter is a unit only when it is one (m, g, s, l, h)
+    ("18 squared^2", "324", False, False),  # a number word with a power is not read with the power dropped
+    ("3 cubed^3", "27", False, False),
     ("\\pm 3", "3", False, False),  # both signs are not the one value
     ("\\pm 3", "3, 3", False, False),
     ("\\pm 3", "4, -4", False, False),

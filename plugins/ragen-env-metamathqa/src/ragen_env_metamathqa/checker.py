@@ -279,6 +279,13 @@ _RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1
 _RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
 _RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\s*\}?)?)")
+#: Units a power may follow (areas and volumes): anything else with a power is a variable (``4 a^2``).
+_POWER_UNITS = frozenset({"m", "cm", "mm", "km", "dm", "in", "inch", "inches", "ft", "foot", "feet", "yd", "yard", "yards", "mi", "mile",
+                          "miles", "meter", "meters", "metre", "metres", "centimeter", "centimeters", "centimetre", "centimetres",
+                          "millimeter", "millimeters", "kilometer", "kilometers", "unit", "units"})
+#: One-letter words read as units (metres or minutes, grams, seconds, litres, hours); any other
+#: letter after a number is a variable (``4 b`` is not 4).
+_LETTER_UNITS = frozenset({"m", "g", "s", "l", "h"})
 #: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
 _RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 #: Words that are mathematics, not units, after a number.
@@ -363,8 +370,11 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     units = _RE_UNITS.fullmatch(text)
     word = ""
     if units:
+        powered = _RE_UNIT_POWER.search(units.group(2)) is not None
         words = _RE_UNIT_POWER.sub("", units.group(2)).lower().replace(".", " ").replace("/", " ").split()
-        if set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS:
+        if (set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS
+                or powered and words not in ([u] for u in _POWER_UNITS)  # 18 m^2 is 18; 4 a^2 and 18 squared^2 are not 4, 18
+                or len(words[0]) == 1 and words[0] not in _LETTER_UNITS):  # 4 b is 4b, not 4 of unit b
             units = None
         else:
             text, word = units.group(1), words[0]
