@@ -93,9 +93,28 @@ def test_an_update_that_leaves_nan_weights_stops_the_run_at_once(tmp_path, capsy
     with pytest.raises(TrainingError) as err:
         trainer.train()
     message = str(err.value).splitlines()[0]
-    assert message.startswith("training diverged at step 2: step 2's update left weights that are not finite (NaN or inf)"), message
-    assert "step_1 holds the weights whose next step went non-finite, so it was renamed step_1.diverged" in message
-    assert "or train float32 weights" in str(err.value)
+    step_1 = trainer.run_dir / "checkpoints" / "step_1"
+    assert message == ("training diverged at step 2: step 2's update left weights that are not finite (NaN or inf); the last good "
+                       f"checkpoint is {step_1}"), message
     assert [r["step"] for r in trainer.history] == [1, 2]  # it did not go on skipping NaN gradients until max_skipped_steps
-    assert list_checkpoints(trainer.run_dir) == []
+    # step_1's weights gave step 2 a finite gradient: good by the divergence rule, kept for --resume (helper-64's review)
+    assert [s for s, _ in list_checkpoints(trainer.run_dir)] == [1]
     assert "step 2: no checkpoint written: some weights are not finite (NaN or inf)" in capsys.readouterr().err
+
+
+def test_a_lora_run_keeps_its_float16_base_and_trains_float32_adapters(tmp_path, capsys):
+    """Upcasting the frozen base doubled its memory in exactly the runs that use LoRA to save it (helper-64's review)."""
+    pytest.importorskip("peft")
+    model, tok = load_model_and_tokenizer("tiny")
+    folder = tmp_path / "half"
+    model.half().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    trainer = Trainer(toy_run_config(tmp_path / "run", f"model={folder}", "save_freq=0", "optim.peft.rank=4", "optim.peft.alpha=8"))
+    trainer.setup()
+    try:
+        dtypes = {n: p.dtype for n, p in trainer.model.named_parameters()}
+        assert {d for n, d in dtypes.items() if "lora_" not in n} == {torch.float16}
+        assert {d for n, d in dtypes.items() if "lora_" in n} == {torch.float32}
+        assert "training them as float32" not in capsys.readouterr().err
+    finally:
+        trainer.close()

@@ -111,11 +111,9 @@ class SkipMonitor:
 
     def weights_broke(self, step: int) -> None:
         """Step ``step``'s update left a weight that is not finite: every later gradient is NaN, so the
-        run stops now (no skipped steps to wait for); the checkpoint of the step before holds the
-        weights that update started from, set aside like a diverged one."""
+        run stops now (no skipped steps to wait for). The checkpoint of the step before stays: its
+        weights gave that update a finite gradient, so they are good by this module's rule."""
         self.broken_at = step
-        if self.in_a_row == 0:
-            self.first_skipping_step = step
 
     def unsafe_to_save(self, *modules: Any) -> str | None:
         """Why the current state must not become a checkpoint, or None when it may."""
@@ -150,8 +148,6 @@ class SkipMonitor:
             hint = "lower optim.lr and start again"
         if self.broken_at is not None:
             why = f"step {self.broken_at}'s update left weights that are not finite (NaN or inf)"
-            if self.in_a_row == 0:  # a finite gradient still overflowed the weights: often float16 weights or a huge lr
-                hint = hint.replace("lower optim.lr", "lower optim.lr (or train float32 weights)")
         else:
             why = (f"{self.in_a_row} optimiser steps in a row were skipped for a non-finite gradient norm "
                    f"(optim.max_skipped_steps={self.limit})")

@@ -36,7 +36,7 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = False) -> tuple[Any, Any]:
+def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = False, lora: bool = False) -> tuple[Any, Any]:
     """The model and tokenizer a run trains, from ``model`` (or a checkpoint).
 
     Two cases differ from :func:`~ragen_core.models.load_model_and_tokenizer`:
@@ -45,7 +45,8 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
       tiny model with the policy's weights (a delta policy: its base's plus the delta), in float32,
       as a run of the tiny model starts from a shipped one;
     * float16 weights are trained as float32 (one line says so): AdamW's update of float16 weights
-      overflows to NaN within a step (no loss scaling here). bfloat16 stays bfloat16.
+      overflows to NaN within a step (no loss scaling here). bfloat16 stays bfloat16, and so does a
+      ``lora`` run's frozen base (its adapters are float32: PEFT's default for half bases).
 
     Raises:
         RagenError: a warm-policy folder built for another tiny model, or a delta whose base is gone.
@@ -68,7 +69,7 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
         policy.load_into(model)
         return model, tokenizer
     model, tokenizer = load_model_and_tokenizer(name_or_path, device=device, safetensors_only=safetensors_only)
-    if any(p.dtype == torch.float16 for p in model.parameters()):
+    if not lora and any(p.dtype == torch.float16 for p in model.parameters()):
         model.float()
         report(f"model {name_or_path} holds float16 weights: training them as float32 (an AdamW step on float16 weights "
                "overflows to NaN)")
