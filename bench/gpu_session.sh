@@ -16,7 +16,8 @@
 #   3. `ragen run --env sokoban` on device=auto (= cuda here): the shipped warm policy, 3 steps, checkpoint step_2
 #   4. `ragen diagnose RUN --checkpoint step_2 --device cuda`: the offline collapse diagnostics on the GPU (Z = the whole reply:
 #      the shipped policy writes no <think>)
-#   5. torchrun with more ranks than GPUs: must be a one-line error, exit 2
+#   5. `ragen eval --env sudoku` (a delta warm policy applied on the GPU), then torchrun with more
+#      ranks than GPUs: must be a one-line error, exit 2
 #   6. the core test suite (tests/) with a CUDA device visible (device=auto resolves to cuda)
 #   7. bench/bench_hf_decode.py: the HF engine's decode step against a bare transformers loop
 # Results of the run on an H200: bench/results/gpu_session_h200.md
@@ -32,7 +33,7 @@ if [ "${1:-}" = "--wheels" ]; then
     mkdir -p "$dest"
     repo=$(cd "$(dirname "$0")/.." && pwd)
     python3 -m pip wheel -q --no-deps -w "$dest" "$repo" "$repo"/plugins/ragen-algo-grpo "$repo"/plugins/ragen-algo-ppo \
-        "$repo"/ragen-filters "$repo"/plugins/ragen-diagnostics "$repo"/ragen-env-sokoban "$repo"/plugins/ragen-env-bandit || exit 2
+        "$repo"/ragen-filters "$repo"/plugins/ragen-diagnostics "$repo"/ragen-env-sokoban "$repo"/plugins/ragen-env-bandit "$repo"/plugins/ragen-env-sudoku || exit 2
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$dest" \
         "pydantic==$(python3 -c 'import pydantic; print(pydantic.VERSION)')" \
@@ -90,6 +91,10 @@ part() {
     for f in "$WORK"/sokoban/metrics.jsonl "$WORK"/sokoban/diagnostics_offline.jsonl; do
         [ -f "$f" ] && cp "$f" "$OUT_DIR/sokoban_$(basename "$f")" 2>/dev/null
     done
+
+    # a delta warm policy (sudoku's: the tiny-warm base plus a low-rank change) applied on the GPU:
+    # the change was added from the CPU onto CUDA weights (found by a static audit, fixed unseen)
+    part eval_delta_policy 120 ragen eval --env sudoku --groups 2 --max-new-tokens 32
 
     # torchrun, two ranks: with one GPU and device=cuda, rank 1 has no GPU of its own and the expected
     # result is a one-line refusal (exit 2); on a CPU dry run the two gloo ranks train one step

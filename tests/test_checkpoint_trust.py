@@ -441,3 +441,20 @@ def test_cutting_metrics_on_resume_skips_stepless_rows_and_a_read_only_folder_is
     monkeypatch.setattr(os, "replace", read_only)
     with pytest.raises(ConfigError, match=rf"cannot write to run directory {tmp_path} \(PermissionError: Permission denied\)"):
         truncate_metrics(metrics, 1)
+
+
+def test_a_resume_that_sees_fewer_gpus_restores_the_cuda_rng_states_it_has(monkeypatch):
+    """Saved with 3 GPUs visible, resumed with one: set_rng_state_all raised IndexError (helper-65's audit)."""
+    import torch
+
+    from ragen_core.trainer.checkpoint import rng_state, set_rng_state
+
+    state = rng_state()
+    state["cuda"] = [torch.zeros(8, dtype=torch.uint8) + i for i in range(3)]
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda s, device: restored.append((int(s[0]), device)))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: [torch.cuda.default_generators[i] for i in range(len(states))])
+    set_rng_state(state)
+    assert restored == [(0, 0)]

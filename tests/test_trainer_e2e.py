@@ -436,3 +436,29 @@ def test_a_sigterm_under_torchrun_says_it_may_be_torchrun_passing_on_a_lost_rank
             signal.signal(sig, handler)
     assert ("interrupt (SIGTERM, from a user or from torchrun after another rank ended): finishing this step and saving a checkpoint "
             "(SIGTERM again to abort)") in capsys.readouterr().out.splitlines()
+
+
+def test_the_memory_check_reads_the_run_s_gpu_and_counts_the_loaded_model_once(monkeypatch):
+    """mem_get_info() without a device read cuda:0 for a cuda:1 run, and the model already on the GPU
+    was counted against the free memory (helper-65's audit)."""
+    import torch
+
+    from ragen_core.trainer import setup as su
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: asked.append(("free", device)) or (3 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: asked.append(("allocated", device)) or 2**30)
+    assert su.available_memory_bytes("cuda:1") == 4 * 2**30
+    assert asked == [("free", torch.device("cuda:1")), ("allocated", torch.device("cuda:1"))]
+
+
+def test_the_memory_estimate_of_a_lora_run_trains_only_its_adapters():
+    """The refusal's own advice, 'enable LoRA', got the same refusal: the estimate ignored LoRA (helper-65's audit)."""
+    from ragen_core.trainer.setup import estimate_training_bytes
+
+    n = 7_000_000_000
+    full = estimate_training_bytes(n, 2, needs_critic=False, needs_ref=True)
+    lora = estimate_training_bytes(n, 2, needs_critic=False, needs_ref=True, lora=True)
+    assert full == int((n * 14 + n * 2) * 1.2)  # bf16 weights + fp32 grads and two moments, and a bf16 reference
+    assert lora == int((n * 2 + int(n * 0.02) * 16) * 1.2)  # frozen weights, fp32 adapters with grads and moments, no reference copy
+    assert lora < full / 4

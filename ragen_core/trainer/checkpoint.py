@@ -106,7 +106,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(np_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # one state per GPU the saving process saw; a machine that shows fewer restores those it has
+        # (set_rng_state_all raised IndexError: 8 GPUs saved, CUDA_VISIBLE_DEVICES=0 at resume)
+        for index, cuda_state in enumerate(list(state["cuda"])[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
 
 
 _PLAIN = (type(None), bool, int, float, str, bytes)

@@ -130,7 +130,7 @@ def apply_delta(model: Any, delta: dict[str, Any]) -> None:
                 change = value.float() @ a.float()
                 if tuple(change.shape) != tuple(own[weight].shape):
                     raise ValueError(f"delta for {weight!r} is {tuple(change.shape)}, the model's weight {tuple(own[weight].shape)}")
-                own[weight].add_(change.to(own[weight].dtype))
+                own[weight].add_(change.to(device=own[weight].device, dtype=own[weight].dtype))  # the delta file loads on the CPU
             else:
                 if key not in own or tuple(own[key].shape) != tuple(value.shape):
                     raise ValueError(f"delta entry {key!r} does not fit the model")

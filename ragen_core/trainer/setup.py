@@ -140,8 +140,9 @@ def available_memory_bytes(device: str) -> int | None:
     if device.startswith("cuda"):
         import torch
 
-        free, _total = torch.cuda.mem_get_info()
-        return int(free)
+        where = torch.device(device)  # this run's GPU, not the current one (cuda:0 unless set)
+        free, _total = torch.cuda.mem_get_info(where)
+        return int(free) + int(torch.cuda.memory_allocated(where))  # the loaded model is part of the estimate: not counted twice
     try:
         with open("/proc/meminfo", encoding="utf-8") as fh:
             for line in fh:
@@ -155,16 +156,27 @@ def available_memory_bytes(device: str) -> int | None:
         return None
 
 
-def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: bool, needs_ref: bool) -> int:
-    """Weights + gradients + two AdamW moments (fp32) per trained model, plus a frozen reference."""
+#: Share of a model's parameters that LoRA adapters add, for the memory estimate (rank 16 on every
+#: linear layer of a 0.5B-7B model is 0.5-2 %).
+LORA_SHARE = 0.02
+
+
+def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: bool, needs_ref: bool, lora: bool = False) -> int:
+    """Weights + gradients + two AdamW moments (fp32) per trained model, plus a frozen reference.
+
+    With ``lora`` the policy's weights are frozen: only its adapters (:data:`LORA_SHARE` of the
+    parameters, float32) get gradients and moments, and the reference is the same model with the
+    adapters off (no copy)."""
     trained = n_params * (bytes_per_param + 4 + 8)
-    total = trained * (2 if needs_critic else 1)
-    if needs_ref:
+    policy = n_params * bytes_per_param + int(n_params * LORA_SHARE) * (4 + 4 + 8) if lora else trained
+    total = policy + (trained if needs_critic else 0)
+    if needs_ref and not lora:
         total += n_params * bytes_per_param
     return int(total * 1.2)
 
 
-def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bool, needs_ref: bool, device: str) -> None:
+def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bool, needs_ref: bool, device: str,
+              lora: bool = False) -> None:
     """Raise :class:`ResourceError` before any rollout when the run cannot fit.
 
     Checks: the env resets (its first training episode, and its first validation episode when the
@@ -213,7 +225,7 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
             f"more than rollout.max_model_len={r.max_model_len}", hints)
     n_params = sum(p.numel() for p in model.parameters())
     bytes_per = next(model.parameters()).element_size()
-    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref)
+    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref, lora=lora)
     have = available_memory_bytes(device)
     if have is not None and need > have:
         gib = 1024**3

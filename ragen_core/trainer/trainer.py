@@ -235,10 +235,11 @@ class Trainer(CheckpointMixin):
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
-        self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path),
-                                                    lora=cfg.optim.peft is not None and cfg.optim.peft.rank > 0)
+        lora = cfg.optim.peft is not None and cfg.optim.peft.rank > 0
+        self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path), lora=lora)
         su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
-        su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device)
+        su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device,
+                     lora=lora)
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
         if ckpt is None and self._warm_start_enabled() and world.main:  # the other ranks receive its weights below
