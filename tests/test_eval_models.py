@@ -5,6 +5,7 @@ says what was evaluated."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -186,3 +187,59 @@ def test_greedy_contradictions_and_meaningless_pass_at_k_are_said(capsys):
                                                       "decoding has no temperature")
     assert main(["eval", "--env", "bandit", "--greedy", "--groups", "1000000", "--group-size", "4"]) == 2  # refused after the note
     assert "note: greedy replies are the same in every episode of a group, so pass@4 is pass@1" in capsys.readouterr().err
+
+
+def test_eval_out_refuses_only_a_run_s_existing_files(tmp_path, monkeypatch):
+    """A project folder with its own config.yaml is no run, and a new file is nobody's (helper-64's review)."""
+    from ragen_core.cli.evaluate import check_writable
+    from ragen_core.errors import ConfigError
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "config.yaml").write_text("env: bandit\n")
+    (project / "metrics.txt").write_text("mine\n")
+    monkeypatch.chdir(project)
+    for out in ("rollouts/val.jsonl", "plots/x.jsonl", "metrics.jsonl", "config.yaml"):  # no metrics.jsonl or checkpoints/: no run
+        assert check_writable(Path(out)) == Path(out)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: bandit\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert check_writable(run / "rollouts" / "step_9.jsonl") == run / "rollouts" / "step_9.jsonl"  # not there: nothing to lose
+    with pytest.raises(ConfigError, match=r"is the run .*'s metrics.jsonl, which a training run wrote") as err:
+        check_writable(run / "metrics.jsonl")
+    assert f"--out {run.resolve() / 'eval.jsonl'}" in str(err.value)  # a hint that is not refused in turn
+
+
+def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(tmp_path):
+    from ragen_core.cli.evaluate import run_env_settings
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert run_env_settings(str(run))["sampling"] == {"val": {"temperature": 0.7}}
+
+
+def test_a_temperature_samples_a_run_whose_validation_was_greedy(tmp_path, monkeypatch):
+    from ragen_core.cli import evaluate as ev
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    do_sample: false\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(config, model_path, *, groups, group_size):
+        seen.append(config.sampling.val)
+        raise Stop
+
+    monkeypatch.setattr(ev, "evaluate", capture)
+    monkeypatch.setattr(ev, "check_model_name", lambda model: None)
+    for flags in ([], ["--temperature", "0.9"]):
+        with pytest.raises(Stop):
+            main(["eval", "--model", str(run), "--groups", "1", *flags])
+    assert [(s.do_sample, s.temperature) for s in seen] == [(False, 1.0), (True, 0.9)]  # (a section without temperature: its default)

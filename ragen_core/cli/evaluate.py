@@ -246,8 +246,8 @@ def run(args: argparse.Namespace) -> int:
     flags = [f"env={env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
         flags.append(f"preset={args.preset}")
-    if args.temperature is not None:
-        flags.append(f"sampling.val.temperature={args.temperature}")
+    if args.temperature is not None:  # a temperature asks for sampling, also of a run whose validation was greedy
+        flags += [f"sampling.val.temperature={args.temperature}", "sampling.val.do_sample=true"]
     if args.greedy:
         flags.append("sampling.val.do_sample=false")
     if args.max_new_tokens is not None:
@@ -329,7 +329,10 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
         out["rollout"] = {k: v for k, v in rollout.items() if k not in BATCH_ROLLOUT_KEYS}
     sampling = saved.get("sampling")
     if isinstance(sampling, dict) and isinstance(sampling.get("val"), dict):  # how the run's validation sampled its replies
-        out["sampling"] = {"val": sampling["val"]}
+        from ragen_core.trainer.config import SamplingSection
+
+        # the keys this RAGEN knows: a run of another version (or a hand-edited config) is still evaluated
+        out["sampling"] = {"val": {k: v for k, v in sampling["val"].items() if k in SamplingSection.model_fields}}
     return out
 
 
@@ -378,15 +381,19 @@ def shipped_policy_named(model: str, config: Any) -> Any:
     return found
 
 
-def _run_file(out: Path) -> str | None:
-    """What ``out`` is in a run directory when it is one of the entries a run writes there (its
-    ``metrics.jsonl``, ``config.yaml``, a file under ``checkpoints/``...), else None."""
+def _run_file(out: Path) -> tuple[Path, str] | None:
+    """``(run folder, what)`` when ``out`` is an existing file a run wrote there (its ``metrics.jsonl``,
+    ``config.yaml``, a file under ``checkpoints/``...), else None. A run folder holds a config.yaml
+    and a metrics.jsonl or checkpoints/ (a project folder with its own config.yaml is none)."""
     from ragen_core.trainer.run_dir import CONFIG_FILE, RUN_ENTRIES
 
+    if not out.is_file():
+        return None
     path = out.resolve()
     for folder in path.parents:
-        if (folder / CONFIG_FILE).is_file() and path.relative_to(folder).parts[0] in RUN_ENTRIES:
-            return f"the run {folder}'s {path.relative_to(folder).as_posix()}"
+        is_run = (folder / CONFIG_FILE).is_file() and ((folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir())
+        if is_run and path.relative_to(folder).parts[0] in RUN_ENTRIES:
+            return folder, path.relative_to(folder).as_posix()
     return None
 
 
@@ -407,8 +414,9 @@ def check_writable(out: Path) -> Path:
         raise ConfigError(f"--out {out} is a folder", ["pass a file name, e.g. --out val.jsonl"])
     run_file = _run_file(out)
     if run_file is not None:  # eval's trajectories would replace a run's own record (its metrics, its config, a checkpoint)
-        raise ConfigError(f"--out {out} is {run_file}, which a training run wrote: eval does not write over it",
-                          [f"pass another file, e.g. --out {out.parent / 'eval.jsonl'}"])
+        run, what = run_file
+        raise ConfigError(f"--out {out} is the run {run}'s {what}, which a training run wrote: eval does not write over it",
+                          [f"pass another file, e.g. --out {run / 'eval.jsonl'}"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
