@@ -9,6 +9,7 @@ here for the in-process corridor env in seconds, like tests/test_warm_policy.py.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -208,3 +209,13 @@ def test_a_continued_build_keeps_its_starting_weights_until_a_round_beats_its_ba
     assert [h["valid_rates"][register_toy_env()] for h in record["history"]] == [0.4, 0.4]
     assert record["kept_round"] == 1 and record["targets"][0]["valid_rate"] == 0.6  # the base's round and measurement
     assert record["weights_sha256"] == first["weights_sha256"]  # its weights, written back unchanged (fp16 -> fp32 -> fp16)
+
+
+def test_a_build_from_a_policy_says_which_of_its_own_rounds_it_is_on(shipped, tmp_path):
+    """'warm policy round 19' for a --max-rounds 1 build read like a runaway build (helper-63's walk)."""
+    root, _ = shipped
+    lines: list[str] = []
+    quiet = {**_QUIET, "log": lines.append}
+    warm_policy.build(tmp_path / "next", [register_toy_env()], max_rounds=1, init_from=root / "corridor", delta_rank=4, **quiet)
+    sft = [line for line in lines if ": SFT on " in line]
+    assert len(sft) == 1 and re.match(r"warm policy round (\d+) \(1 of at most 1 in this build; its --init-from policy ran \d+\)", sft[0]), sft

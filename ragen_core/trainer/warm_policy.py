@@ -441,7 +441,8 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
             trajs += made
         if rnd == 0:
             mean_len = sum(lengths.values()) / len(lengths)
-        log(f"warm policy round {first_round + rnd + 1}: SFT on {len(trajs)} demonstrations of {len(targets)} targets ...")
+        of_build = f" ({rnd + 1} of at most {max_rounds} in this build; its --init-from policy ran {first_round})" if first_round else ""
+        log(f"warm policy round {first_round + rnd + 1}{of_build}: SFT on {len(trajs)} demonstrations of {len(targets)} targets ...")
         losses = sft(model, tokenizer, trajs, epochs=epochs, lr=lr, batch_size=batch_size,
                      seed=derive_seed(seed, "warm-policy-sft", first_round + rnd), optimizer=opt, per_turn=per_turn,
                      micro_batch_size=micro_batch_size,
