@@ -462,3 +462,15 @@ def test_the_memory_estimate_of_a_lora_run_trains_only_its_adapters():
     assert full == int((n * 14 + n * 2) * 1.2)  # bf16 weights + fp32 grads and two moments, and a bf16 reference
     assert lora == int((n * 2 + int(n * 0.02) * 16) * 1.2)  # frozen weights, fp32 adapters with grads and moments, no reference copy
     assert lora < full / 4
+
+
+def test_the_memory_refusal_of_a_lora_run_does_not_advise_lora(tmp_path, monkeypatch):
+    from ragen_core.trainer import setup as su
+
+    pytest.importorskip("peft")
+    monkeypatch.setattr(su, "available_memory_bytes", lambda device: 1024)
+    with pytest.raises(ResourceError) as info:
+        Trainer(make_config(tmp_path, "optim.peft.rank=4", "optim.peft.alpha=8", "algo_config.use_kl_loss=true")).setup()
+    text = str(info.value)
+    assert "(frozen weights, LoRA adapters with grads and AdamW)" in text, text  # no reference copy: the base with adapters off
+    assert "enable LoRA" not in text and "hint: use a smaller model" in text

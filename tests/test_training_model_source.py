@@ -118,3 +118,19 @@ def test_a_lora_run_keeps_its_float16_base_and_trains_float32_adapters(tmp_path,
         assert "training them as float32" not in capsys.readouterr().err
     finally:
         trainer.close()
+
+
+
+def test_a_lora_ppo_run_on_a_float16_model_trains_a_float32_critic(tmp_path):
+    """The critic, a full copy of the policy, kept the float16 base and diverged at step 1 (helper-66's review)."""
+    pytest.importorskip("peft")
+    model, tok = load_model_and_tokenizer("tiny")
+    folder = tmp_path / "half"
+    model.half().save_pretrained(folder)
+    tok.save_pretrained(folder)
+    trainer = Trainer(toy_run_config(tmp_path / "run", f"model={folder}", "save_freq=0", "optim.peft.rank=4", "optim.peft.alpha=8",
+                                     "algo=ppo", steps=3))
+    rows = trainer.train()
+    assert {p.dtype for p in trainer.critic.parameters()} == {torch.float32}
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(bool(torch.isfinite(p).all()) for p in trainer.critic.parameters())

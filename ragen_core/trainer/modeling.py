@@ -134,6 +134,8 @@ def build_critic(policy: Any) -> Any:
             return values
 
     lm = copy.deepcopy(policy)
+    if any(p.dtype == torch.float16 for p in lm.parameters()):  # a LoRA policy keeps its float16 base frozen; the critic
+        lm.float()  # trains every weight, and an AdamW step on float16 weights overflows to NaN
     lm.requires_grad_(True)
     return ValueModel(lm)
 

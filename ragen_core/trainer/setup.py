@@ -229,11 +229,13 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     have = available_memory_bytes(device)
     if have is not None and need > have:
         gib = 1024**3
+        parts = ("frozen weights, LoRA adapters with grads and AdamW" if lora else "weights, grads, AdamW") + \
+            (", critic" if needs_critic else "") + (", reference" if needs_ref and not lora else "")
+        advice = ["use a smaller model"] + ([] if lora else ["enable LoRA (optim.peft.rank=16)"]) + \
+            (["an algorithm without a critic (--algo grpo)"] if needs_critic else [])
         raise ResourceError(
-            f"training {n_params / 1e6:.0f}M parameters needs ~{need / gib:.1f} GiB (weights, grads, AdamW"
-            f"{', critic' if needs_critic else ''}{', reference' if needs_ref else ''}) but only {have / gib:.1f} GiB is free on {device}",
-            ["use a smaller model, enable LoRA (optim.peft.rank=16), or an algorithm without a critic (--algo grpo)"],
-        )
+            f"training {n_params / 1e6:.0f}M parameters needs ~{need / gib:.1f} GiB ({parts}) but only {have / gib:.1f} GiB is free "
+            f"on {device}", [", ".join(advice[:-1]) + (" or " if len(advice) > 1 else "") + advice[-1]])
 
 
 def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path | None) -> tuple[str, tuple[str, Path] | None]:
