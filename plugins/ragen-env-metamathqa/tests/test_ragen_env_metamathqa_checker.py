@@ -46,7 +46,10 @@ TABLE = [
     ("\\frac{4}{3} r^2", "\\frac{4}{3} r^3", False, False),
     ("4", "4 a^2", False, False),
     ("18 a^2", "18", False, False),
-    ("4 b", "4 a", False, False),  # one letter is a unit only when it is one (m, g, s, l, h)
+    ("4 b", "4 a", False, False),  # two sides that both state a unit must state the same one
+    ("4 s", "4 h", False, False),
+    ("18 cm", "18 m", False, False),
+    ("5 m/s^2", "5 m/s", False, False),
     ("18 squared^2", "324", False, False),  # a number word with a power is not read with the power dropped
     ("3 cubed^3", "27", False, False),
     ("\\pm 3", "3", False, False),  # both signs are not the one value
@@ -93,6 +96,11 @@ TABLE = [
     ("18 \\text{ m}^2", "18", False, True),
     ("18 m²", "18", False, True),
     ("18 \\text{cm}^{3}", "18", False, True),
+    ("12 V", "12", False, True),  # a one-letter unit against a bare number (helper-66's review of a stricter rule)
+    ("\\boxed{15^\\circ C}", "15", False, True),
+    ("9.8 m/s^2", "9.8", False, True),
+    ("4 h", "4", False, True),
+    ("7 L", "7 l", True, True),  # (the exact rule ignores case too)
     ("\\pm 3", "3, -3", False, True),
     ("±3", "-3, 3", False, True),
     ("x = \\pm \\sqrt{2}", "\\sqrt{2}, -\\sqrt{2}", False, True),

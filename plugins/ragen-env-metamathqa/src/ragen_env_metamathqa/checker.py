@@ -279,13 +279,12 @@ _RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1
 _RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
 _RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\s*\}?)?)")
-#: Units a power may follow (areas and volumes): anything else with a power is a variable (``4 a^2``).
+#: Units a power may follow (areas, volumes, ``m/s^2``): anything else with a power is a variable
+#: (``4 a^2``) or a number word (``18 squared^2``).
 _POWER_UNITS = frozenset({"m", "cm", "mm", "km", "dm", "in", "inch", "inches", "ft", "foot", "feet", "yd", "yard", "yards", "mi", "mile",
                           "miles", "meter", "meters", "metre", "metres", "centimeter", "centimeters", "centimetre", "centimetres",
-                          "millimeter", "millimeters", "kilometer", "kilometers", "unit", "units"})
-#: One-letter words read as units (metres or minutes, grams, seconds, litres, hours); any other
-#: letter after a number is a variable (``4 b`` is not 4).
-_LETTER_UNITS = frozenset({"m", "g", "s", "l", "h"})
+                          "millimeter", "millimeters", "kilometer", "kilometers", "kilometre", "kilometres", "unit", "units",
+                          "s", "sec", "secs", "second", "seconds", "h", "hr", "hrs", "hour", "hours", "min", "mins", "minute", "minutes"})
 #: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
 _RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 #: Words that are mathematics, not units, after a number.
@@ -359,6 +358,23 @@ def _sign(text: str) -> int:
     return -1 if text == "-" else 1
 
 
+def _unit_words(unit: str) -> list[str]:
+    """The words of a unit after a number, lower case, without its power (``m/s^2`` -> ``m``, ``s``)."""
+    return _RE_UNIT_POWER.sub("", unit).lower().replace(".", " ").replace("/", " ").split()
+
+
+def unit_of(text: str) -> str:
+    """The unit a plain-number answer states (``18 cm`` -> ``cm``, ``9.8 m/s^2`` -> ``m/s^2``), ``""`` when
+    it states none or its word changes the value (``2 thousand``, ``25 percent``)."""
+    units = _RE_UNITS.fullmatch(text)
+    if units is None or fast_values(text) is None:
+        return ""
+    word = _unit_words(units.group(2))[0]
+    if word in _SCALES or word in _POWERS or word in _PARTS or word in ("percent", "pct", "per"):
+        return ""
+    return " ".join(units.group(2).lower().split())
+
+
 @functools.lru_cache(maxsize=8192)
 def fast_values(text: str) -> tuple[_Num, ...] | None:
     """The value(s) of a plain-number answer, or None when it is not one.
@@ -370,11 +386,9 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     units = _RE_UNITS.fullmatch(text)
     word = ""
     if units:
-        powered = _RE_UNIT_POWER.search(units.group(2)) is not None
-        words = _RE_UNIT_POWER.sub("", units.group(2)).lower().replace(".", " ").replace("/", " ").split()
+        words = _unit_words(units.group(2))
         if (set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS
-                or powered and words not in ([u] for u in _POWER_UNITS)  # 18 m^2 is 18; 4 a^2 and 18 squared^2 are not 4, 18
-                or len(words[0]) == 1 and words[0] not in _LETTER_UNITS):  # 4 b is 4b, not 4 of unit b
+                or _RE_UNIT_POWER.search(units.group(2)) and words[-1] not in _POWER_UNITS):  # 18 m^2, 9.8 m/s^2; not 4 a^2
             units = None
         else:
             text, word = units.group(1), words[0]
@@ -784,6 +798,9 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
         return True
     pred_num, gold_num = fast_values(pred), fast_values(gold)
     if pred_num is not None and gold_num is not None:
+        pred_unit, gold_unit = unit_of(pred), unit_of(gold)
+        if pred_unit and gold_unit and pred_unit != gold_unit:  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
+            return False
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
     if gold_seq is not None:  # a tuple or interval: same length, same brackets, equal items
