@@ -205,13 +205,15 @@ def test_eval_out_refuses_only_a_run_s_existing_files(tmp_path, monkeypatch):
     run.mkdir()
     (run / "config.yaml").write_text("env: bandit\n")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    assert check_writable(run / "rollouts" / "step_9.jsonl") == run / "rollouts" / "step_9.jsonl"  # not there: nothing to lose
+    assert check_writable(run / "eval.jsonl") == run / "eval.jsonl"  # beside the run's own files
+    with pytest.raises(ConfigError, match=r"is the run .*'s rollouts/step_9.jsonl"):  # not written yet: would pass for the run's
+        check_writable(run / "rollouts" / "step_9.jsonl")
     with pytest.raises(ConfigError, match=r"is the run .*'s metrics.jsonl, which a training run wrote") as err:
         check_writable(run / "metrics.jsonl")
     assert f"--out {run.resolve() / 'eval.jsonl'}" in str(err.value)  # a hint that is not refused in turn
 
 
-def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(tmp_path):
+def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(tmp_path, capsys):
     from ragen_core.cli.evaluate import run_env_settings
 
     run = tmp_path / "run"
@@ -219,6 +221,7 @@ def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(
     (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     assert run_env_settings(str(run))["sampling"] == {"val": {"temperature": 0.7}}
+    assert "note: the run's sampling.val stop is not a setting of this RAGEN: evaluated without" in capsys.readouterr().err
 
 
 def test_a_temperature_samples_a_run_whose_validation_was_greedy(tmp_path, monkeypatch):

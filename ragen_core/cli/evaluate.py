@@ -331,8 +331,12 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
     if isinstance(sampling, dict) and isinstance(sampling.get("val"), dict):  # how the run's validation sampled its replies
         from ragen_core.trainer.config import SamplingSection
 
-        # the keys this RAGEN knows: a run of another version (or a hand-edited config) is still evaluated
+        # the keys this RAGEN knows: a run of another version (or a hand-edited config) is still evaluated, saying so
         out["sampling"] = {"val": {k: v for k, v in sampling["val"].items() if k in SamplingSection.model_fields}}
+        dropped = sorted(k for k in sampling["val"] if k not in SamplingSection.model_fields)
+        if dropped:
+            print(f"note: the run's sampling.val {', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} not a setting of this "
+                  "RAGEN: evaluated without", file=sys.stderr)
     return out
 
 
@@ -382,13 +386,12 @@ def shipped_policy_named(model: str, config: Any) -> Any:
 
 
 def _run_file(out: Path) -> tuple[Path, str] | None:
-    """``(run folder, what)`` when ``out`` is an existing file a run wrote there (its ``metrics.jsonl``,
-    ``config.yaml``, a file under ``checkpoints/``...), else None. A run folder holds a config.yaml
-    and a metrics.jsonl or checkpoints/ (a project folder with its own config.yaml is none)."""
+    """``(run folder, what)`` when ``out`` is one of the entries a run writes (its ``metrics.jsonl``,
+    ``config.yaml``, a file under ``checkpoints/`` or ``rollouts/``...), written yet or not, else None.
+    A run folder holds a config.yaml and a metrics.jsonl or checkpoints/ (a project folder with its
+    own config.yaml is none)."""
     from ragen_core.trainer.run_dir import CONFIG_FILE, RUN_ENTRIES
 
-    if not out.is_file():
-        return None
     path = out.resolve()
     for folder in path.parents:
         is_run = (folder / CONFIG_FILE).is_file() and ((folder / "metrics.jsonl").is_file() or (folder / "checkpoints").is_dir())
