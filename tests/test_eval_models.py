@@ -218,10 +218,10 @@ def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n")
+    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n    1: 2\n    null: 3\n")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     assert run_env_settings(str(run))["sampling"] == {"val": {"temperature": 0.7}}
-    assert "note: the run's sampling.val stop is not a setting of this RAGEN: evaluated without" in capsys.readouterr().err
+    assert "note: the run's sampling.val 1, None, stop are not settings of this RAGEN: evaluated without" in capsys.readouterr().err
 
 
 def test_a_temperature_samples_a_run_whose_validation_was_greedy(tmp_path, monkeypatch):

@@ -462,6 +462,9 @@ def test_the_memory_estimate_of_a_lora_run_trains_only_its_adapters():
     assert full == int((n * 14 + n * 2) * 1.2)  # bf16 weights + fp32 grads and two moments, and a bf16 reference
     assert lora == int((n * 2 + int(n * 0.02) * 16) * 1.2)  # frozen weights, fp32 adapters with grads and moments, no reference copy
     assert lora < full / 4
+    # a LoRA PPO run on float16 weights: a float32 critic, counted at 4 bytes a weight (helper-67's review)
+    with_critic = estimate_training_bytes(n, 2, needs_critic=True, needs_ref=False, lora=True, critic_bytes_per_param=4)
+    assert with_critic == int((n * 2 + int(n * 0.02) * 16 + n * 16) * 1.2)
 
 
 def test_the_memory_refusal_of_a_lora_run_does_not_advise_lora(tmp_path, monkeypatch):

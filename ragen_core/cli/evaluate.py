@@ -333,10 +333,10 @@ def run_env_settings(model: str) -> dict[str, Any] | None:
 
         # the keys this RAGEN knows: a run of another version (or a hand-edited config) is still evaluated, saying so
         out["sampling"] = {"val": {k: v for k, v in sampling["val"].items() if k in SamplingSection.model_fields}}
-        dropped = sorted(k for k in sampling["val"] if k not in SamplingSection.model_fields)
+        dropped = sorted(str(k) for k in sampling["val"] if k not in SamplingSection.model_fields)  # (YAML keys: 1, null too)
         if dropped:
-            print(f"note: the run's sampling.val {', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} not a setting of this "
-                  "RAGEN: evaluated without", file=sys.stderr)
+            print(f"note: the run's sampling.val {', '.join(dropped)} {'is not a setting' if len(dropped) == 1 else 'are not settings'} "
+                  "of this RAGEN: evaluated without", file=sys.stderr)
     return out
 
 

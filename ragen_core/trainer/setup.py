@@ -161,15 +161,18 @@ def available_memory_bytes(device: str) -> int | None:
 LORA_SHARE = 0.02
 
 
-def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: bool, needs_ref: bool, lora: bool = False) -> int:
+def estimate_training_bytes(n_params: int, bytes_per_param: int, needs_critic: bool, needs_ref: bool, lora: bool = False,
+                            critic_bytes_per_param: int | None = None) -> int:
     """Weights + gradients + two AdamW moments (fp32) per trained model, plus a frozen reference.
 
     With ``lora`` the policy's weights are frozen: only its adapters (:data:`LORA_SHARE` of the
     parameters, float32) get gradients and moments, and the reference is the same model with the
-    adapters off (no copy)."""
+    adapters off (no copy). The critic's weights take ``critic_bytes_per_param`` (default: the
+    policy's; 4 for a float16 model, whose critic is float32)."""
     trained = n_params * (bytes_per_param + 4 + 8)
     policy = n_params * bytes_per_param + int(n_params * LORA_SHARE) * (4 + 4 + 8) if lora else trained
-    total = policy + (trained if needs_critic else 0)
+    critic = n_params * ((critic_bytes_per_param or bytes_per_param) + 4 + 8)
+    total = policy + (critic if needs_critic else 0)
     if needs_ref and not lora:
         total += n_params * bytes_per_param
     return int(total * 1.2)
@@ -225,7 +228,10 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
             f"more than rollout.max_model_len={r.max_model_len}", hints)
     n_params = sum(p.numel() for p in model.parameters())
     bytes_per = next(model.parameters()).element_size()
-    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref, lora=lora)
+    import torch
+
+    half = next(model.parameters()).dtype == torch.float16  # (only a LoRA run keeps float16 weights: its critic is float32)
+    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref, lora=lora, critic_bytes_per_param=4 if half else None)
     have = available_memory_bytes(device)
     if have is not None and need > have:
         gib = 1024**3

@@ -46,10 +46,10 @@ TABLE = [
     ("\\frac{4}{3} r^2", "\\frac{4}{3} r^3", False, False),
     ("4", "4 a^2", False, False),
     ("18 a^2", "18", False, False),
-    ("4 b", "4 a", False, False),  # two sides that both state a unit must state the same one
-    ("4 s", "4 h", False, False),
+    ("4 s", "4 h", False, False),  # two sides that both state a common unit must state the same one
     ("18 cm", "18 m", False, False),
-    ("5 m/s^2", "5 m/s", False, False),
+    ("18 m^3", "18 m^2", False, False),
+    ("4 h^2", "4", False, False),  # a time's power only ends a compound unit (m/s^2): h^2 is a height squared
     ("18 squared^2", "324", False, False),  # a number word with a power is not read with the power dropped
     ("3 cubed^3", "27", False, False),
     ("\\pm 3", "3", False, False),  # both signs are not the one value
@@ -101,6 +101,12 @@ TABLE = [
     ("9.8 m/s^2", "9.8", False, True),
     ("4 h", "4", False, True),
     ("7 L", "7 l", True, True),  # (the exact rule ignores case too)
+    ("18 centimeters", "18 \\text{ cm}", False, True),  # a common unit in another spelling is the same unit (helper-67)
+    ("5 hrs", "5 hours", False, True),
+    ("12 sq ft", "12 \\text{ ft}^2", False, True),
+    ("24 cubic inches", "24 \\text{ in}^3", False, True),
+    ("8 m^{2}", "8 m^2", False, True),
+    ("3 apples", "3 apple", False, True),  # other words are not compared
     ("\\pm 3", "3, -3", False, True),
     ("±3", "-3, 3", False, True),
     ("x = \\pm \\sqrt{2}", "\\sqrt{2}, -\\sqrt{2}", False, True),

@@ -279,12 +279,21 @@ _RE_FRAC_DIGITS = re.compile(r"([+-]?)\s*\\frac\s*()(\d)()(\d)")  # \frac12 is 1
 _RE_MIXED = re.compile(r"([+-]?)\s*(\d+)\s+(\d+)\s*/\s*(\d+)")
 _RE_MIXED_FRAC = re.compile(r"([+-]?)\s*(\d+)\s*\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\s*\}?)?)")
-#: Units a power may follow (areas, volumes, ``m/s^2``): anything else with a power is a variable
-#: (``4 a^2``) or a number word (``18 squared^2``).
-_POWER_UNITS = frozenset({"m", "cm", "mm", "km", "dm", "in", "inch", "inches", "ft", "foot", "feet", "yd", "yard", "yards", "mi", "mile",
-                          "miles", "meter", "meters", "metre", "metres", "centimeter", "centimeters", "centimetre", "centimetres",
-                          "millimeter", "millimeters", "kilometer", "kilometers", "kilometre", "kilometres", "unit", "units",
-                          "s", "sec", "secs", "second", "seconds", "h", "hr", "hrs", "hour", "hours", "min", "mins", "minute", "minutes"})
+#: Common units by their spellings (plural, spelt out, abbreviated): two answers that state
+#: different ones of these state different values (``4 s`` is not ``4 h``); other words (``apples``,
+#: ``mph``) are not compared.
+_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "g", "kg", "lb", "l", "ml")}
+for _canon, _spellings in {
+    "m": "meter meters metre metres", "cm": "centimeter centimeters centimetre centimetres", "mm": "millimeter millimeters millimetre millimetres",
+    "km": "kilometer kilometers kilometre kilometres", "in": "inch inches", "ft": "foot feet", "yd": "yard yards", "mi": "mile miles",
+    "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "g": "gram grams",
+    "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "l": "liter liters litre litres", "ml": "milliliter milliliters millilitre millilitres",
+}.items():
+    _UNIT_NAMES.update(dict.fromkeys(_spellings.split(), _canon))
+#: Lengths, whose power is an area or a volume (``18 m^2``); a time's power only ends a compound
+#: unit (``9.8 m/s^2``). Anything else with a power is a variable (``4 a^2``) or a number word.
+_LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi")) | {"unit", "units"}
+_TIMES = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("s", "min", "h"))
 #: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
 _RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
 #: Words that are mathematics, not units, after a number.
@@ -363,16 +372,20 @@ def _unit_words(unit: str) -> list[str]:
     return _RE_UNIT_POWER.sub("", unit).lower().replace(".", " ").replace("/", " ").split()
 
 
-def unit_of(text: str) -> str:
-    """The unit a plain-number answer states (``18 cm`` -> ``cm``, ``9.8 m/s^2`` -> ``m/s^2``), ``""`` when
-    it states none or its word changes the value (``2 thousand``, ``25 percent``)."""
+def unit_of(text: str) -> tuple[str, int] | None:
+    """The common unit a plain-number answer states, as ``(canonical name, power)``:
+    ``18 centimeters`` and ``18 \\text{ cm}`` -> ``("cm", 1)``, ``12 sq ft`` and ``12 ft^{2}`` ->
+    ``("ft", 2)``. None when it states none, or one that is not a common unit (``5 apples``, ``9.8 m/s^2``)."""
     units = _RE_UNITS.fullmatch(text)
     if units is None or fast_values(text) is None:
-        return ""
-    word = _unit_words(units.group(2))[0]
-    if word in _SCALES or word in _POWERS or word in _PARTS or word in ("percent", "pct", "per"):
-        return ""
-    return " ".join(units.group(2).lower().split())
+        return None
+    unit = units.group(2).lower()
+    power = _RE_UNIT_POWER.search(unit)
+    words = _unit_words(unit)
+    n = int(re.sub(r"\D", "", power.group())) if power else 1
+    if words and words[0] in ("sq", "square", "cubic") and len(words) == 2 and not power:
+        n, words = (3 if words[0] == "cubic" else 2), words[1:]
+    return (_UNIT_NAMES[words[0]], n) if len(words) == 1 and words[0] in _UNIT_NAMES else None
 
 
 @functools.lru_cache(maxsize=8192)
@@ -388,7 +401,8 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     if units:
         words = _unit_words(units.group(2))
         if (set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS
-                or _RE_UNIT_POWER.search(units.group(2)) and words[-1] not in _POWER_UNITS):  # 18 m^2, 9.8 m/s^2; not 4 a^2
+                or _RE_UNIT_POWER.search(units.group(2))  # 18 m^2, 9.8 m/s^2; not 4 a^2, 4 h^2, 18 squared^2
+                and not (words[-1] in _LENGTHS or len(words) > 1 and words[-1] in _TIMES)):
             units = None
         else:
             text, word = units.group(1), words[0]
@@ -800,7 +814,7 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     if pred_num is not None and gold_num is not None:
         pred_unit, gold_unit = unit_of(pred), unit_of(gold)
         if pred_unit and gold_unit and pred_unit != gold_unit:  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
-            return False
+            return False  # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
     if gold_seq is not None:  # a tuple or interval: same length, same brackets, equal items
