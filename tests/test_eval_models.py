@@ -146,25 +146,13 @@ def test_eval_of_a_run_folder_without_a_readable_config_names_the_file(tmp_path,
 def test_eval_of_a_run_samples_as_its_validation_did_and_flags_win(tmp_path, capsys, monkeypatch):
     """A run validated at temperature 1.5 with 3 new tokens was evaluated at the defaults (0.5, 48 tokens)
     without a word (helper-62's walk)."""
-    from ragen_core.cli import evaluate as ev
     from ragen_core.testing.run_helpers import toy_run_config
     from ragen_core.trainer.trainer import Trainer
 
     cfg = toy_run_config(tmp_path / "run", "sampling.val.temperature=1.5", "sampling.val.max_new_tokens=3", "save_freq=1", steps=1)
     Trainer(cfg).train()
-    seen = []
-
-    class Stop(Exception):
-        pass
-
-    def capture(config, model_path, *, groups, group_size):
-        seen.append(config.sampling.val)
-        raise Stop
-
-    monkeypatch.setattr(ev, "evaluate", capture)
-    for flags in ([], ["--temperature", "0.7"]):
-        with pytest.raises(Stop):
-            main(["eval", "--model", cfg.run_dir, "--groups", "1", *flags])
+    base = ["eval", "--model", cfg.run_dir, "--groups", "1"]
+    seen = _sampling_seen(monkeypatch, [base, [*base, "--temperature", "0.7"]])
     assert [(s.temperature, s.max_new_tokens) for s in seen] == [(1.5, 3), (0.7, 3)]
     assert "and its validation sampling; flags and overrides win" in capsys.readouterr().err
 
@@ -189,8 +177,8 @@ def test_greedy_contradictions_and_meaningless_pass_at_k_are_said(capsys):
     assert "note: greedy replies are the same in every episode of a group, so pass@4 is pass@1" in capsys.readouterr().err
 
 
-def test_eval_out_refuses_only_a_run_s_existing_files(tmp_path, monkeypatch):
-    """A project folder with its own config.yaml is no run, and a new file is nobody's (helper-64's review)."""
+def test_eval_out_refuses_a_real_run_s_own_entries_only(tmp_path, monkeypatch):
+    """A project folder with its own config.yaml is no run (helper-64's review); a run's entries are refused written or not."""
     from ragen_core.cli.evaluate import check_writable
     from ragen_core.errors import ConfigError
 
@@ -216,10 +204,7 @@ def test_eval_out_refuses_only_a_run_s_existing_files(tmp_path, monkeypatch):
 def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(tmp_path, capsys):
     from ragen_core.cli.evaluate import run_env_settings
 
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n    1: 2\n    null: 3\n")
-    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    run = _fake_run(tmp_path, "env: bandit\nsampling:\n  val:\n    temperature: 0.7\n    stop: ['\\n']\n    1: 2\n    null: 3\n")
     assert run_env_settings(str(run))["sampling"] == {"val": {"temperature": 0.7}}
     assert "note: the run's sampling.val 1, None, stop are not settings of this RAGEN: evaluated without" in capsys.readouterr().err
 
@@ -227,10 +212,26 @@ def test_a_run_config_with_a_sampling_key_this_version_lacks_is_still_evaluated(
 def test_a_temperature_samples_a_run_whose_validation_was_greedy(tmp_path, monkeypatch):
     from ragen_core.cli import evaluate as ev
 
+    run = _fake_run(tmp_path, "env: bandit\nsampling:\n  val:\n    do_sample: false\n")
+    monkeypatch.setattr(ev, "check_model_name", lambda model: None)
+    base = ["eval", "--model", str(run), "--groups", "1"]
+    seen = _sampling_seen(monkeypatch, [base, [*base, "--temperature", "0.9"]])
+    assert [(s.do_sample, s.temperature) for s in seen] == [(False, 1.0), (True, 0.9)]  # (a section without temperature: its default)
+
+
+def _fake_run(tmp_path: Path, config: str) -> Path:
+    """A run folder as eval recognises one: its config.yaml and a metrics.jsonl."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.yaml").write_text("env: bandit\nsampling:\n  val:\n    do_sample: false\n")
+    (run / "config.yaml").write_text(config)
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    return run
+
+
+def _sampling_seen(monkeypatch, argvs: list[list[str]]) -> list:
+    """The validation sampling ``ragen eval`` would evaluate with, for each argv (the evaluation itself is stopped)."""
+    from ragen_core.cli import evaluate as ev
+
     seen = []
 
     class Stop(Exception):
@@ -241,8 +242,7 @@ def test_a_temperature_samples_a_run_whose_validation_was_greedy(tmp_path, monke
         raise Stop
 
     monkeypatch.setattr(ev, "evaluate", capture)
-    monkeypatch.setattr(ev, "check_model_name", lambda model: None)
-    for flags in ([], ["--temperature", "0.9"]):
+    for argv in argvs:
         with pytest.raises(Stop):
-            main(["eval", "--model", str(run), "--groups", "1", *flags])
-    assert [(s.do_sample, s.temperature) for s in seen] == [(False, 1.0), (True, 0.9)]  # (a section without temperature: its default)
+            main(argv)
+    return seen
