@@ -9,6 +9,7 @@ across processes, platforms and Python versions.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import random
 
 import numpy as np
@@ -31,17 +32,20 @@ def check_key(value: int, what: str = "seed") -> int:
     return value
 
 
+def is_int(value: object) -> bool:
+    """An integer of any kind (numpy's too), not a bool: what a seed, a member or a key may be."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _words(*keys: int | str) -> list[int]:
     """Two 32-bit words per integer key, one per string (its SHA-256 prefix).
 
     Raises:
         UsageError: An integer key outside ``[-2**63, 2**64 - 1]`` (a ValueError).
     """
-    import numbers
-
     out: list[int] = []
     for key in keys:
-        if isinstance(key, bool) or not isinstance(key, (str, numbers.Integral)):  # 1.7 was read as 1, True as 1
+        if not (isinstance(key, str) or is_int(key)):  # 1.7 was read as 1, True as 1
             from ragen_core.errors import UsageError
 
             raise UsageError(f"a random-generator key must be an int or a str, not {type(key).__name__} {key!r}")

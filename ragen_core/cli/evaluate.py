@@ -194,27 +194,22 @@ MAX_EPISODES = 100_000
 
 def run(args: argparse.Namespace) -> int:
     from ragen_core.config import load_config
+    from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
     if args.greedy and args.temperature is not None:
-        from ragen_core.errors import ConfigError
-
         raise ConfigError(f"--greedy and --temperature {args.temperature} contradict each other: greedy decoding has no temperature",
                           ["give one of them"])
     if args.greedy and args.group_size > 1:
         print(f"note: greedy replies are the same in every episode of a group, so pass@{args.group_size} is pass@1 unless the env "
               "itself is random", file=sys.stderr)
     if args.groups * args.group_size > MAX_EPISODES:
-        from ragen_core.errors import ConfigError
-
         raise ConfigError(f"--groups {args.groups} x --group-size {args.group_size} is {args.groups * args.group_size} episodes, more "
                           f"than one evaluation holds at once ({MAX_EPISODES})",
                           ["evaluate in parts with different --seed values and --out files"])
 
     run_settings = run_env_settings(args.model) if not args.config else None
     if args.env is None and run_settings is None:
-        from ragen_core.errors import ConfigError
-
         check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
         run_dir = None if args.config else _run_dir_of(args.model)
         if run_dir is not None:  # a run directory whose config.yaml is missing or says no env: that file is what to fix
@@ -240,8 +235,6 @@ def run(args: argparse.Namespace) -> int:
     for override in args.overrides:
         key = override.partition("=")[0].strip()
         if key in sizes:  # the evaluation set is --groups x --group-size: the override was silently ignored
-            from ragen_core.errors import ConfigError
-
             raise ConfigError(f"ragen eval sizes its episodes with {sizes[key]}, not {key}", [f"give {sizes[key]} {override.partition('=')[2]}"])
     flags = [f"env={env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
@@ -258,8 +251,6 @@ def run(args: argparse.Namespace) -> int:
     layers, given = run_settings if run_settings is not None else merge_files(args.config), flags + list(args.overrides)
     config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
-        from ragen_core.errors import ConfigError
-
         raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",
                           [f"evaluate that model with --model {config.model}"])
     check_plugin_configs(config)  # env, engine and pool settings fail here, before a model loads
@@ -409,8 +400,7 @@ def check_writable(out: Path) -> Path:
     Raises:
         ConfigError: ``out`` is a folder, or its folder cannot be created or written.
     """
-    import tempfile
-
+    from ragen_core.cli import probe_folder
     from ragen_core.errors import ConfigError
 
     if out.is_dir():
@@ -422,8 +412,7 @@ def check_writable(out: Path) -> Path:
                           [f"pass another file, e.g. --out {run / 'eval.jsonl'}"])
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".{out.name}.", suffix=".probe"):
-            pass
+        probe_folder(out.parent, out.name)
     except OSError as exc:
         raise ConfigError(f"cannot write --out {out}: {exc.strerror or type(exc).__name__}",
                           ["choose a path in a folder you can write to"]) from None

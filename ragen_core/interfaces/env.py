@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import numbers
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 
@@ -70,10 +69,10 @@ def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train"
         UsageError: naming ``where`` (``ResetRequest.``, ``SokobanEnv.reset: ``) and the argument.
     """
     from ragen_core.errors import UsageError
-    from ragen_core.seeding import check_key
+    from ragen_core.seeding import check_key, is_int
 
     for name, value in (("seed", seed), ("member", member)):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        if not is_int(value):
             raise UsageError(f"{where}{name} takes an int, not {type(value).__name__} {value!r}")
     check_key(int(seed), f"{where}seed")
     if member < 0:

@@ -172,6 +172,11 @@ class OptimSection(_Section):
     peft: PeftSection | None = None
     """LoRA settings, or ``None`` for full fine-tuning."""
 
+    @property
+    def lora(self) -> bool:
+        """LoRA is on: ``peft`` is set with a rank above 0."""
+        return self.peft is not None and self.peft.rank > 0
+
     @field_validator("betas")
     @classmethod
     def _betas_in_range(cls, value: tuple[float, float]) -> tuple[float, float]:

@@ -298,7 +298,7 @@ def check_supported(config: Any, world: World) -> None:
     if not world.parallel:
         return
     peft = config.optim.peft
-    if fsdp and peft is not None and peft.rank > 0:
+    if fsdp and peft is not None and config.optim.lora:
         raise ConfigError(f"optim.peft.rank={peft.rank} (LoRA) is not supported with distributed.strategy=fsdp",
                           ["set distributed.strategy=ddp (LoRA's adapters are small enough to replicate)"])
     if config.grad_analysis.every > 0:

@@ -98,6 +98,17 @@ def batched_logprobs(model: Any, batch: Any, rows: list[int], micro: int, temper
     return logp, ent
 
 
+def float32_if_half(model: Any) -> bool:
+    """Make ``model`` float32 when it holds float16 weights (an AdamW step on them overflows to NaN);
+    True when it did. bfloat16 stays as it is."""
+    import torch
+
+    if not any(p.dtype == torch.float16 for p in model.parameters()):
+        return False
+    model.float()
+    return True
+
+
 def build_critic(policy: Any) -> Any:
     """A value model: a deep copy of ``policy`` plus a zero-initialised ``Linear(hidden, 1)``."""
     import copy
@@ -134,8 +145,7 @@ def build_critic(policy: Any) -> Any:
             return values
 
     lm = copy.deepcopy(policy)
-    if any(p.dtype == torch.float16 for p in lm.parameters()):  # a LoRA policy keeps its float16 base frozen; the critic
-        lm.float()  # trains every weight, and an AdamW step on float16 weights overflows to NaN
+    float32_if_half(lm)  # a LoRA policy keeps its float16 base frozen; the critic trains every weight
     lm.requires_grad_(True)
     return ValueModel(lm)
 

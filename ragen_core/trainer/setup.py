@@ -51,12 +51,11 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
     Raises:
         RagenError: a warm-policy folder built for another tiny model, or a delta whose base is gone.
     """
-    import torch
-
     from ragen_core.errors import RagenError
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer import warm_policy as wp
     from ragen_core.trainer.divergence import report
+    from ragen_core.trainer.modeling import float32_if_half
 
     folder = Path(name_or_path).expanduser()
     if (folder / wp.BUILD_FILE).is_file():
@@ -69,8 +68,7 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
         policy.load_into(model)
         return model, tokenizer
     model, tokenizer = load_model_and_tokenizer(name_or_path, device=device, safetensors_only=safetensors_only)
-    if not lora and any(p.dtype == torch.float16 for p in model.parameters()):
-        model.float()
+    if not lora and float32_if_half(model):
         report(f"model {name_or_path} holds float16 weights: training them as float32 (an AdamW step on float16 weights "
                "overflows to NaN)")
     return model, tokenizer
@@ -226,12 +224,13 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         raise ResourceError(
             f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, "
             f"more than rollout.max_model_len={r.max_model_len}", hints)
-    n_params = sum(p.numel() for p in model.parameters())
-    bytes_per = next(model.parameters()).element_size()
     import torch
 
-    half = next(model.parameters()).dtype == torch.float16  # (only a LoRA run keeps float16 weights: its critic is float32)
-    need = estimate_training_bytes(n_params, bytes_per, needs_critic, needs_ref, lora=lora, critic_bytes_per_param=4 if half else None)
+    n_params = sum(p.numel() for p in model.parameters())
+    first = next(model.parameters())
+    half = first.dtype == torch.float16  # (only a LoRA run keeps float16 weights: its critic is float32)
+    need = estimate_training_bytes(n_params, first.element_size(), needs_critic, needs_ref, lora=lora,
+                                   critic_bytes_per_param=4 if half else None)
     have = available_memory_bytes(device)
     if have is not None and need > have:
         gib = 1024**3
@@ -258,8 +257,7 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
 
     if checkpoint is None:
         return config.model, None
-    peft_cfg = config.optim.peft
-    source = lora_resume_source(checkpoint) if peft_cfg is not None and peft_cfg.rank > 0 else None
+    source = lora_resume_source(checkpoint) if config.optim.lora else None
     if source is None:
         return str(checkpoint), None
     base = resolve_lora_base(run_dir, source[0])
@@ -280,7 +278,7 @@ def check_lora_targets(config: RunConfig, model: Any) -> None:
     import re
 
     peft_cfg = config.optim.peft
-    if peft_cfg is None or peft_cfg.rank == 0 or peft_cfg.target_modules == "all-linear":
+    if peft_cfg is None or not config.optim.lora or peft_cfg.target_modules == "all-linear":
         return
     import torch
 
@@ -329,7 +327,7 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
             read from safetensors only, never from a pickle).
     """
     peft_cfg = config.optim.peft
-    if peft_cfg is None or peft_cfg.rank == 0:
+    if peft_cfg is None or not config.optim.lora:
         return model, None
     try:
         import peft

@@ -235,7 +235,7 @@ class Trainer(CheckpointMixin):
         self.needs_critic = bool(acfg.use_critic or self.estimator.needs_critic)
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
-        lora = cfg.optim.peft is not None and cfg.optim.peft.rank > 0
+        lora = cfg.optim.lora
         self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path), lora=lora)
         su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device,
@@ -800,11 +800,11 @@ class Trainer(CheckpointMixin):
         self._in_update = False
         update_stats = {k: v for k, v in metrics.items() if k.startswith(("actor/", "critic/"))}
         call_hook(self.pm, "ragen_on_update_end", stats=update_stats, step=step, context=self.context)
-        if self.skips.observe(step, metrics) and self.stop_reason is None:  # reports every skip; True past optim.max_skipped_steps
-            self.stop_reason = DIVERGED
-            metrics[DIVERGED] = 1.0
-        if self.stop_reason is None and not weights_finite(self.unsharded_policy, self.critic):  # (a sharded critic: on every rank)
+        diverged = self.skips.observe(step, metrics)  # reports every skip; True past optim.max_skipped_steps
+        if not diverged and self.stop_reason is None and not weights_finite(self.unsharded_policy, self.critic):  # (sharded: every rank)
             self.skips.weights_broke(step)
+            diverged = True
+        if diverged and self.stop_reason is None:
             self.stop_reason = DIVERGED
             metrics[DIVERGED] = 1.0
 

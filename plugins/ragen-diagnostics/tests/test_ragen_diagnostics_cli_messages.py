@@ -330,14 +330,11 @@ def test_an_unwritable_run_folder_is_refused_before_the_offline_scoring(tmp_path
     scored = []
     monkeypatch.setattr(offline, "diagnose_offline", lambda *a, **k: scored.append(1) or {})
     run = _run_with_checkpoint_dir(tmp_path)
-    real_write = type(run).write_bytes
 
-    def refuse(self, data):
-        if self.name.startswith(".ragen-diagnose-probe-"):
-            raise OSError(30, "Read-only file system", str(self))
-        return real_write(self, data)
+    def refuse(folder, name="ragen"):
+        raise OSError(30, "Read-only file system", str(folder / f".{name}.probe"))
 
-    monkeypatch.setattr(type(run), "write_bytes", refuse)
+    monkeypatch.setattr("ragen_core.cli.probe_folder", refuse)
     assert main(["diagnose", str(run), "--checkpoint", "step_1"]) == 2
     assert scored == []
     assert one_line_error(capsys.readouterr().err) == (f"RagenError: cannot write into {run} (Read-only file system): the offline "

@@ -149,12 +149,10 @@ def resolve_device(name: str) -> str:
 
 def _check_writable(run_dir: Path) -> None:
     """Raise a one-line RagenError when ``run_dir`` cannot take a new file (read-only, no permission)."""
-    import os
+    from ragen_core.cli import probe_folder
 
-    probe = run_dir / f".ragen-diagnose-probe-{os.getpid()}"
     try:
-        probe.write_bytes(b"")
-        probe.unlink()
+        probe_folder(run_dir, "ragen-diagnose")
     except OSError as exc:
         raise RagenError(f"cannot write into {run_dir} ({exc.strerror or exc}): the offline metrics and the report go there",
                          ["make the run folder writable, or copy it and diagnose the copy"]) from None
