@@ -132,3 +132,20 @@ def test_non_finite_weights_are_unsafe_to_save():
     with torch.no_grad():
         model.weight[0, 0] = float("nan")
     assert monitor.unsafe_to_save(None, model) == "some weights are not finite (NaN or inf)"
+
+
+def test_weights_finite_checks_every_module_with_one_host_sync_per_device(monkeypatch):
+    import torch
+
+    from ragen_core.trainer.divergence import weights_finite
+
+    policy, critic = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 2)), torch.nn.Linear(2, 1)
+    syncs = []
+    real_bool = torch.Tensor.__bool__
+    monkeypatch.setattr(torch.Tensor, "__bool__", lambda t: syncs.append(1) or real_bool(t))
+    assert weights_finite(policy, None, critic) is True
+    assert len(syncs) == 1  # 6 parameters on one device: one read back, not one per parameter (a GPU stall each)
+    assert weights_finite(torch.nn.ReLU()) is True  # nothing to check
+    with torch.no_grad():
+        critic.bias[0] = float("inf")  # the last parameter of the last module
+    assert weights_finite(policy, critic) is False
