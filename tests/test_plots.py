@@ -259,3 +259,42 @@ def test_plot_errors_name_what_was_given(tmp_path, capsys):
     err = capsys.readouterr().err
     assert one_line_error(err) == f"ConfigError: {run / 'checkpoints' / 'step_3'} is a checkpoint; the metrics are its run's"
     assert f"hint: pass the run folder: ragen plot {run}" in err
+
+
+def test_a_reused_out_folder_keeps_no_figure_of_another_run(tmp_path, capsys):
+    """A PPO run's critic.png stayed in the --out folder a GRPO run was then drawn into, passing for its own (helper-62's walk)."""
+    ppo = [dict(r, **{"critic/vf_loss": 1.0 / r["step"]}) for r in GRPO]
+    out = tmp_path / "figures"
+    for name, rows in (("ppo", ppo), ("grpo", GRPO)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "notes").mkdir(parents=True)
+    (out / "mine.png").write_bytes(b"a user's own file")
+    assert "critic.png" in {p.name for p in plot_run(tmp_path / "ppo", out)}
+    capsys.readouterr()
+    written = plot_run(tmp_path / "grpo", out)
+    assert "critic.png" not in {p.name for p in written}
+    assert not (out / "critic.png").exists()
+    assert f"note: removed {out / 'critic.png'}: drawn earlier" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == sorted([p.name for p in written] + ["mine.png", "notes"])  # nothing else touched
+
+
+def test_an_unreadable_metrics_file_is_a_read_error_not_a_write_error(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
+    real = Path.read_text
+
+    def refuse(self, *args, **kwargs):  # root reads any mode bits: simulate the permission error itself
+        if self.name == "metrics.jsonl":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refuse)
+    assert main(["plot", str(run)]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: cannot read {run / 'metrics.jsonl'} (Permission denied)"

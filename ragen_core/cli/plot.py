@@ -231,11 +231,7 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
     written: list[Path] = []
     changes = setting_changes(run_dir)
     figures = plan(rows)
-    for key in dict.fromkeys(k for _, chosen in figures for k in chosen):  # a loss that blew up is a gap in its line: say so
-        bad = nonfinite_steps(rows, key)
-        if bad:
-            shown = ", ".join(map(str, bad[:8])) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-            print(f"warning: {key} is NaN or infinite at step{'s' if len(bad) > 1 else ''} {shown}: drawn as gaps", file=sys.stderr)
+    warn_nonfinite(rows, [k for _, chosen in figures for k in chosen])
     for panel, chosen in figures:
         if panel.own_scale:
             cols = min(len(chosen), 3)
@@ -267,7 +263,33 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
     grad_path = plot_grad_norms(rows, out_dir, run_dir.name)
     if grad_path is not None:
         written.append(grad_path)
+    remove_stale(out_dir, [f"{panel.name}.png" for panel in PANELS] + ["summary.png", "grad_norms.png"], written)
     return written
+
+
+def warn_nonfinite(rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """One stderr warning per drawn metric that is NaN or infinite at some step (a loss that blew
+    up is a gap in its line: say so rather than draw a curve that looks whole)."""
+    for key in dict.fromkeys(keys):
+        bad = nonfinite_steps(rows, key)
+        if bad:
+            shown = ", ".join(map(str, bad[:8])) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            print(f"warning: {key} is NaN or infinite at step{'s' if len(bad) > 1 else ''} {shown}: drawn as gaps", file=sys.stderr)
+
+
+def remove_stale(out_dir: Path, own_names: list[str], written: list[Path]) -> None:
+    """Delete the figures of ``own_names`` in ``out_dir`` that this drawing did not write.
+
+    They were drawn earlier, from another run or before its settings changed (a PPO run's
+    critic.png left in the folder of a GRPO run), and would pass for this run's. Only the names
+    this command writes are touched; each removal is named on stderr.
+    """
+    fresh = {path.name for path in written}
+    for name in own_names:
+        stale = out_dir / name
+        if name not in fresh and stale.is_file():
+            stale.unlink()
+            print(f"note: removed {stale}: drawn earlier, and the metrics it shows are not in this run", file=sys.stderr)
 
 
 _GRAD_KEY = re.compile(r"^grad_norm/(bucket_(\d+)|all)/(task|entropy|kl|reward_std_mean)$")

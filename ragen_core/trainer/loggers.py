@@ -58,6 +58,8 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"{p} is not a metrics file (not UTF-8 text)", ["metrics.jsonl holds one JSON object per line"]) from None
+    except OSError as exc:  # not "cannot write the plots": the reading failed
+        raise ConfigError(f"cannot read {p} ({exc.strerror or type(exc).__name__})", ["make the file readable"]) from None
     lines = text.rstrip().splitlines()
     bad: list[int] = []
     for number, line in enumerate(lines, 1):

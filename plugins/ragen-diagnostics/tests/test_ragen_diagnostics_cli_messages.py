@@ -276,7 +276,7 @@ def test_a_read_only_run_folder_is_one_line(tmp_path, capsys, monkeypatch):
     run = tmp_path / "run"
     _write_skipped(run)
 
-    def read_only(run_dir):
+    def read_only(run_dir, **kwargs):
         raise PermissionError(13, "Permission denied", str(run_dir / "plots"))
 
     monkeypatch.setattr(report, "build_report", read_only)

@@ -118,6 +118,45 @@ def test_cli_builds_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert str(run / "diagnostics.html") in capsys.readouterr().out
 
 
+def test_diagnose_reads_damaged_metrics_as_ragen_plot_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """diagnose skipped damaged lines and NaN estimates in silence, and read a file of JSON arrays as "no metrics";
+    ragen plot named them (helper-62's walk)."""
+    from ragen_core.testing.run_helpers import one_line_error
+
+    run = tmp_path / "run"
+    write_metrics(run)  # line 4 is '{not json'
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    row = json.loads(lines[10])  # step 10
+    row["collapse_trajectory_sample/mi_estimate"] = float("nan")
+    lines[10] = json.dumps(row)
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert ragen_main(["diagnose", str(run)]) == 0
+    damaged = [r.getMessage() for r in caplog.records if "not JSON rows" in r.getMessage()]
+    assert damaged == [f"{run / 'metrics.jsonl'}: 1 line(s) not JSON rows, skipped (line 4)"]  # named once, not per read
+    err = capsys.readouterr().err
+    assert "warning: collapse_trajectory_sample/mi_estimate is NaN or infinite at step 10: drawn as gaps" in err
+    (run / "metrics.jsonl").write_text("[1, 2]\n[3]\n")
+    assert ragen_main(["diagnose", str(run)]) == 2
+    assert one_line_error(capsys.readouterr().err).startswith(f"ConfigError: {run / 'metrics.jsonl'} line 1 is a JSON list, not an object")
+
+
+def test_a_figure_the_run_no_longer_logs_is_removed_not_left_to_pass_for_its_own(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    write_metrics(run)
+    (run / "plots").mkdir()
+    (run / "plots" / "summary.png").write_bytes(b"ragen plot's, not diagnose's")
+    assert "filter_kept.png" in {p.name for p in build_report(run)}
+    capsys.readouterr()
+    write_metrics(run, with_filter=False)  # the folder reused for a run without a filter
+    written = {p.name for p in build_report(run)}
+    assert "filter_kept.png" not in written and not (run / "plots" / "filter_kept.png").exists()
+    assert not (run / "plots" / "reward_variance.png").exists()
+    assert f"note: removed {run / 'plots' / 'filter_kept.png'}: drawn earlier" in capsys.readouterr().err
+    assert (run / "plots" / "summary.png").read_bytes() == b"ragen plot's, not diagnose's"  # another command's figure stays
+
+
 def test_diagnose_is_a_command_this_distribution_adds_through_the_hook() -> None:
     import importlib.util
     import subprocess

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,16 @@ OFFLINE_FILE = "diagnostics_offline.jsonl"
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics JSONL file with a numeric ``step``, one per step in step order (a step
-    diagnosed twice offline: the newest row); malformed lines are skipped."""
-    from ragen_core.trainer.loggers import is_step, one_row_per_step
+    diagnosed twice offline: the newest row).
 
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and is_step(row.get("step")):
-            rows.append(row)
-    return one_row_per_step(rows)[0]
+    Read as ``ragen plot`` reads it (:func:`ragen_core.trainer.loggers.read_metrics`): a torn last
+    line is ignored, other damaged lines are skipped with a warning naming them, and a file that
+    is not a metrics file is a one-line error.
+    """
+    from ragen_core.trainer.loggers import is_step
+    from ragen_core.trainer.loggers import read_metrics as read_rows
+
+    return [row for row in read_rows(path) if is_step(row.get("step"))]
 
 
 def series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
@@ -295,13 +290,20 @@ def write_html(run_dir: Path, rows: list[dict[str, Any]], offline: list[dict[str
     return out
 
 
-def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: float = 0.5) -> list[Path]:
+def load_rows(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The training-time rows and the offline rows of ``run_dir`` (:func:`read_metrics` each)."""
+    return read_metrics(Path(run_dir) / "metrics.jsonl"), read_metrics(Path(run_dir) / OFFLINE_FILE)
+
+
+def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: float = 0.5,
+                 metrics: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> list[Path]:
     """Draw the plots and write the HTML report of ``run_dir``.
 
     Args:
         run_dir: A RAGEN run directory with ``metrics.jsonl``.
         mi_ratio: MI divider of the regime plot, as a fraction of the first measured MI.
         entropy_ratio: Entropy divider, as a fraction of the first measured H(Z|X).
+        metrics: :func:`load_rows` of ``run_dir`` when the caller has read them (read once, warned once).
 
     Returns:
         Paths of the written PNGs followed by the HTML file.
@@ -312,16 +314,18 @@ def build_report(run_dir: str | Path, *, mi_ratio: float = 0.5, entropy_ratio: f
     """
     plt = _plt()
     with plt.rc_context({"text.parse_math": False}):  # titles and labels are text: a '$' in a run's name is no mathtext
-        return _build_report(Path(run_dir), mi_ratio, entropy_ratio)
+        return _build_report(Path(run_dir), mi_ratio, entropy_ratio, metrics)
 
 
-def _build_report(run: Path, mi_ratio: float, entropy_ratio: float) -> list[Path]:
+def _build_report(run: Path, mi_ratio: float, entropy_ratio: float,
+                  metrics: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None) -> list[Path]:
+    from ragen_core.cli.plot import remove_stale, warn_nonfinite
+
     if run.is_file():
         raise RagenError(f"{run} is a file, not a run directory", ["pass the folder a training run wrote (it holds metrics.jsonl)"])
     if not run.is_dir():
         raise RagenError(f"run directory {run} does not exist", ["pass the folder a training run wrote (it holds metrics.jsonl), e.g. runs/<name>"])
-    rows = read_metrics(run / "metrics.jsonl")
-    offline = read_metrics(run / OFFLINE_FILE)
+    rows, offline = metrics if metrics is not None else load_rows(run)
     if not rows and not offline:
         if not (run / "config.yaml").is_file():  # not a run's folder at all: training advice would mislead
             raise RagenError(f"{run} is not a run directory (no config.yaml, no metrics.jsonl)",
@@ -338,10 +342,13 @@ def _build_report(run: Path, mi_ratio: float, entropy_ratio: float) -> list[Path
         written.append(plots / "collapse_regimes.png")
     else:
         missing.append("collapse metrics (regime plot)")
-    for filename, title, ylabel, keys in _curve_specs():
+    specs = _curve_specs()
+    warn_nonfinite(rows, [key for *_, keys in specs for key, _, _ in keys])
+    for filename, title, ylabel, keys in specs:
         if _curves(rows, plots / filename, title, ylabel, keys):
             written.append(plots / filename)
         else:
             missing.append(title)
+    remove_stale(plots, ["collapse_regimes.png"] + [filename for filename, *_ in specs], written)
     written.append(write_html(run, rows, offline, written, missing))
     return written
