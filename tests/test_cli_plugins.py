@@ -284,3 +284,44 @@ def test_the_scaffold_readme_lists_every_setting_of_its_config(tmp_path):
     readme = (scaffold("tablecheck", tmp_path) / "README.md").read_text()
     listed = set(re.findall(r"^\| `([a-z_]+)` \|", readme, flags=re.MULTILINE))
     assert set(EnvConfig.model_fields) <= listed, set(EnvConfig.model_fields) - listed
+
+
+def test_init_env_force_starts_over_and_keeps_the_old_folder_aside(tmp_path):
+    """--force wrote the template over the folder: files the user added stayed, mixed into the 'fresh' package (helper-63's walk)."""
+    from ragen_core.cli.init_env import scaffold
+
+    pkg = scaffold("grid4", tmp_path)
+    env_py = next(pkg.rglob("env.py"))
+    template_env = env_py.read_text()
+    env_py.write_text("# my work\n")
+    (pkg / "notes.txt").write_text("mine")
+    again = ragen("init-env", "grid4", "--force", "--dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    aside = tmp_path / "ragen-env-grid4.old-1"
+    assert f"moved the existing {pkg} to {aside}" in again.stderr
+    assert env_py.read_text() == template_env and not (pkg / "notes.txt").exists()  # fresh, not merged
+    assert (aside / "notes.txt").read_text() == "mine" and next(aside.rglob("env.py")).read_text() == "# my work\n"  # nothing lost
+    assert ragen("init-env", "grid4", "--force", "--dir", str(tmp_path)).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ragen-env-grid4", "ragen-env-grid4.old-1", "ragen-env-grid4.old-2"]
+
+
+def test_init_env_force_may_start_over_the_folder_an_editable_install_points_at(tmp_path):
+    """Re-scaffolding your own `pip install -e` package was refused as a name 'taken' by... itself (helper-63's walk);
+    another folder, or the same name installed from elsewhere, still clashes."""
+    import json
+
+    site = tmp_path / "site"
+    fake_entry_points(site, "ragen-env-grid5", {"ragen_core.envs": {"grid5": "ragen_env_grid5.plugin:SPEC"}}, add_to_path=False)
+    env = {"PYTHONPATH": str(site) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    (work / "ragen-env-grid5").mkdir(parents=True)
+    elsewhere.mkdir()
+    info = next(site.glob("*.dist-info"))
+    (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {"editable": True}}))
+    own = ragen("init-env", "grid5", "--force", "--dir", str(work), env=env)
+    assert own.returncode == 0, own.stderr
+    assert (work / "ragen-env-grid5" / "pyproject.toml").is_file() and (work / "ragen-env-grid5.old-1").is_dir()
+    other = ragen("init-env", "grid5", "--dir", str(elsewhere), env=env)
+    assert other.returncode == 2 and "env name 'grid5' is taken" in other.stderr and not any(elsewhere.iterdir())
+    (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {}}))  # a copy, not editable
+    assert ragen("init-env", "grid5", "--force", "--dir", str(work), env=env).returncode == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from ragen_core.errors import RagenError
@@ -20,7 +21,8 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "ragen-env-tem
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="env name, lower case, e.g. mygrid")
     parser.add_argument("--dir", default=".", help="parent folder of the new package (default: current folder)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing folder")
+    parser.add_argument("--force", action="store_true",
+                        help="start over in an existing folder: it is moved aside to ragen-env-NAME.old-N, then the package is written fresh")
 
 
 def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Path:
@@ -34,8 +36,10 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     if name.startswith("ragen-env-"):
         raise RagenError(f"invalid env name {name!r}: give the env's own name; the package gets the ragen-env- prefix itself",
                          [f"ragen init-env {name[len('ragen-env-'):] or 'mygrid'}"])
+    dist = f"ragen-env-{name}"
+    target = Path(parent) / dist
     taken = installed_env_named(name)
-    if taken is not None:
+    if taken is not None and not _installed_from(dist, target):  # your own editable install of this folder is no clash
         raise RagenError(f"env name {name!r} is taken: {taken}; a second package registering it would clash "
                          "(ragen plugins would show a duplicate and runs could not pick one)",
                          [f"choose another name, e.g. ragen init-env my-{name}"])
@@ -45,21 +49,45 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     minor = ".".join(__version__.split(".")[:2])
     values = {
         "name": name,
-        "dist": f"ragen-env-{name}",
+        "dist": dist,
         "pkg": f"ragen_env_{name.replace('-', '_')}",
         "Class": "".join(part.capitalize() for part in name.split("-")),
         "core_min": minor,
         "core_next": str(major + 1),
     }
-    target = Path(parent) / values["dist"]
-    if target.exists() and not force:
-        raise RagenError(f"{target} already exists", ["choose another name or pass --force"])
+    if (target.exists() or target.is_symlink()) and not force:
+        raise RagenError(f"{target} already exists", ["choose another name, or pass --force to start over (the folder is kept, moved aside)"])
     try:
+        if target.exists() or target.is_symlink():  # --force: a fresh package, not the template merged into your files
+            aside = _set_aside(target)
+            print(f"moved the existing {target} to {aside}", file=sys.stderr)
         _write_template(target, values)
     except OSError as exc:  # --dir a file, a read-only or system folder: one line, not a traceback
         raise RagenError(f"cannot create the package in {target}: {exc.strerror or exc}: {exc.filename}",
                          ["pass --dir a folder you can write to"]) from None
     return target
+
+
+def _set_aside(target: Path) -> Path:
+    """Rename ``target`` to the first free ``<target>.old-N`` and return that path (nothing is deleted)."""
+    n = 1
+    while (aside := target.with_name(f"{target.name}.old-{n}")).exists() or aside.is_symlink():
+        n += 1
+    target.rename(aside)
+    return aside
+
+
+def _installed_from(dist: str, target: Path) -> bool:
+    """Whether distribution ``dist`` is an editable install of the folder ``target``."""
+    from importlib import metadata
+
+    from ragen_core.registry import dist_location
+
+    try:
+        location = dist_location(metadata.distribution(dist))
+    except metadata.PackageNotFoundError:
+        return False
+    return location.endswith(" (editable)") and Path(location[: -len(" (editable)")]).resolve() == target.resolve()
 
 
 def _write_template(target: Path, values: dict[str, str]) -> None:
