@@ -108,3 +108,46 @@ def test_an_env_error_raised_by_reset_is_not_called_an_env_error_twice(monkeypat
     with pytest.raises(EnvError) as info:
         reset_env(CorridorEnv(CorridorConfig(length=3)), ResetRequest(0, 5, 0), label="env 'corridor' (seed 5, member 0)")
     assert str(info.value).splitlines()[0] == "env 'corridor' (seed 5, member 0) failed to reset: no answer from the shop"
+
+
+def test_the_kit_takes_what_a_run_takes_from_step():
+    """A list of four and a numpy int reward train fine; the kit failed them (helper-63's walk)."""
+    from types import MappingProxyType
+
+    kept = env_checks._assert_step("corridor", ["obs", np.int64(1), False, MappingProxyType({"success": False})], "Right")
+    assert kept == StepResult("obs", 1.0, False, {"success": False})
+    assert run_actions(_StepReturns(["obs", np.int64(1), False, MappingProxyType({})]), 0, ["Right"], label="e").reward == 1.0
+    for wrong in (("obs", 0.0, False), "obs"):  # and what a run refuses, the kit refuses
+        with pytest.raises(AssertionError, match="step must return"):
+            env_checks._assert_step("corridor", wrong, "Right")
+        with pytest.raises(EnvError, match="from step"):
+            run_actions(_StepReturns(wrong), 0, ["Right"], label="e")
+
+
+class _StepReturns:
+    def __init__(self, result):
+        self.result = result
+
+    def step(self, action):
+        return self.result
+
+
+@pytest.mark.parametrize(("names", "ok"), [(("Left", "Right"), True), (["Left", "Right"], True), (None, True),
+                                           ("LeftRight", False), (["Left", ""], False), (["Left", 3], False)])
+def test_the_kit_and_a_run_share_one_rule_for_action_names(monkeypatch, names, ok):
+    """The kit refused a tuple a run uses; a run read a str as its letters and took an empty name (helper-63's walk)."""
+    from ragen_core.interfaces.env_pool import ResetRequest
+    from ragen_core.rollout.env_pool import reset_env
+
+    name = register_toy_env()
+    monkeypatch.setattr(CorridorEnv, "action_names", property(lambda self: names))
+    if ok:
+        env_checks.check_instruction(name)
+        facts = reset_env(CorridorEnv(CorridorConfig(length=3)), ResetRequest(0, 0), label="corridor").facts
+        assert facts.action_names == (tuple(names) if names is not None else None)
+        return
+    with pytest.raises(AssertionError, match=f"env {name!r}: action_names must be None or a list of non-empty str, not"):
+        env_checks.check_instruction(name)
+    with pytest.raises(EnvError) as info:
+        reset_env(CorridorEnv(CorridorConfig(length=3)), ResetRequest(0, 0), label="corridor")
+    assert str(info.value).splitlines()[0].startswith("corridor failed to reset: action_names must be None or a list of non-empty str")

@@ -101,16 +101,33 @@ class EnvFacts:
     @classmethod
     def of(cls, env: Any) -> EnvFacts:
         """Facts of a live env (used by pools, on the side where the env lives)."""
-        names = env.action_names
         c = env.config
         return cls(
-            action_names=tuple(names) if names is not None else None,
+            action_names=checked_action_names(env.action_names),
             action_sep=env.action_sep,
             max_actions_per_episode=int(c.max_actions_per_episode),
             max_actions_per_turn=int(c.max_actions_per_turn),
             max_turns=int(c.max_turns),
             max_tokens=int(c.max_tokens),
         )
+
+
+def checked_action_names(names: Any) -> tuple[str, ...] | None:
+    """An env's ``action_names`` as a tuple, the rule the runtime and the conformance kit share.
+
+    Raises:
+        EnvError: ``names`` is not None nor a list or tuple of non-empty str (a str would be read
+            as its letters, an empty name matches every reply).
+    """
+    if names is None:
+        return None
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n.strip() for n in names):
+        from ragen_core.config import short_repr
+        from ragen_core.errors import EnvError
+
+        raise EnvError(f"action_names must be None or a list of non-empty str, not {type(names).__name__} {short_repr(names, 60)}",
+                       ["return the env's fixed action vocabulary, e.g. ['Up', 'Down'], or None for free-text actions"])
+    return tuple(names)
 
 
 def _require_ints(request: Any, *names: str) -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ragen_core import registry
+from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.interfaces.env_pool import checked_action_names
 from ragen_core.rollout.env_pool import is_bool
 from ragen_core.testing.plugin_checks import check_spec_is_light, check_spec_roundtrip
 
@@ -62,17 +65,18 @@ def _sample_actions(env: Env, n: int = 6) -> list[str]:
 
 
 def _assert_step(name: str, result: Any, action: str) -> StepResult:
-    assert isinstance(result, tuple) and len(result) == 4, f"env {name!r}: step must return (obs, reward, done, info) ({DOC})"
+    # the runtime's rules (ragen_core.rollout.env_pool.run_actions): what it accepts, the kit accepts
+    assert isinstance(result, (tuple, list)) and len(result) == 4, f"env {name!r}: step must return (obs, reward, done, info) ({DOC})"
     obs, reward, done, info = result
     assert isinstance(obs, str), f"env {name!r}: observation after {action[:40]!r} is {type(obs).__name__}, not str"
-    assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"env {name!r}: reward must be a float, got {type(reward).__name__}"
+    assert isinstance(reward, numbers.Real) and not isinstance(reward, bool), f"env {name!r}: reward must be a number, got {type(reward).__name__}"
     assert math.isfinite(float(reward)), f"env {name!r}: non-finite reward {reward!r} after action {action[:40]!r}"
     assert is_bool(done), f"env {name!r}: done must be bool, got {type(done).__name__} {done!r}"
-    assert isinstance(info, dict), f"env {name!r}: info must be a dict"
+    assert isinstance(info, Mapping), f"env {name!r}: info must be a dict"
     if "success" in info:  # read by train/success: the string "no" would be a truthy success
         success = info["success"]
         assert is_bool(success), f"env {name!r}: info['success'] must be bool, got {type(success).__name__} {success!r}"
-    return StepResult(obs, float(reward), bool(done), info)
+    return StepResult(obs, float(reward), bool(done), dict(info))
 
 
 def check_spec(name: str, preset: str | None = None) -> None:
@@ -173,10 +177,10 @@ def check_instruction(name: str, preset: str | None = None) -> None:
         env.reset(0)
         text = env.instruction()
         assert isinstance(text, str), f"env {name!r}: instruction() must return str"
-        names = env.action_names
-        assert names is None or (isinstance(names, list) and all(isinstance(n, str) and n for n in names)), (
-            f"env {name!r}: action_names must be None or a list of non-empty str"
-        )
+        try:
+            checked_action_names(env.action_names)
+        except EnvError as exc:
+            raise AssertionError(f"env {name!r}: {exc.message}") from None
     finally:
         env.close()
 
