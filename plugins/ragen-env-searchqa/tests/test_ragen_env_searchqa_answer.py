@@ -56,6 +56,16 @@ def test_score_exact_f1_and_threshold():
     assert score_answer("the Gixther", ["Gixther"], f1_threshold=1.0) == (1.0, True, 1.0)
 
 
+def test_an_answer_that_normalises_to_nothing_is_no_free_exact_match():
+    """NQ's gold 'A+' normalises to '' (the article 'a', a sign): finish[], 'the' and '.' were paid 1.0 for it (helper-69's walk)."""
+    for empty in ("", ".", "the", "An"):
+        assert score_answer(empty, ["A+", "AB+"]) == (0.0, False, 0.0)
+        assert not exact_match(empty, "")  # an empty prediction matches nothing, not even an empty gold
+    assert score_answer("A+", ["A+", "AB+"]).exact and score_answer(" a+ ", ["A+"]).exact  # the answer itself still scores
+    assert not score_answer("AB+", ["A+"]).exact
+    assert score_answer("The Beatles", ["beatles"]).exact  # golds that keep a word are normalised as before
+
+
 @pytest.mark.parametrize(("reply", "answer"), [
     ("<think>maybe London</think>I think \\boxed{Paris} is right", "Paris"),
     ("\\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
