@@ -41,15 +41,21 @@ def test_server_killed_mid_rollout(tmp_path, monkeypatch):
         service = pool.instance(0)._service
         first_pid = service.pid
 
-        # the server dies while the turn's searches are in flight: after the env checked it, before the request
+        # the server dies while the turn's searches are in flight: after the env checked it, before the request. The
+        # first batch holds the service's lock from the kill until its request has met the dead server: on a busy
+        # machine another episode's ensure_ready() restarted the child (same port) first, and that batch then reached
+        # the new one, so no episode failed (helper-69 reproduced it by delaying that thread)
         real_send = client_mod.BatchingClient._send
         armed = [True]
+        restart_lock = service._service.lock
 
         def dying_send(self, batch):
             if armed[0]:
                 armed[0] = False
-                _kill_and_wait(first_pid)
-            real_send(self, batch)
+                with restart_lock:
+                    _kill_and_wait(first_pid)
+                    return real_send(self, batch)
+            return real_send(self, batch)
 
         monkeypatch.setattr(client_mod.BatchingClient, "_send", dying_send)
         outcomes = pool.step([StepRequest(i, ("search[company founder]",)) for i in range(N)])
@@ -70,6 +76,33 @@ def test_server_killed_mid_rollout(tmp_path, monkeypatch):
     finally:
         pool.close()
     assert not service.alive  # the last env's close stopped the child
+
+
+def test_a_search_that_meets_the_restarted_child_loading_ends_as_a_restart(tmp_path, monkeypatch):
+    """Another episode restarted the dead child on the same port; this search, addressed before, got the new child's
+    "503 still loading" and the episode went on with that as its search results (helper-69's walk)."""
+    from ragen_env_searchqa.env import SearchQAEnv
+
+    env = SearchQAEnv(retriever={"cache_dir": str(tmp_path)}, server={"backoff_s": 0.05})
+    try:
+        env.reset(0)
+        assert env.step("search[city river founded]").observation.startswith("Search results for")
+        service = env._service
+        first_pid = service.pid
+
+        def restarted_meanwhile(self, query, k):
+            _kill_and_wait(first_pid)
+            assert service.died_since(first_pid)  # (the helper's waiting thread reaps the child a moment later)
+            service.ensure_ready()  # what another episode's search does first: restart it on the same port
+            raise client_mod.RetrievalError("http", "HTTP 503: index is still loading", status=503)
+
+        monkeypatch.setattr(client_mod.BatchingClient, "search", restarted_meanwhile)
+        result = env.step("search[company founder]")
+        assert result.done and result.reward == 0.0 and result.info["success"] is False
+        assert result.info["error"].startswith("the retrieval server died during the search and was restarted (HTTP 503")
+        assert service.alive and service.pid != first_pid
+    finally:
+        env.close()
 
 
 def test_a_process_pool_starts_at_most_one_worker_and_server_per_core():

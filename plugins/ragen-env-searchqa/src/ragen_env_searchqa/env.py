@@ -163,7 +163,9 @@ class SearchQAEnv(Env):
                 raise EnvError(f"env_config.server.url {url} is not a retrieval server: the first search got {e}",
                                ["point it at a retrieval server (POST /retrieve, see 'ragen-searchqa serve'), "
                                 "or unset it to let RAGEN start one"]) from e
-            if e.kind == "connection" and service.died_since(pid):
+            # the child this search was addressed to is gone: a refused connection, or (restarted on the same port by
+            # another episode) the new child's "503 still loading"; a plain HTTP error of a live child waits for nothing
+            if service.died_since(pid, grace_s=1.0 if e.kind == "connection" else 0.0):
                 service.ensure_ready()  # restart now (raises ServiceError past max_restarts)
                 return None, f"the retrieval server died during the search and was restarted ({e})"
             if e.kind == "connection" and pid is None:  # a server given by URL: nothing here restarts it
