@@ -16,7 +16,7 @@ from ragen_env_deepcoder.answer import TYPING_PRELUDE, assemble, extract_code, f
 from ragen_env_deepcoder.builtin import ROWS
 from ragen_env_deepcoder.env import DeepCoderEnv
 from ragen_env_deepcoder.grading import normalise_output, parse_expected, passed, same_value
-from ragen_env_deepcoder.problems import TestCase, problem_from_row
+from ragen_env_deepcoder.problems import TestCase, convert_tests, problem_from_row
 from ragen_env_deepcoder.sandbox import TestRun
 
 from ragen_core import registry
@@ -97,7 +97,6 @@ def test_stdout_comparison():
         ({"str": "True", "json": True}, "true", True),  # ... and this
         ({"str": "1", "json": 1}, "true", False),  # bool and int stay apart
         ({"str": "0.30000000000000004", "json": 0.30000000000000004}, "0.3", True),
-        ({"str": "5", "json": 5}, [5], True),  # TACO's one-element wrapping
         ({"str": "{1}"}, "{1}", True),  # no JSON form: the spec's str() rule
         ({"str": "abc", "json": "abc"}, '"abc"', True),
         ({"str": "abd", "json": "abd"}, '"abc"', False),
@@ -106,6 +105,17 @@ def test_stdout_comparison():
 )
 def test_call_comparison(got, expected, ok):
     assert passed(TestCase("call", "", expected, "f"), TestRun("ok", result=got)) is ok
+
+
+def test_a_one_element_list_matches_its_element_only_where_the_layout_wraps_results():
+    """LiveCodeBench's expected '[2]' is a list: returning 2 passed it (helper-68's walk); TACO wraps every result."""
+    five = TestRun("ok", result={"str": "5", "json": 5})
+    assert passed(TestCase("call", "", [5], "f", wrapped=True), five)  # TACO / PrimeIntellect
+    assert not passed(TestCase("call", "", "[5]", "f"), five)  # LiveCodeBench 'functional'
+    assert passed(TestCase("call", "", "[5]", "f"), TestRun("ok", result={"str": "[5]", "json": [5]}))
+    lcb, taco = (convert_tests(t, "f")[0] for t in ([{"input": "1", "output": "[5]", "testtype": "functional"}],
+                                                     {"inputs": [[1]], "outputs": [[5]], "fn_name": "f"}))
+    assert not passed(lcb, five) and passed(taco, five)
 
 
 def test_parse_expected_and_same_value():

@@ -43,7 +43,7 @@ def test_primeintellect_layout():
         {"type": "stdin_stdout", "input": "1 2\n", "output": "3\n"},
         {"type": "function_call", "fn_name": "add", "input": [1, 2], "output": [3]},
     ])
-    assert convert_tests(tests) == (TestCase("stdin", "1 2\n", "3\n"), TestCase("call", [1, 2], [3], "add"))
+    assert convert_tests(tests) == (TestCase("stdin", "1 2\n", "3\n"), TestCase("call", [1, 2], [3], "add", wrapped=True))
 
 
 def test_lcb_layout_takes_the_function_name_from_metadata_or_starter():
@@ -65,7 +65,7 @@ def test_taco_dict_layout_with_and_without_a_function_name():
     stdin = {"inputs": ["1 2\n", ["3 4", "5"]], "outputs": ["3\n", ["7", "5"]]}
     assert convert_tests(json.dumps(stdin)) == (TestCase("stdin", "1 2\n", "3\n"), TestCase("stdin", "3 4\n5", "7\n5"))
     call = {"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}
-    assert convert_tests(call) == (TestCase("call", [1, 2], [3], "add"),)
+    assert convert_tests(call) == (TestCase("call", [1, 2], [3], "add", wrapped=True),)
 
 
 @pytest.mark.parametrize(
@@ -77,11 +77,19 @@ def test_taco_dict_layout_with_and_without_a_function_name():
         ([{"input": "1"}], "'input' and 'output'"),
         ([{"input": "1", "output": "2", "testtype": "functional"}], "without a function name"),
         ([{"input": "1", "output": "2", "type": "interactive"}], "unknown test type"),
+        # a null output was read as "": a program that prints nothing passed (helper-68's walk)
+        ([{"input": "1", "output": "2"}, {"input": "1", "output": None}], "test 2 has output null"),
+        ({"inputs": ["1"], "outputs": [None]}, "test 1 has output null"),
     ],
 )
 def test_unreadable_tests_name_the_problem(tests, match):
     with pytest.raises(ValueError, match=match):
         convert_tests(tests)
+
+
+def test_a_function_may_be_expected_to_return_none_and_a_program_to_print_nothing():
+    assert convert_tests([{"input": [1], "output": None, "fn_name": "f", "testtype": "functional"}])[0].output is None
+    assert convert_tests([{"input": "1", "output": ""}]) == (TestCase("stdin", "1", ""),)
 
 
 def test_row_without_statement_is_rejected():

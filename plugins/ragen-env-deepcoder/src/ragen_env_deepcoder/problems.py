@@ -55,6 +55,10 @@ class TestCase:
     output: Any
     """Expected stdout text; or (call) the expected value, as JSON text or as a value."""
     fn_name: str | None = None
+    wrapped: bool = False
+    """(call) The layout may wrap the expected value in a one-element list (TACO's ``outputs``,
+    PrimeIntellect's ``function_call``): that list also matches its element. Not LiveCodeBench's
+    ``functional`` tests, whose ``[2]`` is a list (returning ``2`` passed them)."""
 
     def payload(self) -> dict[str, Any]:
         """What the sandbox gets (never the expected output)."""
@@ -102,6 +106,13 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _expected_text(value: Any, n: int) -> str:
+    """A stdin test's expected output; null is refused (read as "", a program that prints nothing passed it)."""
+    if value is None:
+        raise ValueError(f"test {n} has output null: a stdin test needs the expected output text (\"\" if it prints nothing)")
+    return _text(value)
+
+
 def convert_tests(tests: Any, fn_name: str | None = None) -> tuple[TestCase, ...]:
     """Tests in any of the public layouts (module docstring) as :class:`TestCase` objects.
 
@@ -118,14 +129,14 @@ def convert_tests(tests: Any, fn_name: str | None = None) -> tuple[TestCase, ...
             raise ValueError("dict-form tests need lists 'inputs' and 'outputs' of equal length")
         name = tests.get("fn_name") or None
         if name:
-            return tuple(TestCase("call", i if isinstance(i, list) else _text(i), o, str(name)) for i, o in zip(inputs, outputs))
-        return tuple(TestCase("stdin", _text(i), _text(o)) for i, o in zip(inputs, outputs))
+            return tuple(TestCase("call", i if isinstance(i, list) else _text(i), o, str(name), wrapped=True) for i, o in zip(inputs, outputs))
+        return tuple(TestCase("stdin", _text(i), _expected_text(o, n)) for n, (i, o) in enumerate(zip(inputs, outputs), 1))
     if isinstance(tests, str):
         raise ValueError(f"tests is text that is not JSON ({short(tests)}); it must be a JSON list or an {{inputs, outputs}} dict")
     if not isinstance(tests, list):
         raise ValueError(f"tests must be a list or an {{inputs, outputs}} dict, got {type(tests).__name__}")
     converted = []
-    for test in tests:
+    for n, test in enumerate(tests, 1):
         if not isinstance(test, dict) or "input" not in test or "output" not in test:
             raise ValueError("each test needs 'input' and 'output'")
         kind = str(test.get("testtype") or test.get("type") or "stdin").lower()
@@ -134,9 +145,10 @@ def convert_tests(tests: Any, fn_name: str | None = None) -> tuple[TestCase, ...
             if not name:
                 raise ValueError("a function-call test without a function name (no fn_name, metadata or starter code)")
             value = test["input"]
-            converted.append(TestCase("call", value if isinstance(value, list) else _text(value), test["output"], str(name)))
+            converted.append(TestCase("call", value if isinstance(value, list) else _text(value), test["output"], str(name),
+                                      wrapped=kind != "functional"))
         elif kind in _STDIN_TYPES:
-            converted.append(TestCase("stdin", _text(test["input"]), _text(test["output"])))
+            converted.append(TestCase("stdin", _text(test["input"]), _expected_text(test["output"], n)))
         else:
             raise ValueError(f"unknown test type {kind!r}")
     return tuple(converted)
