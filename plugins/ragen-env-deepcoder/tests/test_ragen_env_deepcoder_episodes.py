@@ -159,6 +159,8 @@ def test_bad_answers_score_zero_and_say_why(env, answer, detail):
     obs, reward, done, info = on(env, 0).step(answer)
     assert (obs, reward, done, info["success"]) == ("Incorrect.", 0.0, True, False)
     assert info["detail"].startswith(detail)
+    # a valid action is a program that was run (it may not compile); none found, or too long to run, is not one (it was)
+    assert info["action_is_valid"] is not detail.startswith(("no program", "answer longer", "program longer"))
 
 
 def test_an_empty_answer_is_an_invalid_action_that_ends_nothing(env):

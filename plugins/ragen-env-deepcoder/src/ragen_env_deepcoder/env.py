@@ -10,7 +10,7 @@ tests passed) or ``Incorrect.``. An empty answer is ``Invalid action.``: reward
 
 ``info``: ``success`` (all passed), ``passed_tests``, ``total_tests``, ``pass_reward`` (the
 fraction), ``runnable`` (a Python program was found and compiled), ``action_is_valid`` (a program
-was found), ``action_is_effective`` (at least one test passed), and ``detail`` (text: why the
+was found within the length limit), ``action_is_effective`` (at least one test passed), and ``detail`` (text: why the
 first failing test failed).
 
 Answers may be fenced (```` ```python ````); see :mod:`ragen_env_deepcoder.answer` for the
@@ -89,14 +89,17 @@ class DeepCoderEnv(Env):
                                 "runnable": False, "action_is_valid": True, "action_is_effective": False, "detail": ""}
         if isinstance(answer, str) and len(answer) > 2 * cfg.sandbox.max_code_chars:
             info["detail"] = f"answer longer than {2 * cfg.sandbox.max_code_chars} characters: not run"
+            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
             return 0.0, info
         found = extract_code(answer)
         if not found.code:
             info["detail"] = f"no program: {found.problem}"
+            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
             return 0.0, info
         code = assemble(problem.starter_code, found.code)
         if len(code) > cfg.sandbox.max_code_chars:
             info["detail"] = f"program longer than {cfg.sandbox.max_code_chars} characters: not run"
+            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
             return 0.0, info
         if self._sandbox is None:
             self._sandbox = Sandbox(cfg.sandbox)
