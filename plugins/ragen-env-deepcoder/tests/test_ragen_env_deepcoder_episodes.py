@@ -71,7 +71,7 @@ def test_starter_code_rules():
     own_class = "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"
     assert assemble(STARTER, own_class) == TYPING_PRELUDE + own_class  # the model's class replaces the stub
     bare = "def twoSum(self, nums, target):\n    return [0, 1]"
-    assert assemble(STARTER, bare) == TYPING_PRELUDE + "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]"
+    assert assemble(STARTER, bare) == TYPING_PRELUDE + bare + "\n\n\nclass Solution:  # the answer's top-level methods\n    twoSum = twoSum\n"
     helper = "import math\n\ndef helper():\n    return 1"
     assert assemble(helper, "print(helper())") == TYPING_PRELUDE + helper + "\n\nprint(helper())"  # a complete starter goes first
     assert assemble("def f(x):\n    ", "def f(x):\n    return x") == TYPING_PRELUDE + "def f(x):\n    return x"  # a stub does not
@@ -171,12 +171,30 @@ def test_an_empty_answer_is_an_invalid_action_that_ends_nothing(env):
     assert DeepCoderEnv(invalid_action_score=-0.5).reset(0) and on(DeepCoderEnv(invalid_action_score=-0.5), 0).step("")[1] == -0.5
 
 
+TWO_SUM = "    seen = {}\n    for i, x in enumerate(nums):\n        if target - x in seen:\n            return [seen[target - x], i]\n" \
+          "        seen[x] = i\n"
+
+
+@pytest.mark.parametrize("answer", [
+    "import math\n\ndef twoSum(self, nums, target):\n" + TWO_SUM,  # an import first
+    "# one pass with a dict\ndef twoSum(self, nums, target):\n" + TWO_SUM,  # a comment first
+    "def twoSum(nums, target):\n" + TWO_SUM,  # a plain function, no self
+    "def pairs(self, nums, target):\n" + TWO_SUM + "\ndef twoSum(self, nums, target):\n    return self.pairs(nums, target)\n",  # a helper method
+])
+def test_top_level_functions_answer_a_class_solution_starter(env, answer):
+    """A correct method after an import or a comment got 'missing 1 required positional argument', and a plain
+    function was forced into the class ('takes 1 positional argument but 2 were given') (helper-68's walk)."""
+    on(env, 28)  # twoSum, LiveCodeBench layout, a class Solution starter
+    obs, reward, done, info = env.step(f"```python\n{answer}```")
+    assert (obs, reward) == ("Correct!", 1.0), info["detail"]
+
+
 def test_function_call_problem_with_a_class_solution_starter(env):
     on(env, 28)  # twoSum, LiveCodeBench layout
     assert "Complete this starter code" in env.render() and "def twoSum" in env.render()
     bare = "```python\ndef twoSum(self, nums: List[int], target: int) -> List[int]:\n    for i in range(len(nums)):\n" \
            "        for j in range(i + 1, len(nums)):\n            if nums[i] + nums[j] == target:\n                return (i, j)\n```"
-    assert env.step(bare)[1] == 1.0  # indented into class Solution; a tuple matches the JSON list
+    assert env.step(bare)[1] == 1.0  # made a method of class Solution; a tuple matches the JSON list
 
 
 def test_every_builtin_reference_solution_passes_every_test(env):

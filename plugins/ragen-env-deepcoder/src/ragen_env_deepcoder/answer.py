@@ -11,9 +11,11 @@ failed to compile. Here:
 
 Starter code (function-call problems) is joined as the spec says, with one fix: the model's
 code replaces the starter when it defines ``class Solution`` itself; when the starter defines
-``class Solution`` and the model wrote a bare ``def ...``, the model's code is indented into a
-fresh ``class Solution:``; otherwise the starter goes first only if it compiles on its own (the
-usual LeetCode starter is a stub with an empty body, which would break any program after it).
+``class Solution`` and the model wrote top-level functions instead (after imports or comments
+too), the starter is dropped and the functions whose first parameter is ``self`` become methods of
+a ``class Solution`` added after the code (one without ``self`` is called as the top-level
+function); otherwise the starter goes first only if it compiles on its own (the usual LeetCode
+starter is a stub with an empty body, which would break any program after it).
 Programs of problems with starter code start with ``from typing import *``, since the starter
 signatures use ``List[int]`` and friends without importing them.
 """
@@ -21,7 +23,6 @@ signatures use ``List[int]`` and friends without importing them.
 from __future__ import annotations
 
 import re
-import textwrap
 from dataclasses import dataclass
 
 #: A fence line with an optional info string, then the block up to a closing fence or the end.
@@ -73,13 +74,28 @@ def assemble(starter: str, code: str) -> str:
         return code
     if _CLASS_SOLUTION.search(code):
         body = code
-    elif _CLASS_SOLUTION.search(starter) and code.lstrip().startswith("def "):
-        body = "class Solution:\n" + textwrap.indent(textwrap.dedent(code), "    ")
+    elif _CLASS_SOLUTION.search(starter) and (defs := _top_level_functions(code)):
+        # the spec indents code that starts with 'def ' into the class: an import first, or a function without self, failed
+        methods = [name for name, takes_self in defs.items() if takes_self]
+        body = code if not methods else (code.rstrip("\n") + "\n\n\nclass Solution:  # the answer's top-level methods\n"
+                                         + "".join(f"    {name} = {name}\n" for name in methods))
     elif _compiles(starter):
         body = starter.rstrip("\n") + "\n\n" + code
     else:
         body = code
     return TYPING_PRELUDE + body
+
+
+def _top_level_functions(code: str) -> dict[str, bool]:
+    """The module-level functions of ``code`` and whether each takes ``self`` first ({} when it does not parse)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {}
+    return {node.name: bool(node.args.posonlyargs + node.args.args) and (node.args.posonlyargs + node.args.args)[0].arg == "self"
+            for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 #: ``def name(self, ...)`` inside a starter's ``class Solution``, or a top-level ``def name(``.
