@@ -124,6 +124,9 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
             total += reward
             valid = info.get("action_is_valid", True)
             print(f"  {action!r}: reward {reward:+.2f}{'' if valid else '  (invalid action)'}", file=out)
+            shown = info_line(info)
+            if shown:
+                print(f"  info: {shown}", file=out)
             said_success = bool(info.get("success", False))
             success = done and said_success  # the trainer's rule: an episode succeeds when it ends (done) with info['success']
             if said_success and not done:
@@ -139,6 +142,16 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
             print(f"\n(no turns left)\n{obs}", file=out)
     print(f"\nepisode over: total reward {total:+.2f}, success {success}", file=out)
     return {"reward": total, "success": success, "actions": actions_done}
+
+
+def info_line(info: dict[str, Any], limit: int = 100) -> str:
+    """The step's ``info`` as ``key=value`` pairs (values cut at ``limit`` characters), without the
+    flags the play line already shows; what an env says about a step (DeepCoder's ``detail``: why
+    the program failed) is otherwise only in the trainer's metrics."""
+    from ragen_core.config import short_repr
+
+    return ", ".join(f"{key}={short_repr(value, limit)}" for key, value in info.items()
+                     if key not in ("success", "action_is_valid"))
 
 
 def run(args: argparse.Namespace) -> int:

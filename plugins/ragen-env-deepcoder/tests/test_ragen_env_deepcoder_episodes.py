@@ -280,6 +280,15 @@ def test_a_person_can_paste_a_program_in_play():
     assert split_reply("<answer>a || b</answer>", env) == ["a || b"]  # code is never split on ||
 
 
+def test_play_says_why_a_program_failed():
+    """`ragen env play deepcoder` printed 'Incorrect.' and never the reason in info['detail'] (helper-68's walk)."""
+    out = io.StringIO()
+    play(DeepCoderEnv(), seed=0, agent="human", out=out, inp=io.StringIO("<answer>\nprint(1\n</answer>\n"), rng=make_rng(0))
+    (line,) = [x for x in out.getvalue().splitlines() if x.startswith("  info: ")]
+    assert "passed_tests=0" in line and "runnable=False" in line and "detail=\"does not compile: SyntaxError: '(' was never closed" in line
+    assert "success=" not in line and "action_is_valid=" not in line  # the play line shows those already
+
+
 def test_pool_facts_for_the_runner():
     from ragen_core.interfaces.env_pool import EnvFacts
 
