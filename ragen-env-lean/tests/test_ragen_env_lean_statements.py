@@ -159,6 +159,62 @@ def test_loader_errors_name_the_problem(tmp_path):
         theorem_set(LeanConfig(dataset=str(tmp_path / "empty")))
 
 
+@pytest.mark.parametrize(("name", "text", "where"), [("rows.jsonl", '{"name": "a", "formal_statement": "theorem a : True := by"}\n\n[1, 2]\n',
+                                                     "line 3 is not a JSON object (it is [1, 2])"),
+                                                    ("num.jsonl", "5\n", "line 1 is not a JSON object (it is 5)"),
+                                                    ("rows.json", '[{"name": "a"}, "theorem b : True := by"]',
+                                                     'row 2 is not a JSON object (it is "theorem b : True := by")')])
+def test_a_row_that_is_not_an_object_is_named_by_its_line(tmp_path, name, text, where):
+    """[1, 2] or 5 on a line was an AttributeError (or a TypeError) at the first reset."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        theorem_set(LeanConfig(dataset=str(path)))
+    assert info.value.message == f"lean dataset {path} {where}"
+    assert info.value.hints and info.value.hints[0].startswith("give miniF2F-style rows")
+
+
+def test_a_broken_jsonl_line_is_named_by_its_line_in_the_file(tmp_path):
+    """json's position is within the one line it parsed: line 3 was reported as "line 1 column 1"."""
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"name": "a", "formal_statement": "theorem a : True := by"}\n\n{oops\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        theorem_set(LeanConfig(dataset=str(path)))
+    assert str(info.value) == (f"lean dataset {path}: cannot read it "
+                               "(line 3 is not JSON: Expecting property name enclosed in double quotes, column 2)")
+
+
+def test_a_json_file_of_one_object_or_an_empty_list_says_what_it_holds(tmp_path):
+    """Both were reported as "has no rows (the file is empty)"."""
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"name": "t1", "formal_statement": "theorem t1 : True := by"}), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        theorem_set(LeanConfig(dataset=str(one)))
+    assert str(info.value).splitlines()[0] == f"lean dataset {one} holds one JSON object with no 'data' or 'rows' list"
+    assert '{"data": [...]}' in info.value.hints[0]
+    (tmp_path / "wrapped.json").write_text(json.dumps({"rows": [{"name": "t1", "formal_statement": "theorem t1 : True := by",
+                                                                 "split": "valid"}]}), encoding="utf-8")
+    assert [t.name for t in theorem_set(LeanConfig(dataset=str(tmp_path / "wrapped.json"))).train] == ["t1"]
+    (tmp_path / "none.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"has no rows \(its JSON list is empty\)"):
+        theorem_set(LeanConfig(dataset=str(tmp_path / "none.json")))
+
+
+def test_rows_whose_statement_does_not_split_are_counted_in_one_warning(tmp_path, caplog):
+    """They were dropped without a word (TheoremSet.skipped was never read)."""
+    rows = [{"name": n, "formal_statement": f, "split": s} for n, f, s in (
+        ("a", "theorem a : True := by", "valid"), ("b", "no declaration here", "valid"),
+        ("c", "theorem c : True", "test"), ("d", "theorem d : True := by", "test"))]
+    path = tmp_path / "some.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="ragen_env_lean.theorems"):
+        for _ in range(2):  # loads are cached: one warning
+            found = theorem_set(LeanConfig(dataset=str(path)))
+    assert (len(found.train), len(found.val), found.skipped) == (1, 1, 2)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 2 row(s) whose formal_statement does not split into imports, preamble and a declaration skipped (2 theorem(s) read)"]
+
+
 def test_no_training_theorem_names_the_real_cause_and_a_hint_that_fits(tmp_path):
     """An empty file, rows without formal_statement and a split the data lacks are three causes with
     three hints; only the wrong split points at train_split."""

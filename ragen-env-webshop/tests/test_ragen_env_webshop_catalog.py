@@ -152,6 +152,28 @@ def test_loader_errors_name_the_files(tmp_path):
         make_goals(load_products(str(tmp_path / "one.json"), None))
 
 
+def test_a_broken_jsonl_line_is_named_by_its_line_in_the_file(tmp_path):
+    """json's position is within the one line it parsed: a bad line 4 was reported as "line 1 column 16"."""
+    rows = [json.dumps({"asin": f"B00000000{i}", "name": f"Lamp {i}"}) for i in range(3)]
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join([*rows, '{"asin": "B0", oops}']) + "\n")
+    with pytest.raises(ConfigError, match=r"^cannot read the WebShop products of catalog.product_path .*docs.jsonl "
+                                          r"\(line 4 is not JSON: Expecting property name enclosed in double quotes \(column 16\)\)\n"):
+        load_products(str(path), None)
+
+
+@pytest.mark.parametrize("attrs", [[1, 2, 3], {"B000000001": [1, 2]}, {"B000000001": {"attributes": ["a"]}, "B000000002": "cheap"}])
+def test_an_attribute_file_of_the_wrong_shape_is_refused_in_one_line(tmp_path, attrs):
+    """A list, or an entry that is not an object, ended in AttributeError: 'list' object has no attribute 'get'."""
+    products = tmp_path / "items.json"
+    products.write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}, {"asin": "B000000002", "name": "A rug"}]))
+    (tmp_path / "attrs.json").write_text(json.dumps(attrs))
+    with pytest.raises(ConfigError, match=r"^catalog.attribute_path .*attrs.json.* (a JSON list|a JSON string), not an object") as err:
+        load_products(str(products), str(tmp_path / "attrs.json"))
+    assert len(err.value.message.splitlines()) == 1
+    assert err.value.hints and "a JSON object mapping each ASIN to an object of its attributes" in err.value.hints[0]
+
+
 def test_a_catalog_folder_is_refused_by_the_availability_check_and_a_bad_file_by_the_server(tmp_path, capsys):
     """A folder passed the check ("takes an existing file or folder") and failed at load; the shop
     server's start-up error reached the run as its traceback's last lines."""

@@ -218,6 +218,30 @@ def test_a_bad_question_line_is_named_by_its_line_in_the_file(tmp_path):
     assert str(info.value).startswith(f"cannot read questions from {str(questions)!r}: line 2 is not JSON: ")
 
 
+@pytest.mark.parametrize(("name", "text", "where"), [("sq.jsonl", '{"question": "Who?", "answer": "me"}\n\n[1]\n', "line 3"),
+                                                    ("sq.json", '[{"question": "Who?", "answer": "me"}, "Why?"]', "row 2")])
+def test_a_question_row_that_is_not_an_object_is_named_by_its_line(tmp_path, name, text, where):
+    """A row [1] was reported as "'list' object has no attribute 'get'", naming no line."""
+    questions = tmp_path / name
+    questions.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_questions(str(questions))
+    assert info.value.message.startswith(f"cannot read questions from {str(questions)!r}: {where} is not a JSON object (it is ")
+    assert info.value.hints == ['give each question as an object, e.g. {"question": "...", "golden_answers": ["..."]}']
+
+
+def test_a_corpus_row_without_text_is_named_by_its_line_only(tmp_path):
+    """Line 4 was reported as "c.jsonl:4: bad corpus line (corpus row 3 has ...)": a 1-based line and a 0-based row;
+    a passage without an id still takes its 0-based line as id."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [{"contents": "a"}, {"id": "x", "text": "b"}, {"text": "c"}, {"title": "t"}]))
+    with pytest.raises(ConfigError) as info:
+        list(iter_corpus(str(corpus)))
+    assert str(info.value) == f"{corpus}:4: bad corpus line (it has neither 'contents' nor 'text'; its keys: ['title'])"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in [{"contents": "a"}, {"id": "x", "text": "b"}, {"text": "c"}]))
+    assert [p.id for p in iter_corpus(str(corpus))] == ["0", "x", "2"]
+
+
 def test_a_corpus_line_that_is_not_utf8_is_named_with_its_line(tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_bytes(b'{"id": "1", "contents": "fine"}\n{"id": "2", "contents": "caf\xe9"}\n')

@@ -11,13 +11,14 @@ Splits are fixed: rows whose ``split`` equals ``train_split`` are trained on and
 ``val_split`` validate (miniF2F: ``valid`` / ``test``); a hub dataset is read split by split.
 Rows without a ``split`` column (``.lean`` files, plain JSONL) go to validation when the SHA-256
 of their name falls below ``val_fraction``, so the split does not depend on row order. Rows that
-cannot be split into imports / preamble / statement are skipped and counted. Loads are cached per
-process.
+cannot be split into imports / preamble / statement are skipped, counted and warned about (once:
+loads are cached per process).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +30,9 @@ from ragen_env_lean.builtin import builtin_theorems
 from ragen_env_lean.statements import Theorem, TheoremSet, make_theorem
 
 _INFORMAL_FIELDS = ("natural_language_statement", "informal_statement", "informal_prefix", "problem")
+_ROW_HINT = "give miniF2F-style rows: a JSON object a line in .jsonl, or a JSON list of them (or {\"data\": [...]}) in .json"
+
+logger = logging.getLogger(__name__)
 
 
 def in_validation(name: str, fraction: float) -> bool:
@@ -65,9 +69,31 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
         return [{"name": path.stem, "formal_statement": path.read_text(encoding="utf-8")}]
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(text.split("\n"), 1):  # named by the file's line, not json's line 1 of one line
+            if line.strip():
+                try:
+                    rows.append(_row_object(json.loads(line), path, f"line {number}"))
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"lean dataset {path}: cannot read it (line {number} is not JSON: {exc.msg}, column {exc.colno})") from None
+        return rows
     data = json.loads(text)
-    return list(data) if isinstance(data, list) else list(data.get("data") or data.get("rows") or [])
+    if isinstance(data, dict):  # one object is a row list's wrapper; without one, "the file is empty" was said
+        data = next((data[key] for key in ("data", "rows") if isinstance(data.get(key), list)), None)
+        if data is None:
+            raise ConfigError(f"lean dataset {path} holds one JSON object with no 'data' or 'rows' list", [_ROW_HINT])
+    if not isinstance(data, list):
+        kind = {str: "string", bool: "boolean", int: "number", float: "number"}.get(type(data), "null")
+        raise ConfigError(f"lean dataset {path} holds a JSON {kind}, not a list of rows", [_ROW_HINT])
+    return [_row_object(row, path, f"row {number}") for number, row in enumerate(data, 1)]
+
+
+def _row_object(row: Any, path: Path, where: str) -> dict[str, Any]:
+    """``row``, refused in one line when it is not a JSON object (it was an AttributeError at the first reset)."""
+    if not isinstance(row, dict):
+        text = json.dumps(row)
+        raise ConfigError(f"lean dataset {path} {where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})", [_ROW_HINT])
+    return row
 
 
 def _local_rows(source: Path) -> list[dict[str, Any]]:
@@ -80,6 +106,8 @@ def _local_rows(source: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"lean dataset {path}: unsupported file type (expected .jsonl, .json or .lean)")
         try:
             rows += _read_rows(path)
+        except ConfigError:
+            raise
         except (OSError, ValueError) as exc:
             raise ConfigError(f"lean dataset {path}: cannot read it ({type(exc).__name__}: {str(exc).splitlines()[0]})") from exc
     return rows
@@ -124,14 +152,22 @@ def _load(source: str, train_split: str, val_split: str, val_fraction: float, ca
             theorems, skipped = _convert(rows, key)
             train = [t for t in theorems if not in_validation(t.name, val_fraction)]
             val = [t for t in theorems if in_validation(t.name, val_fraction)]
-            return TheoremSet(tuple(train[:limit] if limit else train), tuple(val[:limit] if limit else val), skipped)
+            return _counted(source, TheoremSet(tuple(train[:limit] if limit else train), tuple(val[:limit] if limit else val), skipped))
     elif source.startswith((".", "/", "~")) or source.endswith((".jsonl", ".json", ".lean")):
         raise ConfigError(f"lean dataset not found: {local}")
     else:
         train_rows, val_rows = _hub_rows(source, train_split, cache_dir), _hub_rows(source, val_split, cache_dir)
     train, skipped_t = _convert(train_rows, (imports, preamble, limit))
     val, skipped_v = _convert(val_rows, (imports, preamble, limit))
-    return TheoremSet(tuple(train), tuple(val), skipped_t + skipped_v)
+    return _counted(source, TheoremSet(tuple(train), tuple(val), skipped_t + skipped_v))
+
+
+def _counted(source: str, found: TheoremSet) -> TheoremSet:
+    """``found``, after a warning that counts the rows it skipped (once: loads are cached; they were dropped without a word)."""
+    if found.skipped:
+        logger.warning("%s: %d row(s) whose formal_statement does not split into imports, preamble and a declaration skipped "
+                       "(%d theorem(s) read)", source, found.skipped, len(found.train) + len(found.val))
+    return found
 
 
 def theorem_set(config: Any) -> TheoremSet:
@@ -157,7 +193,9 @@ def _no_training_theorem(config: Any) -> ConfigError:
         return ConfigError(f"lean dataset {source!r} has no rows in split {config.train_split!r}",
                            ["set env_config.train_split to a split the data has"])
     if not rows:
-        return ConfigError(f"lean dataset {source!r} has no rows ({'the file is empty' if local.is_file() else 'its files hold no row'})",
+        why = ("its files hold no row" if not local.is_file()
+               else "the file is empty" if not local.read_text(encoding="utf-8").strip() else "its JSON list is empty")
+        return ConfigError(f"lean dataset {source!r} has no rows ({why})",
                            ["fill it with miniF2F-style rows (a JSON object a line, with a formal_statement), "
                             "or point env_config.dataset at another file"])
     if local.exists() and all("split" in r for r in rows):

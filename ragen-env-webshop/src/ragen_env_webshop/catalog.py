@@ -23,6 +23,8 @@ from ragen_core.seeding import make_rng
 
 #: Price of a product the data gives no price for (the reference's rule).
 DEFAULT_PRICE = 100.0
+#: What a JSON value of each Python type is called in messages.
+_JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,13 @@ def _read_raw_products(path: Path) -> list[dict[str, Any]]:
     """A JSON list of products, or JSON lines (products or ``{"product": ...}`` documents)."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = []
+        for number, line in enumerate(text.split("\n"), 1):  # json's own line is 1 on every line: the file's is named
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"line {number} is not JSON: {e.msg} (column {e.colno})") from None
     else:
         data = json.loads(text)
         rows = data if isinstance(data, list) else list(data.values()) if isinstance(data, dict) else []
@@ -302,6 +310,15 @@ def load_products(product_path: str, attribute_path: str | None, seed: int = 0, 
         attr_map = json.loads(Path(attribute_path).expanduser().read_text(encoding="utf-8")) if attribute_path else {}
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read the WebShop attributes of catalog.attribute_path {attribute_path} ({e})", hint) from None
+    shape = ["catalog.attribute_path takes items_ins_v2*.json: a JSON object mapping each ASIN to an object of its attributes "
+             '({"B0...": {"attributes": [...], "instruction": "...", "instruction_attributes": [...]}})']
+    if not isinstance(attr_map, dict):  # was AttributeError: 'list' object has no attribute 'get'
+        raise ConfigError(f"catalog.attribute_path {attribute_path} holds a JSON {_JSON_KINDS.get(type(attr_map), 'value')}, "
+                          "not an object mapping each ASIN to its attributes", shape)
+    bad = next((k for k, v in attr_map.items() if v is not None and not isinstance(v, dict)), None)
+    if bad is not None:
+        raise ConfigError(f"catalog.attribute_path {attribute_path}: the entry of {bad!r} is a JSON "
+                          f"{_JSON_KINDS.get(type(attr_map[bad]), 'value')}, not an object of attributes", shape)
     products: list[Product] = []
     seen: set[str] = set()
     for raw in rows:

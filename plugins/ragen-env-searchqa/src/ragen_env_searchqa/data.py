@@ -63,7 +63,10 @@ class Question:
 
 
 def passage_from_row(row: Mapping[str, Any], line: int) -> Passage:
-    """A :class:`Passage` from one corpus row (either layout); ValueError names what is missing."""
+    """A :class:`Passage` from one corpus row (either layout); ValueError names what is missing.
+
+    ``line``: the row's 0-based line, its id when it has none (the caller names the line in errors).
+    """
     pid = str(row.get("id", line))
     if isinstance(row.get("contents"), str):
         contents: str = row["contents"]
@@ -73,7 +76,7 @@ def passage_from_row(row: Mapping[str, Any], line: int) -> Passage:
         return Passage(pid, "", contents)
     if isinstance(row.get("text"), str):
         return Passage(pid, str(row.get("title") or ""), row["text"])
-    raise ValueError(f"corpus row {line} has neither 'contents' nor 'text' (keys: {sorted(row)})")
+    raise ValueError(f"it has neither 'contents' nor 'text'; its keys: {sorted(row)}")  # "corpus row 3" on line 4 was 0-based
 
 
 def iter_corpus(path: str) -> Iterator[Passage]:
@@ -120,17 +123,27 @@ def question_from_row(row: Mapping[str, Any], source: str) -> Question | None:
     return Question(text.strip(), golds, str(row.get("data_source") or source))
 
 
+def _question_object(row: Any, path: str, where: str) -> Mapping[str, Any]:
+    """``row``, refused in one line when it is not a JSON object (it was "'list' object has no attribute 'get'")."""
+    if not isinstance(row, Mapping):
+        text = json.dumps(row)
+        raise ConfigError(f"cannot read questions from {path!r}: {where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})",
+                          ['give each question as an object, e.g. {"question": "...", "golden_answers": ["..."]}'])
+    return row
+
+
 def _rows(path: str, split: str, cache_dir: str | None) -> Iterator[Mapping[str, Any]]:
     lower = path.lower()
     if os.path.isfile(path) and lower.endswith(".jsonl"):
         with open(path, encoding="utf-8") as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if line.strip():
-                    yield json.loads(line)
+                    yield _question_object(json.loads(line), path, f"line {number}")
     elif os.path.isfile(path) and lower.endswith(".json"):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        yield from (data if isinstance(data, list) else data.get("data", []))
+        for number, row in enumerate(data if isinstance(data, list) else data.get("data", []), 1):
+            yield _question_object(row, path, f"row {number}")
     else:  # parquet files and hub names go through `datasets`
         import datasets
 
