@@ -175,6 +175,16 @@ TWO_SUM = "    seen = {}\n    for i, x in enumerate(nums):\n        if target - 
           "        seen[x] = i\n"
 
 
+def test_an_answer_opening_with_a_future_import_runs(env):
+    """'from __future__ import annotations' came after the typing prelude: a SyntaxError for a correct program."""
+    on(env, 28)
+    method = "".join("    " + line + "\n" for line in ("def twoSum(self, nums: list[int], target: int) -> list[int]:\n" + TWO_SUM).splitlines())
+    obs, reward, done, info = env.step(f"```python\nfrom __future__ import annotations\n\n# one pass\nclass Solution:\n{method}```")
+    assert (obs, reward) == ("Correct!", 1.0), info["detail"]
+    assert assemble("class Solution:\n    pass\n", '"""doc"""\nfrom __future__ import annotations\nx = 1') == \
+        "from __future__ import annotations\n" + TYPING_PRELUDE + 'class Solution:\n    pass\n\n"""doc"""\nx = 1'
+
+
 @pytest.mark.parametrize("answer", [
     "import math\n\ndef twoSum(self, nums, target):\n" + TWO_SUM,  # an import first
     "# one pass with a dict\ndef twoSum(self, nums, target):\n" + TWO_SUM,  # a comment first

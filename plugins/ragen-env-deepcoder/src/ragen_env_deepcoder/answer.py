@@ -72,6 +72,7 @@ def assemble(starter: str, code: str) -> str:
     """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
     if not starter.strip():
         return code
+    future, code = _future_imports(code)  # they must stay first: after the prelude they were a SyntaxError
     if _CLASS_SOLUTION.search(code):
         body = code
     elif _CLASS_SOLUTION.search(starter) and (defs := _top_level_functions(code)):
@@ -83,7 +84,28 @@ def assemble(starter: str, code: str) -> str:
         body = starter.rstrip("\n") + "\n\n" + code
     else:
         body = code
-    return TYPING_PRELUDE + body
+    return future + TYPING_PRELUDE + body
+
+
+def _future_imports(code: str) -> tuple[str, str]:
+    """(the ``from __future__ import ...`` lines that open ``code``, the rest of it); ("", code) when none or it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "", code
+    lines = code.splitlines(keepends=True)
+    taken: list[int] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            taken += range(node.lineno - 1, (node.end_lineno or node.lineno))
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            break  # a docstring may come before them; anything else ends them
+    if not taken:
+        return "", code
+    future = "".join(lines[i] if lines[i].endswith("\n") else lines[i] + "\n" for i in taken)
+    return future, "".join(line for i, line in enumerate(lines) if i not in set(taken))
 
 
 def _top_level_functions(code: str) -> dict[str, bool]:
