@@ -131,3 +131,46 @@ def test_lora_targets_that_match_no_module_are_one_line_before_anything_is_writt
         assert lines[1].startswith(f"hint: a single string is a regular expression over the whole module name: write [{targets}]")
     assert not run.exists()
     assert main([*argv[:-1], "optim.peft.target_modules=[q_proj,v_proj]"]) == 0  # names it has: trains
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:peft")  # peft on an adapter of the tied embeddings
+def test_a_lora_checkpoint_saves_merge_and_unloads_weights_without_copying_the_model(tmp_path, monkeypatch):
+    """The save deep-copied the whole model on its device to merge it: twice the GPU memory at every checkpoint."""
+    import copy
+
+    import peft
+    import torch
+    from safetensors.torch import load_file
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.checkpoint import save_checkpoint
+    from ragen_core.trainer.setup import peft_quiet
+
+    base, tok = load_model_and_tokenizer("tiny")
+    with peft_quiet():
+        model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "embed_tokens"]))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "lora_embedding_B" in name:
+                p.normal_()  # a trained adapter (B starts at zero: a merge would change nothing)
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+
+    real_deepcopy = copy.deepcopy
+
+    def refuse(obj, *args, **kwargs):
+        if isinstance(obj, torch.nn.Module):
+            raise AssertionError("save_checkpoint copied the model")
+        return real_deepcopy(obj, *args, **kwargs)  # (transformers copies the config)
+
+    monkeypatch.setattr(copy, "deepcopy", refuse)
+    folder = save_checkpoint(tmp_path, 1, model, tok, {})
+    monkeypatch.undo()
+    saved = load_file(str(folder / "model.safetensors"))
+    missing = set(want) - set(saved)
+    assert missing <= {"lm_head.weight"}  # tied to the embeddings, stored once
+    for key, tensor in saved.items():
+        assert torch.equal(tensor, want[key]), key  # bit for bit what merge_and_unload gives
+    assert not any("lora_" in k or "base_layer" in k for k in saved)
+    assert any(not torch.equal(want[k], base_w) for k, base_w in load_model_and_tokenizer("tiny")[0].state_dict().items()
+               if k.endswith(("q_proj.weight", "embed_tokens.weight")))

@@ -163,14 +163,18 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Any, tokenizer: Any, 
 
     final = checkpoint_dir(run_dir, step)
     payload = plain_data({"rng": rng_state(), **state, "step": int(step)})  # a state's own "rng": as of an earlier moment
-    to_save = model
+    to_save, weights = model, None
     if hasattr(model, "merge_and_unload") and hasattr(model, "peft_config"):
-        import copy
+        weights = merged_lora_weights(model)
+        if weights is not None:
+            to_save = model.get_base_model()
+        else:  # an adapter kind merged otherwise (DoRA): a merged copy (twice the model's memory for a moment)
+            import copy
 
-        to_save = copy.deepcopy(model).merge_and_unload()
+            to_save = copy.deepcopy(model).merge_and_unload()
     try:
         with _atomic_folder(final) as tmp:
-            _save_model_folder(tmp, to_save, tokenizer)
+            _save_model_folder(tmp, to_save, tokenizer, weights)
             if hasattr(model, "peft_config"):
                 model.save_pretrained(str(tmp / ADAPTER_DIR))  # PEFT: the adapter weights and adapter_config.json only
                 if state.get("lora_base"):
@@ -473,12 +477,47 @@ def _atomic_folder(final: Path) -> Iterator[Path]:
             os.close(fd)
 
 
-def _save_model_folder(folder: Path, model: Any, tokenizer: Any) -> None:
-    """A loadable Hugging Face folder: the model's weights and config, plus the tokenizer when given."""
+def merged_lora_weights(model: Any) -> dict[str, Any] | None:
+    """The weights of a PEFT LoRA ``model`` with its active adapters merged, keyed as the base
+    model's own (``merge_and_unload``'s result, bit for bit), or None for adapters this does not
+    merge (DoRA).
+
+    Built one layer at a time: each merged weight is ``W + get_delta_weight()`` moved to the CPU,
+    and the other weights are the model's own tensors. A merged deep copy of the model took twice
+    its memory on the GPU at every checkpoint.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    layers: dict[str, Any] = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+    if any(any(getattr(module, "use_dora", {}).get(a, False) for a in module.active_adapters) for module in layers.values()):
+        return None
+    merged: dict[str, Any] = {}
+    for key, tensor in base.state_dict().items():
+        path, sep, leaf = key.rpartition(".base_layer.")
+        if not sep:
+            if ".lora_" not in key:  # the adapters' own weights are saved apart (adapter/)
+                merged[key] = tensor
+            continue
+        if leaf == "weight" and path in layers:
+            weight = tensor.detach().clone()
+            layer = layers[path]
+            for adapter in layer.active_adapters:
+                if adapter in layer.lora_A or adapter in getattr(layer, "lora_embedding_A", {}):
+                    weight += layer.get_delta_weight(adapter)
+            merged[f"{path}.weight"] = weight.cpu()
+        else:
+            merged[f"{path}.{leaf}"] = tensor
+    return merged
+
+
+def _save_model_folder(folder: Path, model: Any, tokenizer: Any, weights: dict[str, Any] | None = None) -> None:
+    """A loadable Hugging Face folder: the model's weights (``weights`` when given, keyed as the
+    model's state dict) and config, plus the tokenizer when given."""
     from ragen_core.models import quiet_progress
 
     with quiet_progress():  # no "Writing model shards" lines at every checkpoint
-        model.save_pretrained(str(folder), safe_serialization=True)
+        model.save_pretrained(str(folder), safe_serialization=True, **({"state_dict": weights} if weights is not None else {}))
     if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
         tokenizer.save_pretrained(str(folder))
     # transformers writes the weights through a private temporary file (mode 0600): give them the
