@@ -171,6 +171,12 @@ class OptimSection(_Section):
     """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
     peft: PeftSection | None = None
     """LoRA settings, or ``None`` for full fine-tuning."""
+    float32_weights: bool = False
+    """Train a bfloat16 model's weights as float32. AdamW on bfloat16 weights loses every update
+    smaller than bfloat16's resolution (about 0.4 % of a weight: most of them at ``lr=1e-6``);
+    this keeps them, for twice the weight memory, and the in-process engine then generates in
+    float32. float16 weights are always trained as float32; no effect with LoRA (its adapters
+    are float32, its base frozen)."""
 
     @property
     def lora(self) -> bool:

@@ -36,7 +36,8 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = False, lora: bool = False) -> tuple[Any, Any]:
+def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = False, lora: bool = False,
+                float32: bool = False) -> tuple[Any, Any]:
     """The model and tokenizer a run trains, from ``model`` (or a checkpoint).
 
     Two cases differ from :func:`~ragen_core.models.load_model_and_tokenizer`:
@@ -46,11 +47,14 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
       as a run of the tiny model starts from a shipped one;
     * float16 weights are trained as float32 (one line says so): AdamW's update of float16 weights
       overflows to NaN within a step (no loss scaling here). bfloat16 stays bfloat16, and so does a
-      ``lora`` run's frozen base (its adapters are float32: PEFT's default for half bases).
+      ``lora`` run's frozen base (its adapters are float32: PEFT's default for half bases), unless
+      ``float32`` (``optim.float32_weights``) asks for float32 weights.
 
     Raises:
         RagenError: a warm-policy folder built for another tiny model, or a delta whose base is gone.
     """
+    import torch
+
     from ragen_core.errors import RagenError
     from ragen_core.models import load_model_and_tokenizer
     from ragen_core.trainer import warm_policy as wp
@@ -71,6 +75,9 @@ def load_policy(name_or_path: str, *, device: str, safetensors_only: bool = Fals
     if not lora and float32_if_half(model):
         report(f"model {name_or_path} holds float16 weights: training them as float32 (an AdamW step on float16 weights "
                "overflows to NaN)")
+    elif not lora and float32 and any(p.dtype == torch.bfloat16 for p in model.parameters()):
+        model.float()
+        report(f"model {name_or_path} holds bfloat16 weights: training them as float32 (optim.float32_weights)")
     return model, tokenizer
 
 

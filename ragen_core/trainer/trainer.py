@@ -236,7 +236,8 @@ class Trainer(CheckpointMixin):
         self.needs_ref = bool(acfg.use_kl_loss or acfg.use_kl_in_reward)
         model_path, lora_src = su.model_source(cfg, self.run_dir, ckpt[1] if ckpt else None)
         lora = cfg.optim.lora
-        self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path), lora=lora)
+        self.model, self.tokenizer = su.load_policy(model_path, device=self.device, safetensors_only=written_by_ragen(model_path), lora=lora,
+                                                    float32=cfg.optim.float32_weights)
         su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device,
                      lora=lora)
