@@ -400,3 +400,53 @@ def test_recording_env_takes_a_plain_four_tuple_as_pools_do():
     first = env.reset(3)
     obs, reward, done, info = env.step("Right")
     assert set(legal) == {first, obs} and all(legal[o] == ["Left", "Right"] for o in legal)
+
+
+def test_an_interrupted_warm_start_resumes_after_its_last_finished_round(tmp_path, monkeypatch, capsys):
+    """A SIGTERM or Ctrl-C during a warm start threw away the rounds it had finished (helper-63's walk); the next run
+    resumes after them and ends with the uninterrupted warm start's weights, bit for bit."""
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warmstart
+
+    rates = [0.2, 0.3, 0.95]
+    measured = {"calls": 0}
+
+    def check(*args, **kwargs):
+        measured["calls"] += 1
+        return warmstart.FormatCheck(rates[measured["calls"] - 1], ["<think>x"])
+
+    monkeypatch.setattr(warmstart, "format_check", check)
+    settings = ("warm_start.target_valid_rate=0.9", "warm_start.max_rounds=3", "warm_start.episodes=3", "warm_start.epochs=1")
+    whole = warmstart.warm_start(_cfg(tmp_path / "whole", *settings), load_model_and_tokenizer("tiny")[0], load_model_and_tokenizer("tiny")[1])
+    assert [h["valid_rate"] for h in whole.ragen_warm_start["history"]] == rates
+
+    cfg = _cfg(tmp_path / "cut", *settings)
+    rounds_dir = tmp_path / "cut" / "cache" / (warmstart.cache_key(cfg) + warmstart.ROUNDS_SUFFIX)
+    measured["calls"] = 0
+    real_sft, sft_calls = warmstart.sft, []
+
+    def stopped_in_round_3(*args, **kwargs):
+        sft_calls.append(1)
+        if len(sft_calls) == 3:
+            raise KeyboardInterrupt  # what SIGTERM (ragen's Terminated) or Ctrl-C raises
+        return real_sft(*args, **kwargs)
+
+    monkeypatch.setattr(warmstart, "sft", stopped_in_round_3)
+    model, tok = load_model_and_tokenizer("tiny")
+    with pytest.raises(KeyboardInterrupt):
+        warmstart.warm_start(cfg, model, tok)
+    assert (rounds_dir / "rounds.pt").is_file() and not (tmp_path / "cut" / "cache" / warmstart.cache_key(cfg)).exists()
+    monkeypatch.setattr(warmstart, "sft", real_sft)
+    measured["calls"] = 2  # rounds 1 and 2 were measured before the interruption
+    capsys.readouterr()
+    resumed = warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0], tok)
+    assert f"resuming after round 2 of an interrupted warm start of these settings (saved in {rounds_dir}; valid rate then 0.300)" \
+        in capsys.readouterr().out
+    assert measured["calls"] == 3  # one more round, not three
+    assert [h["valid_rate"] for h in resumed.ragen_warm_start["history"]] == rates
+    assert [h["sft_steps"] for h in resumed.ragen_warm_start["history"]] == [h["sft_steps"] for h in whole.ragen_warm_start["history"]]
+    want, got = whole.state_dict(), resumed.state_dict()
+    assert all(torch.equal(want[k], got[k]) for k in want)  # the same demonstrations, optimiser state and seeds
+    assert not rounds_dir.exists()  # finished: the cache holds the result

@@ -145,6 +145,25 @@ def test_an_interrupted_set_up_says_what_it_left(tmp_path, monkeypatch, capsys, 
                     "a checkpoint": f"{head}; {run} is as it was (--resume {shell_word(run)} continues from its checkpoint)"}[left]
 
 
+def test_an_interrupted_set_up_names_the_warm_start_rounds_it_kept(tmp_path, monkeypatch, capsys):
+    from ragen_core.trainer import warmstart
+    from ragen_core.trainer.trainer import Trainer
+
+    def interrupted_in_round_2(self):  # round 1 finished and was kept (tests/test_trainer_warmstart.py runs it for real)
+        folder = warmstart.cache_folder(self.config)
+        folder.with_name(folder.name + warmstart.ROUNDS_SUFFIX).mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_setup", interrupted_in_round_2)
+    trainer = Trainer(toy_run_config(tmp_path / "run", f"warm_start.cache_dir={tmp_path / 'ws'}"))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.setup()
+    rounds = next((tmp_path / "ws").iterdir())
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"interrupted during set-up, before step 1: nothing was trained (the warm start's finished rounds are kept in {rounds}: "
+        "the next run of these settings resumes after them) and nothing was written: the same command starts again")
+
+
 DROPPED_SIGTERM = """
 import signal, sys, time, weakref
 from ragen_core.cli.main import _InterruptsUnwind

@@ -169,11 +169,25 @@ class Trainer(CheckpointMixin):
     def _interrupted_setup_line(self) -> str:
         """What a Ctrl-C / SIGTERM during set-up (a model load, a warm start) left behind."""
         head = "interrupted during set-up, before step 1: nothing was trained"
+        rounds = self._saved_warm_start_rounds()
+        if rounds is not None:
+            head += f" (the warm start's finished rounds are kept in {rounds}: the next run of these settings resumes after them)"
         if self.resume:
             return f"{head}; {self.run_dir} is as it was (--resume {shell_word(self.run_dir)} continues from its checkpoint)"
         if not self.run_dir.is_dir() or not any(self.run_dir.iterdir()):
             return f"{head} and nothing was written: the same command starts again"
         return f"{head}; {self.run_dir} holds no checkpoint: start again with --overwrite or another --run-dir"
+
+    def _saved_warm_start_rounds(self) -> Path | None:
+        """The folder holding an interrupted warm start's finished rounds for this run's settings, if any."""
+        from ragen_core.trainer import warmstart
+
+        try:
+            folder = warmstart.cache_folder(self.config)
+        except Exception:  # noqa: BLE001 - only a note in an interruption message
+            return None
+        rounds = folder.with_name(folder.name + warmstart.ROUNDS_SUFFIX)
+        return rounds if rounds.is_dir() else None
 
     def _setup(self) -> None:
         import torch

@@ -357,7 +357,17 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     per_turn = per_turn_rows(rollout_config(config))
     history: list[dict[str, Any]] = []
     steps = 0
-    for rnd in range(ws.max_rounds):
+    rounds_dir = folder.with_name(folder.name + ROUNDS_SUFFIX)
+    saved = load_rounds(rounds_dir, model, opt)
+    if saved is not None:  # an interrupted warm start of these settings: its finished rounds are not done again
+        history, steps = saved["history"], int(saved["steps"])
+        t0 = time.time() - float(saved["elapsed"])
+        for rnd in range(len(history)):  # the demonstrations (and balance queues) of those rounds, remade as they were
+            trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
+        if verbose:
+            print(f"warm start: resuming after round {len(history)} of an interrupted warm start of these settings "
+                  f"(saved in {rounds_dir}; valid rate then {history[-1]['valid_rate']:.3f})")
+    for rnd in range(len(history), ws.max_rounds):
         if verbose:
             print(f"warm start round {rnd + 1}: supervised fine-tuning on {ws.episodes} more random-action demonstrations "
                   f"({config.env}, {len(trajs) + ws.episodes} in all) ...")
@@ -385,6 +395,8 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                   f"loss {history[-1]['loss']:.3f}, {time.time() - t0:.0f} s; sample replies: {check.sample_replies[:2]}")
         if rate >= ws.target_valid_rate or time.time() - t0 >= ws.max_seconds:
             break
+        if rnd + 1 < ws.max_rounds:  # another round follows: an interruption from here on keeps this one
+            save_rounds(rounds_dir, model, opt, {"history": history, "steps": steps, "elapsed": time.time() - t0})
     meta = {"valid_rate": history[-1]["valid_rate"], "target_valid_rate": ws.target_valid_rate, "rounds": len(history),
             "reached_target": history[-1]["valid_rate"] >= ws.target_valid_rate, "history": history,
             "source": "shipped" if shipped is not None else "scratch",
@@ -392,10 +404,52 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             "settings": settings,
             "check_temperature": config.sampling.train.temperature}
     model.ragen_warm_start = meta
+    import shutil
+
+    shutil.rmtree(rounds_dir, ignore_errors=True)  # finished: cached below, or missed (then made again from the start)
     if not meta["reached_target"]:
         return gate_missed(config, model, meta, verbose=verbose)
     save_cached(folder, model, tokenizer, meta, stale=stale)
     return model
+
+
+ROUNDS_SUFFIX = ".rounds"
+"""``<cache key>.rounds``: the finished rounds of a warm start still running, or one interrupted."""
+_ROUNDS_FILE = "rounds.pt"
+
+
+def save_rounds(folder: Path, model: Any, optimizer: Any, record: dict[str, Any]) -> None:
+    """Keep a warm start's finished rounds (weights, optimiser state, history) in ``folder``,
+    replaced whole (a temporary file renamed): a run interrupted later resumes after them."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (_ROUNDS_FILE + ".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "record": json.dumps(record, default=str)}, tmp)
+    tmp.replace(folder / _ROUNDS_FILE)
+
+
+def load_rounds(folder: Path, model: Any, optimizer: Any) -> dict[str, Any] | None:
+    """Load what :func:`save_rounds` kept into ``model`` and ``optimizer`` and return its record;
+    None when there is nothing usable (a damaged file is said and ignored)."""
+    import torch
+
+    path = folder / _ROUNDS_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        record: dict[str, Any] = json.loads(saved["record"])
+        current = model.state_dict()
+        if not record.get("history") or {k: tuple(v.shape) for k, v in saved["model"].items()} != {k: tuple(v.shape) for k, v in current.items()}:
+            raise ValueError("not the rounds of this model")  # checked first: a failed load must leave the model as it was
+        optimizer.load_state_dict(saved["optimizer"])
+        model.load_state_dict(saved["model"])
+    except Exception as exc:  # noqa: BLE001 - an unreadable leftover costs the rounds it held, not the run
+        print(f"warm start: ignoring {path} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+              "starting from round 1", file=sys.stderr)
+        return None
+    return record
 
 
 def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
