@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 PACKAGE_FILES := requirements-dev.txt pyproject.toml $(wildcard ragen-env-*/pyproject.toml ragen-filters/pyproject.toml plugins/*/pyproject.toml)
 STEPS ?=
 PYTEST_ARGS ?=
+# Where torch comes from. Empty: pip's own configuration (on this project's machines it offers the
+# local CPU wheel). On a plain PyPI machine, whose default Linux torch is a multi-GB CUDA build:
+# make run TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 
 .PHONY: setup test lint run check-standalone clean
 
@@ -24,7 +28,8 @@ setup: $(STAMP)
 $(STAMP): $(PACKAGE_FILES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0 hatchling editables
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q hatchling editables
 	$(BIN)/python -m pip install -q --no-build-isolation -r requirements-dev.txt
 	touch $(STAMP)
 

@@ -52,7 +52,8 @@ COMMANDS: dict[str, str] = {
     "ragen run --env frozenlake --recipe learn-one-lake": PRINT_CONFIG,
     "ragen run --env bandit --recipe learn --print-config": RUN,
     "ragen warm-policy show": RUN,
-    "ragen warm-policy build --replace": "skipped: trains the shipped policy for about 25 minutes (its mechanism: tests/test_warm_policy.py)",
+    "ragen warm-policy build --name tiny-warm --envs countdown deepcoder frozenlake metamathqa searchqa sokoban sudoku webshop "
+    "--init-from tiny-warm --replace": "skipped: trains the shipped policy for about 25 minutes (its mechanism: tests/test_warm_policy.py)",
     "ragen warm-policy build --name bandit --envs bandit --episodes 256 --epochs 4 --out my-bandit": "skipped: trains for about 25 minutes",
     "ragen warm-policy build --name frozenlake --envs frozenlake --episodes 64 --init-from tiny-warm --delta-rank 8 --replace":
         "skipped: trains for about 2 minutes and would overwrite the shipped delta (its mechanism: tests/test_warm_policy_delta.py)",
