@@ -350,9 +350,11 @@ def test_resuming_a_run_that_is_already_there_says_so(tmp_path, capsys):
     rows = (Path(cfg.run_dir) / "metrics.jsonl").read_text()
     assert _call_cli(["run", "--resume", cfg.run_dir, "--steps", "1", "progress=true"]) == 0
     out = capsys.readouterr()
-    assert (f"{cfg.run_dir} is already at step 2 (steps=1): nothing to train; --resume {cfg.run_dir} --steps N with N above 2 "
-            "trains further") in out.out.splitlines()
+    assert "resume: the run is at step 2 of steps=1: nothing to train (pass --steps N with N > 2 to train further)" in out.out.splitlines()
+    assert out.out.count("nothing to train") == 1  # said once (the trainer said it again: helper-71's walk)
     assert "step/s" not in out.err and (Path(cfg.run_dir) / "metrics.jsonl").read_text() == rows
+    Trainer(cfg.model_copy(update={"steps": 1}), resume=True).train()  # in code too, once
+    assert capsys.readouterr().out.count("nothing to train") == 1
 
 
 # ----------------------------------------------------------------------------- hostile run directories (session 24's walk)

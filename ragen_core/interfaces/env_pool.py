@@ -214,8 +214,8 @@ class EnvPoolConfig(PluginConfig):
     """Settings every pool has."""
 
     step_timeout_s: float | None = Field(default=None, gt=0)
-    """Longest one episode's step may take; the episode then fails with ``end_reason="timeout"``.
-    None waits forever."""
+    """Longest one episode's step may take: 600 s in a run (``ragen run`` sets it), none (wait
+    forever) for a pool made in code. A step past it fails its episode with ``end_reason="timeout"``."""
     reset_timeout_s: float | None = Field(default=None, gt=0)
     """Longest one reset may take; a reset that does not finish in time is an error."""
 

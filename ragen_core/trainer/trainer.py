@@ -411,9 +411,6 @@ class Trainer(CheckpointMixin):
         call_hook(self.pm, "ragen_on_train_start", config=cfg, run_dir=self.run_dir, context=self.context)
         old_handler = self._install_sigint()
         nothing_left = self.start_step > cfg.steps  # a resume of a run that is already there
-        if nothing_left and self.world.main:
-            print(f"{self.run_dir} is already at step {self.start_step - 1} (steps={cfg.steps}): nothing to train; "
-                  f"--resume {shell_word(self.run_dir)} --steps N with N above {self.start_step - 1} trains further")
         bar = self._bar = None if nothing_left else self._progress()
         above = contextlib.ExitStack()
         if bar is not None:
