@@ -87,6 +87,8 @@ def test_a_build_records_command_settings_weights_and_each_targets_measurement(b
     assert {str(v.dtype) for v in weights.values()} == {"torch.float16"}
     assert "lm_head.weight" not in weights  # tied to the embedding
     assert record["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    # the weights are as readable as the folder's other files (safetensors wrote them 0600: helper-71's walk)
+    assert len({oct(p.stat().st_mode & 0o777) for p in out.iterdir() if p.is_file()}) == 1
 
 
 def test_a_build_continued_from_a_policy_starts_from_its_weights_and_names_it(built, tmp_path, capsys):

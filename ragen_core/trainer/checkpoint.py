@@ -522,10 +522,17 @@ def _save_model_folder(folder: Path, model: Any, tokenizer: Any, weights: dict[s
         tokenizer.save_pretrained(str(folder))
     # transformers writes the weights through a private temporary file (mode 0600): give them the
     # mode every other file of the folder gets, so whoever may read the run may read its weights
-    mode = 0o666 & ~_umask()
     for path in folder.iterdir():
-        if path.is_file() and path.stat().st_mode & 0o777 != mode:
-            path.chmod(mode)
+        if path.is_file():
+            usual_mode(path)
+
+
+def usual_mode(path: Path) -> None:
+    """Give the file ``path`` the mode a newly created file gets here (0666 less the umask): a
+    weights file written through a private temporary file (safetensors, transformers) is 0600."""
+    mode = 0o666 & ~_umask()
+    if path.stat().st_mode & 0o777 != mode:
+        path.chmod(mode)
 
 
 def _umask() -> int:

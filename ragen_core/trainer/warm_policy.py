@@ -521,6 +521,7 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
 
     from ragen_core.models import quiet_progress
     from ragen_core.models.tiny import TINY_VERSION
+    from ragen_core.trainer.checkpoint import usual_mode
 
     out.mkdir(parents=True, exist_ok=True)
     kept_kinds = next((h.get("action_kinds") or {} for h in history if h.get("round") == kept_round), {})  # (none: the starting weights)
@@ -539,6 +540,7 @@ def _write(out: Path, model: Any, tokenizer: Any, targets: list[tuple[str, RunCo
             tokenizer.save_pretrained(str(out))
     if weights:
         save_file(half, str(out / (weights_file + ".tmp")), metadata={"format": "pt"})
+        usual_mode(out / (weights_file + ".tmp"))  # safetensors writes 0600; the folder's other files are readable
         os.replace(out / (weights_file + ".tmp"), out / weights_file)
     record = {
         "format": FORMAT,
