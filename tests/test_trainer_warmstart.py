@@ -423,7 +423,7 @@ def test_an_interrupted_warm_start_resumes_after_its_last_finished_round(tmp_pat
     assert [h["valid_rate"] for h in whole.ragen_warm_start["history"]] == rates
 
     cfg = _cfg(tmp_path / "cut", *settings)
-    rounds_dir = tmp_path / "cut" / "cache" / (warmstart.cache_key(cfg) + warmstart.ROUNDS_SUFFIX)
+    rounds_dir = warmstart.rounds_folder(tmp_path / "cut" / "cache" / warmstart.cache_key(cfg))
     measured["calls"] = 0
     real_sft, sft_calls = warmstart.sft, []
 
@@ -450,3 +450,61 @@ def test_an_interrupted_warm_start_resumes_after_its_last_finished_round(tmp_pat
     want, got = whole.state_dict(), resumed.state_dict()
     assert all(torch.equal(want[k], got[k]) for k in want)  # the same demonstrations, optimiser state and seeds
     assert not rounds_dir.exists()  # finished: the cache holds the result
+
+
+def test_two_writers_of_one_warm_starts_rounds_and_cache_do_not_collide(tmp_path, capsys):
+    """Runs that differ only in RL settings share a warm-start key: their round files shared one temporary name, so
+    one's rename took the other's file away (FileNotFoundError, a crashed warm start); likewise the cache's .tmp folder
+    (helper-73's review). A write that fails is a warning, not the end of the warm start."""
+    import threading
+
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warmstart
+
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.AdamW(model.parameters())
+    rounds = tmp_path / "key.rounds"
+    errors: list[BaseException] = []
+
+    def writer():
+        try:
+            for _ in range(15):
+                warmstart.save_rounds(rounds, model, opt, {"history": [{"valid_rate": 0.5}], "steps": 3, "elapsed": 1.0})
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and "could not keep" not in capsys.readouterr().err
+    assert sorted(p.name for p in rounds.iterdir()) == ["rounds.pt"]  # no temporary file left behind
+    assert warmstart.load_rounds(rounds, torch.nn.Linear(4, 4), torch.optim.AdamW(model.parameters()))["steps"] == 3
+
+    blocked = tmp_path / "a file"
+    blocked.write_text("x")
+    warmstart.save_rounds(blocked / "key.rounds", model, opt, {"history": [], "steps": 0, "elapsed": 0.0})
+    assert "warning: warm start: could not keep its finished rounds in" in capsys.readouterr().err
+
+    tiny, tok = load_model_and_tokenizer("tiny")
+    cached = tmp_path / "cache" / "key"
+    for _ in range(2):  # the second writer finds the folder there: its own copy goes, the first stands
+        warmstart.save_cached(cached, tiny, tok, {"valid_rate": 1.0}, stale=False)
+    assert sorted(p.name for p in cached.parent.iterdir()) == ["key"]
+
+
+def test_a_cached_warm_start_trains_in_the_dtype_the_run_chose(tmp_path):
+    """A cache hit loaded the cached dtype: optim.float32_weights (or a bfloat16 run) was silently undone (helper-73's review)."""
+    import torch
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warmstart
+
+    cfg = _cfg(tmp_path)
+    model, tok = load_model_and_tokenizer("tiny")
+    warmstart.warm_start(cfg, model, tok, verbose=False)  # cached in float32
+    again = warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0].to(torch.bfloat16), tok, verbose=False)
+    assert {p.dtype for p in again.parameters()} == {torch.bfloat16}

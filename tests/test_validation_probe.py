@@ -151,7 +151,7 @@ def test_an_interrupted_set_up_names_the_warm_start_rounds_it_kept(tmp_path, mon
 
     def interrupted_in_round_2(self):  # round 1 finished and was kept (tests/test_trainer_warmstart.py runs it for real)
         folder = warmstart.cache_folder(self.config)
-        folder.with_name(folder.name + warmstart.ROUNDS_SUFFIX).mkdir(parents=True)
+        warmstart.rounds_folder(folder).mkdir(parents=True)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Trainer, "_setup", interrupted_in_round_2)

@@ -530,12 +530,12 @@ def _save_model_folder(folder: Path, model: Any, tokenizer: Any, weights: dict[s
 def usual_mode(path: Path) -> None:
     """Give the file ``path`` the mode a newly created file gets here (0666 less the umask): a
     weights file written through a private temporary file (safetensors, transformers) is 0600."""
-    mode = 0o666 & ~_umask()
+    mode = 0o666 & ~current_umask()
     if path.stat().st_mode & 0o777 != mode:
         path.chmod(mode)
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """This process's umask, read without changing it (Linux), else by setting it back at once."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:

@@ -186,7 +186,7 @@ class Trainer(CheckpointMixin):
             folder = warmstart.cache_folder(self.config)
         except Exception:  # noqa: BLE001 - only a note in an interruption message
             return None
-        rounds = folder.with_name(folder.name + warmstart.ROUNDS_SUFFIX)
+        rounds = warmstart.rounds_folder(folder)
         return rounds if rounds.is_dir() else None
 
     def _setup(self) -> None:

@@ -44,9 +44,11 @@ says so, and keeps the miss in the model's record (never in the cache).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -304,6 +306,7 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         print(f"warm start: not using cached model {folder}: its record says it missed its target valid rate; warm-starting again")
     if (folder / "config.json").is_file() and not stale:
         warm = load_model_and_tokenizer(str(folder), device=device, safetensors_only=True)[0]  # the cache is written as safetensors
+        warm.to(next(model.parameters()).dtype)  # the dtype the run trains in (optim.float32_weights), whatever the cache holds
         meta = read_meta(folder)
         warm.ragen_warm_start = meta
         if verbose:
@@ -311,6 +314,8 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             print(f"warm start: using cached model {folder}" + (f" (valid rate {rate:.3f})" if isinstance(rate, float) else ""))
         return warm
     t0 = time.time()
+    rounds_dir = rounds_folder(folder)
+    resumable = (rounds_dir / _ROUNDS_FILE).is_file()  # an interrupted warm start's rounds: its shipped check is not run again
     if shipped is not None:
         from ragen_core.trainer.warm_policy import used_as_is
 
@@ -328,11 +333,12 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                 print(f"warm start: the shipped warm policy (valid rate {entry['valid_rate']:.3f} on these env settings, "
                       f"measured when it was built; target {ws.target_valid_rate:.2f})")
             return model
-        check = format_check(config, model, tokenizer, progress="warm start: checking the shipped warm policy" if bars else None)
-        if verbose:
+        check = None if resumable else format_check(config, model, tokenizer,
+                                                    progress="warm start: checking the shipped warm policy" if bars else None)
+        if check is not None and verbose:
             print(f"warm start: the shipped warm policy {shipped.folder.name!r} writes {check.valid_rate:.3f} valid replies on these env settings "
                   f"(target {ws.target_valid_rate:.2f})" + ("" if check.valid_rate >= ws.target_valid_rate else "; training it further"))
-        if check.valid_rate >= ws.target_valid_rate:
+        if check is not None and check.valid_rate >= ws.target_valid_rate:
             meta = {**base, "valid_rate": check.valid_rate, "reached_target": True, "measured": "checked by this run",
                     "history": [{"round": 0, "valid_rate": check.valid_rate, "seconds": round(time.time() - t0, 1),
                                  "sample_replies": list(check.sample_replies), "action_kinds": check.action_kinds}]}
@@ -357,11 +363,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     per_turn = per_turn_rows(rollout_config(config))
     history: list[dict[str, Any]] = []
     steps = 0
-    rounds_dir = folder.with_name(folder.name + ROUNDS_SUFFIX)
-    saved = load_rounds(rounds_dir, model, opt)
+    saved = load_rounds(rounds_dir, model, opt) if resumable else None
     if saved is not None:  # an interrupted warm start of these settings: its finished rounds are not done again
-        history, steps = saved["history"], int(saved["steps"])
-        t0 = time.time() - float(saved["elapsed"])
+        history, steps = saved["history"], saved["steps"]
+        t0 = time.time() - saved["elapsed"]
         for rnd in range(len(history)):  # the demonstrations (and balance queues) of those rounds, remade as they were
             trajs += demonstrations(config, tokenizer, round_no=rnd, balance=balance)
         if verbose:
@@ -413,20 +418,38 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
     return model
 
 
-ROUNDS_SUFFIX = ".rounds"
-"""``<cache key>.rounds``: the finished rounds of a warm start still running, or one interrupted."""
 _ROUNDS_FILE = "rounds.pt"
+
+
+def rounds_folder(cache_folder: Path) -> Path:
+    """``<cache key>.rounds`` beside ``cache_folder``: the finished rounds of a warm start still
+    running, or of one interrupted (the model and its optimiser state: about 3x the model's size)."""
+    return cache_folder.with_name(cache_folder.name + ".rounds")
 
 
 def save_rounds(folder: Path, model: Any, optimizer: Any, record: dict[str, Any]) -> None:
     """Keep a warm start's finished rounds (weights, optimiser state, history) in ``folder``,
-    replaced whole (a temporary file renamed): a run interrupted later resumes after them."""
+    replaced whole (a temporary file of this writer's own, renamed): a run interrupted later resumes
+    after them. Two runs of one key write the same rounds; a failed write (disk full, a read-only
+    cache) is said in one line and the warm start goes on."""
+    import tempfile
+
     import torch
 
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / (_ROUNDS_FILE + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "record": json.dumps(record, default=str)}, tmp)
-    tmp.replace(folder / _ROUNDS_FILE)
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_ROUNDS_FILE + ".", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "record": json.dumps(record, default=str)}, fh)
+        os.replace(tmp, folder / _ROUNDS_FILE)
+    except (OSError, RuntimeError) as exc:  # torch's writer raises RuntimeError on a full disk
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"warning: warm start: could not keep its finished rounds in {folder} ({why}); "
+              "an interruption now starts it again from round 1", file=sys.stderr)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def load_rounds(folder: Path, model: Any, optimizer: Any) -> dict[str, Any] | None:
@@ -443,6 +466,7 @@ def load_rounds(folder: Path, model: Any, optimizer: Any) -> dict[str, Any] | No
         current = model.state_dict()
         if not record.get("history") or {k: tuple(v.shape) for k, v in saved["model"].items()} != {k: tuple(v.shape) for k, v in current.items()}:
             raise ValueError("not the rounds of this model")  # checked first: a failed load must leave the model as it was
+        record["steps"], record["elapsed"] = int(record["steps"]), float(record["elapsed"])
         optimizer.load_state_dict(saved["optimizer"])
         model.load_state_dict(saved["model"])
     except Exception as exc:  # noqa: BLE001 - an unreadable leftover costs the rounds it held, not the run
@@ -477,20 +501,25 @@ def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
 
 def save_cached(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], *, stale: bool) -> None:
     """Write a warm start that reached its gate into the cache (atomically: a temp folder renamed)."""
-    from ragen_core.models import quiet_progress
+    import shutil
+    import tempfile
 
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    from ragen_core.models import quiet_progress
+    from ragen_core.trainer.checkpoint import current_umask
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))  # this writer's own: two runs of a key write at once
+    tmp.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make the cached model private
     with quiet_progress():
         model.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
     (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     if stale:
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
-    if not folder.exists():
+    try:
         tmp.rename(folder)
+    except OSError:  # another run of this key cached its (same) result first: that one stands
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def gate_missed(config: RunConfig, model: Any, meta: dict[str, Any], *, verbose: bool = True) -> Any:
