@@ -190,6 +190,7 @@ def test_an_answer_opening_with_a_future_import_runs(env):
     "# one pass with a dict\ndef twoSum(self, nums, target):\n" + TWO_SUM,  # a comment first
     "def twoSum(nums, target):\n" + TWO_SUM,  # a plain function, no self
     "def pairs(self, nums, target):\n" + TWO_SUM + "\ndef twoSum(self, nums, target):\n    return self.pairs(nums, target)\n",  # a helper method
+    "".join("    " + line + "\n" for line in ("def twoSum(self, nums, target):\n" + TWO_SUM).splitlines()),  # indented as in its class
 ])
 def test_top_level_functions_answer_a_class_solution_starter(env, answer):
     """A correct method after an import or a comment got 'missing 1 required positional argument', and a plain

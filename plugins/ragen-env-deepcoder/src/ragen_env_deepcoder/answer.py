@@ -22,7 +22,9 @@ signatures use ``List[int]`` and friends without importing them.
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 from dataclasses import dataclass
 
 #: A fence line with an optional info string, then the block up to a closing fence or the end.
@@ -72,10 +74,12 @@ def assemble(starter: str, code: str) -> str:
     """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
     if not starter.strip():
         return code
-    future, code = _future_imports(code)  # they must stay first: after the prelude they were a SyntaxError
+    code, tree = _parsed(code)
+    defs = _top_level_functions(tree)
+    future, code = _future_imports(code, tree)  # they must stay first: after the prelude they were a SyntaxError
     if _CLASS_SOLUTION.search(code):
         body = code
-    elif _CLASS_SOLUTION.search(starter) and (defs := _top_level_functions(code)):
+    elif _CLASS_SOLUTION.search(starter) and defs:
         # the spec indents code that starts with 'def ' into the class: an import first, or a function without self, failed
         methods = [name for name, takes_self in defs.items() if takes_self]
         body = code if not methods else (code.rstrip("\n") + "\n\n\nclass Solution:  # the answer's top-level methods\n"
@@ -87,34 +91,38 @@ def assemble(starter: str, code: str) -> str:
     return future + TYPING_PRELUDE + body
 
 
-def _future_imports(code: str) -> tuple[str, str]:
-    """(the ``from __future__ import ...`` lines that open ``code``, the rest of it); ("", code) when none or it does not parse."""
-    import ast
+def _parsed(code: str) -> tuple[str, ast.Module | None]:
+    """``code`` and its syntax tree. An answer indented as a whole (a method copied out of its
+    class with its indentation) is dedented; (``code``, None) when it does not parse either way."""
+    dedented = textwrap.dedent(code)
+    for text in (code, dedented) if dedented != code else (code,):
+        try:
+            return text, ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return code, None
 
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+
+def _future_imports(code: str, tree: ast.Module | None) -> tuple[str, str]:
+    """(the ``from __future__ import ...`` lines that open ``code``, the rest of it); ("", code) when none or it does not parse."""
+    if tree is None:
         return "", code
     lines = code.splitlines(keepends=True)
-    taken: list[int] = []
+    taken: set[int] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-            taken += range(node.lineno - 1, (node.end_lineno or node.lineno))
+            taken.update(range(node.lineno - 1, (node.end_lineno or node.lineno)))
         elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
             break  # a docstring may come before them; anything else ends them
     if not taken:
         return "", code
-    future = "".join(lines[i] if lines[i].endswith("\n") else lines[i] + "\n" for i in taken)
-    return future, "".join(line for i, line in enumerate(lines) if i not in set(taken))
+    future = "".join(lines[i] if lines[i].endswith("\n") else lines[i] + "\n" for i in sorted(taken))
+    return future, "".join(line for i, line in enumerate(lines) if i not in taken)
 
 
-def _top_level_functions(code: str) -> dict[str, bool]:
-    """The module-level functions of ``code`` and whether each takes ``self`` first ({} when it does not parse)."""
-    import ast
-
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+def _top_level_functions(tree: ast.Module | None) -> dict[str, bool]:
+    """The module-level functions of ``tree`` and whether each takes ``self`` first ({} without a tree)."""
+    if tree is None:
         return {}
     return {node.name: bool(node.args.posonlyargs + node.args.args) and (node.args.posonlyargs + node.args.args)[0].arg == "self"
             for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}

@@ -89,17 +89,17 @@ class DeepCoderEnv(Env):
                                 "runnable": False, "action_is_valid": True, "action_is_effective": False, "detail": ""}
         if isinstance(answer, str) and len(answer) > 2 * cfg.sandbox.max_code_chars:
             info["detail"] = f"answer longer than {2 * cfg.sandbox.max_code_chars} characters: not run"
-            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
+            info["action_is_valid"] = False  # no program to run (the warm start's valid rate and env play read it)
             return 0.0, info
         found = extract_code(answer)
         if not found.code:
             info["detail"] = f"no program: {found.problem}"
-            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
+            info["action_is_valid"] = False  # no program to run (the warm start's valid rate and env play read it)
             return 0.0, info
         code = assemble(problem.starter_code, found.code)
         if len(code) > cfg.sandbox.max_code_chars:
             info["detail"] = f"program longer than {cfg.sandbox.max_code_chars} characters: not run"
-            info["action_is_valid"] = False  # no program to run: train/action_is_valid counted it
+            info["action_is_valid"] = False  # no program to run (the warm start's valid rate and env play read it)
             return 0.0, info
         if self._sandbox is None:
             self._sandbox = Sandbox(cfg.sandbox)
