@@ -270,13 +270,15 @@ def test_a_reused_out_folder_keeps_no_figure_of_another_run(tmp_path, capsys):
         (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "notes").mkdir(parents=True)
     (out / "mine.png").write_bytes(b"a user's own file")
+    (out / "timing.png").write_bytes(b"a user's own figure, named as one of ragen plot's")  # this run draws no timing
     assert "critic.png" in {p.name for p in plot_run(tmp_path / "ppo", out)}
     capsys.readouterr()
     written = plot_run(tmp_path / "grpo", out)
     assert "critic.png" not in {p.name for p in written}
     assert not (out / "critic.png").exists()
     assert f"note: removed {out / 'critic.png'}: drawn earlier" in capsys.readouterr().err
-    assert sorted(p.name for p in out.iterdir()) == sorted([p.name for p in written] + ["mine.png", "notes"])  # nothing else touched
+    assert (out / "timing.png").read_bytes() == b"a user's own figure, named as one of ragen plot's"  # not drawn by ragen plot: kept
+    assert sorted(p.name for p in out.iterdir()) == sorted([p.name for p in written] + [".ragen-plot.json", "mine.png", "notes", "timing.png"])
 
 
 def test_an_unreadable_metrics_file_is_a_read_error_not_a_write_error(tmp_path, capsys, monkeypatch):

@@ -277,19 +277,26 @@ def warn_nonfinite(rows: list[dict[str, Any]], keys: list[str]) -> None:
             print(f"warning: {key} is NaN or infinite at step{'s' if len(bad) > 1 else ''} {shown}: drawn as gaps", file=sys.stderr)
 
 
-def remove_stale(out_dir: Path, own_names: list[str], written: list[Path]) -> None:
-    """Delete the figures of ``own_names`` in ``out_dir`` that this drawing did not write.
+def remove_stale(out_dir: Path, own_names: list[str], written: list[Path], *, record: str = ".ragen-plot.json") -> None:
+    """Delete the figures this command drew into ``out_dir`` earlier that this drawing did not write.
 
-    They were drawn earlier, from another run or before its settings changed (a PPO run's
-    critic.png left in the folder of a GRPO run), and would pass for this run's. Only the names
-    this command writes are touched; each removal is named on stderr.
+    They were drawn from another run or before its settings changed (a PPO run's critic.png left
+    in the folder of a GRPO run) and would pass for this run's. What was drawn is listed in
+    ``out_dir/record``, so only a file this command wrote there is ever removed (a user's own
+    critic.png stays); each removal is named on stderr.
     """
     fresh = {path.name for path in written}
+    listing = out_dir / record
+    try:
+        drawn = set(json.loads(listing.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        drawn = set()
     for name in own_names:
         stale = out_dir / name
-        if name not in fresh and stale.is_file():
+        if name in drawn and name not in fresh and stale.is_file():
             stale.unlink()
             print(f"note: removed {stale}: drawn earlier, and the metrics it shows are not in this run", file=sys.stderr)
+    listing.write_text(json.dumps(sorted(fresh)) + "\n", encoding="utf-8")
 
 
 _GRAD_KEY = re.compile(r"^grad_norm/(bucket_(\d+)|all)/(task|entropy|kl|reward_std_mean)$")
