@@ -133,7 +133,6 @@ def test_lora_targets_that_match_no_module_are_one_line_before_anything_is_writt
     assert main([*argv[:-1], "optim.peft.target_modules=[q_proj,v_proj]"]) == 0  # names it has: trains
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning:peft")  # peft on an adapter of the tied embeddings
 def test_a_lora_checkpoint_saves_merge_and_unloads_weights_without_copying_the_model(tmp_path, monkeypatch):
     """The save deep-copied the whole model on its device to merge it: twice the GPU memory at every checkpoint."""
     import copy
@@ -148,11 +147,11 @@ def test_a_lora_checkpoint_saves_merge_and_unloads_weights_without_copying_the_m
 
     base, tok = load_model_and_tokenizer("tiny")
     with peft_quiet():
-        model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "embed_tokens"]))
+        model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     torch.manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "lora_B" in name or "lora_embedding_B" in name:
+            if "lora_B" in name:
                 p.normal_()  # a trained adapter (B starts at zero: a merge would change nothing)
     want = copy.deepcopy(model).merge_and_unload().state_dict()
 
@@ -173,4 +172,32 @@ def test_a_lora_checkpoint_saves_merge_and_unloads_weights_without_copying_the_m
         assert torch.equal(tensor, want[key]), key  # bit for bit what merge_and_unload gives
     assert not any("lora_" in k or "base_layer" in k for k in saved)
     assert any(not torch.equal(want[k], base_w) for k, base_w in load_model_and_tokenizer("tiny")[0].state_dict().items()
-               if k.endswith(("q_proj.weight", "embed_tokens.weight")))
+               if k.endswith("q_proj.weight"))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:peft")
+def test_an_adapter_on_the_tied_lm_head_is_saved_as_merge_and_unload_merges_it(tmp_path):
+    """Adapting lm_head of tied embeddings: merging changes both (one tensor); the weight-by-weight merge left the
+    embeddings unmerged and untied them (helper-73's review), so that case merges a copy as before."""
+    import copy
+
+    import peft
+    import torch
+    from safetensors.torch import load_file
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer.checkpoint import merged_lora_weights, save_checkpoint
+    from ragen_core.trainer.setup import peft_quiet
+
+    base, tok = load_model_and_tokenizer("tiny")
+    with peft_quiet():
+        model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["lm_head"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    assert merged_lora_weights(model) is None
+    want = copy.deepcopy(model).merge_and_unload().state_dict()
+    saved = load_file(str(save_checkpoint(tmp_path, 1, model, tok, {}) / "model.safetensors"))
+    assert all(torch.equal(tensor, want[key]) for key, tensor in saved.items())
+    assert not torch.equal(saved["model.embed_tokens.weight"], load_model_and_tokenizer("tiny")[0].state_dict()["model.embed_tokens.weight"])

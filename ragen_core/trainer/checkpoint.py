@@ -479,21 +479,30 @@ def _atomic_folder(final: Path) -> Iterator[Path]:
 
 def merged_lora_weights(model: Any) -> dict[str, Any] | None:
     """The weights of a PEFT LoRA ``model`` with its active adapters merged, keyed as the base
-    model's own (``merge_and_unload``'s result, bit for bit), or None for adapters this does not
-    merge (DoRA).
+    model's own (``merge_and_unload``'s result, bit for bit), or None where this does not give it:
+    DoRA adapters, ``modules_to_save`` copies, or an adapted weight tied to another (an adapted
+    ``lm_head`` of tied embeddings: merging changes both).
 
     Built one layer at a time: each merged weight is ``W + get_delta_weight()`` moved to the CPU,
     and the other weights are the model's own tensors. A merged deep copy of the model took twice
     its memory on the GPU at every checkpoint.
     """
+    from collections import Counter
+
     from peft.tuners.lora import LoraLayer
 
     base = model.get_base_model()
     layers: dict[str, Any] = {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
     if any(any(getattr(module, "use_dora", {}).get(a, False) for a in module.active_adapters) for module in layers.values()):
         return None
+    if any(type(module).__name__ == "ModulesToSaveWrapper" for module in base.modules()):
+        return None
+    state = base.state_dict()
+    shared = Counter(tensor.data_ptr() for tensor in state.values())
+    if any(shared[state[f"{path}.base_layer.weight"].data_ptr()] > 1 for path in layers if f"{path}.base_layer.weight" in state):
+        return None
     merged: dict[str, Any] = {}
-    for key, tensor in base.state_dict().items():
+    for key, tensor in state.items():
         path, sep, leaf = key.rpartition(".base_layer.")
         if not sep:
             if ".lora_" not in key:  # the adapters' own weights are saved apart (adapter/)
