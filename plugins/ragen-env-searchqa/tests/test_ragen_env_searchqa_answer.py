@@ -62,6 +62,7 @@ def test_an_answer_that_normalises_to_nothing_is_no_free_exact_match():
         assert score_answer(empty, ["A+", "AB+"]) == (0.0, False, 0.0)
         assert not exact_match(empty, "")  # an empty prediction matches nothing, not even an empty gold
     assert score_answer("A+", ["A+", "AB+"]).exact and score_answer(" a+ ", ["A+"]).exact  # the answer itself still scores
+    assert score_answer("A+.", ["A+"]).exact  # a full stop after it too
     assert not score_answer("AB+", ["A+"]).exact
     assert score_answer("The Beatles", ["beatles"]).exact  # golds that keep a word are normalised as before
 

@@ -110,12 +110,12 @@ def exact_match(prediction: str, gold: str) -> bool:
     """Equal after :func:`normalize`; an empty prediction matches nothing.
 
     A gold answer that normalises to nothing (``A+``: the article "a" and a sign) is compared as
-    lower-cased text with single spaces instead: under :func:`normalize` ``finish[]``, ``the``
-    and ``.`` all matched it.
+    lower-cased text with single spaces and no sentence punctuation at its end instead: under
+    :func:`normalize` ``finish[]``, ``the`` and ``.`` all matched it.
     """
     pred, ref = normalize(prediction), normalize(gold)
-    if not ref:
-        pred, ref = " ".join(prediction.lower().split()), " ".join(gold.lower().split())
+    if not ref:  # lower case, single spaces, no sentence punctuation at the end ('A+.' is 'A+')
+        pred, ref = (" ".join(text.lower().split()).rstrip(".,;:!?") for text in (prediction, gold))
     return bool(pred) and pred == ref
 
 
