@@ -519,19 +519,31 @@ def _normal_form(name: str) -> str:
     return cleaned if re.fullmatch(NAME_PATTERN, cleaned) else f"plugin-{cleaned}".rstrip("-")
 
 
-def dist_location(dist: Any) -> str:
-    """Where a distribution lives: its source folder for an editable install (``pip install -e``,
-    from PEP 610's ``direct_url.json``), else the folder holding its files; ``""`` if unknown."""
+def editable_source(dist: Any) -> str | None:
+    """The source folder of an editable install (``pip install -e``, from PEP 610's
+    ``direct_url.json``), or None for any other install (or an unreadable record)."""
     if dist is None:
-        return ""
+        return None
     try:
         import json
         from urllib.parse import unquote, urlparse
 
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
         url = urlparse(str(direct.get("url", "")))
-        if direct.get("dir_info", {}).get("editable") and url.scheme == "file":
-            return unquote(url.path) + " (editable)"
+        return unquote(url.path) if direct.get("dir_info", {}).get("editable") and url.scheme == "file" else None
+    except Exception:  # noqa: BLE001 - a damaged record: not known to be editable
+        return None
+
+
+def dist_location(dist: Any) -> str:
+    """Where a distribution lives: its source folder for an editable install (:func:`editable_source`),
+    else the folder holding its files; ``""`` if unknown."""
+    if dist is None:
+        return ""
+    source = editable_source(dist)
+    if source is not None:
+        return source + " (editable)"
+    try:
         return str(dist.locate_file(""))
     except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
         return ""

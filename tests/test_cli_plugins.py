@@ -313,8 +313,11 @@ def test_init_env_force_may_start_over_the_folder_an_editable_install_points_at(
     site = tmp_path / "site"
     fake_entry_points(site, "ragen-env-grid5", {"ragen_core.envs": {"grid5": "ragen_env_grid5.plugin:SPEC"}}, add_to_path=False)
     env = {"PYTHONPATH": str(site) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    from ragen_core.cli.init_env import scaffold
+
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
-    (work / "ragen-env-grid5").mkdir(parents=True)
+    work.mkdir()
+    scaffold("grid5", work)  # then installed editable (the fake record below)
     elsewhere.mkdir()
     info = next(site.glob("*.dist-info"))
     (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {"editable": True}}))
@@ -325,3 +328,8 @@ def test_init_env_force_may_start_over_the_folder_an_editable_install_points_at(
     assert other.returncode == 2 and "env name 'grid5' is taken" in other.stderr and not any(elsewhere.iterdir())
     (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {}}))  # a copy, not editable
     assert ragen("init-env", "grid5", "--force", "--dir", str(work), env=env).returncode == 2
+    # an editable package the scaffold did not write (a shipped env's folder in a checkout of RAGEN) stays refused
+    (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {"editable": True}}))
+    (work / "ragen-env-grid5" / "pyproject.toml").write_text('[project]\nname = "ragen-env-grid5"\n')
+    shipped = ragen("init-env", "grid5", "--force", "--dir", str(work), env=env)
+    assert shipped.returncode == 2 and "env name 'grid5' is taken" in shipped.stderr

@@ -77,17 +77,23 @@ def _set_aside(target: Path) -> Path:
     return aside
 
 
+#: The first line of a scaffolded package's pyproject.toml (``pyproject.toml.tmpl``).
+SCAFFOLD_MARK = "# Scaffolded by `ragen init-env"
+
+
 def _installed_from(dist: str, target: Path) -> bool:
-    """Whether distribution ``dist`` is an editable install of the folder ``target``."""
+    """Whether distribution ``dist`` is an editable install of the folder ``target``, a package
+    this command scaffolded (not, say, a shipped env's folder in a checkout of RAGEN)."""
     from importlib import metadata
 
-    from ragen_core.registry import dist_location
+    from ragen_core.registry import editable_source
 
     try:
-        location = dist_location(metadata.distribution(dist))
-    except metadata.PackageNotFoundError:
+        source = editable_source(metadata.distribution(dist))
+        scaffolded = (target / "pyproject.toml").read_text(encoding="utf-8").startswith(SCAFFOLD_MARK)
+    except (metadata.PackageNotFoundError, OSError, UnicodeDecodeError):
         return False
-    return location.endswith(" (editable)") and Path(location[: -len(" (editable)")]).resolve() == target.resolve()
+    return scaffolded and source is not None and Path(source).resolve() == target.resolve()
 
 
 def _write_template(target: Path, values: dict[str, str]) -> None:
