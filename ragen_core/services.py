@@ -380,6 +380,64 @@ def die_with_parent(parent: int, every_s: float = 0.5) -> threading.Thread:
     return thread
 
 
+_ORPHAN_SWEEPER = r"""
+import os, signal, sys, time
+root, me = int(sys.argv[1]), os.getpid()
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the trainer's to handle
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # the trainer ended the work itself: nothing to sweep
+
+def table():
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                out[int(name)] = (int(fields[1]), fields[19], fields[0])  # parent, start time, state
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+seen = {}
+while True:
+    procs = table()
+    if root not in procs or procs[root][2] in "ZX":  # gone, or dead and not yet reaped
+        break
+    kids, todo = {root}, [root]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, start, _) in procs.items():
+            if ppid == parent and pid not in kids and pid != me:
+                kids.add(pid)
+                todo.append(pid)
+                seen[pid] = start
+    time.sleep(float(sys.argv[2]))
+procs = table()
+for pid, start in seen.items():
+    if procs.get(pid, (0, None, ""))[1] == start:  # the same process, not a reused id
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+def sweep_orphans_of(root: int, every_s: float = 1.0) -> subprocess.Popen[bytes] | None:
+    """Start a small watcher that, once process ``root`` is gone without stopping the watcher,
+    SIGKILLs every process it saw descend from ``root`` that is still alive (Linux; None
+    elsewhere). Stop the watcher with ``terminate()`` when ``root`` shuts its children down itself.
+
+    For children started by a library that does not make them die with their parent: a local Ray
+    left its dashboard and runtime-env agents running after the trainer was killed with SIGKILL.
+    The watcher samples the tree every ``every_s`` seconds, so a process that lived for less than
+    that between samples can escape it.
+    """
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
+        return None
+    return subprocess.Popen([sys.executable, "-c", _ORPHAN_SWEEPER, str(root), str(every_s)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

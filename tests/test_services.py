@@ -7,6 +7,7 @@ reached when something that should happen never does).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import signal
@@ -607,3 +608,56 @@ def test_config_and_spec_reject_bad_values():
     with pytest.raises(ConfigError, match="^ServiceSpec: invalid config: health_path: health_path must start with '/'"):
         ServiceSpec(name="x", command=("server", "{port}"), health_path="health")
     assert ServiceSpec(name="x", command=("server",), env={"PORT": "{port}"}).env == {"PORT": "{port}"}
+
+
+_SWEPT_ROOT = """
+import os, subprocess, sys, time
+from ragen_core.services import sweep_orphans_of
+sweeper = sweep_orphans_of(os.getpid(), every_s=0.1)
+# what a library's daemon does: a grandchild in a session of its own, whose parent exits (it then lives under init)
+# (its parent lives a moment, as Ray's raylet lives while the trainer runs: the sweeper samples the tree every 0.1 s)
+mid = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+                        "print(p.pid, flush=True); time.sleep(0.5)"], stdout=subprocess.PIPE, text=True)
+orphan = int(mid.stdout.readline())
+mid.wait()
+time.sleep(0.5)  # the sweeper has seen it
+if sys.argv[1] == "stop":  # the trainer shut its children down itself: the sweeper must touch nothing
+    sweeper.terminate()
+    sweeper.wait()
+print(orphan, sweeper.pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sweeper reads /proc")
+@pytest.mark.parametrize("how", ["killed", "stop"])
+def test_orphans_of_a_killed_process_are_swept_and_a_stopped_sweeper_sweeps_nothing(how):
+    """A local Ray's dashboard and runtime-env agents outlived a trainer killed with SIGKILL (helper-72's walk)."""
+    root = subprocess.Popen([sys.executable, "-c", _SWEPT_ROOT, how], stdout=subprocess.PIPE, text=True)
+    try:
+        orphan, sweeper = map(int, root.stdout.readline().split())
+        root.kill()
+        root.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(orphan) and how == "killed":
+            time.sleep(0.05)
+        if how == "killed":
+            assert not _alive(orphan)  # swept within a few of its 0.1 s samples
+            while time.monotonic() < deadline and _alive(sweeper):
+                time.sleep(0.05)
+            assert not _alive(sweeper)  # and the sweeper itself is gone
+        else:
+            time.sleep(0.5)
+            assert _alive(orphan)
+    finally:
+        root.kill()
+        with contextlib.suppress(NameError, ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False

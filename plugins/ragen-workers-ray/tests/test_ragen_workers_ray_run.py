@@ -7,7 +7,10 @@ of this module.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
+import time
 
 import pytest
 
@@ -59,3 +62,70 @@ def test_one_training_step_with_envs_in_ray_actors(tmp_path, monkeypatch, capsys
     assert row["step"] == 1 and 0.0 <= row["train/success"] <= 1.0
     assert stepped and stepped[0] == 4  # the first turn stepped all 4 episodes through the actors
     assert not ray.is_initialized()  # the run closed its pool, which stopped the Ray it started
+
+
+_POOL_CHILD = """
+import logging, sys, time
+from ragen_workers_ray.pool import RayEnvPool
+from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
+pool = RayEnvPool(EnvRef(name="bandit"), num_workers=1, local_cpus=1)
+pool.reset([ResetRequest(0, seed=0)])  # Ray, its agents and the actor are up
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> start time of every process below ``root`` now."""
+    procs = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                procs[int(name)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = {}, [root]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, start) in procs.items():
+            if ppid == parent and pid not in found:
+                found[pid] = start
+                todo.append(pid)
+    return found
+
+
+def _still_running(pid: int, start: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[19] == start and fields[0] not in "ZX"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_trainer_killed_with_sigkill_leaves_no_ray_process_behind():
+    """Its local Ray's dashboard and runtime-env agents lived on under init (helper-72's walk)."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", _POOL_CHILD], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    below: dict[int, str] = {}
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(1.5)  # the sweeper samples every second
+        below = _descendants(child.pid)
+        assert len(below) >= 3  # Ray's own processes, its agents, the actor, the sweeper
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_still_running(p, s) for p, s in below.items()):
+            time.sleep(0.2)
+        left = [p for p, s in below.items() if _still_running(p, s)]
+        assert not left, [open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:80] for p in left]
+    finally:
+        child.kill()
+        for pid, start in {**below, **_descendants(child.pid)}.items():  # whatever a failure left: not into the next test
+            if _still_running(pid, start):
+                os.kill(pid, 9)

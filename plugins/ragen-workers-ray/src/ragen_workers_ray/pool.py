@@ -149,6 +149,9 @@ class _OwnedRay:
 
     started: bool = False
     users: int = 0
+    sweeper: Any = None
+    """:func:`ragen_core.services.sweep_orphans_of` this process: a trainer killed with SIGKILL runs no
+    ``ray.shutdown``, and Ray's dashboard and runtime-env agents outlived it."""
 
 
 _OWNED = _OwnedRay()
@@ -264,7 +267,10 @@ class RayEnvPool(EnvPool):
         if self._connected:
             return
         if connect(self.config):
+            from ragen_core.services import sweep_orphans_of
+
             _OWNED.started = True
+            _OWNED.sweeper = sweep_orphans_of(os.getpid())
         self._shares_owned = _OWNED.started
         if self._shares_owned:
             _OWNED.users += 1
@@ -496,6 +502,10 @@ class RayEnvPool(EnvPool):
             if _OWNED.users <= 0:
                 _OWNED.started, _OWNED.users = False, 0
                 ray.shutdown()
+                sweeper, _OWNED.sweeper = _OWNED.sweeper, None
+                if sweeper is not None:  # Ray stopped its own processes: nothing is left to sweep
+                    sweeper.terminate()
+                    sweeper.wait()
         self._connected = self._shares_owned = False
 
 
