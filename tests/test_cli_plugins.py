@@ -333,3 +333,27 @@ def test_init_env_force_may_start_over_the_folder_an_editable_install_points_at(
     (work / "ragen-env-grid5" / "pyproject.toml").write_text('[project]\nname = "ragen-env-grid5"\n')
     shipped = ragen("init-env", "grid5", "--force", "--dir", str(work), env=env)
     assert shipped.returncode == 2 and "env name 'grid5' is taken" in shipped.stderr
+
+
+def test_plugins_check_names_a_plugin_whose_runs_would_be_refused_here_without_failing_it(tmp_path):
+    """`plugins check --strict` said vllm was 'ok' where `ragen run --engine vllm` is refused at once (helper-72's walk).
+    A missing dependency is no plugin bug: 'unavailable', exit 0; an availability check that crashes is a failure."""
+    spec_src = (
+        "from ragen_core import EnvSpec\n"
+        "from ragen_core.errors import ConfigError\n"
+        "def needs_tool(config):\n    raise ConfigError('needtool env: the tool is not installed')\n"
+        "def broken(config):\n    raise ValueError('bug in the check')\n"
+        "SPEC = EnvSpec(name='needtool', summary='needs a tool.', factory='fakeplug_avail:SPEC', availability='fakeplug_avail:needs_tool')\n"
+        "BROKEN = EnvSpec(name='brokencheck', summary='its check crashes.', factory='fakeplug_avail:SPEC', availability='fakeplug_avail:broken')\n"
+    )
+    fake_entry_points(tmp_path, "fake-avail", {"ragen_core.envs": {"needtool": "fakeplug_avail:SPEC"}},
+                      modules={"fakeplug_avail.py": spec_src}, add_to_path=False)
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAGEN_LOAD_PLUGINS": "fake-avail"}
+    out = ragen("plugins", "check", "--kind", "env", env=env)
+    assert out.returncode == 0, out.stdout
+    (row,) = [line for line in out.stdout.splitlines() if " needtool " in line]
+    assert row.split()[4:] == ["unavailable", "needtool", "env:", "the", "tool", "is", "not", "installed"]
+    assert out.stdout.splitlines()[-1].startswith("0 ok, 0 failed, ") and ", 1 unavailable here (" in out.stdout.splitlines()[-1]
+    (tmp_path / "fake_avail-0.0.1.dist-info" / "entry_points.txt").write_text("[ragen_core.envs]\nbrokencheck = fakeplug_avail:BROKEN\n")
+    out = ragen("plugins", "check", "--kind", "env", env=env)
+    assert out.returncode == 1 and "FAILED" in out.stdout and "ValueError: bug in the check" in out.stdout

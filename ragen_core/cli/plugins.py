@@ -116,7 +116,7 @@ def check_plugins(args: argparse.Namespace) -> int:
     reg = registry.default_registry()
     strict = args.strict or os.environ.get("RAGEN_STRICT_PLUGINS") == "1"
     kinds = [args.kind] if args.kind else list(GROUPS)
-    table, failures, disabled = [], 0, 0
+    table, failures, disabled, unavailable = [], 0, 0, 0
     for e, status in _rows(reg, kinds):
         if status == "disabled":
             disabled += 1
@@ -141,6 +141,11 @@ def check_plugins(args: argparse.Namespace) -> int:
             notes += [n for recipe in getattr(spec, "recipes", {}) for n in _check_recipe(spec, recipe)]
             if not spec.summary.strip():  # 'ragen plugins show' and the listing would have nothing to say
                 notes.append("no summary: give the spec a one-line summary=...")
+            missing = _unavailable(reg, e, spec)
+            if missing is not None:  # a sound plugin whose dependency is not here (vllm, a Lean toolchain): not a failure
+                unavailable += 1
+                table.append([e.kind, e.name, e.dist_name, e.dist_version, "unavailable", missing[:160]])
+                continue
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
@@ -151,8 +156,23 @@ def check_plugins(args: argparse.Namespace) -> int:
         table.append(["?", stray.name, stray.dist_name, "", "FAILED", f"entry-point group {stray.group!r} is not one RAGEN reads"
                       + (f": did you mean {stray.meant!r}?" if stray.meant else "")])
     _print_table(["KIND", "NAME", "DISTRIBUTION", "VERSION", "CHECK", "DETAIL"], table)
-    print(f"\n{len(table) - failures - disabled} ok, {failures} failed" + (f", {disabled} disabled" if disabled else ""))
+    print(f"\n{len(table) - failures - disabled - unavailable} ok, {failures} failed" + (f", {disabled} disabled" if disabled else "")
+          + (f", {unavailable} unavailable here (their runs are refused until what they need is installed)" if unavailable else ""))
     return 1 if failures else 0
+
+
+def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
+    """Why a run of this plugin with its default settings would be refused here (its spec's
+    availability check: a dependency not installed), or None when it would start."""
+    from ragen_core.errors import RagenError
+
+    if getattr(spec, "availability", None) is None:
+        return None
+    try:
+        spec.check_available(reg.make_config(entry.kind, f"{entry.dist_name}:{entry.name}"))
+    except RagenError as exc:
+        return exc.message
+    return None
 
 
 def _check_factory(spec: Any, *, load: bool = False) -> list[str]:
