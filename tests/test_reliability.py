@@ -146,11 +146,11 @@ def _disk_full_at_step(step: int, monkeypatch) -> None:
     """The model writer fails with ENOSPC when writing checkpoint ``step`` (tests run as root: chmod stops nothing)."""
     real = ck._save_model_folder
 
-    def writer(folder: Path, model, tokenizer) -> None:
+    def writer(folder: Path, model, tokenizer, *rest) -> None:
         if folder.name == f"step_{step}.tmp":
             (folder / "model.safetensors").write_bytes(b"\0" * 4096)  # part of it made it to disk
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(folder, model, tokenizer)
+        real(folder, model, tokenizer, *rest)
 
     monkeypatch.setattr(ck, "_save_model_folder", writer)
 
@@ -160,8 +160,8 @@ def _path_blocked_at_step(step: int, run_dir: Path, monkeypatch) -> None:
     blocked = run_dir / "checkpoints" / f"step_{step}.tmp"
     real = ck._save_model_folder
 
-    def writer(folder: Path, model, tokenizer) -> None:
-        real(folder, model, tokenizer)
+    def writer(folder: Path, model, tokenizer, *rest) -> None:
+        real(folder, model, tokenizer, *rest)
         if folder.name == f"step_{step - 1}.tmp":  # put the obstacle in place once the previous one is written
             blocked.write_text("not a folder")
 

@@ -149,3 +149,35 @@ def test_weights_finite_checks_every_module_with_one_host_sync_per_device(monkey
     with torch.no_grad():
         critic.bias[0] = float("inf")  # the last parameter of the last module
     assert weights_finite(policy, critic) is False
+
+
+_SHARDED_NAN = """
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from ragen_core.trainer.divergence import weights_finite
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+fully_shard(model)
+first = weights_finite(model)
+if dist.get_rank() == 1:  # a NaN in rank 1's shard only
+    with torch.no_grad():
+        model[0].weight.to_local().view(-1)[0] = float("nan")
+print(f"rank {dist.get_rank()}: {first} {weights_finite(model)}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_sharded_weights_are_judged_alike_on_every_rank(tmp_path):
+    """A stack of FSDP2's DTensor flags could not be reduced ('Replicate to Partial(product)'), and a rank that looked at its
+    own shard alone would stop while the other went on into a collective: one verdict, agreed by all ranks."""
+    import subprocess
+
+    from ragen_core.testing.run_helpers import distributed_child_env, torchrun_command
+
+    script = tmp_path / "sharded_nan.py"
+    script.write_text(_SHARDED_NAN)
+    launcher = torchrun_command(2)[:-2]  # without its "-m ragen_core.cli.main": this script instead
+    done = subprocess.run([*launcher, str(script)], env=distributed_child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank ")) == ["rank 0: True False", "rank 1: True False"]

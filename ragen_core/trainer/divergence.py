@@ -64,17 +64,29 @@ def weights_finite(*modules: Any) -> bool:
     """Whether every parameter of ``modules`` (None entries ignored) is finite.
 
     The per-parameter checks stay on their device and are reduced there, so a GPU model costs one
-    host sync per device rather than one per parameter.
+    host sync per device rather than one per parameter. Sharded parameters (FSDP2's DTensors) are
+    checked on this rank's shard, and the verdict is then agreed across ranks by one all-reduce:
+    every rank gets the same answer, so they stop (or go on) together.
     """
     import torch
 
     flags: dict[Any, list[Any]] = {}
+    shard_device = None
     for module in modules:
         if module is None:
             continue
         for p in module.parameters():
-            flags.setdefault(p.device, []).append(torch.isfinite(p.detach()).all())
-    return all(bool(torch.stack(found).all()) for found in flags.values())
+            t = p.detach()
+            if hasattr(t, "to_local"):  # a DTensor: its local shard (a stack of DTensor flags cannot be reduced)
+                t = t.to_local()
+                shard_device = t.device
+            flags.setdefault(t.device, []).append(torch.isfinite(t).all())
+    ok = all(bool(torch.stack(found).all()) for found in flags.values())
+    if shard_device is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        verdict = torch.tensor([1 if ok else 0], device=shard_device)
+        torch.distributed.all_reduce(verdict, op=torch.distributed.ReduceOp.MIN)
+        ok = bool(verdict.item())
+    return ok
 
 
 class SkipMonitor:
