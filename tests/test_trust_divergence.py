@@ -152,6 +152,7 @@ def test_weights_finite_checks_every_module_with_one_host_sync_per_device(monkey
 
 
 _SHARDED_NAN = """
+import sys
 import torch, torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from ragen_core.trainer.divergence import weights_finite
@@ -163,7 +164,10 @@ first = weights_finite(model)
 if dist.get_rank() == 1:  # a NaN in rank 1's shard only
     with torch.no_grad():
         model[0].weight.to_local().view(-1)[0] = float("nan")
-print(f"rank {dist.get_rank()}: {first} {weights_finite(model)}", flush=True)
+verdict = weights_finite(model)
+with open(f"{sys.argv[1]}/rank{dist.get_rank()}.txt", "w") as fh:  # a file per rank: their stdout lines interleave
+    fh.write(f"{first} {verdict}")
+dist.barrier()  # neither rank leaves while the other is still in a collective (gloo aborts then)
 dist.destroy_process_group()
 """
 
@@ -178,6 +182,6 @@ def test_sharded_weights_are_judged_alike_on_every_rank(tmp_path):
     script = tmp_path / "sharded_nan.py"
     script.write_text(_SHARDED_NAN)
     launcher = torchrun_command(2)[:-2]  # without its "-m ragen_core.cli.main": this script instead
-    done = subprocess.run([*launcher, str(script)], env=distributed_child_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*launcher, str(script), str(tmp_path)], env=distributed_child_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert sorted(line for line in done.stdout.splitlines() if line.startswith("rank ")) == ["rank 0: True False", "rank 1: True False"]
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["True False", "True False"]  # rank 0 agrees with rank 1's NaN
