@@ -382,9 +382,11 @@ def die_with_parent(parent: int, every_s: float = 0.5) -> threading.Thread:
 
 _ORPHAN_SWEEPER = r"""
 import os, signal, sys, time
-root, me = int(sys.argv[1]), os.getpid()
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the trainer's to handle
-signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # the trainer ended the work itself: nothing to sweep
+root, root_start, every = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+me = os.getpid()
+for sig in (signal.SIGINT, signal.SIGHUP):  # (in a session of its own: a terminal's signals are not for it anyway)
+    signal.signal(sig, signal.SIG_IGN)
+signal.signal(signal.SIGUSR1, lambda *_: os._exit(0))  # disarmed: the root shut its children down itself
 
 def table():
     out = {}
@@ -398,20 +400,24 @@ def table():
                 pass
     return out
 
-seen = {}
+seen = {}  # pid -> start time of the root's descendants still alive at the last sample
 while True:
     procs = table()
-    if root not in procs or procs[root][2] in "ZX":  # gone, or dead and not yet reaped
+    if procs.get(root, (0, None, ""))[1] != root_start or procs[root][2] in "ZX":  # gone, reaped, or a reused id
         break
-    kids, todo = {root}, [root]
+    children = {}
+    for pid, (ppid, start, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    below, todo = {}, [root]
     while todo:
-        parent = todo.pop()
-        for pid, (ppid, start, _) in procs.items():
-            if ppid == parent and pid not in kids and pid != me:
-                kids.add(pid)
+        for pid in children.get(todo.pop(), ()):
+            if pid != me and pid not in below:
+                below[pid] = procs[pid][1]
                 todo.append(pid)
-                seen[pid] = start
-    time.sleep(float(sys.argv[2]))
+    # the descendants now, plus those seen before that still run (orphaned meanwhile: under init now)
+    seen = {pid: start for pid, start in seen.items() if procs.get(pid, (0, None, ""))[1] == start}
+    seen.update(below)
+    time.sleep(every)
 procs = table()
 for pid, start in seen.items():
     if procs.get(pid, (0, None, ""))[1] == start:  # the same process, not a reused id
@@ -422,20 +428,48 @@ for pid, start in seen.items():
 """
 
 
-def sweep_orphans_of(root: int, every_s: float = 1.0) -> subprocess.Popen[bytes] | None:
-    """Start a small watcher that, once process ``root`` is gone without stopping the watcher,
-    SIGKILLs every process it saw descend from ``root`` that is still alive (Linux; None
-    elsewhere). Stop the watcher with ``terminate()`` when ``root`` shuts its children down itself.
+def _start_time(pid: int) -> str:
+    """The start time (clock ticks since boot) of process ``pid``, from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[19]
+
+
+class OrphanSweeper:
+    """A small watcher process (:func:`sweep_orphans_of`); :meth:`stop` disarms it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def stop(self) -> None:
+        """Disarm and end the watcher: the root shut its children down itself. Idempotent."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGUSR1)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def sweep_orphans_of(root: int, every_s: float = 1.0) -> OrphanSweeper | None:
+    """Start a small watcher that, once process ``root`` is gone without disarming it
+    (:meth:`OrphanSweeper.stop`), SIGKILLs every process it saw descend from ``root`` that is still
+    alive (Linux; None elsewhere).
 
     For children started by a library that does not make them die with their parent: a local Ray
     left its dashboard and runtime-env agents running after the trainer was killed with SIGKILL.
-    The watcher samples the tree every ``every_s`` seconds, so a process that lived for less than
-    that between samples can escape it.
+    The watcher runs in a session of its own, so a signal to the trainer's process group (a closed
+    terminal's SIGHUP, a scheduler's SIGTERM before its SIGKILL) does not end it with the trainer.
+    It samples the tree every ``every_s`` seconds, so a process that lived for less than that
+    between samples can escape it; a process that ends is forgotten at the next sample.
     """
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
         return None
-    return subprocess.Popen([sys.executable, "-c", _ORPHAN_SWEEPER, str(root), str(every_s)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN_SWEEPER, str(root), _start_time(root), str(every_s)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                            start_new_session=True)
+    return OrphanSweeper(proc)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

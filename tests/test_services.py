@@ -622,22 +622,26 @@ orphan = int(mid.stdout.readline())
 mid.wait()
 time.sleep(0.5)  # the sweeper has seen it
 if sys.argv[1] == "stop":  # the trainer shut its children down itself: the sweeper must touch nothing
-    sweeper.terminate()
-    sweeper.wait()
-print(orphan, sweeper.pid, flush=True)
+    sweeper.stop()
+print(orphan, sweeper.proc.pid, flush=True)
 time.sleep(300)
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sweeper reads /proc")
-@pytest.mark.parametrize("how", ["killed", "stop"])
+@pytest.mark.parametrize("how", ["killed", "group SIGTERM", "group SIGHUP", "stop"])
 def test_orphans_of_a_killed_process_are_swept_and_a_stopped_sweeper_sweeps_nothing(how):
-    """A local Ray's dashboard and runtime-env agents outlived a trainer killed with SIGKILL (helper-72's walk)."""
-    root = subprocess.Popen([sys.executable, "-c", _SWEPT_ROOT, how], stdout=subprocess.PIPE, text=True)
+    """A local Ray's dashboard and runtime-env agents outlived a trainer killed with SIGKILL (helper-72's walk). A signal to
+    the trainer's whole process group (a closed terminal, a scheduler's SIGTERM before SIGKILL) must not end the sweeper
+    with it (helper-74's review)."""
+    root = subprocess.Popen([sys.executable, "-c", _SWEPT_ROOT, how], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         orphan, sweeper = map(int, root.stdout.readline().split())
+        if how.startswith("group"):
+            os.killpg(root.pid, signal.SIGTERM if how.endswith("SIGTERM") else signal.SIGHUP)
         root.kill()
         root.wait()
+        how = "killed" if how.startswith("group") else how
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _alive(orphan) and how == "killed":
             time.sleep(0.05)

@@ -501,11 +501,12 @@ class RayEnvPool(EnvPool):
             _OWNED.users -= 1
             if _OWNED.users <= 0:
                 _OWNED.started, _OWNED.users = False, 0
-                ray.shutdown()
                 sweeper, _OWNED.sweeper = _OWNED.sweeper, None
-                if sweeper is not None:  # Ray stopped its own processes: nothing is left to sweep
-                    sweeper.terminate()
-                    sweeper.wait()
+                try:
+                    ray.shutdown()
+                finally:
+                    if sweeper is not None:  # Ray stopped its own processes: nothing is left to sweep
+                        sweeper.stop()
         self._connected = self._shares_owned = False
 
 
