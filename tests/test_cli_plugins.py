@@ -344,6 +344,10 @@ def test_plugins_check_names_a_plugin_whose_runs_would_be_refused_here_without_f
         "def needs_tool(config):\n    raise ConfigError('needtool env: the tool is not installed')\n"
         "def broken(config):\n    raise ValueError('bug in the check')\n"
         "SPEC = EnvSpec(name='needtool', summary='needs a tool.', factory='fakeplug_avail:SPEC', availability='fakeplug_avail:needs_tool')\n"
+        "from ragen_core import EnvConfig\n"
+        "class Needs(EnvConfig):\n    data_path: str\n"
+        "NEEDS = EnvSpec(name='needsdata', summary='needs a setting.', factory='fakeplug_avail:SPEC', config_model=Needs, "
+        "availability='fakeplug_avail:needs_tool')\n"
         "BROKEN = EnvSpec(name='brokencheck', summary='its check crashes.', factory='fakeplug_avail:SPEC', availability='fakeplug_avail:broken')\n"
     )
     fake_entry_points(tmp_path, "fake-avail", {"ragen_core.envs": {"needtool": "fakeplug_avail:SPEC"}},
@@ -354,6 +358,10 @@ def test_plugins_check_names_a_plugin_whose_runs_would_be_refused_here_without_f
     (row,) = [line for line in out.stdout.splitlines() if " needtool " in line]
     assert row.split()[4:] == ["unavailable", "needtool", "env:", "the", "tool", "is", "not", "installed"]
     assert out.stdout.splitlines()[-1].startswith("0 ok, 0 failed, ") and ", 1 unavailable here (" in out.stdout.splitlines()[-1]
+    # a plugin whose settings have no default is checked when a run names them, not called unavailable (helper-74's review)
+    (tmp_path / "fake_avail-0.0.1.dist-info" / "entry_points.txt").write_text("[ragen_core.envs]\nneedsdata = fakeplug_avail:NEEDS\n")
+    out = ragen("plugins", "check", "--kind", "env", env=env)
+    assert "unavailable" not in out.stdout
     (tmp_path / "fake_avail-0.0.1.dist-info" / "entry_points.txt").write_text("[ragen_core.envs]\nbrokencheck = fakeplug_avail:BROKEN\n")
     out = ragen("plugins", "check", "--kind", "env", env=env)
     assert out.returncode == 1 and "FAILED" in out.stdout and "ValueError: bug in the check" in out.stdout

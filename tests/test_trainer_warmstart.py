@@ -489,11 +489,23 @@ def test_two_writers_of_one_warm_starts_rounds_and_cache_do_not_collide(tmp_path
     warmstart.save_rounds(blocked / "key.rounds", model, opt, {"history": [], "steps": 0, "elapsed": 0.0})
     assert "warning: warm start: could not keep its finished rounds in" in capsys.readouterr().err
 
+    from ragen_core.trainer.checkpoint import current_umask
+
+    assert (rounds / "rounds.pt").stat().st_mode & 0o777 == 0o666 & ~current_umask()  # not mkstemp's 0600 (helper-74's review)
+
     tiny, tok = load_model_and_tokenizer("tiny")
     cached = tmp_path / "cache" / "key"
     for _ in range(2):  # the second writer finds the folder there: its own copy goes, the first stands
         warmstart.save_cached(cached, tiny, tok, {"valid_rate": 1.0}, stale=False)
     assert sorted(p.name for p in cached.parent.iterdir()) == ["key"]
+
+    class FullDisk:
+        def save_pretrained(self, folder):
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        warmstart.save_cached(tmp_path / "cache" / "other", tiny, FullDisk(), {"valid_rate": 1.0}, stale=False)
+    assert sorted(p.name for p in cached.parent.iterdir()) == ["key"]  # no half-written copy of the model left behind
 
 
 def test_a_cached_warm_start_trains_in_the_dtype_the_run_chose(tmp_path):

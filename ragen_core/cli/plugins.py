@@ -144,7 +144,7 @@ def check_plugins(args: argparse.Namespace) -> int:
             missing = _unavailable(reg, e, spec)
             if missing is not None:  # a sound plugin whose dependency is not here (vllm, a Lean toolchain): not a failure
                 unavailable += 1
-                table.append([e.kind, e.name, e.dist_name, e.dist_version, "unavailable", missing[:160]])
+                table.append([e.kind, e.name, e.dist_name, e.dist_version, "unavailable", clip(missing, 160)])
                 continue
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
@@ -169,7 +169,11 @@ def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
     if getattr(spec, "availability", None) is None:
         return None
     try:
-        spec.check_available(reg.make_config(entry.kind, f"{entry.dist_name}:{entry.name}"))
+        config = reg.make_config(entry.kind, f"{entry.dist_name}:{entry.name}")
+    except RagenError:  # no default settings (a required field): a run names its own, and is checked then
+        return None
+    try:
+        spec.check_available(config)
     except RagenError as exc:
         return exc.message
     return None

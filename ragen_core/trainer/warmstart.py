@@ -45,6 +45,7 @@ says so, and keeps the miss in the model's record (never in the cache).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -313,9 +314,11 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             rate = meta.get("valid_rate")
             print(f"warm start: using cached model {folder}" + (f" (valid rate {rate:.3f})" if isinstance(rate, float) else ""))
         return warm
+
     t0 = time.time()
     rounds_dir = rounds_folder(folder)
-    resumable = (rounds_dir / _ROUNDS_FILE).is_file()  # an interrupted warm start's rounds: its shipped check is not run again
+    opt: Any = None
+    saved: dict[str, Any] | None = None
     if shipped is not None:
         from ragen_core.trainer.warm_policy import used_as_is
 
@@ -333,8 +336,9 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
                 print(f"warm start: the shipped warm policy (valid rate {entry['valid_rate']:.3f} on these env settings, "
                       f"measured when it was built; target {ws.target_valid_rate:.2f})")
             return model
-        check = None if resumable else format_check(config, model, tokenizer,
-                                                    progress="warm start: checking the shipped warm policy" if bars else None)
+        opt, saved = _resume_rounds(rounds_dir, model, ws.lr)  # an interrupted warm start's rounds: its check is not run again
+        check = None if saved is not None else format_check(config, model, tokenizer,
+                                                             progress="warm start: checking the shipped warm policy" if bars else None)
         if check is not None and verbose:
             print(f"warm start: the shipped warm policy {shipped.folder.name!r} writes {check.valid_rate:.3f} valid replies on these env settings "
                   f"(target {ws.target_valid_rate:.2f})" + ("" if check.valid_rate >= ws.target_valid_rate else "; training it further"))
@@ -350,20 +354,18 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
             print(f"warm start skipped: env {config.env!r} offers no legal actions (no action_names, no random_action); "
                   f"training from the {'shipped warm policy' if shipped is not None else 'base model'}")
         return model
-    import torch
-
-    if verbose and shipped is None:  # rounds from the model's own weights: minutes on 2 cores, said before they start
+    if opt is None:
+        opt, saved = _resume_rounds(rounds_dir, model, ws.lr)
+    if verbose and shipped is None and saved is None:  # rounds from the model's own weights: minutes on 2 cores, said before they start
         why = "warm_start.start_from=scratch" if ws.start_from != "shipped" else f"model {config.model!r} has no shipped warm policy"
         print(f"warm start: teaching the reply format from the model's own weights ({why}): rounds of {ws.episodes} demonstrations "
               f"until {ws.target_valid_rate:.2f} valid replies, at most {ws.max_rounds} rounds or {ws.max_seconds:.0f} s "
               "(minutes on 2 cores; the result is cached, so later runs start at once)")
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=ws.lr, weight_decay=0.0)
     trajs: list[Any] = []
     balance: dict[str, list[str]] = {}  # per-state action queues, shared by all rounds
     per_turn = per_turn_rows(rollout_config(config))
     history: list[dict[str, Any]] = []
     steps = 0
-    saved = load_rounds(rounds_dir, model, opt) if resumable else None
     if saved is not None:  # an interrupted warm start of these settings: its finished rounds are not done again
         history, steps = saved["history"], saved["steps"]
         t0 = time.time() - saved["elapsed"]
@@ -421,6 +423,16 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
 _ROUNDS_FILE = "rounds.pt"
 
 
+def _resume_rounds(folder: Path, model: Any, lr: float) -> tuple[Any, dict[str, Any] | None]:
+    """The warm start's optimiser, and the record of the rounds kept in ``folder`` (loaded into
+    ``model`` and the optimiser), or None when there are none to resume."""
+    import torch
+
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    saved = load_rounds(folder, model, opt) if (folder / _ROUNDS_FILE).is_file() else None
+    return opt, saved
+
+
 def rounds_folder(cache_folder: Path) -> Path:
     """``<cache key>.rounds`` beside ``cache_folder``: the finished rounds of a warm start still
     running, or of one interrupted (the model and its optimiser state: about 3x the model's size)."""
@@ -436,12 +448,15 @@ def save_rounds(folder: Path, model: Any, optimizer: Any, record: dict[str, Any]
 
     import torch
 
+    from ragen_core.trainer.checkpoint import usual_mode
+
     tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=_ROUNDS_FILE + ".", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "record": json.dumps(record, default=str)}, fh)
+        usual_mode(Path(tmp))  # mkstemp's 0600: another user of a shared cache could not resume from it
         os.replace(tmp, folder / _ROUNDS_FILE)
     except (OSError, RuntimeError) as exc:  # torch's writer raises RuntimeError on a full disk
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -509,16 +524,21 @@ def save_cached(folder: Path, model: Any, tokenizer: Any, meta: dict[str, Any], 
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=folder.name + ".tmp-"))  # this writer's own: two runs of a key write at once
-    tmp.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make the cached model private
-    with quiet_progress():
-        model.save_pretrained(str(tmp), safe_serialization=True)
-    tokenizer.save_pretrained(str(tmp))
-    (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    if stale:
-        shutil.rmtree(folder, ignore_errors=True)
     try:
-        tmp.rename(folder)
-    except OSError:  # another run of this key cached its (same) result first: that one stands
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp's 0700 would make the cached model private
+        with quiet_progress():
+            model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            tmp.rename(folder)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # another run of this key cached its (same) result first: that one stands
+    finally:  # a failed or interrupted write leaves no copy of the model behind
         shutil.rmtree(tmp, ignore_errors=True)
 
 
