@@ -175,6 +175,16 @@ TWO_SUM = "    seen = {}\n    for i, x in enumerate(nums):\n        if target - 
           "        seen[x] = i\n"
 
 
+def test_methods_indented_as_in_their_class_go_back_into_one_with_their_strings_untouched():
+    """Dedenting them also changed the text of a multi-line string literal (helper-74's review)."""
+    starter = "class Solution:\n    def f(self) -> str:\n        "
+    code = '    def f(self):\n        return """a\n        b"""\n'
+    program = assemble(starter, code)
+    namespace: dict = {}
+    exec(compile(program, "solution.py", "exec"), namespace)  # noqa: S102 - our own literal program
+    assert namespace["Solution"]().f() == "a\n        b"
+
+
 def test_an_answer_opening_with_a_future_import_runs(env):
     """'from __future__ import annotations' came after the typing prelude: a SyntaxError for a correct program."""
     on(env, 28)
@@ -191,6 +201,7 @@ def test_an_answer_opening_with_a_future_import_runs(env):
     "def twoSum(nums, target):\n" + TWO_SUM,  # a plain function, no self
     "def pairs(self, nums, target):\n" + TWO_SUM + "\ndef twoSum(self, nums, target):\n    return self.pairs(nums, target)\n",  # a helper method
     "".join("    " + line + "\n" for line in ("def twoSum(self, nums, target):\n" + TWO_SUM).splitlines()),  # indented as in its class
+    "# my answer\n" + "".join("    " + line + "\n" for line in ("def twoSum(self, nums, target):\n" + TWO_SUM).splitlines()),  # a comment first
 ])
 def test_top_level_functions_answer_a_class_solution_starter(env, answer):
     """A correct method after an import or a comment got 'missing 1 required positional argument', and a plain

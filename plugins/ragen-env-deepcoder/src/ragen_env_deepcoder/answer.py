@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ast
 import re
-import textwrap
 from dataclasses import dataclass
 
 #: A fence line with an optional info string, then the block up to a closing fence or the end.
@@ -74,7 +73,11 @@ def assemble(starter: str, code: str) -> str:
     """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
     if not starter.strip():
         return code
-    code, tree = _parsed(code)
+    tree = _parse(code)
+    if tree is None and _CLASS_SOLUTION.search(starter) and _parse(_AS_METHODS + code) is not None:
+        # indented as a whole: methods copied out of their class with its indentation (the old rule dedented code
+        # starting with 'def'); they go back into one, string literals and comments as they were
+        return TYPING_PRELUDE + _AS_METHODS + code
     defs = _top_level_functions(tree)
     future, code = _future_imports(code, tree)  # they must stay first: after the prelude they were a SyntaxError
     if _CLASS_SOLUTION.search(code):
@@ -91,16 +94,15 @@ def assemble(starter: str, code: str) -> str:
     return future + TYPING_PRELUDE + body
 
 
-def _parsed(code: str) -> tuple[str, ast.Module | None]:
-    """``code`` and its syntax tree. An answer indented as a whole (a method copied out of its
-    class with its indentation) is dedented; (``code``, None) when it does not parse either way."""
-    dedented = textwrap.dedent(code)
-    for text in (code, dedented) if dedented != code else (code,):
-        try:
-            return text, ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-    return code, None
+_AS_METHODS = "class Solution:\n"
+
+
+def _parse(code: str) -> ast.Module | None:
+    """The syntax tree of ``code``, or None when it does not parse."""
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _future_imports(code: str, tree: ast.Module | None) -> tuple[str, str]:
