@@ -279,6 +279,13 @@ def test_a_reused_out_folder_keeps_no_figure_of_another_run(tmp_path, capsys):
     assert f"note: removed {out / 'critic.png'}: drawn earlier" in capsys.readouterr().err
     assert (out / "timing.png").read_bytes() == b"a user's own figure, named as one of ragen plot's"  # not drawn by ragen plot: kept
     assert sorted(p.name for p in out.iterdir()) == sorted([p.name for p in written] + [".ragen-plot.json", "mine.png", "notes", "timing.png"])
+    # a figure an older version drew under a name no panel has now goes too; a damaged record names nothing outside
+    (out / "old_panel.png").write_bytes(b"x")
+    (tmp_path / "outside.png").write_bytes(b"x")
+    (out / ".ragen-plot.json").write_text(json.dumps(["old_panel.png", "../outside.png", 3, "mine.png"]))
+    (out / "mine.png").unlink()
+    plot_run(tmp_path / "grpo", out)
+    assert not (out / "old_panel.png").exists() and (tmp_path / "outside.png").exists()
 
 
 def test_an_unreadable_metrics_file_is_a_read_error_not_a_write_error(tmp_path, capsys, monkeypatch):

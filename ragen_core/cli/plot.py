@@ -263,7 +263,7 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
     grad_path = plot_grad_norms(rows, out_dir, run_dir.name)
     if grad_path is not None:
         written.append(grad_path)
-    remove_stale(out_dir, [f"{panel.name}.png" for panel in PANELS] + ["summary.png", "grad_norms.png"], written)
+    remove_stale(out_dir, written)
     return written
 
 
@@ -277,7 +277,7 @@ def warn_nonfinite(rows: list[dict[str, Any]], keys: list[str]) -> None:
             print(f"warning: {key} is NaN or infinite at step{'s' if len(bad) > 1 else ''} {shown}: drawn as gaps", file=sys.stderr)
 
 
-def remove_stale(out_dir: Path, own_names: list[str], written: list[Path], *, record: str = ".ragen-plot.json") -> None:
+def remove_stale(out_dir: Path, written: list[Path], *, record: str = ".ragen-plot.json") -> None:
     """Delete the figures this command drew into ``out_dir`` earlier that this drawing did not write.
 
     They were drawn from another run or before its settings changed (a PPO run's critic.png left
@@ -291,11 +291,16 @@ def remove_stale(out_dir: Path, own_names: list[str], written: list[Path], *, re
         drawn = set(json.loads(listing.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         drawn = set()
-    for name in own_names:
-        stale = out_dir / name
-        if name in drawn and name not in fresh and stale.is_file():
+    for name in sorted(drawn - fresh, key=str):  # (also a figure an older version drew under a name it no longer uses)
+        stale = out_dir / str(name)
+        if not (isinstance(name, str) and name.endswith(".png") and Path(name).name == name and stale.is_file()):
+            continue  # only a PNG of this folder: a damaged record names nothing else
+        try:
             stale.unlink()
-            print(f"note: removed {stale}: drawn earlier, and the metrics it shows are not in this run", file=sys.stderr)
+        except OSError as exc:
+            print(f"note: could not remove {stale}, drawn earlier ({exc.strerror or exc}): it does not show this run", file=sys.stderr)
+            continue
+        print(f"note: removed {stale}: drawn earlier, and the metrics it shows are not in this run", file=sys.stderr)
     listing.write_text(json.dumps(sorted(fresh)) + "\n", encoding="utf-8")
 
 

@@ -349,6 +349,6 @@ def _build_report(run: Path, mi_ratio: float, entropy_ratio: float,
             written.append(plots / filename)
         else:
             missing.append(title)
-    remove_stale(plots, ["collapse_regimes.png"] + [filename for filename, *_ in specs], written, record=".ragen-diagnose.json")
+    remove_stale(plots, written, record=".ragen-diagnose.json")
     written.append(write_html(run, rows, offline, written, missing))
     return written
