@@ -332,7 +332,8 @@ def test_init_env_force_may_start_over_the_folder_an_editable_install_points_at(
     (info / "direct_url.json").write_text(json.dumps({"url": (work / "ragen-env-grid5").as_uri(), "dir_info": {"editable": True}}))
     (work / "ragen-env-grid5" / "pyproject.toml").write_text('[project]\nname = "ragen-env-grid5"\n')
     shipped = ragen("init-env", "grid5", "--force", "--dir", str(work), env=env)
-    assert shipped.returncode == 2 and "env name 'grid5' is taken" in shipped.stderr
+    assert shipped.returncode == 2 and shipped.stderr.startswith(
+        f"RagenError: {work / 'ragen-env-grid5'} is the editable install of env 'grid5', but not a package 'ragen init-env' wrote")
 
 
 def test_plugins_check_names_a_plugin_whose_runs_would_be_refused_here_without_failing_it(tmp_path):

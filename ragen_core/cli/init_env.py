@@ -39,7 +39,12 @@ def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Pat
     dist = f"ragen-env-{name}"
     target = Path(parent) / dist
     taken = installed_env_named(name)
-    if taken is not None and not _installed_from(dist, target):  # your own editable install of this folder is no clash
+    here, scaffolded = _installed_from(dist, target)
+    if taken is not None and here and not scaffolded:
+        raise RagenError(f"{target} is the editable install of env {name!r}, but not a package 'ragen init-env' wrote (its "
+                         f"pyproject.toml does not start with '{SCAFFOLD_MARK}'), so init-env does not start it over",
+                         ["move the folder away yourself to start over, or choose another name"])
+    if taken is not None and not here:  # your own editable install of a scaffolded folder is no clash
         raise RagenError(f"env name {name!r} is taken: {taken}; a second package registering it would clash "
                          "(ragen plugins would show a duplicate and runs could not pick one)",
                          [f"choose another name, e.g. ragen init-env my-{name}"])
@@ -81,19 +86,23 @@ def _set_aside(target: Path) -> Path:
 SCAFFOLD_MARK = "# Scaffolded by `ragen init-env"
 
 
-def _installed_from(dist: str, target: Path) -> bool:
-    """Whether distribution ``dist`` is an editable install of the folder ``target``, a package
-    this command scaffolded (not, say, a shipped env's folder in a checkout of RAGEN)."""
+def _installed_from(dist: str, target: Path) -> tuple[bool, bool]:
+    """Whether distribution ``dist`` is an editable install of the folder ``target``, and whether
+    this command scaffolded that folder (not, say, a shipped env's folder in a checkout of RAGEN)."""
     from importlib import metadata
 
     from ragen_core.registry import editable_source
 
     try:
         source = editable_source(metadata.distribution(dist))
-        scaffolded = (target / "pyproject.toml").read_text(encoding="utf-8").startswith(SCAFFOLD_MARK)
-    except (metadata.PackageNotFoundError, OSError, UnicodeDecodeError):
-        return False
-    return scaffolded and source is not None and Path(source).resolve() == target.resolve()
+    except metadata.PackageNotFoundError:
+        return False, False
+    if source is None or Path(source).resolve() != target.resolve():
+        return False, False
+    try:
+        return True, (target / "pyproject.toml").read_text(encoding="utf-8").startswith(SCAFFOLD_MARK)
+    except (OSError, UnicodeDecodeError):
+        return True, False
 
 
 def _write_template(target: Path, values: dict[str, str]) -> None:

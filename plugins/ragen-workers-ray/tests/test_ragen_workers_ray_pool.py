@@ -167,7 +167,7 @@ def test_an_address_from_ray_address_is_named_as_such(monkeypatch):
     with pytest.raises(ConfigError) as info:
         check_available(RayPoolConfig())
     assert str(info.value).splitlines() == ["ray pool: address 'my-cluster' (from the RAY_ADDRESS environment variable) is not host:port",
-                                            "hint: fix or unset RAY_ADDRESS; example: 10.0.0.5:6379 (the port 'ray start --head' prints)"]
+                                            "hint: fix RAY_ADDRESS, or unset it; example: 10.0.0.5:6379 (the port 'ray start --head' prints)"]
     with pytest.raises(ConfigError, match=r"^ray pool: address 'other' is not host:port\nhint: fix rollout.pool_config.address, or unset it"):
         check_available(RayPoolConfig(address="other"))
 

@@ -29,7 +29,7 @@ def check_reachable(address: str, timeout_s: float, *, from_env: bool = False) -
     if address in ("auto", "local"):
         return
     where = " (from the RAY_ADDRESS environment variable)" if from_env else ""
-    fix = "fix or unset RAY_ADDRESS" if from_env else "fix rollout.pool_config.address, or unset it"
+    fix = "fix RAY_ADDRESS, or unset it" if from_env else "fix rollout.pool_config.address, or unset it"
     hostport = address.removeprefix("ray://")
     host, sep, port = hostport.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -41,7 +41,7 @@ def check_reachable(address: str, timeout_s: float, *, from_env: bool = False) -
     if reason is not None:
         raise ConfigError(
             f"ray pool: no Ray cluster answers at address {address!r}{where} ({reason})",
-            [f"start the cluster's head there ('ray start --head'), or {fix} to start Ray on this machine"],
+            [f"start the cluster's head there ('ray start --head'), {fix} to start Ray on this machine"],
         )
 
 
