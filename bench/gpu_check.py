@@ -89,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--vllm", default=VLLM_REQUIREMENT, help="pip requirement for vLLM")
     ap.add_argument("--no-install", action="store_true", help="use this interpreter as it is")
     ap.add_argument("--work-dir", default=None, help="model and run folder (default: a temporary one)")
+    ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                    help="one more setting of the training run, after the check's own (e.g. optim.float32_weights=true); repeatable")
     args = ap.parse_args(argv)
     if args.steps < 1 or args.groups < 1 or args.group_size < 1 or args.new_tokens < 1 or args.max_turns < 1:
         ap.error("--steps, --groups, --group-size, --new-tokens and --max-turns must be at least 1")
@@ -178,6 +180,7 @@ def run_overrides(args: argparse.Namespace, model_dir: Path, run_dir: Path) -> l
         f"optim.mini_batch_size={episodes}", f"optim.micro_batch_size={min(8, episodes)}", "optim.lr=1e-5",
         *engine,
         "warm_start.enabled=false", "test_freq=0", "save_freq=0", "progress=false",
+        *args.extra,
     ]
 
 

@@ -11,6 +11,7 @@
 # Parts:
 #   1. machine: GPU, torch, transformers, the plugins RAGEN finds
 #   2. bench/gpu_check.py --engine hf: a Qwen2.5-0.5B-shaped model built in code, GRPO steps on CUDA
+#      (and again with optim.float32_weights=true: the bf16 model trained as float32)
 #      (32 episodes: the HF engine's decode is launch-bound, about 24 ms a token on an H200)
 #      (HF engine generating on the GPU, bf16 update, weight version per update), then PPO (critic)
 #   3. `ragen run --env sokoban` on device=auto (= cuda here): the shipped warm policy, 3 steps, checkpoint step_2
@@ -83,6 +84,9 @@ part() {
         --dtype "$DTYPE" --steps "$STEPS" --groups 4 --work-dir "$WORK/grpo"
     part ppo_hf_cuda 90 python3 bench/gpu_check.py --no-install --engine hf --algo ppo --device "$DEVICE" --preset "$PRESET" \
         --dtype "$DTYPE" --steps 2 --groups 4 --work-dir "$WORK/ppo"
+    # optim.float32_weights on the bf16 model (session 27; not yet run on a GPU): float32 weights, critic and optimiser
+    part grpo_hf_cuda_float32_weights 120 python3 bench/gpu_check.py --no-install --engine hf --algo grpo --device "$DEVICE" \
+        --preset "$PRESET" --dtype "$DTYPE" --steps 2 --groups 4 --work-dir "$WORK/fp32" --set optim.float32_weights=true
 
     part sokoban_run 120 ragen run --env sokoban --steps 3 "device=${DEVICE/cuda/auto}" save_freq=2 save_rollouts=true test_freq=0 \
         "run_dir=$WORK/sokoban"

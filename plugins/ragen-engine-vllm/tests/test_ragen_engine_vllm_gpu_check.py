@@ -59,6 +59,9 @@ def test_built_model_loads_like_any_checkpoint_and_validates_as_a_run(gc, tmp_pa
     assert (cfg.engine, cfg.steps, cfg.model, cfg.device) == ("vllm", 2, str(folder), "cuda")
     assert cfg.engine_config["sleep_mode"] is True and cfg.engine_config["gpu_memory_utilization"] == 0.35
     assert cfg.optim.mini_batch_size == 64 and cfg.rollout.env_groups * cfg.rollout.group_size == 64
+    assert cfg.optim.float32_weights is False
+    cfg = gc.run_config(gc.parse_args(["--set", "optim.float32_weights=true", "--set", "optim.lr=2e-5"]), folder, tmp_path / "run")
+    assert cfg.optim.float32_weights is True and cfg.optim.lr == 2e-5  # --set comes after the check's own settings
 
 
 def test_summary_leaves_out_the_warm_up_step(gc):
