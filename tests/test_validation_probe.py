@@ -59,6 +59,23 @@ def test_a_run_that_fails_before_its_first_checkpoint_says_there_is_nothing_to_r
     assert f"no checkpoint in {run}, so there is nothing to resume: start again with --overwrite" in err
 
 
+def test_a_plugin_error_at_step_1_comes_first_and_the_resume_note_is_its_hint(tmp_path, capsys, monkeypatch):
+    """The 'nothing to resume' line was printed before the error that ended the run, so it read as the error, and it
+    quoted the Python API in the CLI's output (helper-75's walk)."""
+    from ragen_core.errors import PluginError
+    from ragen_core.trainer.trainer import Trainer
+
+    run = tmp_path / "run"
+    trainer = Trainer(toy_run_config(run, "save_freq=1", steps=2))
+    monkeypatch.setattr(trainer, "train_step", lambda step: (_ for _ in ()).throw(PluginError("filter 'wild' kept group 9 of 4")))
+    with pytest.raises(PluginError) as info:
+        trainer.train()
+    assert str(info.value).splitlines() == ["filter 'wild' kept group 9 of 4",
+                                            f"hint: no checkpoint in {run}, so there is nothing to resume: start again with --overwrite "
+                                            "or another --run-dir"]
+    assert "nothing to resume" not in capsys.readouterr().err  # not a line of its own before the error
+
+
 def test_without_validation_the_validation_episode_is_not_probed(tmp_path, no_val_env):
     from ragen_core.trainer.trainer import Trainer
 

@@ -418,6 +418,7 @@ class Trainer(CheckpointMixin):
         t_start = time.perf_counter()
         step = self.start_step - 1
         failed = True  # until the loop ends without an exception
+        raised: BaseException | None = None
         try:
             self.watchdog.start()
             if cfg.val_before_train and self.start_step == 1 and self.val_runner is not None:
@@ -470,6 +471,9 @@ class Trainer(CheckpointMixin):
                 if self.stop_reason is not None or self._interrupts > 0:
                     break
             failed = False
+        except BaseException as exc:
+            raised = exc
+            raise
         finally:
             self.watchdog.stop()
             if bar is not None:
@@ -477,7 +481,7 @@ class Trainer(CheckpointMixin):
                 self._bar = None
             above.close()
             if failed and self.world.main:
-                self._say_if_nothing_saved()
+                self._say_if_nothing_saved(raised)
             for sig, previous in (old_handler or {}).items():
                 if previous is not None:  # None: a handler not set from Python, which cannot be put back
                     signal.signal(sig, previous)
@@ -654,15 +658,21 @@ class Trainer(CheckpointMixin):
         return self._rescue_save(step, at, f"step {step}'s validation {why} after its update", "with the step's training metrics",
                                  aborted=why == "aborted", metrics=metrics)
 
-    def _say_if_nothing_saved(self) -> None:
+    def _say_if_nothing_saved(self, raised: BaseException | None) -> None:
         """After a failed or aborted run: when the folder holds no checkpoint there is nothing to
-        resume, and a new run in the same folder needs --overwrite; one line says so."""
+        resume, and a new run in the same folder needs --overwrite. Said as a hint of the error that
+        ended the run (printed after its own line; before, this line came first and read as the
+        error), or as one line of its own for other exceptions."""
+        from ragen_core.errors import RagenError
         from ragen_core.trainer.checkpoint import list_checkpoints
 
         if list_checkpoints(self.run_dir):
             return
-        report(f"no checkpoint in {self.run_dir}, so there is nothing to resume: start again with --overwrite "
-               "(Trainer(..., overwrite=True)) or another --run-dir")
+        note = f"no checkpoint in {self.run_dir}, so there is nothing to resume: start again with --overwrite or another --run-dir"
+        if isinstance(raised, RagenError):
+            raised.hints.append(note)
+        else:
+            report(note)
 
     def _good_to_save(self, step: int) -> bool:
         """False (saying why on stderr) while a diverged state must not become a checkpoint (see divergence.py)."""
