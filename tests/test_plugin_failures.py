@@ -59,6 +59,11 @@ class ShapeBoom(Algorithm):
         raise ValueError("boom from shape_rewards")
 
 
+class ShapeNan(Algorithm):
+    def shape_rewards(self, token_rewards, response_mask, *, max_length=None):
+        return token_rewards + math.nan
+
+
 class NanEstimator(AdvantageEstimator):
     def __call__(self, inputs):
         adv = torch.full_like(inputs.token_rewards, math.nan)
@@ -114,6 +119,7 @@ class SignalConfig(PluginConfig):
 SPECS = [
     FilterSpec(name="test-scripted-filter", config_model=Answer, factory=f"{__name__}:ScriptedFilter"),
     AlgorithmSpec(name="test-shape-boom", factory=f"{__name__}:ShapeBoom"),
+    AlgorithmSpec(name="test-shape-nan", factory=f"{__name__}:ShapeNan"),
     EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
     DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
@@ -170,6 +176,13 @@ def test_a_failed_first_step_leaves_a_folder_that_says_to_overwrite(tmp_path, ca
     assert _run(run_dir) == 2  # the folder is taken; the hint must not send the user to --resume (there is nothing to resume)
     out = capsys.readouterr().err
     assert "no checkpoint to resume from: pass --overwrite" in out and "--resume" not in out
+
+
+def test_nan_rewards_from_an_algorithm_name_the_algorithm_not_the_estimator(tmp_path, capsys):
+    """They reached the estimator, and the error blamed the shipped 'grpo' estimator's normalisation (helper-75's walk)."""
+    assert _run(tmp_path / "run", "algo=test-shape-nan") == 2
+    assert one_line_error(capsys.readouterr().err) == (
+        "PluginError: algorithm 'test-shape-nan' (<in-process>): the rewards shape_rewards returned are NaN or infinite on trained tokens")
 
 
 @pytest.mark.parametrize(("answer", "says"), [

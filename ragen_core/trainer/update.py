@@ -161,6 +161,9 @@ def prepare(
     with plugin_call(algorithm, "shape_rewards"):
         rewards = algorithm.shape_rewards(batch.token_rewards, m, max_length=sampling.max_new_tokens)
     _check_shape(rewards, batch.token_rewards, algorithm, "the tensor shape_rewards returned", "shape_rewards")
+    if not bool(torch.isfinite(rewards.float()[m > 0]).all()):  # (else the estimator would be blamed for its NaN advantages)
+        raise PluginError(f"{plugin_label(algorithm)}: the rewards shape_rewards returned are NaN or infinite on trained tokens",
+                          ["shape_rewards reshapes the env's (finite) rewards: keep every value finite"])
     if acfg.use_kl_in_reward:
         assert old is not None and ref is not None  # both computed above when the KL is in the reward
         rewards, kl_metrics = kl_in_reward(rewards, old, ref, m, acfg.kl_in_reward_coef, acfg.kl_in_reward_type)
