@@ -64,6 +64,14 @@ class ShapeNan(Algorithm):
         return token_rewards + math.nan
 
 
+class NoMark:
+    def __init__(self, config):
+        pass
+
+    def ragen_on_step_end(self, metrics, step, context):  # no @hookimpl: pluggy would skip it
+        raise AssertionError("never called")
+
+
 class NanEstimator(AdvantageEstimator):
     def __call__(self, inputs):
         adv = torch.full_like(inputs.token_rewards, math.nan)
@@ -122,6 +130,7 @@ SPECS = [
     AlgorithmSpec(name="test-shape-nan", factory=f"{__name__}:ShapeNan"),
     EstimatorSpec(name="test-nan-adv", factory=f"{__name__}:NanEstimator"),
     DiagnosticSpec(name="test-diag-boom", factory=f"{__name__}:make_diag"),
+    DiagnosticSpec(name="test-no-mark", factory=f"{__name__}:NoMark"),
     DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
     DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
     DiagnosticSpec(name="test-odd-return", config_model=OddConfig, factory=f"{__name__}:OddReturn"),
@@ -176,6 +185,14 @@ def test_a_failed_first_step_leaves_a_folder_that_says_to_overwrite(tmp_path, ca
     assert _run(run_dir) == 2  # the folder is taken; the hint must not send the user to --resume (there is nothing to resume)
     out = capsys.readouterr().err
     assert "no checkpoint to resume from: pass --overwrite" in out and "--resume" not in out
+
+
+def test_a_hook_method_without_hookimpl_is_refused_before_training(tmp_path, capsys):
+    """pluggy ignores it: the diagnostic ran with no metric and no word (helper-75's walk)."""
+    assert _run(tmp_path / "run", "diagnostics=[test-no-mark]") == 2
+    assert one_line_error(capsys.readouterr().err) == (
+        "PluginLoadError: diagnostic-test-no-mark: its method ragen_on_step_end has no @hookimpl, so it would never be called")
+    assert not (tmp_path / "run").exists()  # refused in set-up
 
 
 def test_nan_rewards_from_an_algorithm_name_the_algorithm_not_the_estimator(tmp_path, capsys):

@@ -78,6 +78,23 @@ from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
 IN_FLIGHT_WAIT_S = 30.0
 
 
+def _check_marked(label: str, plugin: Any) -> None:
+    """Refuse an observer that defines a hook's method without ``@hookimpl``: pluggy ignores it, so
+    it would never be called (a diagnostic ran with no metric and no word).
+
+    Raises:
+        PluginLoadError: naming the observer and the method.
+    """
+    from ragen_core import hookspecs
+    from ragen_core.errors import PluginLoadError
+
+    for hook in (name for name in dir(hookspecs) if name.startswith("ragen_on_")):
+        method = getattr(type(plugin), hook, None)
+        if callable(method) and not hasattr(method, f"{hookspecs.PROJECT}_impl"):
+            raise PluginLoadError(f"{label}: its method {hook} has no @hookimpl, so it would never be called",
+                                  ["decorate it: from ragen_core import hookimpl, then @hookimpl above the method"])
+
+
 class Trainer(CheckpointMixin):
     """Train one policy on one env with one algorithm.
 
@@ -343,19 +360,22 @@ class Trainer(CheckpointMixin):
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             else:
                 self._sync_engine()
-        if world.main and (ckpt is None or self.start_step <= cfg.steps):
-            write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
-            self._write_plugins_json()
         self.context = TrainContext(config=cfg, run_dir=self.run_dir, model=self.unsharded_policy, tokenizer=self.tokenizer, engine=self.engine,
                                     device=self.device)
         self.pm = make_plugin_manager()  # the other ranks observe nothing: no loggers, no diagnostics
-        for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg) if world.main else []):
-            self.pm.register(logger, name=f"logger-{i}")
+        diagnostics = {}
         for name in cfg.diagnostics if world.main else []:
-            diag = registry.make("diagnostic", name, cfg.diagnostics_config.get(name))
-            self.pm.register(diag, name=f"diagnostic-{name}")
+            diag = diagnostics[name] = registry.make("diagnostic", name, cfg.diagnostics_config.get(name))
+            _check_marked(f"diagnostic-{name}", diag)  # before the run folder is written: a refused one leaves no folder behind
             if ckpt is not None and hasattr(diag, "load_state_dict") and name in self._diag_states:
                 diag.load_state_dict(self._diag_states[name])
+        if world.main and (ckpt is None or self.start_step <= cfg.steps):
+            write_run_config(self.run_dir, cfg.model_copy(update={"run_dir": str(self.run_dir)}), fresh=ckpt is None)
+            self._write_plugins_json()
+        for i, logger in enumerate(make_loggers(list(cfg.loggers), self.run_dir, cfg) if world.main else []):
+            self.pm.register(logger, name=f"logger-{i}")
+        for name, diag in diagnostics.items():  # after the loggers: pluggy calls the last registered first
+            self.pm.register(diag, name=f"diagnostic-{name}")
         self._check_hooks()
         self._built = True
 
