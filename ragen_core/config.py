@@ -33,10 +33,19 @@ M = TypeVar("M", bound=BaseModel)
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read one YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a folder", ["pass a YAML file to --config"])
+    if not p.exists():
         raise ConfigError(f"config file not found: {p}", ["check the path passed to --config"])
     try:
         data = safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.start}: {exc.reason})",
+                          ["save it as UTF-8 (YAML files are text)"]) from None
+    except RecursionError:
+        raise ConfigError(f"config file {p} is nested too deeply to read", ["a config nests a few levels of sections"]) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p} ({exc.strerror or type(exc).__name__})", ["check the path passed to --config"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -131,6 +140,8 @@ def parse_override(text: str, example: str = "rollout.group_size=8") -> tuple[li
         value = safe_load(raw) if raw.strip() else ""
     except RefusedYAML as exc:
         raise ConfigError(f"bad override {short_repr(text)}: {exc.problem}", [exc.hint]) from None
+    except RecursionError:
+        raise ConfigError(f"bad override {short_repr(text)}: its value is nested too deeply to read") from None
     except yaml.YAMLError:
         value = raw
     return key.split("."), value

@@ -66,6 +66,32 @@ def test_yaml_alias_bomb_is_refused_at_once_in_one_short_line(tmp_path, capsys):
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.parametrize(("content", "says"), [
+    (b"env: bandit\nmodel: caf\xe9\n", "is not UTF-8 text (byte 22: invalid continuation byte)"),
+    (b"env: bandit\nx: " + b"[" * 100_000 + b"]" * 100_000 + b"\n", "is nested too deeply to read"),
+    (None, "is a folder"),
+])
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path, capsys, content, says):
+    """A Latin-1 file or a deeply nested one ended in a traceback (exit 1); a folder was 'not found' (helper-76's walk)."""
+    path = tmp_path / "bad.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    assert main(["run", "--config", str(path), "--print-config"]) == 2
+    assert _one_line_error(capsys, "ConfigError").startswith(f"ConfigError: config file {path} {says}")
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_override("env_config.x=" + "[" * 100_000 + "]" * 100_000)
+
+
+@pytest.mark.parametrize("thought", ["{a:>99999999999}", "{a!r}", "{b}"])
+def test_a_thought_placeholder_with_a_format_is_refused_without_filling_it(thought):
+    """'{a:>99999999999}' (30 bytes) allocated 100 GB while the config was validated (helper-76's walk)."""
+    with pytest.raises(ConfigError, match="the only placeholder is \\{a\\} \\(the action\\), with no format"):
+        load_config(RunConfig, [], [f"env={register_toy_env()}", f"warm_start.thoughts=['I pick {thought}.']"])
+    load_config(RunConfig, [], [f"env={register_toy_env()}", "warm_start.thoughts=['', '{a}', 'I pick {a} {{not a field}}.']"])
+
+
 def test_an_alias_in_an_override_value_is_refused():
     with pytest.raises(ConfigError, match="alias"):
         parse_override("env_config.x=[&a [1, 2], *a]")

@@ -271,12 +271,18 @@ class WarmStartSection(_Section):
     @field_validator("thoughts")
     @classmethod
     def _thoughts_fill_only_a(cls, value: list[str]) -> list[str]:
+        import string
+
         for i, text in enumerate(value):
             try:
-                text.format(a="x")
-            except (KeyError, IndexError, ValueError) as exc:
-                raise ValueError(f"thoughts[{i}] cannot be filled in ({type(exc).__name__}: {exc}): the only placeholder is "
-                                 "{a} (the action); write {{ and }} for literal braces") from None
+                fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(text) if name is not None]
+            except ValueError as exc:
+                raise ValueError(f"thoughts[{i}] cannot be filled in ({exc}): the only placeholder is {{a}} (the action); "
+                                 "write {{ and }} for literal braces") from None
+            for name, spec, conv in fields:  # checked, not filled: '{a:>99999999999}' asked for 100 GB
+                if name != "a" or spec or conv:
+                    raise ValueError(f"thoughts[{i}] has the placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}}: "
+                                     "the only placeholder is {a} (the action), with no format; write {{ and }} for literal braces")
         return value
 
 
