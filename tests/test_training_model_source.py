@@ -156,3 +156,22 @@ def test_bfloat16_weights_keep_small_updates_only_as_float32_weights(tmp_path, c
         assert "holds bfloat16 weights: training them as float32 (optim.float32_weights)" in capsys.readouterr().err
     else:
         assert moved < 0.05  # rounded away: measured 1.1 %, the weights within about 256 x lr of 0 (and zero-initialised ones)
+
+
+@pytest.mark.parametrize("float32_weights", [False, True])
+def test_a_lora_ppo_run_on_a_bfloat16_model_trains_its_critic_in_the_dtype_asked_for(tmp_path, float32_weights):
+    """optim.float32_weights left a LoRA run's critic (a full copy training every weight) bfloat16 (helper-76's walk)."""
+    pytest.importorskip("peft")
+    model, tok = load_model_and_tokenizer("tiny")
+    folder = tmp_path / "bf16"
+    model.to(torch.bfloat16).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    trainer = Trainer(toy_run_config(tmp_path / "run", f"model={folder}", "save_freq=0", "optim.peft.rank=4", "optim.peft.alpha=8",
+                                     "algo=ppo", f"optim.float32_weights={str(float32_weights).lower()}", steps=1))
+    trainer.setup()
+    try:
+        lm = {p.dtype for n, p in trainer.critic.named_parameters() if not n.startswith("head") and "lora_" not in n}
+        assert lm == ({torch.float32} if float32_weights else {torch.bfloat16})
+        assert {p.dtype for n, p in trainer.model.named_parameters() if "lora_" not in n} == {torch.bfloat16}  # the frozen base
+    finally:
+        trainer.close()

@@ -175,8 +175,9 @@ class OptimSection(_Section):
     """Train a bfloat16 model's weights as float32. AdamW on bfloat16 weights loses every update
     smaller than bfloat16's resolution (about 0.4 % of a weight: most of them at ``lr=1e-6``);
     this keeps them, for twice the weight memory, and the in-process engine then generates in
-    float32. float16 weights are always trained as float32; no effect with LoRA (its adapters
-    are float32, its base frozen)."""
+    float32. float16 weights are always trained as float32. With LoRA it applies to the PPO critic
+    (a full copy that trains every weight); the policy's adapters are float32 anyway and its base
+    stays frozen as it is."""
 
     @property
     def lora(self) -> bool:

@@ -109,8 +109,12 @@ def float32_if_half(model: Any) -> bool:
     return True
 
 
-def build_critic(policy: Any) -> Any:
-    """A value model: a deep copy of ``policy`` plus a zero-initialised ``Linear(hidden, 1)``."""
+def build_critic(policy: Any, *, float32: bool = False) -> Any:
+    """A value model: a deep copy of ``policy`` plus a zero-initialised ``Linear(hidden, 1)``.
+
+    Its weights are float32 when the policy's are float16 (an AdamW step on them overflows), and
+    also when they are bfloat16 with ``float32`` (``optim.float32_weights``; a LoRA policy keeps its
+    half base frozen, while the critic trains every weight)."""
     import copy
 
     import torch
@@ -145,7 +149,8 @@ def build_critic(policy: Any) -> Any:
             return values
 
     lm = copy.deepcopy(policy)
-    float32_if_half(lm)  # a LoRA policy keeps its float16 base frozen; the critic trains every weight
+    if not float32_if_half(lm) and float32 and any(p.dtype == torch.bfloat16 for p in lm.parameters()):
+        lm.float()
     lm.requires_grad_(True)
     return ValueModel(lm)
 

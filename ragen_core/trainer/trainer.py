@@ -301,7 +301,7 @@ class Trainer(CheckpointMixin):
         if self.needs_critic:
             from ragen_core.trainer.modeling import build_critic
 
-            self.critic = build_critic(self.unsharded_policy).to(self.device)
+            self.critic = build_critic(self.unsharded_policy, float32=cfg.optim.float32_weights).to(self.device)
             world.sync_module(self.critic)
             self.critic.eval()
             if world.sharded:
