@@ -138,10 +138,12 @@ class PluginConfig(CheckedModel):
     """Base of every plugin config: typed fields, defaults, attribute docstrings, no extras.
 
     ``extra="forbid"`` makes a misspelt key an error that names the field path instead of a
-    silently ignored setting.
+    silently ignored setting. An inf or NaN value is refused, as in the run's own sections
+    (``algo_config.kl_loss_coef=.nan`` trained with a NaN loss); a plugin that means one sets
+    ``allow_inf_nan=True`` in its own ``model_config``.
     """
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True, allow_inf_nan=False)
 
 
 class PluginSpec(CheckedModel):

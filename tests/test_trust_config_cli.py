@@ -92,6 +92,14 @@ def test_a_thought_placeholder_with_a_format_is_refused_without_filling_it(thoug
     load_config(RunConfig, [], [f"env={register_toy_env()}", "warm_start.thoughts=['', '{a}', 'I pick {a} {{not a field}}.']"])
 
 
+@pytest.mark.parametrize("override", ["algo_config.kl_loss_coef=.nan", "algo_config.entropy_coeff=.inf",
+                                      "rollout.pool_config.step_timeout_s=.inf", "filter_config.value=.nan"])
+def test_plugin_settings_refuse_inf_and_nan_as_the_run_sections_do(capsys, override):
+    """A NaN KL coefficient trained with a NaN loss; the run's own sections already refused them (helper-76's walk)."""
+    assert main(["run", "--env", register_toy_env(), "--filter", "snr-topp", "--print-config", override]) == 2
+    assert "Input should be a finite number" in _one_line_error(capsys, "PluginConfigError")
+
+
 def test_an_alias_in_an_override_value_is_refused():
     with pytest.raises(ConfigError, match="alias"):
         parse_override("env_config.x=[&a [1, 2], *a]")
