@@ -159,7 +159,10 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str], *, example: 
             elif not isinstance(child, dict):
                 raise ConfigError(f"bad override {short_repr(text)}: {'.'.join(path[:-1])} is not a section")
             node = child
-        node[path[-1]] = value
+        old = node.get(path[-1])
+        # a section's value is merged into it, as a --config file's is ('algo_config={entropy_coeff: 0.002}' dropped the
+        # recipe's other algo_config settings); a value that is not a section replaces what was there
+        node[path[-1]] = deep_merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
     return out
 
 

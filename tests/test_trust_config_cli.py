@@ -100,6 +100,15 @@ def test_plugin_settings_refuse_inf_and_nan_as_the_run_sections_do(capsys, overr
     assert "Input should be a finite number" in _one_line_error(capsys, "PluginConfigError")
 
 
+def test_a_section_given_as_an_override_is_merged_as_a_file_would_be():
+    """'optim={lr: 2e-3}' dropped optim.weight_decay=0.5 given before it (and a recipe's algo_config settings) (helper-76's walk)."""
+    from ragen_core.config import apply_overrides
+
+    merged = apply_overrides({"optim": {"weight_decay": 0.5, "lr": 1e-4}}, ["optim={lr: 0.002}", "steps=3"])
+    assert merged == {"optim": {"weight_decay": 0.5, "lr": 0.002}, "steps": 3}
+    assert apply_overrides({"optim": {"lr": 1e-4}}, ["optim=5"]) == {"optim": 5}  # not a section: replaced (and refused later)
+
+
 def test_an_alias_in_an_override_value_is_refused():
     with pytest.raises(ConfigError, match="alias"):
         parse_override("env_config.x=[&a [1, 2], *a]")
