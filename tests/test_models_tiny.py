@@ -129,3 +129,14 @@ def test_qwen_vocab_preset_builds(tmp_path):
     for text in ["Hello! 1 + 1 = 2", "<think>go left</think><answer>Left || Up</answer>", "  a\n\n\tb 123456 "]:
         assert tok.encode(text, add_special_tokens=False) == ref.encode(text)
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+
+
+def test_a_cache_that_is_not_a_folder_is_one_line(tmp_path, monkeypatch):
+    """RAGEN_CACHE naming a file ended in a NotADirectoryError traceback (helper-76's walk)."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv("RAGEN_CACHE", str(afile))
+    with pytest.raises(RagenError) as info:
+        tiny_path("tiny")
+    assert str(info.value).splitlines() == [f"cannot build the tiny model in the cache folder {afile / 'models'} (Not a directory)",
+                                            "hint: point RAGEN_CACHE at a folder you can write to"]

@@ -99,8 +99,12 @@ def tiny_path(name: str = "tiny", cache_dir: str | Path | None = None) -> Path:
     target = base / f"{name}-v{TINY_VERSION}"
     if (target / "config.json").is_file():
         return target
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
+    except OSError as exc:  # RAGEN_CACHE a file, a read-only home: one line, not a traceback
+        raise RagenError(f"cannot build the {name} model in the cache folder {base} ({exc.strerror or type(exc).__name__})",
+                         ["point RAGEN_CACHE at a folder you can write to"]) from None
     try:
         save_tiny(tmp, qwen_vocab=(name == "tiny-qwen-tok"))
         try:
