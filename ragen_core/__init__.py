@@ -40,6 +40,7 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
 )
 from ragen_core.interfaces.rollout_filter import FilterConfig, FilterResult, GroupedRollouts, RolloutFilter
+from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.specs import (
     AlgorithmSpec,
     DiagnosticSpec,
@@ -108,6 +109,8 @@ __all__ = [
     "StepOutcome",
     "StepRequest",
     "StepResult",
+    "Trajectory",
+    "Turn",
     "UsageError",
     "__version__",
     "hookimpl",

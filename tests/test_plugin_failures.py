@@ -492,3 +492,36 @@ def test_the_diagnostic_base_classes_import_from_ragen_core():
 
     assert (ragen_core.Diagnostic, ragen_core.DiagnosticConfig) == (Diagnostic, DiagnosticConfig)
     assert {"Diagnostic", "DiagnosticConfig"} <= set(ragen_core.__all__)
+
+
+def test_a_diagnostic_with_a_config_that_has_no_compute_freq_is_refused_when_built():
+    """A Diagnostic subclass with a plain PluginConfig ran step 1 and died at step 2 with an AttributeError (helper-75's walk)."""
+    from ragen_core.errors import PluginConfigError
+    from ragen_core.interfaces.diagnostic import Diagnostic
+
+    class Plain(PluginConfig):
+        size: int = 3
+
+    class Mine(Diagnostic):
+        config_class = Plain
+
+    with pytest.raises(PluginConfigError, match=r"^Mine.config_class is Plain, not a subclass of DiagnosticConfig"):
+        Mine()
+
+
+def test_the_kit_takes_a_nan_diagnostic_metric_as_a_run_logs_it():
+    """README: NaN is logged as null; check_diagnostic failed on it (helper-75's walk)."""
+    from ragen_core import Trajectory, Turn  # importable from the top level, as the README says of every class it names
+    from ragen_core.testing.plugin_checks import check_diagnostic
+
+    class Undefined:
+        @hookimpl
+        def ragen_on_rollout_end(self, trajectories, step, context):
+            return {"mine/mi": math.nan, "mine/count": len(trajectories)}
+
+    traj = Trajectory(env="bandit", tag="Bandit", group_id=0, member=0, seed=0, env_id=0,
+                      turns=[Turn(prompt_ids=[1], response_ids=[2], response_text="x")])
+    assert check_diagnostic(Undefined(), [traj], context=None)["mine/count"] == 1
+    with pytest.raises(AssertionError, match="is not a number"):
+        check_diagnostic(type("Text", (), {"ragen_on_rollout_end": hookimpl(lambda self, trajectories, step, context: {"mine/x": "a"})})(),
+                         [traj], context=None)

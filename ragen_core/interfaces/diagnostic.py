@@ -2,8 +2,8 @@
 
 Diagnostics receive lifecycle events through pluggy hooks (:mod:`ragen_core.hookspecs`). A
 diagnostic plugin object implements any of the ``ragen_on_*`` hooks with ``@hookimpl``; the
-dict it returns from ``ragen_on_rollout_end`` is merged into the step's metrics under
-``diag/<name>/...`` or its own documented namespace (``collapse_*``).
+dict it returns from ``ragen_on_rollout_end`` is merged into the step's metrics with its keys as
+they are, so name them under a namespace of the diagnostic's own (``collapse_*``, ``replylen/...``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ class Diagnostic:
     config_class: type[DiagnosticConfig] = DiagnosticConfig
 
     def __init__(self, config: DiagnosticConfig | None = None, **overrides: Any) -> None:
+        if not (isinstance(self.config_class, type) and issubclass(self.config_class, DiagnosticConfig)):
+            from ragen_core.errors import PluginConfigError
+
+            raise PluginConfigError(f"{type(self).__name__}.config_class is {getattr(self.config_class, '__name__', self.config_class)}, "
+                                    "not a subclass of DiagnosticConfig (Diagnostic.scheduled reads its compute_freq)",
+                                    ["derive the config from ragen_core.interfaces.diagnostic.DiagnosticConfig"])
         self.config = with_overrides(self.config_class, config, overrides)
 
     def scheduled(self, step: int) -> bool:
