@@ -180,7 +180,7 @@ def test_a_cli_run_that_stopped_without_one_update_fails_naming_the_filter(tmp_p
     assert code == 2
     assert one_line_error(err) == (f"TrainingError: the run stopped at step 2 without a single update: the filter {drop_all_filter!r} "
                                    "kept no group in 2 steps in a row (filter_config.empty_stop_steps)")
-    assert "hint: groups whose episodes all score the same are dropped" in err
+    assert "hint: metrics.jsonl's rollout/dropped/* say why it dropped each group" in err and "hint: a variance filter drops groups" in err
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]  # its metrics are kept
 
 

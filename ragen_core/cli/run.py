@@ -226,11 +226,13 @@ def run(args: argparse.Namespace) -> int:
     if trainer.stop_reason == "early_stopped/empty_filtered_steps" and trainer.policy_version == trainer.versions_at_start:
         from ragen_core.errors import TrainingError  # the run cannot learn as set: not a success ('&& ragen eval')
 
+        empty = int(last.get("rollout/consecutive_empty_after_filter_steps", 0))
         raise TrainingError(f"the run stopped at step {trainer.start_step - 1 + len(history)} without a single update: the filter "
-                            f"{config.filter!r} kept no group in {int(last.get('rollout/consecutive_empty_after_filter_steps', 0))} "
-                            "steps in a row (filter_config.empty_stop_steps)",
-                            ["groups whose episodes all score the same are dropped: let them differ (a higher sampling.train."
-                             "temperature, a larger rollout.group_size, a warm start), or choose --filter none"])
+                            f"{config.filter!r} kept no group in {empty} step{'' if empty == 1 else 's'} in a row "
+                            "(filter_config.empty_stop_steps)",
+                            ["metrics.jsonl's rollout/dropped/* say why it dropped each group",
+                             "a variance filter drops groups whose episodes all score the same: let them differ (a higher "
+                             "sampling.train.temperature, a larger rollout.group_size, a warm start), or choose --filter none"])
     signum = trainer.interrupted_by
     done = trainer.start_step - 1 + len(history)  # history: this call's steps, one row each
     if signum is not None and done < config.steps:  # stopped early on purpose: say so, and do not exit 0 ('&& ragen eval')
