@@ -366,3 +366,16 @@ def test_plugins_check_names_a_plugin_whose_runs_would_be_refused_here_without_f
     (tmp_path / "fake_avail-0.0.1.dist-info" / "entry_points.txt").write_text("[ragen_core.envs]\nbrokencheck = fakeplug_avail:BROKEN\n")
     out = ragen("plugins", "check", "--kind", "env", env=env)
     assert out.returncode == 1 and "FAILED" in out.stdout and "ValueError: bug in the check" in out.stdout
+
+
+def test_plugins_check_names_a_spec_module_that_imports_torch(tmp_path):
+    """README: the entry points' targets import no torch; plugins check said 'ok' to one that did (helper-75's walk)."""
+    spec_src = ("import torch\nfrom ragen_core import FilterSpec\n"
+                "SPEC = FilterSpec(name='heavy', summary='imports torch.', factory='fakeplug_heavy:SPEC')\n")
+    fake_entry_points(tmp_path, "fake-heavy", {"ragen_core.rollout_filters": {"heavy": "fakeplug_heavy:SPEC"}},
+                      modules={"fakeplug_heavy.py": spec_src}, add_to_path=False)
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = ragen("plugins", "check", "--kind", "filter", env=env)
+    (row,) = [line for line in out.stdout.splitlines() if " heavy " in line]
+    assert "its spec module imports torch" in row
+    assert not any("imports torch" in line for line in out.stdout.splitlines() if " heavy " not in line)  # ours import none

@@ -117,7 +117,9 @@ def check_plugins(args: argparse.Namespace) -> int:
     strict = args.strict or os.environ.get("RAGEN_STRICT_PLUGINS") == "1"
     kinds = [args.kind] if args.kind else list(GROUPS)
     table, failures, disabled, unavailable = [], 0, 0, 0
-    for e, status in _rows(reg, kinds):
+    rows = _rows(reg, kinds)
+    heavy = _heavy_spec_imports(reg, [e for e, status in rows if status not in ("disabled", "duplicate")])
+    for e, status in rows:
         if status == "disabled":
             disabled += 1
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", "not checked (RAGEN_DISABLE_PLUGINS)"])
@@ -134,6 +136,9 @@ def check_plugins(args: argparse.Namespace) -> int:
             took = time.perf_counter() - started
             notes = [f"its spec module took {took:.1f} s to import: every command that lists plugins pays it; import heavy "
                      "modules in the factory's module"] if took > SLOW_SPEC_S else []
+            if heavy.get(e.qualified):
+                notes.append(f"its spec module imports {' and '.join(heavy[e.qualified])} (every command that lists plugins pays "
+                             "for it): import it in the factory's module")
             notes += (_check_factory(spec, load=strict) + _check_defaults(spec) + _check_default_estimator(spec, strict=strict)
                      + _check_field_typos(spec))
             for preset in spec.presets:
@@ -159,6 +164,29 @@ def check_plugins(args: argparse.Namespace) -> int:
     print(f"\n{len(table) - failures - disabled - unavailable} ok, {failures} failed" + (f", {disabled} disabled" if disabled else "")
           + (f", {unavailable} unavailable here (their runs are refused until what they need is installed)" if unavailable else ""))
     return 1 if failures else 0
+
+
+#: Modules a spec module must not import (README: the entry points' targets import no torch).
+HEAVY_MODULES = ("torch", "transformers", "vllm", "ray")
+
+
+def _heavy_spec_imports(reg: Any, entries: list[Any]) -> dict[str, list[str]]:
+    """``qualified name -> heavy modules`` its spec module imported, found by importing every spec
+    before any implementation (a module already imported cannot be blamed on a later spec: the
+    first spec that pulls one in is named, and the next one after it is fixed)."""
+    import sys
+
+    found: dict[str, list[str]] = {}
+    for e in entries:
+        before = {m for m in HEAVY_MODULES if m in sys.modules}
+        try:
+            reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
+        except Exception:  # noqa: BLE001 - reported on the plugin's own row
+            continue
+        pulled = [m for m in HEAVY_MODULES if m in sys.modules and m not in before]
+        if pulled:
+            found[e.qualified] = pulled
+    return found
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
