@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ConfigDict
 
 from ragen_core import registry
 from ragen_core.errors import EnvError
@@ -19,6 +20,8 @@ from ragen_core.specs import EnvSpec
 
 
 class EchoConfig(EnvConfig):
+    model_config = ConfigDict(allow_inf_nan=True)  # the NaN reward below is the point (plugin settings refuse it otherwise)
+
     bad_reward: float = 0.0
     """Reward returned by the action ``Boom`` (set to NaN to test the guard)."""
 

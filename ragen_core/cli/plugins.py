@@ -118,7 +118,7 @@ def check_plugins(args: argparse.Namespace) -> int:
     kinds = [args.kind] if args.kind else list(GROUPS)
     table, failures, disabled, unavailable = [], 0, 0, 0
     rows = _rows(reg, kinds)
-    heavy = _heavy_spec_imports(reg, [e for e, status in rows if status not in ("disabled", "duplicate")])
+    heavy, import_s = _import_specs(reg, [e for e, status in rows if status not in ("disabled", "duplicate")])
     for e, status in rows:
         if status == "disabled":
             disabled += 1
@@ -131,9 +131,8 @@ def check_plugins(args: argparse.Namespace) -> int:
                           f"or hide the other with RAGEN_DISABLE_PLUGINS"])
             continue
         try:
-            started = time.perf_counter()
-            spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
-            took = time.perf_counter() - started
+            spec = reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")  # (imported and timed by _import_specs)
+            took = import_s.get(e.qualified, 0.0)
             notes = [f"its spec module took {took:.1f} s to import: every command that lists plugins pays it; import heavy "
                      "modules in the factory's module"] if took > SLOW_SPEC_S else []
             if heavy.get(e.qualified):
@@ -170,23 +169,26 @@ def check_plugins(args: argparse.Namespace) -> int:
 HEAVY_MODULES = ("torch", "transformers", "vllm", "ray")
 
 
-def _heavy_spec_imports(reg: Any, entries: list[Any]) -> dict[str, list[str]]:
-    """``qualified name -> heavy modules`` its spec module imported, found by importing every spec
-    before any implementation (a module already imported cannot be blamed on a later spec: the
-    first spec that pulls one in is named, and the next one after it is fixed)."""
+def _import_specs(reg: Any, entries: list[Any]) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Import every spec before any implementation: ``qualified name -> heavy modules`` its spec
+    module imported (a module already imported cannot be blamed on a later spec: the first spec
+    that pulls one in is named, and the next one after it is fixed), and the seconds each import took."""
     import sys
 
-    found: dict[str, list[str]] = {}
+    heavy: dict[str, list[str]] = {}
+    took: dict[str, float] = {}
     for e in entries:
         before = {m for m in HEAVY_MODULES if m in sys.modules}
+        started = time.perf_counter()
         try:
             reg.get_spec(e.kind, f"{e.dist_name}:{e.name}")
         except Exception:  # noqa: BLE001 - reported on the plugin's own row
             continue
+        took[e.qualified] = time.perf_counter() - started
         pulled = [m for m in HEAVY_MODULES if m in sys.modules and m not in before]
         if pulled:
-            found[e.qualified] = pulled
-    return found
+            heavy[e.qualified] = pulled
+    return heavy, took
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
