@@ -109,6 +109,14 @@ def test_a_section_given_as_an_override_is_merged_as_a_file_would_be():
     assert apply_overrides({"optim": {"lr": 1e-4}}, ["optim=5"]) == {"optim": 5}  # not a section: replaced (and refused later)
 
 
+def test_a_diagnostic_listed_twice_and_an_empty_recipe_are_refused(capsys):
+    """Both were accepted: two collapse diagnostics, and '--recipe ""' ran as if no recipe were given (helper-76's walk)."""
+    assert main(["run", "--env", "bandit", "--print-config", "diagnostics=[collapse,Collapse]"]) == 2
+    assert "diagnostics lists 'collapse' twice: a diagnostic runs once" in _one_line_error(capsys, "ConfigError")
+    assert main(["run", "--env", "bandit", "--print-config", "--recipe", ""]) == 2
+    assert _one_line_error(capsys, "ConfigError") == "ConfigError: --recipe is empty"
+
+
 def test_an_alias_in_an_override_value_is_refused():
     with pytest.raises(ConfigError, match="alias"):
         parse_override("env_config.x=[&a [1, 2], *a]")

@@ -88,6 +88,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
+    if getattr(args, "recipe", None) is not None and not args.recipe.strip():  # '' ran as if no recipe were given
+        raise ConfigError("--recipe is empty", ["name one of the env's recipes (ragen plugins show env NAME lists them), or leave --recipe out"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
     layers = merge_files(files, base, each=lambda data, file: absolute_file_paths(data, file.expanduser().resolve().parent))

@@ -401,7 +401,13 @@ class RunConfig(_Section):
         """Plugin names as the registry resolves them (``--algo GRPO`` is recorded as ``grpo``)."""
         from ragen_core.specs import normalize_choice
 
-        return [normalize_choice(name) for name in value] if isinstance(value, list) else normalize_choice(value)
+        if not isinstance(value, list):
+            return normalize_choice(value)
+        names = [normalize_choice(name) for name in value]
+        twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if twice is not None:  # one diagnostic per name: its settings are diagnostics_config.NAME
+            raise ValueError(f"diagnostics lists {twice!r} twice: a diagnostic runs once (its settings: diagnostics_config.{twice})")
+        return names
 
     @field_validator("diagnostics_config")
     @classmethod
