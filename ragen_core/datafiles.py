@@ -24,6 +24,12 @@ from ragen_core.errors import ConfigError
 T = TypeVar("T")
 
 
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is called in messages: object, list, string, boolean, number or null."""
+    kinds = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
 def describe_bad_file(path: Path) -> str | None:
     """What is wrong with a local ``.json`` / ``.jsonl`` file, found by parsing it (None: it parses,
     or it is another format)."""

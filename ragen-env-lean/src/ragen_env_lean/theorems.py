@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import in_hash_share
+from ragen_core.datafiles import in_hash_share, json_kind
 from ragen_core.errors import ConfigError
 from ragen_env_lean.builtin import builtin_theorems
 from ragen_env_lean.statements import Theorem, TheoremSet, make_theorem
@@ -83,8 +83,7 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
         if data is None:
             raise ConfigError(f"lean dataset {path} holds one JSON object with no 'data' or 'rows' list", [_ROW_HINT])
     if not isinstance(data, list):
-        kind = {str: "string", bool: "boolean", int: "number", float: "number"}.get(type(data), "null")
-        raise ConfigError(f"lean dataset {path} holds a JSON {kind}, not a list of rows", [_ROW_HINT])
+        raise ConfigError(f"lean dataset {path} holds a JSON {json_kind(data)}, not a list of rows", [_ROW_HINT])
     return [_row_object(row, path, f"row {number}") for number, row in enumerate(data, 1)]
 
 

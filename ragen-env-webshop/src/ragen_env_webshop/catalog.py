@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragen_core.datafiles import json_kind
 from ragen_core.errors import ConfigError
 from ragen_core.seeding import make_rng
 
 #: Price of a product the data gives no price for (the reference's rule).
 DEFAULT_PRICE = 100.0
-#: What a JSON value of each Python type is called in messages.
-_JSON_KINDS = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
 
 
 @dataclass(frozen=True)
@@ -313,12 +312,12 @@ def load_products(product_path: str, attribute_path: str | None, seed: int = 0, 
     shape = ["catalog.attribute_path takes items_ins_v2*.json: a JSON object mapping each ASIN to an object of its attributes "
              '({"B0...": {"attributes": [...], "instruction": "...", "instruction_attributes": [...]}})']
     if not isinstance(attr_map, dict):  # was AttributeError: 'list' object has no attribute 'get'
-        raise ConfigError(f"catalog.attribute_path {attribute_path} holds a JSON {_JSON_KINDS.get(type(attr_map), 'value')}, "
+        raise ConfigError(f"catalog.attribute_path {attribute_path} holds a JSON {json_kind(attr_map)}, "
                           "not an object mapping each ASIN to its attributes", shape)
     bad = next((k for k, v in attr_map.items() if v is not None and not isinstance(v, dict)), None)
     if bad is not None:
         raise ConfigError(f"catalog.attribute_path {attribute_path}: the entry of {bad!r} is a JSON "
-                          f"{_JSON_KINDS.get(type(attr_map[bad]), 'value')}, not an object of attributes", shape)
+                          f"{json_kind(attr_map[bad])}, not an object of attributes", shape)
     products: list[Product] = []
     seen: set[str] = set()
     for raw in rows:
