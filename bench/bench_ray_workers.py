@@ -77,7 +77,7 @@ def measure(env, args, ray_pool_class) -> tuple[dict[str, float], dict[str, list
     from ragen_core.rollout.env_pool import LocalEnvPool
     from ragen_core.rollout.process_pool import ProcessEnvPool
 
-    pools = {"local": LocalEnvPool(env), "ray, 2 actors": ray_pool_class(env, num_workers=2), "process, 2 workers": ProcessEnvPool(env, workers=2)}
+    pools = {"local": LocalEnvPool(env), "ray, 2 actors": ray_pool_class(env, workers=2), "process, 2 workers": ProcessEnvPool(env, workers=2)}
     warm: dict[str, float] = {}
     times: dict[str, list[float]] = {name: [] for name in pools}
     try:

@@ -44,7 +44,7 @@ def local_ray():
 
 def ray_pool(env: EnvRef, step_timeout_s: float | None) -> RayEnvPool:
     # Two actors: the timeout check's two episodes then live in different actors.
-    return RayEnvPool(env, num_workers=2, step_timeout_s=step_timeout_s)
+    return RayEnvPool(env, workers=2, step_timeout_s=step_timeout_s)
 
 
 @pytest.mark.parametrize("check", list(POOL_CHECKS))
@@ -59,7 +59,7 @@ PLANS = st.lists(st.dictionaries(st.integers(0, 5), st.lists(ACTIONS, max_size=3
 
 def test_random_rollouts_match_the_local_pool():
     # One pair of pools for every example; closed before the next test (the module's Ray has 2 CPUs, one per actor).
-    with RayEnvPool(TOY, num_workers=2) as remote, LocalEnvPool(TOY) as here:
+    with RayEnvPool(TOY, workers=2) as remote, LocalEnvPool(TOY) as here:
 
         @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(seed=st.integers(0, 2**31), members=st.integers(1, 3), plan=PLANS)
@@ -83,7 +83,7 @@ def test_pool_by_name_joins_the_running_ray_and_sizes_from_its_cpus():
 
 def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
     requests = [ResetRequest(i, 30 + i, 0) for i in range(4)]
-    with RayEnvPool(TOY, num_workers=2) as pool:
+    with RayEnvPool(TOY, workers=2) as pool:
         pool.reset(requests)
         pids = pool.worker_pids()
         assert sorted(pids) == [0, 1] and pids[0] != pids[1]
@@ -114,7 +114,7 @@ def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
 
 def test_actor_that_died_between_rollouts_is_replaced_at_the_next_reset(caplog):
     requests = [ResetRequest(i, 40 + i, 0) for i in range(2)]
-    with RayEnvPool(TOY, num_workers=2) as pool:
+    with RayEnvPool(TOY, workers=2) as pool:
         first = pool.reset(requests)
         pids = pool.worker_pids()
         os.kill(pids[0], signal.SIGKILL)  # idle: nothing is waiting on it
@@ -126,7 +126,7 @@ def test_actor_that_died_between_rollouts_is_replaced_at_the_next_reset(caplog):
 
 def test_hanging_env_times_out_and_the_actors_other_episodes_fail(caplog):
     requests = [ResetRequest(i, 50 + i, 0) for i in range(4)]
-    with RayEnvPool(TOY, num_workers=2, step_timeout_s=1.5) as pool:
+    with RayEnvPool(TOY, workers=2, step_timeout_s=1.5) as pool:
         pool.reset(requests)
         pids = pool.worker_pids()
         started = time.monotonic()
@@ -140,11 +140,11 @@ def test_hanging_env_times_out_and_the_actors_other_episodes_fail(caplog):
 
 
 def test_envs_per_actor_sets_how_many_actors_a_reset_uses():
-    with RayEnvPool(TOY, num_workers=2, envs_per_actor=4) as pool:
+    with RayEnvPool(TOY, workers=2, envs_per_actor=4) as pool:
         pool.reset([ResetRequest(i, 1, i) for i in range(3)])
         assert list(pool.worker_pids()) == [0]  # 3 episodes fit in one actor
         pool.reset([ResetRequest(i, 1, i) for i in range(6)])
-        assert sorted(pool.worker_pids()) == [0, 1]  # 6 need two; never more than num_workers
+        assert sorted(pool.worker_pids()) == [0, 1]  # 6 need two; never more than workers
 
 
 def test_unreachable_address_is_one_line_before_any_actor():
@@ -178,7 +178,7 @@ def test_malformed_address_is_refused():
 
 
 def test_actor_that_cannot_be_placed_fails_the_reset_after_start_timeout():
-    pool = RayEnvPool(TOY, num_workers=1, start_timeout_s=1)
+    pool = RayEnvPool(TOY, workers=1, start_timeout_s=1)
     pool.resources = EnvResources(cpus=64)  # more than the module's Ray has
     with pool, pytest.raises(EnvError, match=r"ray pool actor 0 did not start within start_timeout_s=1 \(it asks for \{'num_cpus': 64"):
         pool.reset([ResetRequest(0, 1)])
@@ -187,14 +187,14 @@ def test_actor_that_cannot_be_placed_fails_the_reset_after_start_timeout():
 
 def test_a_ray_without_a_live_node_fails_the_actor_start_at_once(monkeypatch):
     """A local Ray whose raylet died made the next actor start wait start_timeout_s (120 s), then
-    blame resources ("lower num_workers")."""
+    blame resources ("lower workers")."""
     import time
 
     from ragen_workers_ray import pool as pool_mod
 
     monkeypatch.setattr(pool_mod, "LIVENESS_EVERY_S", 0.5)
     monkeypatch.setattr(pool_mod, "_live_nodes", lambda: 0)  # what ray.nodes() reports once the only raylet is gone
-    pool = RayEnvPool(TOY, num_workers=1, start_timeout_s=60)
+    pool = RayEnvPool(TOY, workers=1, start_timeout_s=60)
     pool.resources = EnvResources(cpus=64)  # never placed: the wait goes on until the liveness check
     started = time.monotonic()
     with pool, pytest.raises(EnvError, match=r"^ray pool: the Ray cluster has no live node left \(its raylet stopped or died\)") as info:
@@ -205,7 +205,7 @@ def test_a_ray_without_a_live_node_fails_the_actor_start_at_once(monkeypatch):
 
 
 def test_actor_options_come_from_the_env_spec_resources():
-    pool = RayEnvPool(TOY, num_workers=1, envs_per_actor=3)
+    pool = RayEnvPool(TOY, workers=1, envs_per_actor=3)
     assert pool._actor_options() == {"num_cpus": 1.0, "num_gpus": 0.0}  # the GPU-less default
     pool.resources = EnvResources(cpus=0.5, memory_gb=0.25, gpus=0.5)
     assert pool._actor_options() == {"num_cpus": 0.5, "num_gpus": 0.5, "memory": 3 * 2**28}  # memory_gb per env * envs_per_actor
@@ -214,7 +214,7 @@ def test_actor_options_come_from_the_env_spec_resources():
 
 def test_env_the_actor_cannot_build_is_an_env_error():
     broken = EnvRef(name="broken", factory="ragen_core.testing.toy_env:NoSuchEnv")
-    with RayEnvPool(broken, num_workers=1) as pool, pytest.raises(EnvError, match=r"actor \(pid \d+\) could not build env 'broken': .*NoSuchEnv"):
+    with RayEnvPool(broken, workers=1) as pool, pytest.raises(EnvError, match=r"actor \(pid \d+\) could not build env 'broken': .*NoSuchEnv"):
         pool.reset([ResetRequest(0, 1)])
 
 
@@ -228,7 +228,7 @@ def test_a_warning_logged_in_an_actor_names_the_actor():
 def test_env_registered_in_this_process_only_is_refused():
     name = register_toy_env()
     with pytest.raises(ConfigError, match=f"env '{name}' is registered in this process only"):
-        RayEnvPool(EnvRef(name=name), num_workers=1)
+        RayEnvPool(EnvRef(name=name), workers=1)
 
 
 def test_installed_env_by_name_matches_the_local_pool():
@@ -236,7 +236,7 @@ def test_installed_env_by_name_matches_the_local_pool():
     if env is None:
         pytest.skip("neither ragen-env-sokoban nor ragen-env-bandit is installed")
     requests = [ResetRequest(0, 5, 0, "train"), ResetRequest(1, 5, 1, "val")]
-    with RayEnvPool(env, num_workers=2) as remote, LocalEnvPool(env) as here:
+    with RayEnvPool(env, workers=2) as remote, LocalEnvPool(env) as here:
         starts = remote.reset(requests)
         assert starts == here.reset(requests)
         action = starts[0].facts.action_names[0]
@@ -246,7 +246,7 @@ def test_installed_env_by_name_matches_the_local_pool():
 
 def test_replacing_an_actor_names_only_the_episodes_it_was_still_running(caplog):
     requests = [ResetRequest(i, 60 + i, 0) for i in range(2)]
-    with RayEnvPool(TOY, num_workers=1) as pool:  # one actor holds both episodes
+    with RayEnvPool(TOY, workers=1) as pool:  # one actor holds both episodes
         starts = pool.reset(requests)
         board = starts[0].observation.strip().splitlines()[-1]
         walk = ["Right" if board.index("G") > board.index("P") else "Left"] * abs(board.index("G") - board.index("P"))
@@ -262,17 +262,17 @@ def test_replacing_an_actor_names_only_the_episodes_it_was_still_running(caplog)
     assert warning.endswith("; episodes [1] failed"), warning  # episode 0 had finished: nothing of it was lost
 
 
-def test_a_local_ray_the_pool_started_caps_num_workers_to_what_it_holds(monkeypatch, caplog):
+def test_a_local_ray_the_pool_started_caps_workers_to_what_it_holds(monkeypatch, caplog):
     from ragen_workers_ray import pool as pool_module
 
-    pool = RayEnvPool(TOY, num_workers=1)
-    pool.config = pool.config.model_copy(update={"num_workers": 8})
+    pool = RayEnvPool(TOY, workers=1)
+    pool.config = pool.config.model_copy(update={"workers": 8})
     # the module's Ray was started by the test (a joined Ray may grow: taken as given) ...
     assert pool._fitting_size({"CPU": 2.0}) == 8
     # ... while a Ray this module started on this machine never holds more than its CPUs allow
     monkeypatch.setattr(pool_module._OWNED, "started", True)
     assert pool._fitting_size({"CPU": 2.0}) == 2
-    assert any("num_workers=8, but the local Ray this pool started holds 2 actors" in r.getMessage() for r in caplog.records)
+    assert any("workers=8, but the local Ray this pool started holds 2 actors" in r.getMessage() for r in caplog.records)
     pool.resources = EnvResources(cpus=1.0, gpus=1.0)
     with pytest.raises(ConfigError, match=r"the local Ray this pool started has 2 CPU, 0 GPU, and one actor of env .* needs 1 CPU, 1 GPU"):
         pool._fitting_size({"CPU": 2.0})
@@ -285,7 +285,7 @@ def test_an_actor_that_dies_keeps_the_warning_it_logged_first(caplog):
     was said without its last words). The process pool already sent each at once."""
     from ragen_core.testing.toy_env import DYING_TOY_FACTORY
 
-    with RayEnvPool(EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"length": 5}), num_workers=1) as pool:
+    with RayEnvPool(EnvRef(name="dying", factory=DYING_TOY_FACTORY, config={"length": 5}), workers=1) as pool:
         pool.reset([ResetRequest(0, 3, 0)])
         pid = pool.worker_pids()[0]
         with caplog.at_level("WARNING"):
@@ -295,3 +295,17 @@ def test_an_actor_that_dies_keeps_the_warning_it_logged_first(caplog):
     assert said == [f"ray pool actor 0 (pid {pid}): about to die (pid {pid})"]
     messages = [r.getMessage() for r in caplog.records]
     assert messages.index(said[0]) < next(i for i, m in enumerate(messages) if "replaced ray pool actor 0" in m)
+
+
+def test_workers_is_named_as_in_the_process_pool_and_the_older_name_still_reads():
+    """``rollout.pool_config.workers`` means the same in the process and Ray pools, so switching
+    ``rollout.pool`` keeps a config valid; a config written with ``num_workers`` still loads."""
+    from ragen_workers_ray.config import RayPoolConfig
+
+    from ragen_core.rollout.process_pool import ProcessPoolConfig
+
+    assert RayPoolConfig.model_validate({"workers": 3}).workers == ProcessPoolConfig.model_validate({"workers": 3}).workers == 3
+    assert RayPoolConfig.model_validate({"num_workers": 5}).workers == 5
+    assert RayEnvPool(TOY, num_workers=1).config.workers == 1
+    with pytest.raises(Exception, match="greater than or equal to 0"):
+        RayPoolConfig.model_validate({"workers": -1})

@@ -56,7 +56,7 @@ def test_one_training_step_with_envs_in_ray_actors(tmp_path, monkeypatch, capsys
 
     monkeypatch.setattr(RayEnvPool, "step", counting_step)
     assert not ray.is_initialized()
-    code = main([*RUN, "--run-dir", str(tmp_path / "run"), "rollout.pool_config.local_cpus=2", "rollout.pool_config.num_workers=2"])
+    code = main([*RUN, "--run-dir", str(tmp_path / "run"), "rollout.pool_config.local_cpus=2", "rollout.pool_config.workers=2"])
     assert code == 0, capsys.readouterr().err
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert row["step"] == 1 and 0.0 <= row["train/success"] <= 1.0
@@ -68,7 +68,7 @@ _POOL_CHILD = """
 import logging, sys, time
 from ragen_workers_ray.pool import RayEnvPool
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
-pool = RayEnvPool(EnvRef(name="bandit"), num_workers=1, local_cpus=1)
+pool = RayEnvPool(EnvRef(name="bandit"), workers=1, local_cpus=1)
 pool.reset([ResetRequest(0, seed=0)])  # Ray, its agents and the actor are up
 print("ready", flush=True)
 time.sleep(300)

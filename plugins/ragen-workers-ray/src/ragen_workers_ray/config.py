@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from ragen_core.interfaces.env_pool import EnvPoolConfig
 
@@ -26,12 +26,13 @@ class RayPoolConfig(EnvPoolConfig):
     with a one-line error (checked before Ray is asked, which would otherwise wait minutes)."""
     local_cpus: int | None = Field(default=None, ge=1)
     """CPUs a Ray started by this pool gets (None: every core of this machine)."""
-    num_workers: int = Field(default=0, ge=0)
+    workers: int = Field(default=0, ge=0, validation_alias=AliasChoices("workers", "num_workers"))
     """Most actors the pool runs; 0 = as many as the cluster's CPUs hold (its CPUs divided by the
-    env's ``resources.cpus``) when the pool connects."""
+    env's ``resources.cpus``) when the pool connects. Named as the ``process`` pool's ``workers``;
+    the older name ``num_workers`` is still read."""
     envs_per_actor: int = Field(default=1, ge=1)
     """Episodes an actor takes before the pool uses another one: a reset of n episodes uses
-    ``min(num_workers, ceil(n / envs_per_actor))`` actors, episode ``i`` in actor ``i % count``
+    ``min(workers, ceil(n / envs_per_actor))`` actors, episode ``i`` in actor ``i % count``
     (so an actor holds more than this when every actor is in use)."""
     start_timeout_s: float = Field(default=120.0, gt=0)
     """How long new actors may take to start (a cluster without the resources they ask for

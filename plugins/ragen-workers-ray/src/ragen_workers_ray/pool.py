@@ -2,7 +2,7 @@
 
 :class:`RayEnvPool` connects to Ray when it is built (so a cluster address that does not answer
 stops a run before any training), then starts actors the first time a reset needs them. A reset
-of n episodes uses ``min(num_workers, ceil(n / envs_per_actor))`` actors; episode ``i`` lives in
+of n episodes uses ``min(workers, ceil(n / envs_per_actor))`` actors; episode ``i`` lives in
 actor ``i % count``, which keeps one env instance per episode-id slot, built *inside the actor*
 from the :class:`~ragen_core.interfaces.env_pool.EnvRef` (name + config JSON + preset, or its
 import-string factory) -- env objects are never pickled. Resets and steps go out as dicts and
@@ -225,30 +225,30 @@ class RayEnvPool(EnvPool):
         """Ray queue the actors put their warnings in as they log them (started with the first actor)."""
 
     def _fitting_size(self, cluster: dict[str, float]) -> int:
-        """How many actors to run: ``num_workers`` (0: as many as the cluster holds).
+        """How many actors to run: ``workers`` (0: as many as the cluster holds).
 
         A Ray this module started on this machine never grows, so actors beyond what it holds would
-        wait ``start_timeout_s`` and fail: ``num_workers`` is capped to what fits, saying so, and an
+        wait ``start_timeout_s`` and fail: ``workers`` is capped to what fits, saying so, and an
         env that needs more than the whole local Ray is refused. A joined cluster may grow
-        (autoscaling, nodes joining): its ``num_workers`` is taken as given.
+        (autoscaling, nodes joining): its ``workers`` is taken as given.
         """
         r = self.resources
         need = {"CPU": float(r.cpus), "GPU": float(r.gpus)}
         fits = min(int(float(cluster.get(key, 0.0)) // amount) for key, amount in need.items() if amount > 0) if any(
             amount > 0 for amount in need.values()) else 0
         if not _OWNED.started:
-            return self.config.num_workers or max(1, fits)
+            return self.config.workers or max(1, fits)
         have = ", ".join(f"{cluster.get(k, 0.0):g} {k}" for k, v in need.items() if v > 0)
         per = ", ".join(f"{v:g} {k}" for k, v in need.items() if v > 0)
         if fits < 1:
             raise ConfigError(f"ray pool: the local Ray this pool started has {have}, and one actor of env {self.env.name!r} needs {per}",
                               ["raise rollout.pool_config.local_cpus (or run on a machine that has them), or join a cluster with "
                                "rollout.pool_config.address"])
-        if self.config.num_workers > fits:
-            log.warning("ray pool: num_workers=%d, but the local Ray this pool started holds %d actors of env %r (%s; %s each): using %d",
-                        self.config.num_workers, fits, self.env.name, have, per, fits)
+        if self.config.workers > fits:
+            log.warning("ray pool: workers=%d, but the local Ray this pool started holds %d actors of env %r (%s; %s each): using %d",
+                        self.config.workers, fits, self.env.name, have, per, fits)
             return fits
-        return self.config.num_workers or fits
+        return self.config.workers or fits
 
     def _env_resources(self) -> EnvResources:
         """``resources`` of the env's spec (defaults for a factory); refuses in-process-only envs."""
@@ -305,7 +305,7 @@ class RayEnvPool(EnvPool):
             if pids[k] not in ready:
                 errors.append((f"ray pool actor {k} did not start within start_timeout_s={self.config.start_timeout_s:g} "
                                f"(it asks for {self._actor_options()})",
-                               "see 'ray status': the cluster needs that much free per actor (set by the env's resources; lower num_workers)"))
+                               "see 'ray status': the cluster needs that much free per actor (set by the env's resources; lower workers)"))
                 continue
             try:
                 a.pid = int(ray.get(pids[k]))
