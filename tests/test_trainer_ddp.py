@@ -177,3 +177,17 @@ def test_backend_errors_of_unwrapped_collectives_become_one_line():
     assert rank_lost(two, RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None  # a bug, not a lost rank
     assert rank_lost(two, ValueError("gloo")) is None
     assert rank_lost(ONE, gloo) is None  # one process has no other rank to lose
+
+
+def test_a_config_error_under_torchrun_is_printed_once_and_named_in_torchruns_summary(tmp_path):
+    """Every rank meets the same config error: rank 0 prints it, and each rank writes it to the
+    error file torchrun gives it, so torchrun's failure summary names it instead of a docs link."""
+    out = subprocess.run([*torchrun_command(2), "run", "--env", "bandit", "--steps", "1", "--run-dir", str(tmp_path / "run"), "optim.lr=-1"],
+                         env=distributed_child_env(), capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    line = "ConfigError: invalid config: optim.lr: Input should be greater than 0 (got -1)"
+    assert out.returncode != 0
+    assert [x for x in text.splitlines() if x.startswith("ConfigError")] == [line], text[-3000:]
+    assert text.count(f"traceback : {line}") == 2, text[-3000:]  # torchrun's summary: one entry per failed rank
+    assert "To enable traceback see" not in text, text[-3000:]
+    assert not (tmp_path / "run").exists()

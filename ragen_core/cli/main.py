@@ -232,6 +232,26 @@ class _InterruptsUnwind:
             signal.signal(signal.SIGTERM, self.previous_term)
 
 
+def _told_torchrun(message: str) -> bool:
+    """Under torchrun, write ``message`` to this rank's error file (``TORCHELASTIC_ERROR_FILE``):
+    torchrun's failure summary then shows it for each failed rank, in place of a link to its docs.
+    True on a rank other than 0, which then prints nothing itself: a config error is every rank's,
+    and was printed once per rank before torchrun's summary repeated the failure per rank."""
+    import json
+    import time
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return False
+    try:
+        with open(path, "x", encoding="utf-8") as out:  # "x": an error file torch's own handler wrote stays
+            # torch's own layout (its ErrorHandler.record_exception), with the line for its traceback
+            json.dump({"message": {"message": message, "extraInfo": {"py_callstack": message, "timestamp": str(int(time.time()))}}}, out)
+    except OSError:
+        return False  # unwritable or already written: print as without torchrun
+    return os.environ.get("RANK", "0") != "0"
+
+
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM (timeout, a scheduler, kill) would end the process at once, in the middle of a model load or
     # a warm start: no clean-up and no word.
@@ -265,7 +285,8 @@ def _main(argv: list[str] | None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        if not _told_torchrun(f"{type(exc).__name__}: {exc}"):
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
