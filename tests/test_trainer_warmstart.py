@@ -520,3 +520,37 @@ def test_a_cached_warm_start_trains_in_the_dtype_the_run_chose(tmp_path):
     warmstart.warm_start(cfg, model, tok, verbose=False)  # cached in float32
     again = warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0].to(torch.bfloat16), tok, verbose=False)
     assert {p.dtype for p in again.parameters()} == {torch.bfloat16}
+
+
+def test_a_warm_start_removes_rounds_no_run_resumed_for_a_week(tmp_path, monkeypatch, capsys):
+    """A ``.rounds`` folder (a model and its optimiser state) of settings no run uses again was never removed
+    (helper-74's review): a warm start removes those not written for ROUNDS_KEPT_DAYS, and keeps recent ones."""
+    import os
+    import time
+
+    from ragen_core.models import load_model_and_tokenizer
+    from ragen_core.trainer import warmstart
+
+    root = tmp_path / "cache"
+    week = warmstart.ROUNDS_KEPT_DAYS * 86400
+    planted = {}
+    for name, age in {"old.rounds": week + 3600, "recent.rounds": week - 3600, "old-cached-model": week + 3600}.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "rounds.pt").write_bytes(b"x")
+        for path in (root / name / "rounds.pt", root / name):
+            os.utime(path, (time.time() - age, time.time() - age))
+        planted[name] = root / name
+    os.utime(planted["old.rounds"] / "rounds.pt")  # its file is new: the folder's newest write counts
+    (root / "stale.rounds").mkdir()
+    (root / "stale.rounds" / "rounds.pt").write_bytes(b"x")
+    for path in (root / "stale.rounds" / "rounds.pt", root / "stale.rounds"):
+        os.utime(path, (time.time() - week - 60, time.time() - week - 60))
+
+    monkeypatch.setattr(warmstart, "format_check", lambda *a, **k: warmstart.FormatCheck(0.95, ["<think>x"]))
+    real_sft = warmstart.sft
+    monkeypatch.setattr(warmstart, "sft", lambda m, t, trajs, **kw: real_sft(m, t, trajs, **{**kw, "epochs": 1}))
+    cfg = _cfg(tmp_path, "warm_start.episodes=2")
+    warmstart.warm_start(cfg, load_model_and_tokenizer("tiny")[0], load_model_and_tokenizer("tiny")[1])
+    assert sorted(p.name for p in root.iterdir()) == sorted(["old.rounds", "recent.rounds", "old-cached-model", warmstart.cache_key(cfg)])
+    assert f"warm start: removed 1 interrupted warm start(s) not resumed for 7 days from {root} (stale.rounds)" in capsys.readouterr().out
+    assert warmstart.remove_old_rounds(root, keep=root / "x.rounds", now=time.time() + week) == [root / "old.rounds", root / "recent.rounds"]

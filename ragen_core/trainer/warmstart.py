@@ -317,6 +317,10 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
 
     t0 = time.time()
     rounds_dir = rounds_folder(folder)
+    old = remove_old_rounds(folder.parent, keep=rounds_dir)
+    if old and verbose:
+        print(f"warm start: removed {len(old)} interrupted warm start(s) not resumed for {ROUNDS_KEPT_DAYS:.0f} days from {folder.parent} "
+              f"({', '.join(p.name for p in old)})")
     opt: Any = None
     saved: dict[str, Any] | None = None
     if shipped is not None:
@@ -437,6 +441,34 @@ def rounds_folder(cache_folder: Path) -> Path:
     """``<cache key>.rounds`` beside ``cache_folder``: the finished rounds of a warm start still
     running, or of one interrupted (the model and its optimiser state: about 3x the model's size)."""
     return cache_folder.with_name(cache_folder.name + ".rounds")
+
+
+ROUNDS_KEPT_DAYS = 7.0
+"""How long an interrupted warm start's rounds wait to be resumed: a ``.rounds`` folder not
+written for longer (settings no run has used since) is removed when another warm start begins."""
+
+
+def remove_old_rounds(root: Path, *, keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the ``*.rounds`` folders in ``root`` other than ``keep`` whose newest file is older
+    than :data:`ROUNDS_KEPT_DAYS` (each holds a model and its optimiser state); return them."""
+    import shutil
+
+    limit = (time.time() if now is None else now) - ROUNDS_KEPT_DAYS * 86400
+    removed = []
+    try:
+        folders = [p for p in root.iterdir() if p.name.endswith(".rounds") and p.is_dir() and p != keep]
+    except OSError:
+        return []
+    for folder in sorted(folders):
+        try:
+            newest = max([folder.stat().st_mtime, *(f.stat().st_mtime for f in folder.iterdir())])
+        except OSError:
+            continue  # removed meanwhile by another run
+        if newest < limit:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                removed.append(folder)
+    return removed
 
 
 def save_rounds(folder: Path, model: Any, optimizer: Any, record: dict[str, Any]) -> None:
