@@ -12,7 +12,16 @@ import pytest
 from ragen_core import registry
 from ragen_core.errors import RagenError
 from ragen_core.specs import GROUPS
-from ragen_core.testing import check_estimator, check_filter, check_spec_is_light, check_spec_roundtrip, env_checks, plugin_checks, pool_checks
+from ragen_core.testing import (
+    check_algorithm,
+    check_estimator,
+    check_filter,
+    check_spec_is_light,
+    check_spec_roundtrip,
+    env_checks,
+    plugin_checks,
+    pool_checks,
+)
 
 INSTALLED = [(e.kind, e.name, e.dist_name) for kind in GROUPS for e in registry.entries(kind) if e.spec is None]
 
@@ -23,7 +32,7 @@ def test_every_interface_kind_has_a_conformance_check():
         "estimator": plugin_checks.check_estimator,
         "filter": plugin_checks.check_filter,
         "diagnostic": plugin_checks.check_diagnostic,
-        "algorithm": plugin_checks.check_spec_roundtrip,
+        "algorithm": plugin_checks.check_algorithm,
         "engine": plugin_checks.check_spec_roundtrip,
         "pool": pool_checks.check_pool,
     }
@@ -46,6 +55,7 @@ def test_installed_plugin_spec_is_light(kind, name, dist):
 
 FILTERS = [n for k, n, _ in INSTALLED if k == "filter"]
 ESTIMATORS = [n for k, n, _ in INSTALLED if k == "estimator"]
+ALGORITHMS = [n for k, n, _ in INSTALLED if k == "algorithm"]
 
 
 @pytest.mark.parametrize("name", FILTERS)
@@ -56,6 +66,11 @@ def test_installed_filter_conformance(name):
 @pytest.mark.parametrize("name", ESTIMATORS)
 def test_installed_estimator_conformance(name):
     check_estimator(registry.make("estimator", name))
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_installed_algorithm_conformance(name):
+    check_algorithm(registry.make("algorithm", name))
 
 
 ENVS = sorted({n for k, n, _ in INSTALLED if k == "env"})

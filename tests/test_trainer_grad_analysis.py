@@ -134,14 +134,14 @@ def _manual_norms(model, batch, acfg):
 
 @pytest.mark.parametrize("mode,global_norm", [("token-mean", True), ("seq-mean-token-mean", False)])
 def test_component_norms_equal_a_manual_backward_of_each_component(tiny, mode, global_norm):
-    from ragen_core.interfaces.algorithm import AlgorithmConfig
+    from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
     from ragen_core.trainer.grad_analysis import component_grad_norms
 
     acfg = AlgorithmConfig(loss_agg_mode=mode, global_token_norm=global_norm, entropy_coeff=0.01, use_kl_loss=True,
                            kl_loss_coef=0.1, kl_loss_type="k2")
     batch = _batch()
     # two micro-batches of 2 accumulate into one mini-batch of 4 = one forward over the whole batch
-    norms, losses = component_grad_norms(tiny, batch, acfg, mini_batch_size=4, micro_batch_size=2)
+    norms, losses = component_grad_norms(tiny, batch, Algorithm(acfg), mini_batch_size=4, micro_batch_size=2)
     want = _manual_norms(tiny, batch, acfg)
     assert set(norms) == {"task", "entropy", "kl"}
     for comp in want:
@@ -155,24 +155,24 @@ def test_component_norms_equal_a_manual_backward_of_each_component(tiny, mode, g
 
 
 def test_components_without_entropy_or_kl_are_left_out(tiny):
-    from ragen_core.interfaces.algorithm import AlgorithmConfig
+    from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
     from ragen_core.trainer.grad_analysis import component_grad_norms
 
     acfg = AlgorithmConfig(entropy_coeff=0.0, use_kl_loss=False)
-    norms, losses = component_grad_norms(tiny, _batch(), acfg, mini_batch_size=2, micro_batch_size=1)
+    norms, losses = component_grad_norms(tiny, _batch(), Algorithm(acfg), mini_batch_size=2, micro_batch_size=1)
     assert set(norms) == {"task"} and set(losses) == {"policy", "total"}
 
 
 def test_analyse_changes_no_parameter_and_reports_each_bucket(tiny):
     import torch
 
-    from ragen_core.interfaces.algorithm import AlgorithmConfig
+    from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
     from ragen_core.trainer.grad_analysis import analyse
 
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
     batch = _batch(1)
     # group 0 scores [1, 0] -> std 0.7071; group 1 scores [3, 3] -> std 0
-    metrics, table = analyse(tiny, batch, AlgorithmConfig(entropy_coeff=0.0), mini_batch_size=4, micro_batch_size=2, n_buckets=6)
+    metrics, table = analyse(tiny, batch, Algorithm(AlgorithmConfig(entropy_coeff=0.0)), mini_batch_size=4, micro_batch_size=2, n_buckets=6)
     for k, v in tiny.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert table == [("bucket_1", 1, 0.0), ("bucket_2", 0, pytest.approx(math.sqrt(0.5))), ("all", 1, 0.0),

@@ -3,15 +3,18 @@
 An algorithm plugin (``ppo``, ``grpo``, ``drgrpo``, ``dapo``) is mostly a preset: which estimator,
 whether a critic is trained, how the clipped surrogate is aggregated. The loss maths itself is
 shared and lives in :mod:`ragen_core.trainer.losses` so that every algorithm uses the same,
-tested implementation.
+tested implementation; an algorithm with another per-token loss overrides :meth:`Algorithm.token_loss`
+and keeps the shared aggregation, entropy and KL terms.
 
-Besides its config an algorithm has three declared hooks into the step, each with a neutral
-default, which the trainer calls unconditionally (:mod:`ragen_core.trainer.selection`,
+Besides its config an algorithm has four declared hooks into the step, each with a default,
+which the trainer calls unconditionally (:mod:`ragen_core.trainer.selection`,
 :mod:`ragen_core.trainer.update`):
 
 * :meth:`Algorithm.keep_mask` -- rows to drop before the update (DAPO's dynamic sampling);
 * :meth:`Algorithm.shape_rewards` -- token rewards before the estimator (DAPO's overlong
   punishment);
+* :meth:`Algorithm.token_loss` -- the policy-gradient loss per token (the clipped surrogate;
+  REINFORCE or a sequence-level ratio override it);
 * :attr:`Algorithm.agg_kwargs` -- extra keywords of the loss aggregation (Dr.GRPO's
   ``norm_constant``).
 """
@@ -106,6 +109,34 @@ class Algorithm:
             max_length: The trainer's per-turn generation budget (``sampling.train.max_new_tokens``).
         """
         return token_rewards
+
+    def token_loss(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                   response_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The policy-gradient loss per token, before aggregation (default: the clipped surrogate,
+        :func:`ragen_core.trainer.losses.clipped_token_loss`, with this config's clip ratios).
+
+        The trainer aggregates it with ``loss_agg_mode`` (so it is normalised over ranks and
+        micro-batches like every loss), then subtracts the entropy bonus and adds the KL loss.
+        Override it for another loss: REINFORCE is ``-advantages * log_probs``; a sequence-level
+        ratio (GSPO) averages ``log_probs - old_log_probs`` over each row's ``response_mask``.
+
+        Args:
+            log_probs: ``[B, T]`` log-probs of the sampled tokens under the policy being trained
+                (with grad).
+            old_log_probs: ``[B, T]`` under the policy that sampled them (no grad).
+            advantages: ``[B, T]`` from the estimator, zero outside ``response_mask``.
+            response_mask: ``[B, T]`` trained tokens (1) and the rest (0).
+
+        Returns:
+            ``(loss, flags)``: ``loss`` shaped like ``log_probs``, differentiable through it;
+            ``flags``: per-token bool tensors, logged as their masked means, among
+            ``pg_clipfrac`` and ``pg_clipfrac_lower`` (each left out is logged as 0).
+        """
+        from ragen_core.trainer.losses import clipped_token_loss
+
+        c = self.config
+        return clipped_token_loss(log_probs, old_log_probs, advantages, clip_low=c.clip_ratio_low, clip_high=c.clip_ratio_high,
+                                  clip_c=c.clip_ratio_c)
 
     @property
     def agg_kwargs(self) -> dict[str, float | None]:

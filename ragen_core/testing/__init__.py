@@ -10,8 +10,8 @@ pair its own test id, so ``pytest -k determinism`` works::
     def test_mygrid_conformance(env_check):
         env_check()
 
-Importing this module does not import torch or pytest; the estimator checks import torch when
-they run.
+Importing this module does not import torch or pytest; the estimator and algorithm checks import
+torch when they run.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ragen_core.testing.env_checks import (
 )
 from ragen_core.testing.fakes import ScriptedPolicy, fake_entry_points
 from ragen_core.testing.plugin_checks import (
+    check_algorithm,
     check_diagnostic,
     check_estimator,
     check_filter,
@@ -35,6 +36,7 @@ __all__ = [
     "ENV_CHECKS",
     "GARBAGE_REPLIES",
     "ScriptedPolicy",
+    "check_algorithm",
     "check_diagnostic",
     "check_env",
     "check_estimator",

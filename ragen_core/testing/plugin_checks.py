@@ -100,6 +100,44 @@ def check_filter(filter_obj: Any, *, seed: int = 0) -> None:
             assert isinstance(v, (int, float)) and math.isfinite(v), f"filter metric {k} is not a finite number"
 
 
+def check_algorithm(algorithm: Any) -> None:
+    """An algorithm's hooks, as the trainer calls them, on a small batch: ``token_loss`` gives a
+    per-token loss the trainer accepts (checked as in a run), finite, with finite gradients
+    through ``log_probs``, deterministic, and without changing its inputs; ``shape_rewards``
+    keeps the shape and its input; ``keep_mask`` gives one bool per row, or None."""
+    import torch
+
+    from ragen_core.trainer.update import algorithm_policy_loss
+
+    g = torch.Generator().manual_seed(0)
+    B, T = 4, 7
+    mask = torch.zeros(B, T)
+    for i in range(B):
+        mask[i, 1 : 3 + i] = 1.0
+    old = -torch.rand(B, T, generator=g) * 3
+    advantages = torch.randn(B, T, generator=g) * mask
+    rewards = torch.zeros(B, T)
+    rewards[torch.arange(B), mask.cumsum(1).argmax(1)] = torch.tensor([1.0, 0.0, 0.5, 0.0])
+    groups, episodes = torch.tensor([0, 0, 1, 1]), torch.arange(B)
+    snapshot = (old.clone(), advantages.clone(), mask.clone(), rewards.clone())
+    losses, grads = [], []
+    for _ in range(2):
+        log_probs = (old + 0.3 * torch.randn(B, T, generator=torch.Generator().manual_seed(1))).requires_grad_(True)
+        loss, metrics = algorithm_policy_loss(algorithm, log_probs, old, advantages, mask, algorithm.config.loss_agg_mode)
+        assert torch.isfinite(loss).all(), f"token_loss gave a non-finite loss ({float(loss.detach())})"
+        assert all(math.isfinite(v) for v in metrics.values()), f"token_loss gave non-finite metrics: {metrics}"
+        loss.backward()
+        assert log_probs.grad is not None and torch.isfinite(log_probs.grad).all(), "token_loss gave a non-finite gradient"
+        losses.append(float(loss.detach()))
+        grads.append(log_probs.grad.clone())
+    assert losses[0] == losses[1] and torch.equal(grads[0], grads[1]), "token_loss is not deterministic"
+    shaped = algorithm.shape_rewards(rewards, mask, max_length=T)
+    assert shaped.shape == rewards.shape and torch.isfinite(shaped).all(), "shape_rewards must return finite rewards shaped like its input"
+    keep = algorithm.keep_mask(rewards, groups, episodes)
+    assert keep is None or len(keep) == B, "keep_mask returns one bool per row, or None"
+    assert all(torch.equal(a, b) for a, b in zip((old, advantages, mask, rewards), snapshot)), "the algorithm changed its inputs"
+
+
 def check_estimator(estimator: Any, *, needs_values: bool | None = None) -> None:
     """Estimators keep shape/dtype, zero outside the mask, no NaN on flat groups, are pure and deterministic."""
     import torch

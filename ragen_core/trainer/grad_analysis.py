@@ -108,7 +108,7 @@ def _global_norm(params: list[Any]) -> float:
 def component_grad_norms(
     model: Any,
     batch: Any,
-    algo_config: Any,
+    algorithm: Any,
     *,
     mini_batch_size: int,
     micro_batch_size: int,
@@ -117,21 +117,18 @@ def component_grad_norms(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Probe the actor update on ``batch``: ``({component: grad norm}, {loss name: value})``.
 
-    Norms and losses are means over mini-batches. No optimiser step; every trainable
-    parameter's ``.grad`` is ``None`` afterwards. ``batch`` needs ``advantages`` (and
-    ``ref_log_probs`` when ``algo_config.use_kl_loss``); missing ``old_log_probs`` mean the
+    ``algorithm``: the run's :class:`~ragen_core.interfaces.algorithm.Algorithm` (its
+    ``token_loss`` and ``config``). Norms and losses are means over mini-batches. No optimiser
+    step; every trainable parameter's ``.grad`` is ``None`` afterwards. ``batch`` needs
+    ``advantages`` (and ``ref_log_probs`` when ``algorithm.config.use_kl_loss``); missing ``old_log_probs`` mean the
     current policy is the old one (ratio 1), as in the trainer's single-pass update.
     """
     from ragen_core.trainer.batch import micro_batches
-    from ragen_core.trainer.losses import (
-        agg_loss,
-        kl_penalty,
-        minibatch_normalisers,
-        policy_loss,
-    )
+    from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers
     from ragen_core.trainer.modeling import token_logprobs
+    from ragen_core.trainer.update import algorithm_policy_loss
 
-    acfg = algo_config
+    acfg = algorithm.config
     mode = acfg.loss_agg_mode
     comps = ["task"] + (["entropy"] if acfg.entropy_coeff != 0 else []) + (["kl"] if acfg.use_kl_loss else [])
     params = [p for p in model.parameters() if p.requires_grad]
@@ -154,8 +151,7 @@ def component_grad_norms(
                                                temperature=temperature, with_entropy=comp == "entropy", response_mask=mask)
                 if comp == "task":
                     old = sub.old_log_probs.to(device) if sub.old_log_probs is not None else logp.detach()
-                    loss, _ = policy_loss(logp, old, sub.advantages.to(device), mask, clip_low=acfg.clip_ratio_low,
-                                          clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **agg_kw)
+                    loss, _ = algorithm_policy_loss(algorithm, logp, old, sub.advantages.to(device), mask, mode, **agg_kw)
                 elif comp == "entropy":
                     assert entropy is not None  # asked for with with_entropy=True
                     loss = -acfg.entropy_coeff * agg_loss(entropy, mask, mode, **agg_kw)
@@ -177,7 +173,7 @@ def component_grad_norms(
 def analyse(
     model: Any,
     batch: Any,
-    algo_config: Any,
+    algorithm: Any,
     *,
     mini_batch_size: int,
     micro_batch_size: int,
@@ -215,7 +211,7 @@ def analyse(
         metrics[pre + "reward_std_max"] = max(bucket_stds)
         metrics[pre + "group_rv_count"] = float(len(groups))
         table += [(name, int(g), float(stds[g])) for g in groups]
-        norms, losses = component_grad_norms(model, sub, algo_config, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
+        norms, losses = component_grad_norms(model, sub, algorithm, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
                                              temperature=temperature, norm_constant=norm_constant)
         for comp, norm in norms.items():
             metrics[pre + comp] = norm
@@ -315,12 +311,12 @@ def run_for_trainer(trainer: Any, batch: Any, step: int, unfiltered: Any = None)
                               "n_buckets": ga.buckets, "norm_constant": trainer.algorithm.agg_kwargs.get("norm_constant")}
     metrics = dict(source)
     if ga.log_prefilter and unfiltered is not None and len(unfiltered) > 0:
-        pre_metrics, _ = analyse(trainer.model, prepare_for_probe(trainer, unfiltered), trainer.algorithm.config,
+        pre_metrics, _ = analyse(trainer.model, prepare_for_probe(trainer, unfiltered), trainer.algorithm,
                                  prefix="grad_norm_prefilter", **kwargs)
         metrics.update(pre_metrics)
     if batch is None or len(batch) == 0:
         return metrics
-    probe, table = analyse(trainer.model, batch, trainer.algorithm.config, **kwargs)
+    probe, table = analyse(trainer.model, batch, trainer.algorithm, **kwargs)
     metrics.update(probe)
     out_dir = trainer.run_dir / "grad_analysis"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ Contents:
   :func:`masked_whiten`, re-exported from their home :mod:`ragen_core.masked`;
 * :func:`agg_loss`: the four loss aggregation modes (``token-mean`` optionally normalised by a
   global token count, which fixes limitation L9);
-* :func:`policy_loss`: clipped surrogate with asymmetric clip and dual clip;
+* :func:`policy_loss`: clipped surrogate with asymmetric clip and dual clip (:func:`clipped_token_loss`
+  per token, then :func:`aggregate_policy_loss`, which also serves an algorithm's own token loss);
 * :func:`kl_penalty`: KL estimators k1/abs/k2/k3 and the straight-through ``+`` variants;
 * :func:`entropy_from_logits`, :func:`value_loss`, :func:`kl_in_reward`;
 * :func:`normalize_scores`: the per-group reward normalisation of section 5.9.
@@ -35,7 +36,10 @@ __all__ = [
     "AGG_MODES",
     "KL_KINDS",
     "REWARD_NORM_METHODS",
+    "POLICY_LOSS_FLAGS",
     "agg_loss",
+    "aggregate_policy_loss",
+    "clipped_token_loss",
     "entropy_from_logits",
     "kl_in_reward",
     "kl_penalty",
@@ -190,6 +194,82 @@ def agg_loss(
 # actor
 
 
+def clipped_token_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    clip_c: float = 3.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token clipped PPO surrogate with asymmetric and dual clipping (spec 8.5), before
+    aggregation.
+
+    Per token, with ``ρ = exp(clamp(log π − log π_old, −20, 20))``::
+
+        L1 = −A·ρ
+        L2 = −A·clip(ρ, 1 − clip_low, 1 + clip_high)
+        Lc = max(L1, L2)
+        L  = min(Lc, −A·clip_c)   if A < 0      (dual clip)
+        L  = Lc                   if A ≥ 0
+
+    Returns:
+        ``(L, flags)``: ``L`` shaped like ``log_probs``; ``flags`` per token (bool):
+        ``pg_clipfrac`` where ``L2 > L1``, ``pg_clipfrac_lower`` where ``A < 0`` and
+        ``Lc > −A·clip_c`` (dual clip active).
+
+    Raises:
+        ConfigError: ``clip_c ≤ 1`` (the dual clip would cut below the standard clip).
+    """
+    import torch
+
+    if clip_c <= 1.0:
+        raise ConfigError(f"clip_ratio_c must be greater than 1, got {clip_c}")
+    ratio = torch.exp(torch.clamp(log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clipped = torch.maximum(loss1, loss2)
+    loss3 = -advantages * clip_c
+    negative = advantages < 0
+    per_token = torch.where(negative, torch.minimum(clipped, loss3), clipped)
+    return per_token, {"pg_clipfrac": loss2 > loss1, "pg_clipfrac_lower": negative & (clipped > loss3)}
+
+
+POLICY_LOSS_FLAGS = ("pg_clipfrac", "pg_clipfrac_lower")
+"""Per-token flags a token loss may return; their masked means are logged as ``actor/<name>`` (0 when left out)."""
+
+
+def aggregate_policy_loss(
+    per_token: torch.Tensor,
+    flags: dict[str, torch.Tensor],
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    agg_mode: str = "token-mean",
+    *,
+    global_token_count: float | torch.Tensor | None = None,
+    global_seq_count: float | torch.Tensor | None = None,
+    norm_constant: float | None = None,
+    row_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``agg_loss(per_token, mask, agg_mode, ...)`` and the policy metrics (masked means,
+    floats): ``pg_loss`` (the aggregated loss), each of :data:`POLICY_LOSS_FLAGS` (0 when not in
+    ``flags``), and ``ppo_kl``, the mean of ``−clamp(log π − log π_old, −20, 20)``."""
+    import torch
+
+    loss = agg_loss(per_token, mask, agg_mode, global_token_count=global_token_count, global_seq_count=global_seq_count,
+                    norm_constant=norm_constant, row_weights=row_weights)
+    with torch.no_grad():
+        fm = mask.to(log_probs.dtype)
+        log_ratio = torch.clamp(log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        metrics = {"pg_loss": float(loss.detach())}
+        for name in POLICY_LOSS_FLAGS:
+            metrics[name] = float(masked_mean(flags[name].to(fm.dtype), fm)) if name in flags else 0.0
+        metrics["ppo_kl"] = float(masked_mean(-log_ratio, fm))
+    return loss, metrics
+
+
 def policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -205,17 +285,8 @@ def policy_loss(
     norm_constant: float | None = None,
     row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Clipped PPO surrogate with asymmetric and dual clipping (spec 8.5).
-
-    Per token, with ``ρ = exp(clamp(log π − log π_old, −20, 20))``::
-
-        L1 = −A·ρ
-        L2 = −A·clip(ρ, 1 − clip_low, 1 + clip_high)
-        Lc = max(L1, L2)
-        L  = min(Lc, −A·clip_c)   if A < 0      (dual clip)
-        L  = Lc                   if A ≥ 0
-
-    then ``loss = agg_loss(L, mask, agg_mode, row_weights=...)``.
+    """Clipped PPO surrogate (spec 8.5): :func:`clipped_token_loss` aggregated by
+    :func:`aggregate_policy_loss` (``agg_loss(L, mask, agg_mode, row_weights=...)``).
 
     Returns:
         ``(loss, metrics)``; metrics (masked means, floats): ``pg_loss``; ``pg_clipfrac`` —
@@ -225,40 +296,9 @@ def policy_loss(
     Raises:
         ConfigError: ``clip_c ≤ 1`` (the dual clip would cut below the standard clip).
     """
-    import torch
-
-    if clip_c <= 1.0:
-        raise ConfigError(f"clip_ratio_c must be greater than 1, got {clip_c}")
-    log_ratio = torch.clamp(
-        log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
-    )
-    ratio = torch.exp(log_ratio)
-    loss1 = -advantages * ratio
-    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    clipped = torch.maximum(loss1, loss2)
-    loss3 = -advantages * clip_c
-    negative = advantages < 0
-    per_token = torch.where(negative, torch.minimum(clipped, loss3), clipped)
-    loss = agg_loss(
-        per_token,
-        mask,
-        agg_mode,
-        global_token_count=global_token_count,
-        global_seq_count=global_seq_count,
-        norm_constant=norm_constant,
-        row_weights=row_weights,
-    )
-    with torch.no_grad():
-        fm = mask.to(log_probs.dtype)
-        metrics = {
-            "pg_loss": float(loss.detach()),
-            "pg_clipfrac": float(masked_mean((loss2 > loss1).to(fm.dtype), fm)),
-            "pg_clipfrac_lower": float(
-                masked_mean((negative & (clipped > loss3)).to(fm.dtype), fm)
-            ),
-            "ppo_kl": float(masked_mean(-log_ratio, fm)),
-        }
-    return loss, metrics
+    per_token, flags = clipped_token_loss(log_probs, old_log_probs, advantages, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c)
+    return aggregate_policy_loss(per_token, flags, log_probs, old_log_probs, mask, agg_mode, global_token_count=global_token_count,
+                                 global_seq_count=global_seq_count, norm_constant=norm_constant, row_weights=row_weights)
 
 
 def kl_penalty(

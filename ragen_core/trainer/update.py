@@ -244,8 +244,8 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
 # ---------------------------------------------------------------------- actor
 def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorithm: Any, optim: Any, temperature: float,
                  world: World = ONE) -> dict[str, float]:
-    """The PPO actor update: clipped surrogate, minus ``entropy_coeff`` x entropy, plus
-    ``kl_loss_coef`` x KL to the reference; returns the ``actor/...`` metrics (means over mini-batches).
+    """The PPO actor update: the algorithm's token loss (the clipped surrogate by default), minus
+    ``entropy_coeff`` x entropy, plus ``kl_loss_coef`` x KL to the reference; returns the ``actor/...`` metrics (means over mini-batches).
 
     Args:
         prepared: From :func:`prepare`.
@@ -257,7 +257,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
         world: The ranks of a data-parallel run: this rank runs its share of each mini-batch's
             micro-batches, normalised by the global mini-batch, and gradients are summed over ranks.
     """
-    from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers, policy_loss
+    from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers
     from ragen_core.trainer.modeling import token_logprobs
 
     batch, acfg = prepared.batch, algorithm.config
@@ -300,8 +300,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                         assert old_policy is not None
                         old_policy.record(idx, sub, logp, entropy)
                     old = logp.detach() if from_update else _filled(sub.old_log_probs, device)
-                    loss, pm = policy_loss(logp, old, _filled(sub.advantages, device), mask, clip_low=acfg.clip_ratio_low,
-                                           clip_high=acfg.clip_ratio_high, clip_c=acfg.clip_ratio_c, agg_mode=mode, **kw)
+                    loss, pm = algorithm_policy_loss(algorithm, logp, old, _filled(sub.advantages, device), mask, mode, **kw)
                     acc["actor/pg_loss"] += pm["pg_loss"] * w
                     share = float(mask.sum()) / mini_tokens * trains  # token-weighted means of the per-token metrics
                     for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
@@ -407,6 +406,31 @@ def episode_row_weights(episode_ids: Any) -> Any:
 
     _, inverse, counts = torch.unique(episode_ids, return_inverse=True, return_counts=True)
     return 1.0 / counts[inverse].double()
+
+
+def algorithm_policy_loss(algorithm: Any, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                          mask: torch.Tensor, agg_mode: str, **agg: Any) -> tuple[torch.Tensor, dict[str, float]]:
+    """``algorithm.token_loss`` (:meth:`~ragen_core.interfaces.algorithm.Algorithm.token_loss`),
+    checked, then aggregated with ``agg_mode`` and the mini-batch's normalisers ``agg``
+    (:func:`~ragen_core.trainer.losses.aggregate_policy_loss`): ``(loss, policy metrics)``."""
+    from ragen_core.trainer.losses import POLICY_LOSS_FLAGS, aggregate_policy_loss
+
+    with plugin_call(algorithm, "token_loss"):
+        out = algorithm.token_loss(log_probs, old_log_probs, advantages, mask)
+    hint = "token_loss returns (loss, flags): a per-token loss tensor and a dict of per-token bool tensors ({} for none)"
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise PluginError(f"{plugin_label(algorithm)}: token_loss returned a {type(out).__name__}, not (loss, flags)", [hint])
+    per_token, flags = out
+    _check_shape(per_token, log_probs, algorithm, "the loss tensor token_loss returned", "token_loss")
+    if log_probs.requires_grad and per_token.grad_fn is None:
+        raise PluginError(f"{plugin_label(algorithm)}: the loss token_loss returned does not depend on log_probs, so it trains nothing",
+                          ["compute the loss from the log_probs argument (not a detached copy)"])
+    unknown = sorted(set(flags) - set(POLICY_LOSS_FLAGS))
+    if unknown:
+        raise PluginError(f"{plugin_label(algorithm)}: token_loss returned flags {unknown}; known flags: {', '.join(POLICY_LOSS_FLAGS)}", [hint])
+    for name, flag in flags.items():
+        _check_shape(flag, log_probs, algorithm, f"the {name!r} flags token_loss returned", "token_loss")
+    return aggregate_policy_loss(per_token, flags, log_probs, old_log_probs, mask, agg_mode, **agg)
 
 
 def _filled(tensor: torch.Tensor | None, device: Any) -> torch.Tensor:

@@ -1,0 +1,150 @@
+"""An algorithm plugin brings its own per-token policy loss (``Algorithm.token_loss``): before, an
+algorithm was a set of config values, so a REINFORCE plugin still trained the clipped surrogate
+(helper-75's walk). The trainer aggregates the plugin's loss like its own and refuses a malformed
+one in one line naming the plugin."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen_core import registry
+from ragen_core.cli.main import main
+from ragen_core.errors import PluginError
+from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+from ragen_core.specs import AlgorithmSpec
+from ragen_core.testing import check_algorithm
+from ragen_core.testing.run_helpers import TOY_RUN, one_line_error, toy_run_config
+from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.losses import agg_loss, policy_loss
+from ragen_core.trainer.update import algorithm_policy_loss
+
+CALLS: list[str] = []
+"""The function that asked for each token loss (through algorithm_policy_loss)."""
+
+
+class Reinforce(Algorithm):
+    """``-A * log π`` per token; every trained token flagged as clipped, so the flags reach the metrics."""
+
+    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+        CALLS.append(sys._getframe(2).f_code.co_name)
+        return -advantages * log_probs, {"pg_clipfrac": response_mask > 0}
+
+
+class Answers(Algorithm):
+    """A token loss that answers ``ANSWER`` (set by the test)."""
+
+    answer = "ok"
+
+    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+        loss = -advantages * log_probs
+        return {
+            "a-tensor": loss,
+            "short": (loss[:, :-1], {}),
+            "detached": (loss.detach(), {}),
+            "unknown-flag": (loss, {"clip_ratio": response_mask > 0}),
+            "flag-shape": (loss, {"pg_clipfrac": response_mask[0] > 0}),
+            "raises": None,
+        }[self.answer] if self.answer != "raises" else 1 / 0
+
+
+SPECS = [AlgorithmSpec(name="test-reinforce", factory=f"{__name__}:Reinforce")]
+
+
+@pytest.fixture(autouse=True)
+def plugins():
+    CALLS.clear()
+    for spec in SPECS:
+        registry.register(spec)
+    yield
+    for spec in SPECS:
+        registry.unregister(spec.kind, spec.name)
+
+
+def _inputs(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(3, 6)
+    mask[0, 1:4], mask[1, 2:6], mask[2, 0:2] = 1.0, 1.0, 1.0
+    old = -torch.rand(3, 6, generator=g) * 2
+    log_probs = (old + 0.4 * torch.randn(3, 6, generator=g)).requires_grad_(True)
+    return log_probs, old, torch.randn(3, 6, generator=g) * mask, mask
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_the_default_token_loss_is_the_clipped_surrogate_bit_for_bit(mode):
+    """The shared clipped surrogate moved behind the hook: the same operations, so the same floats."""
+    log_probs, old, adv, mask = _inputs()
+    cfg = AlgorithmConfig(clip_ratio_low=0.1, clip_ratio_high=0.15, loss_agg_mode=mode)
+    got, got_metrics = algorithm_policy_loss(Algorithm(cfg), log_probs, old, adv, mask, mode)
+    want, want_metrics = policy_loss(log_probs, old, adv, mask, clip_low=0.1, clip_high=0.15, agg_mode=mode)
+    assert torch.equal(got, want) and got_metrics == want_metrics
+    assert 0 < want_metrics["pg_clipfrac"] < 1  # the ratios reach both clip bounds: the flags are not trivially 0
+
+
+def test_a_plugin_token_loss_is_aggregated_by_the_trainer():
+    log_probs, old, adv, mask = _inputs()
+    loss, metrics = algorithm_policy_loss(Reinforce(), log_probs, old, adv, mask, "seq-mean-token-mean")
+    assert torch.equal(loss, agg_loss(-adv * log_probs, mask, "seq-mean-token-mean"))
+    assert metrics["pg_clipfrac"] == 1.0 and metrics["pg_clipfrac_lower"] == 0.0  # a flag left out is logged as 0
+    (grad,) = torch.autograd.grad(loss, log_probs)
+    assert torch.equal(grad == 0, mask == 0)  # the gradient flows on trained tokens only (advantages are nonzero there)
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ("a-tensor", "token_loss returned a Tensor, not (loss, flags)"),
+    ("short", "the loss tensor token_loss returned has shape (3, 5), expected a tensor of shape (3, 6)"),
+    ("detached", "the loss token_loss returned does not depend on log_probs, so it trains nothing"),
+    ("unknown-flag", "token_loss returned flags ['clip_ratio']; known flags: pg_clipfrac, pg_clipfrac_lower"),
+    ("flag-shape", "the 'pg_clipfrac' flags token_loss returned has shape (6,), expected a tensor of shape (3, 6)"),
+    ("raises", "raised in token_loss: ZeroDivisionError: division by zero"),
+])
+def test_a_malformed_token_loss_is_one_line_naming_the_plugin(answer, says):
+    algorithm = Answers()
+    algorithm.answer = answer
+    with pytest.raises(PluginError) as caught:
+        algorithm_policy_loss(algorithm, *_inputs(), "token-mean")
+    assert says in caught.value.message
+    assert "\n" not in caught.value.message
+    with pytest.raises((PluginError, AssertionError)):
+        check_algorithm(algorithm)  # the kit refuses it too
+
+
+def test_the_kit_refuses_a_token_loss_that_is_not_deterministic():
+    class Noisy(Algorithm):
+        def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+            return -advantages * log_probs * torch.rand(()), {}
+
+    with pytest.raises(AssertionError, match="not deterministic"):
+        check_algorithm(Noisy())
+    check_algorithm(Reinforce())  # and passes a sound one
+
+
+def _run(run_dir: Path, *overrides: str) -> int:
+    env = toy_run_config(None).env
+    return main(["run", "--no-progress", "--env", env, "--run-dir", str(run_dir), *TOY_RUN, "steps=1", *overrides])
+
+
+def test_a_run_trains_with_the_plugins_token_loss_in_the_update_and_the_gradient_analysis(tmp_path):
+    assert _run(tmp_path / "run", "algo=test-reinforce", "grad_analysis.every=1") == 0
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["actor/pg_clipfrac"] == 1.0  # the plugin's flags: the clipped surrogate flags no token at ratio 1
+    assert set(CALLS) == {"update_actor", "component_grad_norms"}  # the update and the gradient analysis' probes
+
+
+def test_a_malformed_token_loss_stops_the_run_naming_the_algorithm(tmp_path, capsys):
+    registry.register(AlgorithmSpec(name="test-detached", factory=f"{__name__}:Detached"))
+    try:
+        assert _run(tmp_path / "run", "algo=test-detached") == 2
+    finally:
+        registry.unregister("algorithm", "test-detached")
+    assert one_line_error(capsys.readouterr().err) == (
+        "PluginError: algorithm 'test-detached' (<in-process>): the loss token_loss returned does not depend on log_probs, "
+        "so it trains nothing")
+
+
+class Detached(Algorithm):
+    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+        return (-advantages * log_probs).detach(), {}
