@@ -523,6 +523,12 @@ UNIT_TABLE = [
     ("2 k", "2000", False),
     ("4 M", "4", False),
     ("In 5 years, Tom will be 18 years old.", "18", True),  # a sentence is still read by its last number
+    ("The temperature is 15°F.", "15^\\circ C", False),  # ... with its common unit, if it has one
+    ("The temperature is 15°C.", "15^\\circ C", True),
+    ("The temperature is 15 degrees today.", "15^\\circ C", True),
+    ("The rope is 18 cm long.", "18 m", False),
+    ("The rope is 18 m long.", "18 m", True),
+    ("He is 18 years old.", "18", True),
     # near misses of plain numbers stay refused, equal spellings stay accepted
     ("15", "150", False),
     ("1.5", "15", False),

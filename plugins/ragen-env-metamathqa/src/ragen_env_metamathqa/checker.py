@@ -366,7 +366,8 @@ def _one_value_in_prose(pred: str) -> str | None:
     before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
     numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter. Nor is it read when a
     variable follows it (``so it is 4 b``), or when it ends a compound quantity with the number
-    before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a word, then a join or nothing)."""
+    before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a word, then a join or nothing).
+    A common unit after it is read with it (``It is 18 cm long`` is not ``18 m``)."""
     found = list(_LAST_NUMBER.finditer(pred))
     if not found:
         return None
@@ -385,6 +386,9 @@ def _one_value_in_prose(pred: str) -> str | None:
         measure = re.fullmatch(r"\s*[a-zA-Z]+\.?(.*)", gap, re.DOTALL)
         if measure and re.sub(r"\s+", "", measure.group(1)).lower() in _JOINS:  # 3 hours and 20 (minutes)
             return None
+    unit = re.match(r"\s+(?:degrees\s+[a-zA-Z]+|[a-zA-Z]+)(?![a-zA-Z'’])", pred[last.end():])
+    if unit and unit_of(last.group(0) + unit.group(0)) is not None:  # read with its unit: 15 degrees F is not 15 degrees C
+        return last.group(0) + unit.group(0)
     return last.group(0)
 
 
