@@ -451,3 +451,107 @@ def test_a_label_of_several_boxes_wants_all_of_them():
         assert math_equal(reply, label), reply
     for reply in ("\\boxed{3}", "3", "\\boxed{2}, \\boxed{4}", "\\boxed{2}, \\boxed{3}, \\boxed{4}"):
         assert not math_equal(reply, label), reply
+
+
+# ------------------------------------------------------------------ letters, units and degrees after a number
+#: (reply, label, math checker's verdict): what a word or letter after a number means (helper-77).
+#: A letter that is no unit symbol is a variable (``4 b`` is the product 4b); a word of two or more
+#: letters is a unit or a counted noun and is dropped; degree marks are one unit, whose scales differ.
+UNIT_TABLE = [
+    # a stray letter is a variable, not a unit that may be dropped
+    ("4 b", "4", False),
+    ("4b", "4", False),
+    ("4 b.", "4", False),
+    ("x = 4 b", "4", False),
+    ("4 c", "4", False),  # lower-case c is no unit symbol (a cup is "cups")
+    ("4 b", "4 c", False),  # two different products
+    ("4 a", "4 b", False),
+    ("4 b", "4 b", True),
+    ("4 b", "4b", True),
+    ("2 b", "2b", True),
+    ("so it is 4 b", "4", False),  # the prose fall-back does not read a number a variable follows
+    ("there are 4 b and c", "4", False),
+    ("\\frac{1}{2} b", "\\frac{1}{2}", False),
+    # ... unless it is a unit symbol, in its own case
+    ("4 m", "4", True),
+    ("4 s", "4", True),
+    ("12 V", "12", True),
+    ("7 L", "7", True),
+    ("5 N", "5", True),
+    ("4 cm", "4", True),
+    ("4 apples", "4", True),  # a counted noun is dropped, as before
+    ("4 a.m.", "4", True),
+    ("so it is 4 m", "4", True),
+    ("it costs 18 a day", "18", True),  # an article, not a variable
+    ("The shop opens at 9 o'clock", "9", True),
+    # degree marks: the same unit in every spelling
+    ("15 degrees", "15^\\circ C", True),
+    ("15 degrees", "15^\\circ", True),
+    ("15^{\\circ}", "15 degrees", True),
+    ("15°", "15^\\circ", True),
+    ("15°C", "15", True),
+    ("15°C", "15^\\circ C", True),
+    ("15 ℃", "15^\\circ C", True),
+    ("15^{\\circ}\\text{C}", "15 degrees Celsius", True),
+    ("15 \\degree C", "15^\\circ C", True),
+    ("-15 degrees", "-15^\\circ", True),
+    ("90^\\circ", "90", True),
+    ("2 \\cdot 45^\\circ", "90", True),  # a degree mark ending an expression
+    ("(30^\\circ, 60^\\circ)", "(30, 60)", True),
+    ("(30^\\circ, 60^\\circ)", "(30, 90)", False),
+    ("(2x+10)^\\circ", "2x+10", True),  # a degree mark after a bracket is dropped, as before
+    # ... whose scales are different quantities: 15 °C is 59 °F
+    ("15 °F", "15^\\circ C", False),
+    ("15 degrees Fahrenheit", "15^\\circ C", False),
+    ("15 degrees F", "15^\\circ C", False),
+    ("15^\\circ F", "15 degrees Celsius", False),
+    ("15°C", "15°F", False),
+    ("15 degrees", "15 cm", False),  # an angle or a temperature is not a length
+    ("15 degrees", "150", False),
+    ("15^\\circ", "16", False),
+    ("-15^\\circ", "15^\\circ", False),
+    # compound quantities are not converted: the label says no unit, so a conversion would be a guess
+    ("3 hours and 20 minutes", "200", False),
+    ("3 hours and 20 minutes", "20", False),  # the last number of a compound quantity is not its value
+    ("3 hours and 20 minutes", "3", False),
+    ("5 feet 3 inches", "3", False),
+    ("2 dollars and 50 cents", "50", False),
+    ("3 hours and 20 minutes", "3 hours and 20 minutes", True),
+    ("1 hour", "60 minutes", False),  # not converted even when both sides say their unit (not done yet)
+    ("4 A", "4", False),  # A, k and M are not read as a unit (amperes, thousands, millions?)
+    ("4 k", "4", False),
+    ("2 k", "2000", False),
+    ("4 M", "4", False),
+    ("In 5 years, Tom will be 18 years old.", "18", True),  # a sentence is still read by its last number
+    ("The temperature is 15°F.", "15^\\circ C", False),  # ... with its common unit, if it has one
+    ("The temperature is 15°C.", "15^\\circ C", True),
+    ("The temperature is 15 degrees today.", "15^\\circ C", True),
+    ("The rope is 18 cm long.", "18 m", False),
+    ("The rope is 18 m long.", "18 m", True),
+    ("He is 18 years old.", "18", True),
+    # near misses of plain numbers stay refused, equal spellings stay accepted
+    ("15", "150", False),
+    ("1.5", "15", False),
+    ("-4", "4", False),
+    ("4", "-4", False),
+    ("0.5", "1/2", True),
+    ("\\frac{1}{2}", "0.5", True),
+    ("\\boxed{\\frac{1}{2}}", "\\frac12", True),
+    ("\\boxed{1,000}", "1000", True),
+    ("1,000", "100", False),
+    ("-1,234", "-1234", True),
+    ("50\\%", "0.5", True),
+    ("50%", "5", False),
+    ("0.51", "\\frac{1}{2}", False),
+]
+
+
+@pytest.mark.parametrize(("answer", "label", "math"), UNIT_TABLE, ids=[f"{a!r}~{b!r}" for a, b, _ in UNIT_TABLE])
+def test_letters_units_and_degrees_after_a_number(answer, label, math):
+    assert math_equal(answer, label) is math
+
+
+@pytest.mark.parametrize(("one", "other"), [("15 °F", "15^\\circ C"), ("15°C", "15 degrees"), ("4 b", "4"), ("4 b", "4 c"),
+                                            ("15 degrees", "15 cm"), ("12 V", "12")])
+def test_two_plain_answers_compare_the_same_either_way_round(one, other):
+    assert math_equal(one, other) is math_equal(other, one)

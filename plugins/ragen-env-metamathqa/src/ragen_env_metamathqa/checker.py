@@ -14,14 +14,26 @@ is the same number or expression as the label:
 3. **Normalise** both sides (:func:`normalize`): decimal digits of any script and full-width
    forms, Unicode minus signs, ``×``/``÷``/``π``/``√``/superscripts/vulgar fractions, ``$``,
    ``\\left``/``\\right``, spacing commands, ``\\text{...}`` wrappers, ``\\dfrac``/``\\tfrac``,
-   degree signs, ``\\%``.
+   degree signs (``degrees`` after a number that ends the answer, dropped elsewhere), ``\\%``.
 4. **Plain numbers** (:func:`fast_values`) in exact rational arithmetic: integers, decimals,
    signs, thousands separators (``1,500``), ``a/b``, ``\\frac{a}{b}``, mixed numbers (``1 1/2``),
    scientific notation, a trailing percent (``25%`` reads as 25 and as 0.25; ``25 percent`` too),
    number words that change the value (``2 thousand``, ``5 dozen``, ``18 squared``, ``2 thirds``)
    and trailing unit words, with a power (``18 dollars``, ``1.5 million dollars``, ``18 m^2``).
-   Equal values match. A decimal with ``d >= 2`` decimals also matches a non-decimal value (a
-   fraction, or in step 5 an irrational) that rounds to it at ``d`` decimals: ``0.33`` is 1/3 and
+   A word of two or more letters after a number is a unit or a counted noun and is dropped
+   (``5 apples`` is 5); a single letter is dropped only when it is a unit symbol in its own case
+   (``m g s h l L V W J N K C F``): any other letter is a variable, so ``4 b`` is the product
+   4b and matches neither ``4`` nor ``4 c``. Degree marks (``°``, ``^\\circ``, ``^{\\circ}``,
+   ``\\degree``, ``℃``) after a number that ends the answer are spelt ``degrees`` (step 3), so
+   every spelling is one unit. When both sides state a common unit (:func:`unit_of`) it must be
+   the same one: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
+   scale counts (``15 °F`` is not ``15^\\circ C``; a degree without a scale takes either).
+   Units are never converted: ``3 hours and 20 minutes`` is not ``200`` (the label does not
+   say its unit, so a conversion would be a guess, and each reading of an answer in other units
+   (200, 3 1/3, 12000) would be one more label it is paid for), and ``1 hour`` is not
+   ``60 minutes``. Equal values match. A decimal with ``d >= 2`` decimals also matches a
+   non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
+   decimals: ``0.33`` is 1/3 and
    ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
    (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
@@ -43,8 +55,10 @@ is the same number or expression as the label:
    after a number (``18 plus one`` is not 18), nor prose that hedges or negates (``31 or 30``,
    ``not 30``), puts a relation, bound or sign choice right before the number (``x \\neq 30``, ``at
    least 30``, ``\\pm 30``, ``about 30``; an approximation of a decimal is read) or joins it to another
-   number as an alternative (``29 and 30``, ``29; 30``, ``x = 29, x = 30``): a policy must not be
-   paid for naming two answers, or for an answer that is not one value. Numbers earlier in a
+   number as an alternative (``29 and 30``, ``29; 30``, ``x = 29, x = 30``), ends a compound
+   quantity (``3 hours and 20 minutes``, ``5 feet 3 inches``) or is followed by a variable
+   (``so it is 4 b``): a policy must not be paid for naming two answers, or for an answer that
+   is not one value. Numbers earlier in a
    sentence do not matter (``In 5 years, Tom will be 18``). A label of several boxes (a MATH
    solution with two answers) wants all of them, in any order.
 
@@ -224,12 +238,17 @@ _VULGAR = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞"
 _UNICODE_OPS = {
     "−": "-", "–": "-", "—": "-", "‐": "-", "‑": "-", "﹣": "-",
     "×": "*", "⋅": "*", "·": "*", "∙": "*", "∗": "*", "÷": "/", "⁄": "/", "∕": "/",
-    "π": "\\pi ", "∞": "\\infty ", "٫": ".", "٬": ",", "٪": "%", "°": "",
+    "π": "\\pi ", "∞": "\\infty ", "٫": ".", "٬": ",", "٪": "%", "°": "^\\circ ", "℃": "^\\circ C", "℉": "^\\circ F",
 }
 _LATEX_WRAPPERS = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
 _LATEX_DROP = re.compile(
     r"\\left\b|\\right\b|\\displaystyle\b|\\[,;:! ]|\\q?quad\b|\^\s*\{\s*\\circ\s*\}|\^\s*\\circ\b|\\circ\b|\\degree\b|~"
 )
+#: A degree mark after a number that ends the answer (or an item of a tuple), with an optional scale
+#: letter: spelt ``degrees`` so that every spelling of a degree is one unit (``15°C``, ``15^{\\circ} C``,
+#: ``15 degrees C``). A degree mark elsewhere (``(2x+10)^\\circ``) is dropped.
+_RE_DEGREE_MARK = re.compile(r"(\d)\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ(?![a-zA-Z])|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z]))"
+                             r"\s*([CFK](?![a-zA-Z]))?(?=\s*(?:[a-zA-Z]|[,;)\]]|$))")
 _LATEX_SUBS = (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\%", "%"), ("\\$", ""),
                ("$", ""), ("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\{", "{"), ("\\}", "}"),
                ("\\cdot", "*"), ("\\times", "*"), ("\\div", "/"), ("\\ast", "*"))
@@ -256,6 +275,7 @@ def normalize(text: str) -> str:
     if "\\" in text or "$" in text or "~" in text:
         for _ in range(3):  # nested wrappers: \text{\textbf{5}}
             text = _LATEX_WRAPPERS.sub(r"\1", text)
+        text = _RE_DEGREE_MARK.sub(lambda m: f"{m.group(1)} degrees {m.group(2) or ''}", text)
         text = _LATEX_DROP.sub(" ", text)
         for old, new in _LATEX_SUBS:
             text = text.replace(old, new)
@@ -296,8 +316,18 @@ _LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("m
 _TIMES = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("s", "min", "h"))
 #: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
 _RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
-#: Words that are mathematics, not units, after a number.
-_NOT_UNITS = frozenset({"pi", "i", "e", "sqrt", "x", "y", "z", "n", "k", "and", "or", "to", "by", "mod"})
+#: Words that are mathematics, not units, after a number (one letter is covered by :data:`_UNIT_SYMBOLS`).
+_NOT_UNITS = frozenset({"pi", "sqrt", "and", "or", "to", "by", "mod"})
+#: The one-letter unit symbols, in their own case (SI symbols are case-sensitive). Any other letter after
+#: a number is a variable: ``4 b`` is the product 4b, never 4 of a unit b (it was dropped, so ``4 b``
+#: matched ``4`` and ``4 c``). ``C``, ``F`` and ``K`` are temperature scales (below).
+_UNIT_SYMBOLS = frozenset({"m", "g", "s", "h", "l", "L", "V", "W", "J", "N", "K", "C", "F"})
+#: The degree unit (``°``, ``^\\circ``, ``\\degree`` are spelt ``degrees`` by :func:`normalize`), and the
+#: temperature scales that may follow it in any case (``15 degrees c``). A degree without a scale
+#: is either scale; two different scales are different temperatures (15 °C is 59 °F).
+_DEGREE_WORDS = frozenset({"degree", "degrees", "deg", "degs"})
+_SCALE_NAMES = {"c": "°C", "celsius": "°C", "centigrade": "°C", "f": "°F", "fahrenheit": "°F", "k": "K", "kelvin": "K",
+                "kelvins": "K"}
 #: Number words right after a number that change its value (``2 thousand``, ``5 dozen``, ``18 squared``,
 #: ``2 thirds``): applied, not dropped as a unit ("2 thousand" was read as 2). A unit may follow.
 _SCALES = {"hundred": Fraction(100), "thousand": Fraction(10**3), "million": Fraction(10**6), "billion": Fraction(10**9),
@@ -334,7 +364,10 @@ def _one_value_in_prose(pred: str) -> str | None:
     """The last stand-alone number of prose that cannot be read otherwise ("I think it is 18"),
     unless the prose does not state it as the one value: a relation, bound or sign choice right
     before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
-    numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter."""
+    numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter. Nor is it read when a
+    variable follows it (``so it is 4 b``), or when it ends a compound quantity with the number
+    before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a word, then a join or nothing).
+    A common unit after it is read with it (``It is 18 cm long`` is not ``18 m``)."""
     found = list(_LAST_NUMBER.finditer(pred))
     if not found:
         return None
@@ -342,11 +375,20 @@ def _one_value_in_prose(pred: str) -> str | None:
     before = _ARROWS.sub(" ", pred[max(0, last.start() - 40):last.start()])
     if _RE_BOUND_BEFORE.search(before) or (_RE_APPROX_BEFORE.search(before) and "." not in last.group(0)):
         return None
+    letter = re.match(r"\s+([a-zA-Z])(?![a-zA-Z'’])", pred[last.end():])  # not 5 o'clock
+    if letter and letter.group(1) not in _UNIT_SYMBOLS | {"a", "A", "I"}:  # an article or "I" is prose, not a variable
+        return None
     if len(found) > 1:
         gap = _ASSIGNED.sub(",", pred[found[-2].end():last.start()])
         joint = re.sub(r"([,;])[,;]+", r"\1", re.sub(r"\s+|\$|\\text|[{}]", "", gap)).lower()
         if joint in _JOINS or re.fullmatch(r"[^\W\d_]{1,4}", joint):  # one short word: a join of some language ("oder", "или")
             return None
+        measure = re.fullmatch(r"\s*[a-zA-Z]+\.?(.*)", gap, re.DOTALL)
+        if measure and re.sub(r"\s+", "", measure.group(1)).lower() in _JOINS:  # 3 hours and 20 (minutes)
+            return None
+    unit = re.match(r"\s+(?:degrees\s+[a-zA-Z]+|[a-zA-Z]+)(?![a-zA-Z'’])", pred[last.end():])
+    if unit and unit_of(last.group(0) + unit.group(0)) is not None:  # read with its unit: 15 degrees F is not 15 degrees C
+        return last.group(0) + unit.group(0)
     return last.group(0)
 
 
@@ -367,9 +409,26 @@ def _sign(text: str) -> int:
     return -1 if text == "-" else 1
 
 
-def _unit_words(unit: str) -> list[str]:
-    """The words of a unit after a number, lower case, without its power (``m/s^2`` -> ``m``, ``s``)."""
-    return _RE_UNIT_POWER.sub("", unit).lower().replace(".", " ").replace("/", " ").split()
+def _unit_words(unit: str, *, keep_case: bool = False) -> list[str]:
+    """The words of a unit after a number, lower case, without its power (``m/s^2`` -> ``m``, ``s``;
+    ``a.m.`` -> ``am``)."""
+    unit = re.sub(r"\b([ap])\.\s*m\b\.?", r"\1m", _RE_UNIT_POWER.sub("", unit), flags=re.IGNORECASE)
+    words = unit.replace(".", " ").replace("/", " ").split()
+    return words if keep_case else [word.lower() for word in words]
+
+
+def _names_a_variable(unit: str) -> bool:
+    """Whether the words after a number hold a letter that is no unit symbol (``4 b``, ``4 b c``): a
+    variable, so the answer is a product, not a number with a unit (``15 degrees C`` is a unit)."""
+    words = _unit_words(unit, keep_case=True)
+    return any(len(word) == 1 and word not in _UNIT_SYMBOLS
+               and not (i and words[i - 1].lower() in _DEGREE_WORDS and word.lower() in _SCALE_NAMES)
+               for i, word in enumerate(words))
+
+
+def _same_unit(one: tuple[str, int], other: tuple[str, int]) -> bool:
+    """Two stated common units are the same one; a degree without a scale is any temperature scale."""
+    return one == other or {one[0], other[0]} <= {"°", "°C", "°F", "K"} and "°" in (one[0], other[0])
 
 
 def unit_of(text: str) -> tuple[str, int] | None:
@@ -383,6 +442,10 @@ def unit_of(text: str) -> tuple[str, int] | None:
     power = _RE_UNIT_POWER.search(unit)
     words = _unit_words(unit)
     n = int(re.sub(r"\D", "", power.group())) if power else 1
+    if words and words[0] in _DEGREE_WORDS and len(words) <= 2 and not power:  # 15 degrees, 15 degrees C
+        return ("°", 1) if len(words) == 1 else (_SCALE_NAMES[words[1]], 1) if words[1] in _SCALE_NAMES else None
+    if len(words) == 1 and words[0] in _SCALE_NAMES:  # 15 C, 15 Celsius (a lower-case c is a variable)
+        return _SCALE_NAMES[words[0]], 1
     if words and words[0] in ("sq", "square", "cubic") and len(words) == 2 and not power:
         n, words = (3 if words[0] == "cubic" else 2), words[1:]
     return (_UNIT_NAMES[words[0]], n) if len(words) == 1 and words[0] in _UNIT_NAMES else None
@@ -400,7 +463,8 @@ def fast_values(text: str) -> tuple[_Num, ...] | None:
     word = ""
     if units:
         words = _unit_words(units.group(2))
-        if (set(words) & _NOT_UNITS or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS
+        if (set(words) & _NOT_UNITS or _names_a_variable(units.group(2))
+                or _RE_WORD_OPERATION.search(text) and words[0] not in _POWERS
                 or _RE_UNIT_POWER.search(units.group(2))  # 18 m^2, 9.8 m/s^2; not 4 a^2, 4 h^2, 18 squared^2
                 and not (words[-1] in _LENGTHS or len(words) > 1 and words[-1] in _TIMES)):
             units = None
@@ -740,6 +804,7 @@ def expression_value(text: str) -> _V | None:
     ctx = _context()
     text = re.sub(r"(\d),(\d{3})(?!\d)", r"\1\2", text)  # thousands separators
     text = re.sub(r"\\frac\s*(\d)(\d)", r"\\frac{\1}{\2}", text)  # \frac12 is 1/2 in LaTeX
+    text = re.sub(r"(\d)\s+degrees$", r"\1", text)  # 2 \cdot 45^\circ (a degree without a scale is a number)
     try:
         return _Parser(_tokenize(text), ctx).parse()
     except (_Unreadable, RecursionError, ValueError, TypeError, ZeroDivisionError, OverflowError, ArithmeticError):
@@ -813,7 +878,7 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     pred_num, gold_num = fast_values(pred), fast_values(gold)
     if pred_num is not None and gold_num is not None:
         pred_unit, gold_unit = unit_of(pred), unit_of(gold)
-        if pred_unit and gold_unit and pred_unit != gold_unit:  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
+        if pred_unit and gold_unit and not _same_unit(pred_unit, gold_unit):  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
             return False  # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
