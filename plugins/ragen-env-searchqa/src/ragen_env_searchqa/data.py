@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import describe_bad_file, hash_holdout, json_kind
+from ragen_core.datafiles import describe_bad_file, hash_holdout, json_kind, not_an_object
 from ragen_core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -144,10 +144,9 @@ def _question_list(data: Any, path: str) -> list[Any]:
 
 def _question_object(row: Any, path: str, where: str) -> Mapping[str, Any]:
     """``row``, refused in one line when it is not a JSON object (it was "'list' object has no attribute 'get'")."""
-    if not isinstance(row, Mapping):
-        text = json.dumps(row)
-        raise ConfigError(f"cannot read questions from {path!r}: {where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})",
-                          [_QUESTION_HINT])
+    problem = not_an_object(row, where)
+    if problem is not None:
+        raise ConfigError(f"cannot read questions from {path!r}: {problem}", [_QUESTION_HINT])
     return row
 
 
