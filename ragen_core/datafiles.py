@@ -30,6 +30,15 @@ def json_kind(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
+def not_an_object(row: Any, where: str) -> str | None:
+    """``"<where> is not a JSON object (it is <its JSON, clipped to 40 characters>)"`` for a parsed row
+    that is not an object (a dict), None for one: the phrase data loaders end their one-line refusal with."""
+    if isinstance(row, dict):
+        return None
+    text = json.dumps(row)
+    return f"{where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})"
+
+
 def describe_bad_file(path: Path) -> str | None:
     """What is wrong with a local ``.json`` / ``.jsonl`` file, found by parsing it (None: it parses,
     or it is another format)."""

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ragen_core.datafiles import describe_bad_file, hash_rank, in_hash_share, load_local_file
+from ragen_core.datafiles import describe_bad_file, hash_rank, in_hash_share, load_local_file, not_an_object
 from ragen_core.errors import ConfigError
 
 pytest.importorskip("datasets")
@@ -59,3 +59,11 @@ def test_hash_holdout_keeps_a_key_on_one_side_and_one_key_on_each_side():
     with pytest.raises(ConfigError, match=r"^f.jsonl holds 1 distinct question\(s\)") as err:
         hash_holdout(["a", "A"], str.lower, 0.5, source="f.jsonl", what="question", val_setting="val_path")
     assert err.value.hints == ["add questions, or name a validation source with val_path"]
+
+
+@pytest.mark.parametrize(("row", "said"), [({"a": 1}, None), ([1, 2], "row 2 is not a JSON object (it is [1, 2])"),
+                                           ("x" * 50, f'row 2 is not a JSON object (it is "{"x" * 39}...)'),
+                                           (None, "row 2 is not a JSON object (it is null)")])
+def test_not_an_object_names_the_row_and_shows_it_clipped(row, said):
+    """One phrase for SearchQA's and Lean's row checks (each kept its own copy)."""
+    assert not_an_object(row, "row 2") == said

@@ -174,6 +174,25 @@ def test_an_attribute_file_of_the_wrong_shape_is_refused_in_one_line(tmp_path, a
     assert err.value.hints and "a JSON object mapping each ASIN to an object of its attributes" in err.value.hints[0]
 
 
+@pytest.mark.parametrize(("entry", "said"), [
+    ({"attributes": "solid wood"}, "'attributes' is a JSON string, not a list of strings"),  # its letters were the attributes
+    ({"attributes": ["solid wood", 3]}, "'attributes' item 2 is a JSON number, not a string"),
+    ({"attributes": [], "instruction": "a rug", "instruction_attributes": 5},  # a TypeError traceback
+     "'instruction_attributes' is a JSON number, not a list of strings"),
+    ({"attributes": [], "instruction": ["a rug"], "instruction_attributes": ["soft"]}, "'instruction' is a JSON list, not a string"),
+])
+def test_an_attribute_entry_with_a_field_of_the_wrong_type_is_refused_in_one_line(tmp_path, entry, said):
+    products = tmp_path / "items.json"
+    products.write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}, {"asin": "B000000002", "name": "A rug"}]))
+    attrs = tmp_path / "attrs.json"
+    attrs.write_text(json.dumps({"B000000001": {"attributes": ["a"], "instruction": None}, "B000000002": entry}))
+    with pytest.raises(ConfigError) as err:
+        load_products(str(products), str(attrs))
+    assert err.value.message == f"catalog.attribute_path {attrs}: the entry of 'B000000002': {said}"
+    assert "a JSON object mapping each ASIN to an object of its attributes" in err.value.hints[0]
+    attrs.write_text(json.dumps({"B000000001": {"attributes": ["a"], "instruction": None}, "B000000002": {"attributes": ["b"], "x": 1}}))
+    assert [p.attributes for p in load_products(str(products), str(attrs))] == [("a",), ("b",)]  # null and other keys are fine
+
 def test_a_catalog_folder_is_refused_by_the_availability_check_and_a_bad_file_by_the_server(tmp_path, capsys):
     """A folder passed the check ("takes an existing file or folder") and failed at load; the shop
     server's start-up error reached the run as its traceback's last lines."""

@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
+import re
+import traceback
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from ragen_env_deepcoder.answer import TYPING_PRELUDE, assemble, extract_code, function_name
+from ragen_env_deepcoder import answer
+from ragen_env_deepcoder import sandbox as sb
+from ragen_env_deepcoder.answer import ANSWER, TYPING_PRELUDE, assemble, assemble_program, extract_code, function_name
 from ragen_env_deepcoder.builtin import ROWS
+from ragen_env_deepcoder.config import SandboxConfig
 from ragen_env_deepcoder.env import DeepCoderEnv
 from ragen_env_deepcoder.grading import normalise_output, parse_expected, passed, same_value
-from ragen_env_deepcoder.problems import TestCase, convert_tests, problem_from_row
+from ragen_env_deepcoder.problems import Problem, TestCase, convert_tests, problem_from_row
 from ragen_env_deepcoder.sandbox import TestRun
 
 from ragen_core import registry
@@ -77,6 +83,80 @@ def test_starter_code_rules():
     assert assemble("def f(x):\n    ", "def f(x):\n    return x") == TYPING_PRELUDE + "def f(x):\n    return x"  # a stub does not
     assert assemble("", SUM) == SUM
     assert function_name(STARTER) == "twoSum" and function_name("def add(a, b):\n    ") == "add" and function_name("") is None
+
+
+# ------------------------------------------------------------------------------ line numbers
+CLASS_STARTER = "class Solution:\n    def f(self, x: List[int]) -> int:\n        "
+HELPER_STARTER = "def helper(x):\n    return 10 // x\n"
+#: (starter, answer code, the answer's line with the syntax error, its line raising once ``+)`` is
+#: ``+ 1 // 0)``); the program that runs puts the typing import, the starter or a future import first
+LINE_CASES = [
+    ("", "x = 1\ny = 2\nprint(x +)\n", 3, 3),  # no starter: nothing added
+    (CLASS_STARTER, "class Solution:\n    def f(self, x):\n        return (x +)\n", 3, 3),  # the typing import first
+    (HELPER_STARTER, "a = 1\n\nprint(helper(a) +)\n", 3, 3),  # a starter that compiles goes first
+    (CLASS_STARTER, "import math\n\ndef f(self, x):\n    return (x +)\n", 4, 4),  # top-level methods
+    (CLASS_STARTER, '"""doc"""\nfrom __future__ import annotations\n\ny = (1 +)\n', 4, 4),  # a future import moves up
+    # methods indented as in their class: put back into one when they parse so (an unexpected indent when not)
+    (CLASS_STARTER, "    def f(self, x):\n        y = 1\n        return (x +)\n", 1, 3),
+]
+
+
+def _raising(code: str) -> str:
+    return code.replace("+)", "+ 1 // 0)")
+
+
+@pytest.mark.parametrize(("starter", "code", "line", "raising_line"), LINE_CASES)
+def test_line_numbers_refer_to_the_answers_own_code(starter, code, line, raising_line):
+    """The typing import and the starter went before the answer, so an error on its line 3 said line 4 or 5."""
+    broken = assemble_program(starter, code)
+    with pytest.raises(SyntaxError) as err:
+        compile(broken.text, "solution.py", "exec")
+    assert broken.origin(err.value.lineno) == (ANSWER, line)
+    assert f"(solution.py, line {line})" in broken.locate(f"SyntaxError: {err.value}", compile_error=True)
+    raising = assemble_program(starter, _raising(code))
+    namespace: dict = {}
+    with pytest.raises(ZeroDivisionError) as err:
+        exec(compile(raising.text, "solution.py", "exec"), namespace)  # noqa: S102 - our own literal programs
+        if "Solution" in namespace:
+            namespace["Solution"]().f(1)
+    shown = raising.locate("".join(traceback.format_exception(err.value)))
+    assert f'File "solution.py", line {raising_line}, in ' in shown
+    assert raising.origin(traceback.extract_tb(err.value.__traceback__)[-1].lineno) == (ANSWER, raising_line)
+
+
+def test_lines_of_the_starter_and_the_compilers_own_references_are_named_too():
+    program = assemble_program(HELPER_STARTER, "if True:\nprint(helper(0))\n")
+    message = "IndentationError: expected an indented block after 'if' statement on line 5 (solution.py, line 6)"
+    assert program.locate(message, compile_error=True) == \
+        "IndentationError: expected an indented block after 'if' statement on line 1 (solution.py, line 2)"
+    assert program.origin(3) == (answer.STARTER, 2)
+    assert program.locate('  File "solution.py", line 3, in helper') == '  File "starter code", line 2, in helper'
+
+
+def _working_config() -> SandboxConfig:
+    """The strongest level that runs programs here (this interpreter, else the system one), or skip."""
+    for level in sb.LEVELS:
+        for python in (None, "/usr/bin/python3"):
+            if (python is None or os.access(python, os.X_OK)) and sb.probe(level, python) is None:
+                return SandboxConfig(isolation=level, allow_unisolated=True, python=python)
+    pytest.skip("no sandbox level runs programs here")
+
+
+def test_errors_from_the_sandbox_name_the_answers_lines():
+    """Through the env and its sandbox: a SyntaxError and a ZeroDivisionError on known lines of the answer."""
+    env = DeepCoderEnv(sandbox=_working_config())
+    for starter, code, line, raising_line in LINE_CASES[1:]:
+        test = TestCase("call", [1], 1, "f") if "Solution" in starter else TestCase("stdin", "", "1\n")
+        env.reset(0)
+        env._problem = Problem("say 1", (test,), starter_code=starter)
+        detail = env.grade(f"```python\n{code}```")[1]["detail"]
+        assert re.match(r"does not compile: (Syntax|Indentation)Error: ", detail) and detail.endswith(f"(solution.py, line {line})"), detail
+        detail = env.grade(f"```python\n{_raising(code)}```")[1]["detail"]
+        assert detail.startswith("test 1/1: exit 1 (ZeroDivisionError") and detail.endswith(f", at line {raising_line})"), detail
+    env.reset(0)
+    env._problem = Problem("say 1", (TestCase("stdin", "", "1\n"),), starter_code=HELPER_STARTER)
+    detail = env.grade("print(helper(0))")[1]["detail"]
+    assert detail.startswith("test 1/1: exit 1 (ZeroDivisionError") and detail.endswith(", at line 1)"), detail
 
 
 # ------------------------------------------------------------------------------ grading rules

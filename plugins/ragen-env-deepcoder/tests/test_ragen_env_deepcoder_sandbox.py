@@ -7,8 +7,11 @@ loaded the machine is), with the margin stated where it is used.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -61,6 +64,42 @@ def test_auto_picks_the_strongest_level_and_reports_it_once(capsys, monkeypatch)
     assert sb.choose_level(SandboxConfig()) == available[0]
     err = capsys.readouterr().err
     assert err.count("sandbox isolation") == 1 and f"'{available[0]}'" in err
+
+
+def test_a_level_a_parent_process_reported_is_not_reported_again(capsys, monkeypatch):
+    monkeypatch.setattr(sb, "_probe", lambda level, python: None)
+    monkeypatch.setattr(sb, "_reported", set())
+    monkeypatch.setenv(sb.REPORTED_ENV, f"bwrap:{os.getppid()}")  # as a pool worker inherits it from the trainer
+    assert sb.choose_level(SandboxConfig(isolation="bwrap")) == "bwrap"
+    assert capsys.readouterr().err == ""
+    assert sb.choose_level(SandboxConfig(isolation="unshare")) == "unshare"  # another level than the one said: said
+    assert "sandbox isolation 'unshare'" in capsys.readouterr().err
+    assert os.environ[sb.REPORTED_ENV] == f"unshare:{os.getpid()}"  # for the processes this one starts
+
+
+def test_a_run_with_worker_processes_prints_the_isolation_line_once():
+    """Each process pool worker printed it (helper-69's walk): the availability check says it before they start."""
+    config = next(({"sandbox": {"isolation": lv, "allow_unisolated": True, "python": py}} for lv in sb.LEVELS
+                   for py in (None, SYSTEM_PYTHON) if (py is None or os.access(py, os.X_OK)) and sb.probe(lv, py) is None), None)
+    if config is None:
+        pytest.skip("no sandbox level runs programs here")
+    script = (
+        "import json, sys\n"
+        "from ragen_core import registry\n"
+        "from ragen_core.interfaces.env_pool import EnvRef, ResetRequest\n"
+        "from ragen_core.rollout.process_pool import ProcessEnvPool\n"
+        "if __name__ == '__main__':\n"
+        "    config = json.loads(sys.argv[1])\n"
+        "    registry.get_spec('env', 'deepcoder').check_available(registry.make_config('env', 'deepcoder', config))\n"
+        "    with ProcessEnvPool(EnvRef(name='deepcoder', config=config), workers=2) as pool:\n"
+        "        pool.reset([ResetRequest(episode_id=i, seed=i) for i in range(2)])\n"
+        "        print(sorted(pool.worker_pids()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != sb.REPORTED_ENV}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(config)], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1]"  # two workers built their envs
+    assert done.stderr.count("sandbox isolation") == 1, done.stderr
 
 
 def test_without_network_isolation_the_sandbox_refuses_unless_allowed(monkeypatch):

@@ -230,6 +230,23 @@ def test_a_question_row_that_is_not_an_object_is_named_by_its_line(tmp_path, nam
     assert info.value.hints == ['give each question as an object, e.g. {"question": "...", "golden_answers": ["..."]}']
 
 
+@pytest.mark.parametrize(("text", "held"), [("5", "it holds a JSON number, not a list of questions"),
+                                            ('"Who wrote Hamlet?"', "it holds a JSON string, not a list of questions"),
+                                            ("null", "it holds a JSON null, not a list of questions"),
+                                            ('{"question": "Who?", "answer": "me"}', "it holds one JSON object with no 'data' list"),
+                                            ('{"data": 5}', "it holds one JSON object with a 'data' that is a JSON number, not a list")])
+def test_a_question_json_file_of_another_shape_is_refused_in_one_line(tmp_path, text, held):
+    """A number or a string said "'int' object has no attribute 'get'", one object "no question with an answer",
+    and {"data": 5} was a TypeError traceback."""
+    questions = tmp_path / "sq.json"
+    questions.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        read_questions(str(questions))
+    assert info.value.message == f"cannot read questions from {str(questions)!r}: {held}"
+    assert info.value.hints[0] == 'give a .json file a list of question objects, or an object with a "data" list of them'
+    questions.write_text(json.dumps({"data": [{"question": "Who wrote Hamlet?", "answer": "Shakespeare"}]}), encoding="utf-8")
+    assert [q.answers for q in read_questions(str(questions))] == [("Shakespeare",)]
+
 def test_a_corpus_row_without_text_is_named_by_its_line_only(tmp_path):
     """Line 4 was reported as "c.jsonl:4: bad corpus line (corpus row 3 has ...)": a 1-based line and a 0-based row;
     a passage without an id still takes its 0-based line as id."""

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import in_hash_share, json_kind
+from ragen_core.datafiles import in_hash_share, json_kind, not_an_object
 from ragen_core.errors import ConfigError
 from ragen_env_lean.builtin import builtin_theorems
 from ragen_env_lean.statements import Theorem, TheoremSet, make_theorem
@@ -89,9 +89,9 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 def _row_object(row: Any, path: Path, where: str) -> dict[str, Any]:
     """``row``, refused in one line when it is not a JSON object (it was an AttributeError at the first reset)."""
-    if not isinstance(row, dict):
-        text = json.dumps(row)
-        raise ConfigError(f"lean dataset {path} {where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})", [_ROW_HINT])
+    problem = not_an_object(row, where)
+    if problem is not None:
+        raise ConfigError(f"lean dataset {path} {problem}", [_ROW_HINT])
     return row
 
 

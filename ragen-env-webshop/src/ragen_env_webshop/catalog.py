@@ -273,6 +273,25 @@ def product_from_raw(raw: dict[str, Any], attrs: dict[str, Any] | None, seed: in
     )
 
 
+def _entry_problem(entry: dict[str, Any]) -> str | None:
+    """What is wrong with one attribute-file entry's fields (None: nothing). ``attributes`` and
+    ``instruction_attributes`` are lists of strings, ``instruction`` is a string; each may be
+    absent or null, and other keys are ignored."""
+    for name in ("attributes", "instruction_attributes"):
+        value = entry.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            return f"{name!r} is a JSON {json_kind(value)}, not a list of strings"
+        bad = next((i for i, item in enumerate(value) if not isinstance(item, str)), None)
+        if bad is not None:
+            return f"{name!r} item {bad + 1} is a JSON {json_kind(value[bad])}, not a string"
+    value = entry.get("instruction")
+    if value is not None and not isinstance(value, str):
+        return f"'instruction' is a JSON {json_kind(value)}, not a string"
+    return None
+
+
 def _read_raw_products(path: Path) -> list[dict[str, Any]]:
     """A JSON list of products, or JSON lines (products or ``{"product": ...}`` documents)."""
     text = path.read_text(encoding="utf-8")
@@ -318,6 +337,10 @@ def load_products(product_path: str, attribute_path: str | None, seed: int = 0, 
     if bad is not None:
         raise ConfigError(f"catalog.attribute_path {attribute_path}: the entry of {bad!r} is a JSON "
                           f"{json_kind(attr_map[bad])}, not an object of attributes", shape)
+    for asin, entry in attr_map.items():
+        problem = _entry_problem(entry) if entry else None
+        if problem is not None:  # a string's letters became its attributes; a number was a TypeError traceback
+            raise ConfigError(f"catalog.attribute_path {attribute_path}: the entry of {asin!r}: {problem}", shape)
     products: list[Product] = []
     seen: set[str] = set()
     for raw in rows:

@@ -71,27 +71,105 @@ TYPING_PRELUDE = "from typing import *\n"
 
 def assemble(starter: str, code: str) -> str:
     """The program to run: the model's ``code`` joined with the problem's ``starter`` code."""
+    return assemble_program(starter, code).text
+
+
+#: Where a program line came from (:attr:`Program.origins`): the answer's code, the starter code, or a
+#: line this module added (the typing import, a class around indented methods, method aliases).
+ANSWER, STARTER, ADDED = "solution.py", "starter code", "grader's additions"
+
+
+@dataclass(frozen=True)
+class Program:
+    """An assembled program and, for each of its lines, where that line came from."""
+
+    text: str
+    origins: tuple[tuple[str, int], ...]
+    """Per line of ``text`` (line breaks as the compiler counts them): ``(source, line)`` with source
+    :data:`ANSWER` (line of the answer's code, 1 = its first line), :data:`STARTER` or :data:`ADDED`."""
+
+    def origin(self, line: int) -> tuple[str, int]:
+        """Where line ``line`` of the program came from (past the end: counted on from the last line)."""
+        if 1 <= line <= len(self.origins):
+            return self.origins[line - 1]
+        if line > len(self.origins) and self.origins:
+            source, last = self.origins[-1]
+            return source, last + line - len(self.origins)
+        return ANSWER, line
+
+    def locate(self, text: str, compile_error: bool = False) -> str:
+        """``text`` (a traceback or, with ``compile_error``, a compile error) with its ``solution.py``
+        line numbers turned into lines of the answer's code (or of the starter code, or the additions)."""
+
+        def inner(match: re.Match[str]) -> str:
+            source, line = self.origin(int(match.group(2)))
+            return f"{match.group(1)}{line}" + ("" if source == ANSWER else f" of the {source}")
+
+        def frame(match: re.Match[str]) -> str:
+            source, line = self.origin(int(match.group(3)))
+            return f"{match.group(1)}{source}{match.group(2)}{line}"
+
+        if compile_error:  # the compiler's own references: "after 'if' statement on line 3", "(detected at line 5)"
+            text = _INNER_LINE.sub(inner, text)
+        return _FILE_LINE.sub(frame, text)
+
+
+#: ``File "solution.py", line N`` (a traceback frame) and ``(solution.py, line N)`` (a SyntaxError).
+_FILE_LINE = re.compile(r'(File "|\()solution\.py(", line |, line )(\d+)')
+_INNER_LINE = re.compile(r"\b((?:on|at) line )(\d+)\b")
+#: One line with its line break, the breaks the compiler counts (``str.splitlines`` also splits at
+#: form feeds and other characters the compiler keeps inside a line).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def _lines(text: str) -> list[str]:
+    return _LINE.findall(text)
+
+
+def _chunk(text: str, source: str, numbers: list[int] | None = None) -> tuple[str, list[tuple[str, int]]]:
+    """``text`` with the origin of each of its lines: ``numbers`` (its lines in ``source``), else 1, 2, ..."""
+    count = len(_lines(text))
+    return text, [(source, numbers[i] if numbers is not None else i + 1) for i in range(count)]
+
+
+def _joined(chunks: list[tuple[str, list[tuple[str, int]]]]) -> Program:
+    """One program from chunks that each start a line; lines of :data:`ADDED` are numbered across chunks."""
+    added = 0
+    origins: list[tuple[str, int]] = []
+    for _, lines in chunks:
+        for source, line in lines:
+            if source == ADDED:
+                added += 1
+                line = added
+            origins.append((source, line))
+    return Program("".join(text for text, _ in chunks), tuple(origins))
+
+
+def assemble_program(starter: str, code: str) -> Program:
+    """:func:`assemble`, with where each line of the program came from (see :class:`Program`)."""
     if not starter.strip():
-        return code
+        return _joined([_chunk(code, ANSWER)])
     tree = _parse(code)
     if tree is None and _CLASS_SOLUTION.search(starter) and _parse(_AS_METHODS + code) is not None:
         # indented as a whole: methods copied out of their class with its indentation (the old rule dedented code
         # starting with 'def'); they go back into one, string literals and comments as they were
-        return TYPING_PRELUDE + _AS_METHODS + code
+        return _joined([_chunk(TYPING_PRELUDE + _AS_METHODS, ADDED), _chunk(code, ANSWER)])
     defs = _top_level_functions(tree)
-    future, code = _future_imports(code, tree)  # they must stay first: after the prelude they were a SyntaxError
+    (future, moved), (code, kept) = _future_imports(code, tree)  # they must stay first: after the prelude they were a SyntaxError
+    head = [_chunk(future, ANSWER, moved), _chunk(TYPING_PRELUDE, ADDED)]
     if _CLASS_SOLUTION.search(code):
-        body = code
+        body = [_chunk(code, ANSWER, kept)]
     elif _CLASS_SOLUTION.search(starter) and defs:
         # the spec indents code that starts with 'def ' into the class: an import first, or a function without self, failed
         methods = [name for name, takes_self in defs.items() if takes_self]
-        body = code if not methods else (code.rstrip("\n") + "\n\n\nclass Solution:  # the answer's top-level methods\n"
-                                         + "".join(f"    {name} = {name}\n" for name in methods))
+        body = [_chunk(code, ANSWER, kept)] if not methods else [
+            _chunk(code.rstrip("\n") + "\n", ANSWER, kept),
+            _chunk("\n\nclass Solution:  # the answer's top-level methods\n" + "".join(f"    {name} = {name}\n" for name in methods), ADDED)]
     elif _compiles(starter):
-        body = starter.rstrip("\n") + "\n\n" + code
+        body = [_chunk(starter.rstrip("\n") + "\n\n", STARTER), _chunk(code, ANSWER, kept)]
     else:
-        body = code
-    return future + TYPING_PRELUDE + body
+        body = [_chunk(code, ANSWER, kept)]
+    return _joined(head + body)
 
 
 _AS_METHODS = "class Solution:\n"
@@ -105,11 +183,13 @@ def _parse(code: str) -> ast.Module | None:
         return None
 
 
-def _future_imports(code: str, tree: ast.Module | None) -> tuple[str, str]:
-    """(the ``from __future__ import ...`` lines that open ``code``, the rest of it); ("", code) when none or it does not parse."""
+def _future_imports(code: str, tree: ast.Module | None) -> tuple[tuple[str, list[int]], tuple[str, list[int]]]:
+    """The ``from __future__ import ...`` lines that open ``code`` and the rest of it, each with its
+    line numbers in ``code``; nothing and all of ``code`` when there are none or it does not parse."""
+    lines = _lines(code)
+    everything = list(range(1, len(lines) + 1))
     if tree is None:
-        return "", code
-    lines = code.splitlines(keepends=True)
+        return ("", []), (code, everything)
     taken: set[int] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
@@ -117,9 +197,10 @@ def _future_imports(code: str, tree: ast.Module | None) -> tuple[str, str]:
         elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
             break  # a docstring may come before them; anything else ends them
     if not taken:
-        return "", code
-    future = "".join(lines[i] if lines[i].endswith("\n") else lines[i] + "\n" for i in sorted(taken))
-    return future, "".join(line for i, line in enumerate(lines) if i not in taken)
+        return ("", []), (code, everything)
+    future = "".join(lines[i] if lines[i].endswith(("\n", "\r")) else lines[i] + "\n" for i in sorted(taken))
+    rest = "".join(line for i, line in enumerate(lines) if i not in taken)
+    return (future, [i + 1 for i in sorted(taken)]), (rest, [i + 1 for i in range(len(lines)) if i not in taken])
 
 
 def _top_level_functions(tree: ast.Module | None) -> dict[str, bool]:

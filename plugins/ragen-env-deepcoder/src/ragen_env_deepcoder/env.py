@@ -11,7 +11,9 @@ tests passed) or ``Incorrect.``. An empty answer is ``Invalid action.``: reward
 ``info``: ``success`` (all passed), ``passed_tests``, ``total_tests``, ``pass_reward`` (the
 fraction), ``runnable`` (a Python program was found and compiled), ``action_is_valid`` (a program
 was found within the length limit), ``action_is_effective`` (at least one test passed), and ``detail`` (text: why the
-first failing test failed).
+first failing test failed). Line numbers in ``detail`` are lines of the answer's code, not of the program
+that runs (which may start with ``from typing import *`` and the starter code): see
+:class:`ragen_env_deepcoder.answer.Program`.
 
 Answers may be fenced (```` ```python ````); see :mod:`ragen_env_deepcoder.answer` for the
 extraction rules and the starter-code rules, and :mod:`ragen_env_deepcoder.grading` for how
@@ -25,12 +27,13 @@ group gets the same one.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ragen_core.errors import EnvError
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import make_rng
-from ragen_env_deepcoder.answer import assemble, extract_code
+from ragen_env_deepcoder.answer import ANSWER, assemble_program, extract_code
 from ragen_env_deepcoder.config import DeepCoderConfig
 from ragen_env_deepcoder.grading import passed
 from ragen_env_deepcoder.problems import Problem, problems_for
@@ -39,6 +42,17 @@ from ragen_env_deepcoder.sandbox import Sandbox
 #: Trivial one-line programs that compile (and are almost always wrong): the warm start's
 #: "random" answers. Short, so a demonstration fits the default reply length with its closing tag.
 _TRIVIAL_PROGRAMS = ("pass", "print()", "print(0)", "print(input())")
+
+
+_ANSWER_FRAME = re.compile(rf'File "{re.escape(ANSWER)}", line (\d+)')
+
+
+def _error_note(stderr: str) -> str:
+    """`` (its last stderr line, at line N)``: N is the innermost traceback frame in the answer's code."""
+    if not stderr.strip():
+        return ""
+    frames = _ANSWER_FRAME.findall(stderr)
+    return f" ({stderr.strip().splitlines()[-1]}" + (f", at line {frames[-1]}" if frames else "") + ")"
 
 
 class DeepCoderEnv(Env):
@@ -96,7 +110,8 @@ class DeepCoderEnv(Env):
             info["detail"] = f"no program: {found.problem}"
             info["action_is_valid"] = False  # no program to run (the warm start's valid rate and env play read it)
             return 0.0, info
-        code = assemble(problem.starter_code, found.code)
+        program = assemble_program(problem.starter_code, found.code)
+        code = program.text
         if len(code) > cfg.sandbox.max_code_chars:
             info["detail"] = f"program longer than {cfg.sandbox.max_code_chars} characters: not run"
             info["action_is_valid"] = False  # no program to run (the warm start's valid rate and env play read it)
@@ -105,7 +120,7 @@ class DeepCoderEnv(Env):
             self._sandbox = Sandbox(cfg.sandbox)
         run = self._sandbox.run(code, [t.payload() for t in tests])
         if run.compile_error is not None:
-            info["detail"] = f"does not compile: {run.compile_error}"
+            info["detail"] = f"does not compile: {program.locate(run.compile_error, compile_error=True)}"
             return 0.0, info
         results = [passed(t, r) for t, r in zip(tests, run.tests)]
         count = sum(results)
@@ -116,7 +131,7 @@ class DeepCoderEnv(Env):
             i = results.index(False)
             r = run.tests[i]
             why = r.status if r.status != "ok" else "wrong answer"
-            info["detail"] = f"test {i + 1}/{len(tests)}: {why}" + (f" ({r.stderr.strip().splitlines()[-1]})" if r.stderr.strip() else "")
+            info["detail"] = f"test {i + 1}/{len(tests)}: {why}" + _error_note(program.locate(r.stderr))
         reward = info["pass_reward"] if cfg.partial_credit else float(info["success"])
         return float(reward), info
 

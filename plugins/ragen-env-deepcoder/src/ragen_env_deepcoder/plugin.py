@@ -11,7 +11,9 @@ from ragen_env_deepcoder.config import DeepCoderConfig
 def check_available(config: Any) -> list[str]:
     """Data settings that name a local file or folder must exist, and local problems are read and
     split (too few, a bad row): said before a run starts, not at the first reset. A local training
-    file named as a test split is warned about."""
+    file named as a test split is warned about. Then the sandbox's isolation level is chosen (no
+    acceptable level refuses the run here, before a model loads) and printed, once for the run: pool
+    workers started later inherit that it was said."""
     from ragen_core.datafiles import check_data_paths, named_test_split_warnings, only_local_sources
 
     found = check_data_paths(config, hub_or_path=("dataset", "val_dataset"))
@@ -20,6 +22,9 @@ def check_available(config: Any) -> list[str]:
 
         for split in ("train", "val"):
             problems_for(config, split)  # cached per process: the run's own reset reads it from there
+    from ragen_env_deepcoder.sandbox import choose_level
+
+    choose_level(config.sandbox)
     return found + named_test_split_warnings(config, ("dataset",))
 
 

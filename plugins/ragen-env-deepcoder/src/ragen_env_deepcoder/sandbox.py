@@ -4,7 +4,8 @@ A program and its test inputs go to :meth:`Sandbox.run`, which starts one sandbo
 *harness*, :mod:`ragen_env_deepcoder._harness`) that forks one child per test case and streams
 back each child's output; expected outputs never enter the sandbox (the caller compares).
 
-Isolation levels (strongest first), detected once per process by running a real probe program:
+Isolation levels (strongest first), detected once per process by running a real probe program
+(the choice is printed once per run, see :func:`choose_level`):
 
 ``bwrap``
     bubblewrap: new network, pid, ipc, uts and mount namespaces. The filesystem is a fresh root
@@ -369,6 +370,11 @@ def available_levels(python: str | None = None) -> dict[str, str | None]:
 
 _reported: set[str] = set()
 _report_lock = threading.Lock()
+#: Set to ``"<level>:<pid>"`` by the process that printed the isolation line. Processes it starts
+#: afterwards (the process pool's workers, a local Ray cluster's) inherit it and stay quiet about
+#: the same level: the line is printed once per run, by the trainer's availability check
+#: (:func:`ragen_env_deepcoder.plugin.check_available`), not once per worker.
+REPORTED_ENV = "RAGEN_DEEPCODER_SANDBOX_REPORTED"
 
 
 #: How to get a named level's missing tool.
@@ -383,7 +389,7 @@ def _stronger_level_hint(python: str | None, first: bool = False) -> list[str]:
 
 
 def choose_level(config: SandboxConfig) -> str:
-    """The level programs run at under ``config``; reports the choice once per process.
+    """The level programs run at under ``config``; reports the choice once per process tree (see :data:`REPORTED_ENV`).
 
     Raises:
         EnvError: the requested level is unavailable, or only ``limits`` is and
@@ -416,12 +422,22 @@ def choose_level(config: SandboxConfig) -> str:
             f"deepcoder sandbox: refusing to run model-written code without network isolation ({reasons})",
             hints=[*hints, f"{'or ' if hints else ''}accept resource limits and a private temp dir only: sandbox.allow_unisolated=true"],
         )
-    with _report_lock:
-        if level not in _reported:
-            _reported.add(level)
-            uid_note = "; programs run as a per-worker unprivileged uid" if _is_root() else ""
-            print(f"ragen-env-deepcoder: sandbox isolation '{level}' ({_DESCRIPTIONS[level]}{uid_note})", file=sys.stderr)
+    _report(level)
     return level
+
+
+def _report(level: str) -> None:
+    """Print the isolation line for ``level`` unless this process or one that started it did."""
+    with _report_lock:
+        if level in _reported:
+            return
+        _reported.add(level)
+        said, _, pid = os.environ.get(REPORTED_ENV, "").partition(":")
+        if said == level and pid != str(os.getpid()):
+            return  # a parent process said it (the trainer, before it started this worker)
+        os.environ[REPORTED_ENV] = f"{level}:{os.getpid()}"
+        uid_note = "; programs run as a per-worker unprivileged uid" if _is_root() else ""
+        print(f"ragen-env-deepcoder: sandbox isolation '{level}' ({_DESCRIPTIONS[level]}{uid_note})", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------ the worker pool

@@ -12,6 +12,7 @@ Questions (what the env asks), by file suffix:
 * Search-R1 / FlashRAG rows, ``.parquet`` (read with ``datasets``), ``.jsonl`` or ``.json``:
   ``{"question", "golden_answers": [...]}``, or with ``reward_model.ground_truth.target``;
 * the reference env's rows ``{"question", "ground_truth"}``;
+* a ``.json`` file holds a list of rows, or an object whose ``data`` is that list;
 * a Hugging Face hub name (read with ``datasets``; never in tests).
 
 Validation (the reference validated on training questions): ``val_dataset`` when given, else
@@ -33,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ragen_core.datafiles import describe_bad_file, hash_holdout
+from ragen_core.datafiles import describe_bad_file, hash_holdout, json_kind, not_an_object
 from ragen_core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -123,12 +124,29 @@ def question_from_row(row: Mapping[str, Any], source: str) -> Question | None:
     return Question(text.strip(), golds, str(row.get("data_source") or source))
 
 
+_QUESTION_HINT = 'give each question as an object, e.g. {"question": "...", "golden_answers": ["..."]}'
+_FILE_HINT = 'give a .json file a list of question objects, or an object with a "data" list of them'
+
+
+def _question_list(data: Any, path: str) -> list[Any]:
+    """The question rows of a parsed ``.json`` file: a list, or an object's ``data`` list; else refused in one line."""
+    if isinstance(data, dict):
+        rows = data.get("data")
+        if not isinstance(rows, list):  # one question object, or another wrapper: it said "no question with an answer"
+            held = "no 'data' list" if rows is None else f"a 'data' that is a JSON {json_kind(rows)}, not a list"
+            raise ConfigError(f"cannot read questions from {path!r}: it holds one JSON object with {held}", [_FILE_HINT, _QUESTION_HINT])
+        return rows
+    if not isinstance(data, list):  # it said "'int' object has no attribute 'get'"
+        raise ConfigError(f"cannot read questions from {path!r}: it holds a JSON {json_kind(data)}, not a list of questions",
+                          [_FILE_HINT, _QUESTION_HINT])
+    return data
+
+
 def _question_object(row: Any, path: str, where: str) -> Mapping[str, Any]:
     """``row``, refused in one line when it is not a JSON object (it was "'list' object has no attribute 'get'")."""
-    if not isinstance(row, Mapping):
-        text = json.dumps(row)
-        raise ConfigError(f"cannot read questions from {path!r}: {where} is not a JSON object (it is {text[:40]}{'...' * (len(text) > 40)})",
-                          ['give each question as an object, e.g. {"question": "...", "golden_answers": ["..."]}'])
+    problem = not_an_object(row, where)
+    if problem is not None:
+        raise ConfigError(f"cannot read questions from {path!r}: {problem}", [_QUESTION_HINT])
     return row
 
 
@@ -142,7 +160,7 @@ def _rows(path: str, split: str, cache_dir: str | None) -> Iterator[Mapping[str,
     elif os.path.isfile(path) and lower.endswith(".json"):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        for number, row in enumerate(data if isinstance(data, list) else data.get("data", []), 1):
+        for number, row in enumerate(_question_list(data, path), 1):
             yield _question_object(row, path, f"row {number}")
     else:  # parquet files and hub names go through `datasets`
         import datasets
