@@ -1,0 +1,43 @@
+"""Findings of a walk through ``ragen run`` / ``ragen eval``'s settings (helper-79): each was
+accepted, or refused only after a model loaded, or refused with a hint that was not true."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragen_core.cli.main import main
+from ragen_core.config import load_config
+from ragen_core.errors import ConfigError
+from ragen_core.testing.run_helpers import one_line_error
+from ragen_core.trainer.config import RunConfig
+
+
+def _print_config(capsys, *overrides: str) -> tuple[int, str, str]:
+    rc = main(["run", "--env", "bandit", "--print-config", *overrides])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("rollout.group_size=true", "rollout.group_size"),  # was taken as group_size 1
+    ("steps=on", "steps"),  # YAML 1.1 reads 'on' as true
+    ("optim.lr=true", "optim.lr"),  # a float field: was taken as 1.0
+    ("sampling.train.max_new_tokens=false", "sampling.train.max_new_tokens"),
+    ("optim.betas=[true, 0.9]", "optim.betas"),
+])
+def test_a_boolean_for_a_number_is_refused_naming_the_field(override, field, capsys):
+    rc, _, err = _print_config(capsys, override)
+    assert rc == 2
+    assert one_line_error(err).startswith(f"ConfigError: invalid config: {field}")
+    assert "a number, not true/false" in err
+
+
+def test_a_boolean_for_a_plugin_number_is_refused_and_numbers_still_pass(capsys):
+    rc, _, err = _print_config(capsys, "env_config.action_space_start=true")
+    assert rc == 2 and one_line_error(err).startswith("PluginConfigError: invalid config: env_config.action_space_start")
+    with pytest.raises(ConfigError, match=r"RunConfig: .*steps.*not true/false"):
+        RunConfig(steps=True)
+    # numbers, quoted numbers and booleans for boolean fields are taken as before
+    cfg = load_config(RunConfig, [], ["rollout.group_size=8", "steps='5'", "optim.lr=1", "progress=false", "warm_start.enabled=true"])
+    assert (cfg.rollout.group_size, cfg.steps, cfg.optim.lr, cfg.progress, cfg.warm_start.enabled) == (8, 5, 1.0, False, True)
+
