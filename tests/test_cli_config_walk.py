@@ -41,3 +41,10 @@ def test_a_boolean_for_a_plugin_number_is_refused_and_numbers_still_pass(capsys)
     cfg = load_config(RunConfig, [], ["rollout.group_size=8", "steps='5'", "optim.lr=1", "progress=false", "warm_start.enabled=true"])
     assert (cfg.rollout.group_size, cfg.steps, cfg.optim.lr, cfg.progress, cfg.warm_start.enabled) == (8, 5, 1.0, False, True)
 
+
+def test_weight_decay_is_bounded_as_adamw_uses_it(capsys):
+    rc, _, err = _print_config(capsys, "optim.weight_decay=50")
+    assert rc == 2 and one_line_error(err).startswith("ConfigError: invalid config: optim.weight_decay: ")
+    assert load_config(RunConfig, [], ["optim.weight_decay=1"]).optim.weight_decay == 1.0  # grokking-style runs use 1
+    assert load_config(RunConfig, [], ["optim.weight_decay=0"]).optim.weight_decay == 0.0
+

@@ -140,7 +140,10 @@ class OptimSection(_Section):
     """Critic AdamW learning rate (reference 1e-5)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW's moment decay rates, each in ``[0, 1)``."""
-    weight_decay: float = Field(default=0.01, ge=0)
+    weight_decay: float = Field(default=0.01, ge=0, le=1)
+    """AdamW's decoupled weight decay, in ``[0, 1]``: each step scales every weight by
+    ``1 - lr * weight_decay`` (actor and critic). Usual values are 0 to 0.1; 1 is about the largest
+    in use (grokking-style runs); above that is a typo more often than a choice."""
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int = Field(default=16, ge=1)
     """Episodes per optimiser step (reference 32); the last mini-batch may be smaller."""
