@@ -48,3 +48,17 @@ def test_weight_decay_is_bounded_as_adamw_uses_it(capsys):
     assert load_config(RunConfig, [], ["optim.weight_decay=1"]).optim.weight_decay == 1.0  # grokking-style runs use 1
     assert load_config(RunConfig, [], ["optim.weight_decay=0"]).optim.weight_decay == 0.0
 
+
+def test_an_override_given_twice_is_warned_about_once_naming_the_key(capsys):
+    rc, out, err = _print_config(capsys, "optim.lr=1e-3", "--steps", "2", "optim.lr=2e-3", "optim.lr=3e-3")  # apart on the line too
+    assert rc == 0 and "  lr: 0.003\n" in out  # the last one, as before
+    warnings = [line for line in err.splitlines() if "optim.lr" in line]
+    assert warnings == ["warning: optim.lr is given 3 times (optim.lr=1e-3, then optim.lr=2e-3, then optim.lr=3e-3): the last one is used"]
+    assert main(["eval", "--env", "no-such-env", "steps=1", "steps=2"]) == 2  # (the unknown env is refused after the warning)
+    assert "warning: steps is given 2 times (steps=1, then steps=2): the last one is used" in capsys.readouterr().err
+
+
+def test_a_flag_and_an_override_of_the_same_setting_keep_their_precedence(capsys):
+    rc, out, _ = _print_config(capsys, "--steps", "3", "steps=7")  # documented: overrides win over flags
+    assert rc == 0 and "\nsteps: 7\n" in out
+

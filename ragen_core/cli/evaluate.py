@@ -193,7 +193,7 @@ MAX_EPISODES = 100_000
 
 
 def run(args: argparse.Namespace) -> int:
-    from ragen_core.config import load_config
+    from ragen_core.config import load_config, repeated_overrides
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
                           f"than one evaluation holds at once ({MAX_EPISODES})",
                           ["evaluate in parts with different --seed values and --out files"])
 
+    for warning in repeated_overrides(args.overrides):
+        print(f"warning: {warning}", file=sys.stderr)
     run_settings = run_env_settings(args.model) if not args.config else None
     if args.env is None and run_settings is None:
         check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
