@@ -62,3 +62,13 @@ def test_a_flag_and_an_override_of_the_same_setting_keep_their_precedence(capsys
     rc, out, _ = _print_config(capsys, "--steps", "3", "steps=7")  # documented: overrides win over flags
     assert rc == 0 and "\nsteps: 7\n" in out
 
+
+@pytest.mark.parametrize("greedy", ["sampling.train.temperature=0", "sampling.train.do_sample=false"])
+def test_greedy_training_with_a_group_baseline_is_warned_about(greedy, capsys):
+    rc, _, err = _print_config(capsys, greedy)
+    assert rc == 0
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "greedy" in warnings[0] and "all zero" in warnings[0]
+    assert f"sample instead: {greedy.replace('=0', '=1.0').replace('=false', '=true')}" in warnings[0]
+    for fine in (["sampling.val.temperature=0"], [greedy, "--algo", "ppo"]):  # greedy validation; a critic's baseline (GAE)
+        rc, _, err = _print_config(capsys, *fine)

@@ -559,6 +559,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     * ``rollout.group_size=1`` with an estimator whose baseline comes from the group
       (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
       group holds one episode, so the warning says what the advantage becomes instead.
+    * Greedy training (``sampling.train.temperature=0`` or ``do_sample=false``) with such an
+      estimator: a group's episodes are alike, so their advantages are all zero.
     * LoRA settings (``optim.peft.alpha`` / ``target_modules``) while ``optim.peft.rank`` is 0 (LoRA off).
     * The filter's own :meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.rollout_warnings`
       (``snr-topk-abs`` keeping every group of the batch).
@@ -575,6 +577,13 @@ def run_warnings(config: RunConfig) -> list[str]:
     if config.rollout.group_size == 1 and baseline:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
                    f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
+    train = config.sampling.train
+    if (train.temperature == 0 or not train.do_sample) and config.rollout.group_size > 1 and baseline:
+        greedy, fix = (("sampling.train.do_sample=false", "sampling.train.do_sample=true") if not train.do_sample else
+                       ("sampling.train.temperature=0", "sampling.train.temperature=1.0 (the default)"))
+        out.append(f"{greedy} trains greedy with estimator {estimator.name!r}: the {config.rollout.group_size} episodes of a group "
+                   "reply alike, so unless the env itself is random their advantages against the group baseline are all zero "
+                   f"and nothing is learned; sample instead: {fix}")
     peft = config.optim.peft
     if peft is not None and peft.rank == 0:
         unused = [f"optim.peft.{name}" for name in ("alpha", "target_modules") if getattr(peft, name) != PeftSection.model_fields[name].default]
