@@ -72,3 +72,24 @@ def test_greedy_training_with_a_group_baseline_is_warned_about(greedy, capsys):
     assert f"sample instead: {greedy.replace('=0', '=1.0').replace('=false', '=true')}" in warnings[0]
     for fine in (["sampling.val.temperature=0"], [greedy, "--algo", "ppo"]):  # greedy validation; a critic's baseline (GAE)
         rc, _, err = _print_config(capsys, *fine)
+        assert rc == 0 and "greedy" not in err
+
+
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["sampling.train.max_new_tokens=5000"],
+     "ConfigError: invalid config: rollout.max_model_len=3600 leaves no room for a prompt before sampling.train.max_new_tokens=5000: "
+     "raise the one or lower the other"),
+    (["rollout.max_model_len=64", "sampling.val.max_new_tokens=64"],
+     "ConfigError: invalid config: rollout.max_model_len=64 leaves no room for a prompt before sampling.val.max_new_tokens=64: "
+     "raise the one or lower the other"),
+    (["distributed.strategy=fsdp", "optim.peft.rank=8"],
+     "ConfigError: invalid config: optim.peft.rank=8 (LoRA) is not supported with distributed.strategy=fsdp: set distributed.strategy=ddp "
+     "(LoRA's adapters are small enough to replicate)"),
+    (["distributed.strategy=fsdp", "rollout.async_rollout=true"],
+     "ConfigError: invalid config: rollout.async_rollout is not supported with distributed.strategy=fsdp (several ranks): "
+     "set rollout.async_rollout=false"),
+])
+def test_settings_that_no_model_can_run_are_refused_by_print_config(overrides, line, capsys):
+    rc, _, err = _print_config(capsys, *overrides)
+    assert rc == 2 and one_line_error(err) == line
+

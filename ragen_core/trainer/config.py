@@ -78,7 +78,8 @@ class RolloutSection(_Section):
     max_model_len: int = Field(default=3600, ge=16)
     """Context cap (spec default 3600); the pre-flight check needs prompt + ``max_new_tokens`` to
     fit. Left at its default it shrinks to the model's ``max_position_embeddings`` when that is
-    smaller; set explicitly above it, the run is refused before rollout."""
+    smaller; set explicitly above it, the run is refused before rollout. A ``max_new_tokens`` (train
+    or val) of this size or more is refused with the config (``--print-config`` too)."""
     format_penalty: float = Field(default=-0.1, le=0)
     """Added once per turn whose reply did not parse or named unknown actions."""
     enable_think: bool = True
@@ -443,6 +444,22 @@ class RunConfig(_Section):
             raise ValueError("grad_analysis.only / exit_after need grad_analysis.every > 0")
         if self.rollout.async_rollout and ga.every > 0:
             raise ValueError("rollout.async_rollout cannot be combined with grad_analysis.every > 0 (analyse without async rollout)")
+        # a reply budget that leaves no room for a prompt: no model can run it (the run also checks it against the model's
+        # positions once it is loaded, ragen_core.trainer.setup.preflight, as a default max_model_len shrinks to those)
+        budget = max(("train", self.sampling.train.max_new_tokens), ("val", self.sampling.val.max_new_tokens), key=lambda m: m[1])
+        if self.rollout.max_model_len <= budget[1]:
+            raise ValueError(f"rollout.max_model_len={self.rollout.max_model_len} leaves no room for a prompt before "
+                             f"sampling.{budget[0]}.max_new_tokens={budget[1]}: raise the one or lower the other")
+        if self.distributed.strategy == "fsdp":  # FSDP runs on several ranks only, where these are refused (distributed.check_supported)
+            if self.optim.lora:
+                raise ValueError(f"optim.peft.rank={self.optim.peft.rank} (LoRA) is not supported with distributed.strategy=fsdp: "  # type: ignore[union-attr]
+                                 "set distributed.strategy=ddp (LoRA's adapters are small enough to replicate)")
+            if self.rollout.async_rollout:
+                raise ValueError("rollout.async_rollout is not supported with distributed.strategy=fsdp (several ranks): "
+                                 "set rollout.async_rollout=false")
+            if ga.every > 0:
+                raise ValueError(f"grad_analysis.every={ga.every} is not supported with distributed.strategy=fsdp (several ranks): "
+                                 "run the gradient analysis in one process with distributed.strategy=ddp")
         return self
 
     @property
