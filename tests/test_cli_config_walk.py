@@ -93,3 +93,16 @@ def test_settings_that_no_model_can_run_are_refused_by_print_config(overrides, l
     rc, _, err = _print_config(capsys, *overrides)
     assert rc == 2 and one_line_error(err) == line
 
+
+@pytest.mark.parametrize("argv", [["model="], ["--model", ""], ["model=' '"]])
+def test_an_empty_model_names_the_runs_default(argv, capsys):
+    rc, _, err = _print_config(capsys, *argv)
+    assert rc == 2 and one_line_error(err).startswith("ConfigError: invalid config: model: ")
+    assert "tiny (the default)" in err and "warm" not in err  # warm is eval's default, and no model to train
+
+
+def test_eval_of_an_empty_model_names_evals_default(capsys):
+    assert main(["eval", "--env", "bandit", "--model", ""]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == "ConfigError: --model is empty"
+    assert "warm (the default)" in err

@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
                           f"than one evaluation holds at once ({MAX_EPISODES})",
                           ["evaluate in parts with different --seed values and --out files"])
 
+    if not args.model.strip():  # said with eval's default (warm), before the run config's own check (whose default is tiny)
+        check_model_name(args.model)
     for warning in repeated_overrides(args.overrides):
         print(f"warning: {warning}", file=sys.stderr)
     run_settings = run_env_settings(args.model) if not args.config else None

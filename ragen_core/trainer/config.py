@@ -413,6 +413,13 @@ class RunConfig(_Section):
             raise ValueError(f"diagnostics lists {twice!r} twice: a diagnostic runs once (its settings: diagnostics_config.{twice})")
         return names
 
+    @field_validator("model")
+    @classmethod
+    def _a_model_is_named(cls, value: str) -> str:
+        if not value.strip():  # (ragen eval checks its own --model first: its default is another one)
+            raise ValueError("names no model: give tiny (the default), a local HF model folder, or a Hugging Face model name")
+        return value
+
     @field_validator("diagnostics_config")
     @classmethod
     def _registry_spelt_keys(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
