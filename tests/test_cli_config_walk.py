@@ -3,6 +3,8 @@ accepted, or refused only after a model loaded, or refused with a hint that was 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ragen_core.cli.main import main
@@ -106,3 +108,58 @@ def test_eval_of_an_empty_model_names_evals_default(capsys):
     err = capsys.readouterr().err
     assert one_line_error(err) == "ConfigError: --model is empty"
     assert "warm (the default)" in err
+
+
+def _fake_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_1").mkdir(parents=True)
+    (run / "config.yaml").write_text("env: bandit\nenv_config:\n  lo_arm_score: 0.3\nsampling:\n  val:\n    temperature: 0.9\n")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    return run
+
+
+def _eval_config(monkeypatch, argv: list[str]) -> RunConfig:
+    """The run config ``ragen eval argv`` would evaluate with (the evaluation itself is stopped)."""
+    from ragen_core.cli import evaluate as ev
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(config, model_path, *, groups, group_size):
+        seen.append(config)
+        raise Stop
+
+    monkeypatch.setattr(ev, "evaluate", capture)
+    monkeypatch.setattr(ev, "check_model_name", lambda model: None)
+    with pytest.raises(Stop):
+        main(argv)
+    return seen[0]
+
+
+def test_eval_config_files_go_over_the_runs_settings_instead_of_hiding_them(tmp_path, monkeypatch, capsys):
+    run = _fake_run(tmp_path)
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("env_config:\n  hi_arm_hiscore: 2.0\n")
+    # --config used to drop the run's settings: its env ('needs --env NAME'), env_config and sampling
+    config = _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)])
+    assert config.env == "bandit" and config.sampling.val.temperature == 0.9
+    assert config.env_config == {"lo_arm_score": 0.3, "hi_arm_hiscore": 2.0}
+    assert "--config files, flags and overrides win" in capsys.readouterr().err
+    extra.write_text("env_config:\n  lo_arm_score: 0.5\n")  # the file wins over the run's own
+    assert _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)]).env_config == {"lo_arm_score": 0.5}
+    extra.write_text("env: bandit\n")  # no run: the env a --config file names is enough (it asked for --env)
+    assert _eval_config(monkeypatch, ["eval", "--model", "tiny", "--config", str(extra)]).env == "bandit"
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("rollout.group_size=4", "hint: give --group-size 4"),
+    ("rollout.group_size=0", "hint: give --group-size N (episodes per group, 1 or more)"),
+    ("val_groups=true", "hint: give --groups N (groups of distinct seeds, 1 or more)"),
+])
+def test_eval_size_overrides_hint_a_flag_value_it_takes(override, hint, capsys):
+    assert main(["eval", "--env", "bandit", override]) == 2
+    err = capsys.readouterr().err
+    one_line_error(err)
+    assert hint in err.splitlines()
