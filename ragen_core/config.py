@@ -6,7 +6,8 @@ Every failure is a :class:`ragen_core.errors.ConfigError` whose first line names
 field path, e.g. ``invalid config: rollout.group_size: Input should be greater than 0 (got -1)``.
 
 Override values are parsed as YAML scalars (``8`` -> int, ``true`` -> bool, ``[1,2]`` -> list,
-``null`` -> None); quote them to force a string.
+``null`` -> None); quote them to force a string. A later override of the same key wins
+(the CLI warns: :func:`repeated_overrides`).
 
 Trust. Config files travel between people, so reading one must stay cheap and unambiguous:
 YAML aliases (``*name``) are refused, because a few hundred bytes of nested aliases expand into
@@ -145,6 +146,17 @@ def parse_override(text: str, example: str = "rollout.group_size=8") -> tuple[li
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
+
+
+def repeated_overrides(overrides: Iterable[str]) -> list[str]:
+    """One sentence per key given more than once among ``overrides`` (a later one wins), for the
+    CLI to warn with: a base list of overrides extended by later ones is a normal way to script
+    runs, but a key typed twice by mistake must not be replaced in silence."""
+    seen: dict[str, list[str]] = {}
+    for text in overrides:
+        seen.setdefault(".".join(parse_override(text)[0]), []).append(short_text(text.strip(), 60))
+    return [f"{key} is given {len(given)} times ({', then '.join(given)}): the last one is used"
+            for key, given in seen.items() if len(given) > 1]
 
 
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str], *, example: str = "rollout.group_size=8") -> dict[str, Any]:

@@ -119,6 +119,34 @@ class CheckedModel(BaseModel):
         except ValidationError as exc:
             raise _one_line_error(type(self), exc) from None
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: Any) -> Any:
+        """A number field refuses ``true``/``false``: pydantic's lax mode took ``group_size=true`` as
+        1 and ``lr=true`` as 1.0 (YAML also reads ``on``/``off``/``yes``/``no`` as booleans). Strict
+        mode would also refuse ``"8"`` and a YAML list for a tuple, so only booleans are singled out."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _bool_for_a_number(field.annotation, value):
+            raise ValueError("takes a number, not true/false")
+        return value
+
+
+def _bool_for_a_number(annotation: Any, value: Any) -> bool:
+    """``value`` holds a boolean where ``annotation`` asks for an int or a float (no bool among its
+    options), directly or as an item of a list or tuple of numbers."""
+    import types
+    import typing
+
+    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    if bool in options:
+        return False
+    if isinstance(value, bool):
+        return any(option in (int, float) for option in options)
+    if isinstance(value, (list, tuple)):
+        items = [arg for option in options if typing.get_origin(option) in (list, tuple) for arg in typing.get_args(option)]
+        return bool not in items and any(item in (int, float) for item in items) and any(isinstance(v, bool) for v in value)
+    return False
+
 
 def _one_line_error(cls: type[BaseModel], exc: ValidationError) -> Exception:
     from ragen_core.errors import ConfigError

@@ -9,8 +9,8 @@ Examples::
 from with the tiny model), ``warm:NAME`` or a shipped policy folder (``ragen warm-policy show``
 lists them; delta policies included), ``tiny`` (the tiny model's random weights), a model folder,
 or a run directory (its latest checkpoint is used; ``--env`` may then be left out: the run's env,
-preset, env settings and per-episode rollout settings are the base, flags and overrides win, and
-``--config`` replaces them). The first line printed names what was evaluated.
+preset, env settings and per-episode rollout settings are the base, ``--config`` files go over
+them, and flags and overrides over those). The first line printed names what was evaluated.
 A checkpoint is checked against its manifest first and its weights load from safetensors only;
 a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
 Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
     parser.add_argument("--max-new-tokens", type=positive_int, default=None, help="generation budget per turn")
     parser.add_argument("--out", metavar="FILE.jsonl", help="write every trajectory as JSON lines")
-    parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml", help="run config for env/rollout settings")
+    parser.add_argument("--config", action="append", default=[], metavar="FILE.yaml",
+                        help="run config for env/rollout settings, over a run directory's own (repeatable)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted RunConfig overrides (env_config.*, rollout.*)")
 
 
@@ -193,7 +194,7 @@ MAX_EPISODES = 100_000
 
 
 def run(args: argparse.Namespace) -> int:
-    from ragen_core.config import load_config
+    from ragen_core.config import load_config, repeated_overrides
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available
 
@@ -208,10 +209,18 @@ def run(args: argparse.Namespace) -> int:
                           f"than one evaluation holds at once ({MAX_EPISODES})",
                           ["evaluate in parts with different --seed values and --out files"])
 
-    run_settings = run_env_settings(args.model) if not args.config else None
-    if args.env is None and run_settings is None:
+    if not args.model.strip():  # said with eval's default (warm), before the run config's own check (whose default is tiny)
+        check_model_name(args.model)
+    for warning in repeated_overrides(args.overrides):
+        print(f"warning: {warning}", file=sys.stderr)
+    from ragen_core.config import merge_files
+
+    run_settings = run_env_settings(args.model)
+    files = merge_files(args.config)  # (the env they name, if any; they are merged over the run's settings below)
+    file_env = files.get("env") if isinstance(files.get("env"), str) else None
+    if args.env is None and file_env is None and run_settings is None:
         check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
-        run_dir = None if args.config else _run_dir_of(args.model)
+        run_dir = _run_dir_of(args.model)
         if run_dir is not None:  # a run directory whose config.yaml is missing or says no env: that file is what to fix
             from ragen_core.config import read_yaml
 
@@ -222,20 +231,23 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{run_dir / 'config.yaml'} names no env: ragen eval takes a run directory's env from it", [hint])
         raise ConfigError("ragen eval needs --env NAME (or --model naming a run directory, whose env it then uses)",
                           ["example: ragen eval --env bandit"])
-    env = args.env or str(run_settings["env"])  # type: ignore[index]
+    env = args.env or file_env or str(run_settings["env"])  # type: ignore[index]
     if run_settings is not None and run_settings.get("env") != env:
         print(f"note: evaluating on env {env!r}; the run trained on {run_settings.get('env')!r}, so its env settings are not used",
               file=sys.stderr)
         run_settings = None
     elif run_settings is not None:
         preset = f", preset {run_settings['preset']!r}" if run_settings.get("preset") else ""
-        print(f"env settings: from the run's config.yaml (env {env!r}{preset}, and its validation sampling; flags and overrides win)",
-              file=sys.stderr)
+        over = "--config files, flags and overrides win" if args.config else "flags and overrides win"
+        print(f"env settings: from the run's config.yaml (env {env!r}{preset}, and its validation sampling; {over})", file=sys.stderr)
     sizes = {"rollout.env_groups": "--groups", "val_groups": "--groups", "rollout.group_size": "--group-size", "val_group_size": "--group-size"}
     for override in args.overrides:
-        key = override.partition("=")[0].strip()
+        key, _, value = (part.strip() for part in override.partition("="))
         if key in sizes:  # the evaluation set is --groups x --group-size: the override was silently ignored
-            raise ConfigError(f"ragen eval sizes its episodes with {sizes[key]}, not {key}", [f"give {sizes[key]} {override.partition('=')[2]}"])
+            flag = sizes[key]  # its value as the hint's only when the flag takes it ('--group-size 0' was suggested)
+            given = value if value.isdigit() and int(value) >= 1 else \
+                f"N ({'episodes per group' if flag == '--group-size' else 'groups of distinct seeds'}, 1 or more)"
+            raise ConfigError(f"ragen eval sizes its episodes with {flag}, not {key}", [f"give {flag} {given}"])
     flags = [f"env={env}", f"model={'tiny' if is_shipped_name(args.model) else args.model}", f"seed_val={args.seed}"]
     if args.preset:
         flags.append(f"preset={args.preset}")
@@ -246,9 +258,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     from ragen_core.cli.run import drop_stale_settings
-    from ragen_core.config import merge_files
 
-    layers, given = run_settings if run_settings is not None else merge_files(args.config), flags + list(args.overrides)
+    layers = merge_files(args.config, run_settings) if run_settings is not None else files
+    given = flags + list(args.overrides)
     config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
         raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import load_config, merge_files
+    from ragen_core.config import load_config, merge_files, repeated_overrides
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -86,6 +86,8 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         raise ConfigError(f"unexpected argument {bad[0]!r}: overrides look like dotted.key=value")
+    for warning in repeated_overrides(args.overrides) if os.environ.get("RANK", "0") == "0" else []:  # under torchrun: rank 0 says it
+        print(f"warning: {warning}", file=sys.stderr)  # (a flag and an override of one key: the override wins, as said above)
     if not args.resume and not args.config and args.env is None and not args.print_config:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     if getattr(args, "recipe", None) is not None and not args.recipe.strip():  # '' ran as if no recipe were given

@@ -78,7 +78,8 @@ class RolloutSection(_Section):
     max_model_len: int = Field(default=3600, ge=16)
     """Context cap (spec default 3600); the pre-flight check needs prompt + ``max_new_tokens`` to
     fit. Left at its default it shrinks to the model's ``max_position_embeddings`` when that is
-    smaller; set explicitly above it, the run is refused before rollout."""
+    smaller; set explicitly above it, the run is refused before rollout. A ``max_new_tokens`` (train
+    or val) of this size or more is refused with the config (``--print-config`` too)."""
     format_penalty: float = Field(default=-0.1, le=0)
     """Added once per turn whose reply did not parse or named unknown actions."""
     enable_think: bool = True
@@ -140,7 +141,10 @@ class OptimSection(_Section):
     """Critic AdamW learning rate (reference 1e-5)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW's moment decay rates, each in ``[0, 1)``."""
-    weight_decay: float = Field(default=0.01, ge=0)
+    weight_decay: float = Field(default=0.01, ge=0, le=1)
+    """AdamW's decoupled weight decay, in ``[0, 1]``: each step scales every weight by
+    ``1 - lr * weight_decay`` (actor and critic). Usual values are 0 to 0.1; 1 is about the largest
+    in use (grokking-style runs); above that is a typo more often than a choice."""
     ppo_epochs: int = Field(default=1, ge=1)
     mini_batch_size: int = Field(default=16, ge=1)
     """Episodes per optimiser step (reference 32); the last mini-batch may be smaller."""
@@ -409,6 +413,13 @@ class RunConfig(_Section):
             raise ValueError(f"diagnostics lists {twice!r} twice: a diagnostic runs once (its settings: diagnostics_config.{twice})")
         return names
 
+    @field_validator("model")
+    @classmethod
+    def _a_model_is_named(cls, value: str) -> str:
+        if not value.strip():  # (ragen eval checks its own --model first: its default is another one)
+            raise ValueError("names no model: give tiny (the default), a local HF model folder, or a Hugging Face model name")
+        return value
+
     @field_validator("diagnostics_config")
     @classmethod
     def _registry_spelt_keys(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -440,6 +451,22 @@ class RunConfig(_Section):
             raise ValueError("grad_analysis.only / exit_after need grad_analysis.every > 0")
         if self.rollout.async_rollout and ga.every > 0:
             raise ValueError("rollout.async_rollout cannot be combined with grad_analysis.every > 0 (analyse without async rollout)")
+        # a reply budget that leaves no room for a prompt: no model can run it (the run also checks it against the model's
+        # positions once it is loaded, ragen_core.trainer.setup.preflight, as a default max_model_len shrinks to those)
+        budget = max(("train", self.sampling.train.max_new_tokens), ("val", self.sampling.val.max_new_tokens), key=lambda m: m[1])
+        if self.rollout.max_model_len <= budget[1]:
+            raise ValueError(f"rollout.max_model_len={self.rollout.max_model_len} leaves no room for a prompt before "
+                             f"sampling.{budget[0]}.max_new_tokens={budget[1]}: raise the one or lower the other")
+        if self.distributed.strategy == "fsdp":  # FSDP runs on several ranks only, where these are refused (distributed.check_supported)
+            if self.optim.lora:
+                raise ValueError(f"optim.peft.rank={self.optim.peft.rank} (LoRA) is not supported with distributed.strategy=fsdp: "  # type: ignore[union-attr]
+                                 "set distributed.strategy=ddp (LoRA's adapters are small enough to replicate)")
+            if self.rollout.async_rollout:
+                raise ValueError("rollout.async_rollout is not supported with distributed.strategy=fsdp (several ranks): "
+                                 "set rollout.async_rollout=false")
+            if ga.every > 0:
+                raise ValueError(f"grad_analysis.every={ga.every} is not supported with distributed.strategy=fsdp (several ranks): "
+                                 "run the gradient analysis in one process with distributed.strategy=ddp")
         return self
 
     @property
@@ -556,6 +583,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     * ``rollout.group_size=1`` with an estimator whose baseline comes from the group
       (:attr:`EstimatorSpec.group_baseline <ragen_core.specs.EstimatorSpec.group_baseline>`): every
       group holds one episode, so the warning says what the advantage becomes instead.
+    * Greedy training (``sampling.train.temperature=0`` or ``do_sample=false``) with such an
+      estimator: a group's episodes are alike, so their advantages are all zero.
     * LoRA settings (``optim.peft.alpha`` / ``target_modules``) while ``optim.peft.rank`` is 0 (LoRA off).
     * The filter's own :meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.rollout_warnings`
       (``snr-topk-abs`` keeping every group of the batch).
@@ -572,6 +601,13 @@ def run_warnings(config: RunConfig) -> list[str]:
     if config.rollout.group_size == 1 and baseline:
         out.append(f"rollout.group_size=1 with estimator {estimator.name!r}: every group holds one episode, so there is no "
                    f"group baseline and the advantage becomes {baseline}; use rollout.group_size >= 2")
+    train = config.sampling.train
+    if (train.temperature == 0 or not train.do_sample) and config.rollout.group_size > 1 and baseline:
+        greedy, fix = (("sampling.train.do_sample=false", "sampling.train.do_sample=true") if not train.do_sample else
+                       ("sampling.train.temperature=0", "sampling.train.temperature=1.0 (the default)"))
+        out.append(f"{greedy} trains greedy with estimator {estimator.name!r}: the {config.rollout.group_size} episodes of a group "
+                   "reply alike, so unless the env itself is random their advantages against the group baseline are all zero "
+                   f"and nothing is learned; sample instead: {fix}")
     peft = config.optim.peft
     if peft is not None and peft.rank == 0:
         unused = [f"optim.peft.{name}" for name in ("alpha", "target_modules") if getattr(peft, name) != PeftSection.model_fields[name].default]

@@ -297,10 +297,7 @@ def check_supported(config: Any, world: World) -> None:
                           ["torchrun --nproc_per_node 2 -m ragen_core.cli.main run ...  (or distributed.strategy=ddp)"])
     if not world.parallel:
         return
-    peft = config.optim.peft
-    if fsdp and peft is not None and config.optim.lora:
-        raise ConfigError(f"optim.peft.rank={peft.rank} (LoRA) is not supported with distributed.strategy=fsdp",
-                          ["set distributed.strategy=ddp (LoRA's adapters are small enough to replicate)"])
+    # fsdp with LoRA (or with the two below) is refused by RunConfig's validation, before a run starts
     if config.grad_analysis.every > 0:
         raise ConfigError(f"grad_analysis.every={config.grad_analysis.every} is not supported with {world.size} ranks",
                           ["run the gradient analysis in one process (without torchrun)"])
