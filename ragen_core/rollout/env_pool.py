@@ -83,14 +83,14 @@ class WorkerLogs(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
-        self.records: list[tuple[int, str, str]] = []
-        self.forward: Callable[[list[tuple[int, str, str]]], None] | None = None
+        self.records: list[tuple[int, str, str, str | None]] = []
+        self.forward: Callable[[list[tuple[int, str, str, str | None]]], None] | None = None
         """When set (the process and Ray pools' workers), each record is sent at once through it instead
         of waiting for the next reply: a worker that dies before replying keeps what it logged."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            entry = (record.levelno, record.name, record.getMessage())
+            entry = (record.levelno, record.name, record.getMessage(), getattr(record, ONCE, None))
             if self.forward is not None:
                 self.forward([entry])
             else:
@@ -98,8 +98,8 @@ class WorkerLogs(logging.Handler):
         except Exception:  # noqa: BLE001 - logging's rule: a failing handler must not raise
             self.handleError(record)
 
-    def take(self) -> list[tuple[int, str, str]]:
-        """The records logged since the last call (level, logger name, message), oldest first."""
+    def take(self) -> list[tuple[int, str, str, str | None]]:
+        """The records logged since the last call (level, logger name, message, once key), oldest first."""
         with self.lock:  # type: ignore[union-attr]  # Handler.createLock made it
             taken, self.records = self.records, []
         return taken
@@ -152,12 +152,26 @@ def _requests_of(requests: Sequence[Any], kind: type, call: str, once: str) -> N
         seen.add(item.episode_id)  # type: ignore[attr-defined]
 
 
+ONCE = "ragen_once"
+"""``extra={ONCE: key}`` on a warning meant once per process (an env class without ``info["success"]``):
+each worker process says it once, and :func:`replay_worker_logs` passes on the first worker's only."""
+
+_REPLAYED_ONCE: set[str] = set()
+"""Once keys of worker warnings this process has logged."""
+
+
 def replay_worker_logs(records: Sequence[Sequence[Any]], where: str) -> None:
     """Log a worker's :meth:`WorkerLogs.take` records here, each under its own logger, prefixed with
     ``where`` (``"process pool worker 2 (pid 812)"``): above the progress bar, or wherever this
-    process's logging sends warnings."""
-    for level, name, message in records:
-        logging.getLogger(name).log(int(level), "%s: %s", where, message)
+    process's logging sends warnings. A record with a once key another worker's record already
+    brought is left out (eight workers said one env's warning eight times)."""
+    for level, name, message, *rest in records:
+        once = rest[0] if rest else None
+        if once is not None:
+            if once in _REPLAYED_ONCE:
+                continue
+            _REPLAYED_ONCE.add(once)
+        logging.getLogger(name).log(int(level), "%s: %s", where, message, extra={ONCE: once} if once is not None else None)
 
 
 def _observation(value: Any, label: str, what: str) -> str:
@@ -179,7 +193,7 @@ def _say_no_success(env: Any, label: str) -> None:
         return
     _SAID_NO_SUCCESS.add(kind)
     log.warning("%s ended an episode (done=True) with no info['success']: train/success counts such episodes as failures; "
-                "report info['success']=True/False on the last step (said once per env class)", label)
+                "report info['success']=True/False on the last step (said once per env class)", label, extra={ONCE: f"no-success {kind}"})
 
 
 def is_bool(value: Any) -> bool:

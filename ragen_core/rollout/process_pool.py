@@ -74,7 +74,7 @@ def _worker_main(conn: Connection, env_json: str) -> None:
         with sending:
             conn.send(message)
 
-    def forward(records: list[tuple[int, str, str]]) -> None:  # at once: a worker that then dies keeps them
+    def forward(records: list[tuple[int, str, str, str | None]]) -> None:  # at once: a worker that then dies keeps them
         try:
             send(("log", None, records))
         except (OSError, ValueError):  # the trainer closed the pipe: nobody is left to tell

@@ -25,6 +25,7 @@ with one episode per worker (the check uses two episodes).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -231,19 +232,20 @@ def check_env_warnings_reach_this_process(make: MakePool) -> str:
     may prefix it with the worker. Returns the message as logged here."""
     from ragen_core.rollout import env_pool
 
-    env_pool._SAID_NO_SUCCESS.discard(f"{UnsaidCorridorEnv.__module__}.{UnsaidCorridorEnv.__qualname__}")  # once per process
+    kind = f"{UnsaidCorridorEnv.__module__}.{UnsaidCorridorEnv.__qualname__}"
+    env_pool._SAID_NO_SUCCESS.discard(kind)  # once per process
+    env_pool._REPLAYED_ONCE.discard(f"no-success {kind}")
     said, logger = env_pool.WorkerLogs(), logging.getLogger(env_pool.__name__)  # a collector of warnings, here in this process
     logger.addHandler(said)
     try:
-        with make(UNSAID, None) as pool:
-            start = pool.reset([ResetRequest(0, 5, 0)])[0]
-            action = "Right" if start.observation == "PG" else "Left"  # two cells: one move ends the episode
-            assert pool.step([StepRequest(0, (action,))])[0].done, f"the episode must end ({DOC})"
+        with make(UNSAID, None) as pool:  # two episodes: in two workers of a pool that has them, each saying it once
+            starts = pool.reset([ResetRequest(0, 5, 0), ResetRequest(1, 6, 0)])
+            moves = [StepRequest(s.episode_id, ("Right" if s.observation == "PG" else "Left",)) for s in starts]  # one move ends it
+            assert all(out.done for out in pool.step(moves)), f"the episodes must end ({DOC})"
     finally:
         logger.removeHandler(said)
-    sentence = "env 'unsaid' (seed 5, member 0) ended an episode (done=True) with no info['success']"
-    messages = [message for _, _, message in said.take()]
-    found = [m for m in messages if sentence in m]
+    messages = [message for _, _, message, _ in said.take()]
+    found = [m for m in messages if re.search(r"env 'unsaid' \(seed [56], member 0\) ended an episode \(done=True\) with no info\['success'\]", m)]
     assert len(found) == 1, f"the env's warning must be logged once in the trainer's process, got {messages} ({DOC})"
     return found[0]
 

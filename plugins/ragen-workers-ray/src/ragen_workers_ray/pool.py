@@ -92,7 +92,7 @@ class EnvActor:
         if said is not None:
             pid = os.getpid()
 
-            def forward(records: list[tuple[int, str, str]]) -> None:
+            def forward(records: list[tuple[int, str, str, str | None]]) -> None:
                 try:
                     said.put_nowait((pid, records))
                 except Exception:  # noqa: BLE001 - the pool (and its queue) is gone: nobody is left to tell
