@@ -31,6 +31,10 @@ from ragen_core.errors import ConfigError
 M = TypeVar("M", bound=BaseModel)
 
 
+MAX_CONFIG_BYTES = 2**20
+"""Largest config file :func:`read_yaml` reads (PyYAML's safe loader takes about 3 s per MiB)."""
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read one YAML mapping; a missing file, bad YAML or a non-mapping is a ConfigError."""
     p = Path(path)
@@ -39,6 +43,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.exists():
         raise ConfigError(f"config file not found: {p}", ["check the path passed to --config"])
     try:
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:  # read as YAML, 28 MB took 88 s before any error
+            raise ConfigError(f"config file {p} holds {size / 2**20:.1f} MiB; a config file is a few KiB "
+                              f"(at most {MAX_CONFIG_BYTES // 2**20} MiB is read)", ["pass the run's YAML config to --config, not a data file"])
         data = safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.start}: {exc.reason})",
