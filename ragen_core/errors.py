@@ -24,12 +24,15 @@ def _capped(text: str) -> str:
 
 def shell_word(value: object) -> str:
     """``value`` as one word of a suggested command (``ragen run --resume DIR``): quoted when it holds
-    spaces or shell characters, so the line can be pasted as printed. Double quotes where they suffice
-    (hints put whole commands in single quotes), else the shell's single-quote form."""
+    spaces or shell characters, so the line can be pasted as printed. Double quotes, with ``$ ` " \\``
+    escaped (hints put whole commands in single quotes, which a single-quoted word inside would end),
+    except for a ``!``, which only the shell's single-quote form keeps from history expansion."""
     text = str(value)
     if shlex.quote(text) == text:
         return text
-    return f'"{text}"' if not set(text) & set('"$`\\!') else shlex.quote(text)
+    if "!" in text:  # history expansion in an interactive shell: only single quotes keep it out
+        return shlex.quote(text)
+    return '"' + "".join("\\" + c if c in '"$`\\' else c for c in text) + '"'  # \$ \` \" \\ inside double quotes
 
 
 class RagenError(Exception):

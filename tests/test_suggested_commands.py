@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
 
 import pytest
 
@@ -14,23 +16,36 @@ from ragen_core.errors import ConfigError, shell_word
 from ragen_core.trainer.run_dir import claim_run_dir
 
 
-@pytest.mark.parametrize("path", ["/runs/plain", "/runs/my run", "/runs/cost $5", "/runs/it's", "/runs/a\"b c", "/runs/wow!"])
+@pytest.mark.parametrize("path", ["/runs/plain", "/runs/my run", "/runs/cost $5", "/runs/it's", "/runs/a\"b c", "/runs/wow!",
+                                  "/runs/$HOME `x` \\y"])
 def test_a_suggested_path_is_one_shell_word(path):
-    assert shlex.split(f"ragen run --resume {shell_word(path)}") == ["ragen", "run", "--resume", path]
+    assert bash_words(f"ragen run --resume {shell_word(path)}") == ["ragen", "run", "--resume", path]
+
+
+def bash_words(command: str) -> list[str]:
+    """The words bash makes of ``command`` (shlex does not undo bash's escapes inside double quotes)."""
+    if shutil.which("bash") is None:
+        return shlex.split(command)
+    done = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True, check=True, env={})
+    return done.stdout.split("\0")[:-1]
 
 
 def test_a_plain_path_is_printed_unquoted():
     assert shell_word("/runs/sokoban_1") == "/runs/sokoban_1"
 
 
-def test_the_resume_hint_of_a_used_folder_with_a_space_pastes_as_one_word(tmp_path):
-    run_dir = tmp_path / "my runs" / "sokoban 1"
+@pytest.mark.parametrize("name", ["sokoban 1", "cost $5", "cost $5 it's"])
+def test_the_resume_hint_of_a_used_folder_with_a_space_pastes_as_one_word(tmp_path, name):
+    """A folder named with $ and ' was single-quoted inside the hint's single quotes (helper-76's walk)."""
+    run_dir = tmp_path / "my runs" / name
     (run_dir / "checkpoints" / "step_1").mkdir(parents=True)
     with pytest.raises(ConfigError) as info:
         claim_run_dir(run_dir)
     hint = info.value.hints[0]
-    command = hint.split("'", 2)[1]  # the hint quotes the whole command: continue that run with '...'
-    assert shlex.split(command) == ["ragen", "run", "--resume", str(run_dir)]
+    assert hint.startswith("continue that run with '")
+    command = hint.removeprefix("continue that run with '").split("', choose", 1)[0]  # the hint quotes the whole command
+    assert bash_words(command) == ["ragen", "run", "--resume", str(run_dir)]
+    assert command.count("'") == str(run_dir).count("'")  # no single quotes of its own inside the hint's
 
 
 def test_plot_of_a_metrics_file_suggests_its_folder_quoted(tmp_path, capsys):
