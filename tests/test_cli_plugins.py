@@ -379,3 +379,48 @@ def test_plugins_check_names_a_spec_module_that_imports_torch(tmp_path):
     (row,) = [line for line in out.stdout.splitlines() if " heavy " in line]
     assert "its spec module imports torch" in row
     assert not any("imports torch" in line for line in out.stdout.splitlines() if " heavy " not in line)  # ours import none
+
+
+THIRD_PARTY = '''
+from pydantic import Field
+from ragen_core import AlgorithmSpec, DiagnosticSpec
+from ragen_core.interfaces.algorithm import AlgorithmConfig
+
+class WalkAlgoConfig(AlgorithmConfig):
+    estimator: str = "rloo"
+    use_critic: bool = Field(default=False, description="This algorithm is critic-free.")
+    boost: float = 1.0
+    """How much to boost."""
+
+ALGO = AlgorithmSpec(name="walkalgo", summary="a walk algorithm.", factory="ragen_core:Algorithm", config_model=WalkAlgoConfig)
+NOSET = DiagnosticSpec(name="walknoset", summary="takes no settings.", factory="walkplug:NOSET")
+'''
+
+
+def _third_party(tmp_path, entry_points: dict[str, dict[str, str]], source: str = THIRD_PARTY) -> dict[str, str]:
+    """A third-party distribution ``ragen-walk`` (module ``walkplug``) and the environment of a
+    ``ragen`` subprocess that sees it alone among the non-core plugins, on a wide terminal."""
+    fake_entry_points(tmp_path, "ragen-walk", entry_points, modules={"walkplug.py": source}, add_to_path=False)
+    return {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAGEN_LOAD_PLUGINS": "ragen-walk",
+            "COLUMNS": "200"}
+
+
+def test_plugins_show_says_in_one_line_that_a_plugin_has_no_settings(tmp_path):
+    """A plugin without settings showed an empty FIELD/TYPE/DEFAULT/DESCRIPTION table (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.diagnostics": {"walknoset": "walkplug:NOSET"}})
+    out = ragen("plugins", "show", "diagnostic", "walknoset", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().splitlines()[-1] == "config fields: none (diagnostic walknoset takes no settings)"
+    assert "FIELD" not in out.stdout
+
+
+def test_plugins_show_gives_an_override_without_a_docstring_the_description_it_overrides(tmp_path):
+    """``estimator: str = "rloo"`` in a plugin's AlgorithmConfig showed no description, although
+    AlgorithmConfig documents estimator (helper-80's walk); an override's own description wins."""
+    env = _third_party(tmp_path, {"ragen_core.algorithms": {"walkalgo": "walkplug:ALGO"}})
+    out = ragen("plugins", "show", "algorithm", "walkalgo", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: " ".join(line.split()[2:]) for line in out.stdout.splitlines() if line[:1].isalpha()}  # DEFAULT DESCRIPTION
+    assert rows["estimator"] == "'rloo' Name of the advantage estimator plugin."
+    assert rows["use_critic"] == "False This algorithm is critic-free."
+    assert rows["boost"] == "1.0 How much to boost."

@@ -383,6 +383,9 @@ def show_plugin(args: argparse.Namespace) -> int:
     for name, recipe in getattr(spec, "recipes", {}).items():
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")
+    if not spec.config_model.model_fields:  # an empty FIELD/TYPE/DEFAULT/DESCRIPTION table said nothing
+        print(f"\nconfig fields: none ({spec.kind} {spec.name} takes no settings)")
+        return 0
     print("\nconfig fields:")
     print_fields(spec.config_model)
     return 0
@@ -425,9 +428,20 @@ def field_rows(model: Any, prefix: str = "", *, default_limit: int = 30, descrip
             rows += field_rows(field.annotation, f"{prefix}{field_name}.", default_limit=default_limit, description_limit=description_limit,
                                defaults=default)
             continue
-        described = first_sentence(field.description or "", description_limit if description_limit is not None else 10**9)
+        described = first_sentence(field_description(model, field_name), description_limit if description_limit is not None else 10**9)
         rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), default_limit), described])
     return rows
+
+
+def field_description(model: Any, name: str) -> str:
+    """The description of ``model``'s field ``name``: its own, else that of the nearest base class
+    that documents the field (a plugin's ``estimator: str = "rloo"`` overrides the default of
+    AlgorithmConfig's documented ``estimator`` and means the same setting); ``""`` when none does."""
+    for cls in getattr(model, "__mro__", (model,)):
+        field = getattr(cls, "model_fields", {}).get(name) if isinstance(cls, type) else None
+        if field is not None and field.description:
+            return str(field.description)
+    return ""
 
 
 def clip(text: str, limit: int) -> str:
