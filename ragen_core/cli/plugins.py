@@ -65,22 +65,29 @@ def _command_rows() -> list[tuple[Any, str]]:
             for name, offers in sorted(plugin_commands().items()) for entry in sorted(offers, key=lambda e: e.dist_name)]
 
 
-def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False) -> None:
+def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False, wrap: dict[int, int] | None = None) -> None:
     """Columns padded to their widest cell. ``wrap_last`` wraps the last column to the terminal's
-    width (continuation lines under its start) instead of letting the terminal cut or fold it."""
+    width (continuation lines under its start) instead of letting the terminal cut or fold it;
+    ``wrap`` maps other columns to the width their cells wrap at, between words."""
     import shutil
     import textwrap
 
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    def lines(column: int, cell: str) -> list[str]:
+        if column in (wrap or {}) and len(cell) > (wrap or {})[column]:
+            return textwrap.wrap(cell, (wrap or {})[column], break_long_words=False, break_on_hyphens=False) or [""]
+        return [cell]
+
+    cells = [[lines(i, str(c)) for i, c in enumerate(r)] for r in rows]
+    widths = [max(len(line) for cell in col for line in cell) for col in zip([[h] for h in header], *cells)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     print(fmt.format(*header).rstrip())
     indent = sum(widths[:-1]) + 2 * (len(widths) - 1)
     room = max(20, shutil.get_terminal_size().columns - indent - 1)
-    for r in rows:
-        last = textwrap.wrap(str(r[-1]), room) if wrap_last and len(str(r[-1])) > room else [str(r[-1])]
-        print(fmt.format(*r[:-1], last[0] if last else "").rstrip())
-        for more in last[1:]:
-            print(" " * indent + more)
+    for r in cells:
+        text = r[-1][0]
+        last = textwrap.wrap(text, room) if wrap_last and len(text) > room else [text]
+        for k in range(max(len(last), *(len(c) for c in r[:-1]))):
+            print(fmt.format(*(c[k] if k < len(c) else "" for c in r[:-1]), last[k] if k < len(last) else "").rstrip())
 
 
 def list_plugins(args: argparse.Namespace) -> int:
@@ -349,6 +356,15 @@ def type_name(annotation: Any) -> str:
     ``str()`` of a plain class gives ``<class 'int'>``; generic aliases and unions already print
     as code, apart from the ``typing.`` prefix.
     """
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # its constraints are pydantic's metadata, not the type (a FieldInfo repr)
+        return type_name(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType) and any(typing.get_origin(a) is typing.Annotated for a in typing.get_args(annotation)):
+        # `Annotated[int, Field(ge=2)] | Literal["all"]` is a typing.Union: shown as written, with `|`
+        return " | ".join("None" if a is type(None) else type_name(a) for a in typing.get_args(annotation))
     if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
         return annotation.__name__
     text = re.sub(r"<class '([\w.]+)'>", lambda m: m.group(1).rsplit(".", 1)[-1], str(annotation))
@@ -391,19 +407,26 @@ def show_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Terminal width from which ``ragen plugins show`` prints settings as a table: the width alone
+#: picks the layout, so every plugin (an algorithm's long ``Literal`` types, a filter's, an env's)
+#: comes out the same way on one terminal.
+TABLE_COLUMNS = 120
+
+
 def print_fields(model: Any) -> None:
-    """A config model's fields for the terminal: a table (FIELD, TYPE, DEFAULT, the description's
-    first sentence wrapped in its column) when at least 40 columns are left for the description;
-    on a narrower terminal each field as ``name: type = default`` with its whole first sentence
-    wrapped below, indented by four."""
+    """A config model's fields for the terminal: on a terminal of at least :data:`TABLE_COLUMNS`
+    columns a table (FIELD, TYPE wrapped in its column when long, DEFAULT, the description's first
+    sentence wrapped in its column); on a narrower one each field as ``name: type = default`` with
+    its whole first sentence wrapped below, indented by four."""
     import shutil
     import textwrap
 
     columns = shutil.get_terminal_size().columns
     rows = field_rows(model)
-    widths = [max(len(r[i]) for r in rows) if rows else 0 for i in range(3)]
-    if columns - (sum(widths) + 6) - 1 >= 40:
-        _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows, wrap_last=True)
+    if columns >= TABLE_COLUMNS:
+        name_w, type_w, default_w = (max(len(r[i]) for r in rows) for i in range(3))
+        room = columns - 1 - name_w - default_w - 6  # for TYPE and DESCRIPTION; the description keeps 40 or more
+        _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows, wrap_last=True, wrap={1: min(type_w, max(room - 40, 12))})
         return
     for name, type_, default, description in field_rows(model, default_limit=max(12, columns - 12), description_limit=None):
         print(clip(f"{name}: {type_} = {default}", max(20, columns - 1)))
