@@ -424,3 +424,14 @@ def test_plugins_show_gives_an_override_without_a_docstring_the_description_it_o
     assert rows["estimator"] == "'rloo' Name of the advantage estimator plugin."
     assert rows["use_critic"] == "False This algorithm is critic-free."
     assert rows["boost"] == "1.0 How much to boost."
+
+
+def test_plugins_check_says_which_names_are_allowed_for_a_spec_name_out_of_form(tmp_path):
+    """The row said "String should match pattern '^[a-z][a-z0-9-]*$'", and was cut before the name (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.diagnostics": {"walk-bad": "walkplug:BAD"}},
+                       THIRD_PARTY + "BAD = DiagnosticSpec(name='Walk_Bad', summary='bad.', factory='walkplug:NOSET')\n")
+    out = ragen("plugins", "check", "--kind", "diagnostic", env=env)
+    assert out.returncode == 1
+    (row,) = [line for line in out.stdout.splitlines() if " walk-bad " in line]
+    assert row.endswith("name: a plugin name is lower-case letters, digits and '-', starting with a letter, e.g. 'walk-bad' "
+                        "(got 'Walk_Bad')")

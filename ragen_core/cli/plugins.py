@@ -161,7 +161,8 @@ def check_plugins(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
+            # the first line whole up to 300 characters: a load error's own words come after ~130 of prefix
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", clip(f"{type(exc).__name__}: {first}", 300)])
     for stray in registry.stray_entry_points() if not args.kind else []:  # a misspelt group: its plugin is never found
         failures += 1
         table.append(["?", stray.name, stray.dist_name, "", "FAILED", f"entry-point group {stray.group!r} is not one RAGEN reads"
