@@ -435,3 +435,41 @@ def test_plugins_check_says_which_names_are_allowed_for_a_spec_name_out_of_form(
     (row,) = [line for line in out.stdout.splitlines() if " walk-bad " in line]
     assert row.endswith("name: a plugin name is lower-case letters, digits and '-', starting with a letter, e.g. 'walk-bad' "
                         "(got 'Walk_Bad')")
+
+
+WIDE = '''
+from typing import Literal
+from ragen_core import AlgorithmSpec
+from ragen_core.interfaces.algorithm import AlgorithmConfig
+
+class WideConfig(AlgorithmConfig):
+    loss_agg_mode: Literal["token-mean", "my-mode"] = "token-mean"
+    kl_loss_type: Literal["k1", "k9"] = "k1"
+
+WIDE = AlgorithmSpec(name="walkwide", summary="widens loss_agg_mode.", factory="ragen_core:Algorithm", config_model=WideConfig,
+                     presets={"mine": {"loss_agg_mode": "my-mode"}})
+class WideDefault(WideConfig):
+    loss_agg_mode: Literal["token-mean", "my-mode"] = "my-mode"
+
+WIDE_DEFAULT = AlgorithmSpec(name="walkwide2", summary="defaults to a mode no loss implements.", factory="ragen_core:Algorithm",
+                             config_model=WideDefault)
+'''
+
+
+def test_a_loss_setting_no_loss_code_implements_is_refused_by_plugins_check_and_before_a_run(tmp_path):
+    """An algorithm config that widens loss_agg_mode (or a KL type) past what the loss code
+    implements passed `plugins check` and `--print-config`, and a run stopped at its first update
+    (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.algorithms": {"walkwide": "walkplug:WIDE", "walkwide2": "walkplug:WIDE_DEFAULT"}}, WIDE)
+    out = ragen("plugins", "check", "--kind", "algorithm", env=env)
+    assert out.returncode == 1
+    rows = {line.split()[1]: line for line in out.stdout.splitlines()[1:] if line.strip() and "FAILED" in line}
+    assert "its preset 'mine' is broken" in rows["walkwide"] and "loss_agg_mode: 'my-mode' is no aggregation the loss code implements" \
+        in rows["walkwide"]
+    assert "the default of loss_agg_mode fails its own validation" in rows["walkwide2"]
+    env["RAGEN_LOAD_PLUGINS"] += ",ragen-env-bandit,ragen-algo-grpo,ragen-filters"
+    out = ragen("run", "--env", "bandit", "--algo", "walkwide", "algo_config.kl_loss_type=k9", "--print-config", env=env)
+    assert out.returncode == 2
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("PluginConfigError: invalid config: algo_config.kl_loss_type: 'k9' is no KL estimator the loss code "
+                            "implements: one of abs, abs+, k1, ") and first.endswith(" (got 'k9')")

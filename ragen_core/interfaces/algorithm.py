@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ragen_core.specs import PluginConfig, with_overrides
 
@@ -60,6 +60,26 @@ class AlgorithmConfig(PluginConfig):
     """DAPO: drop groups whose rewards are all equal before the update."""
     global_token_norm: bool = True
     """Normalise ``token-mean`` by the mini-batch's token count, not per micro-batch (fixes L9)."""
+
+    @field_validator("loss_agg_mode")
+    @classmethod
+    def _implemented_aggregation(cls, value: str) -> str:
+        """A plugin's config may narrow these choices, not add to them: the loss code (not the
+        plugin) aggregates, and a value it lacks stopped a run at its first update."""
+        from ragen_core.trainer.losses import AGG_MODES
+
+        if value not in AGG_MODES:
+            raise ValueError(f"{value!r} is no aggregation the loss code implements: one of {', '.join(AGG_MODES)}")
+        return value
+
+    @field_validator("kl_loss_type", "kl_in_reward_type")
+    @classmethod
+    def _implemented_kl(cls, value: str) -> str:
+        from ragen_core.trainer.losses import KL_KINDS
+
+        if value not in KL_KINDS:
+            raise ValueError(f"{value!r} is no KL estimator the loss code implements: one of {', '.join(KL_KINDS)}")
+        return value
 
     def check_response_budget(self, max_new_tokens: int) -> None:
         """Refuse settings that cannot work with replies of at most ``max_new_tokens`` tokens (the
