@@ -525,3 +525,23 @@ def test_the_kit_takes_a_nan_diagnostic_metric_as_a_run_logs_it():
     with pytest.raises(AssertionError, match="is not a number"):
         check_diagnostic(type("Text", (), {"ragen_on_rollout_end": hookimpl(lambda self, trajectories, step, context: {"mine/x": "a"})})(),
                          [traj], context=None)
+
+
+class ZeroNorm(Algorithm):
+    @property
+    def agg_kwargs(self):
+        return {"norm_constant": 0.0}
+
+
+def test_an_algorithm_whose_norm_constant_is_no_positive_number_is_refused_when_the_run_is_set_up(tmp_path):
+    """agg_kwargs' norm_constant=0.0 trained with the padded width as divisor, without a word (helper-80's walk)."""
+    registry.register(AlgorithmSpec(name="test-zero-norm", factory=f"{__name__}:ZeroNorm"))
+    try:
+        cfg = toy_run_config(tmp_path / "run", "algo=test-zero-norm", "algo_config.loss_agg_mode=seq-mean-token-sum-norm", steps=1)
+        with pytest.raises(PluginError) as err, Trainer(cfg) as trainer:
+            trainer.train()
+        assert err.value.message == ("algorithm 'test-zero-norm' (<in-process>): its agg_kwargs give norm_constant=0.0, but "
+                                     "seq-mean-token-sum-norm divides the loss by it: a positive number, or None for the padded "
+                                     "response width")
+    finally:
+        registry.unregister("algorithm", "test-zero-norm")

@@ -134,3 +134,26 @@ class Algorithm:
         The trainer reads ``norm_constant`` (``seq-mean-token-sum-norm``'s divisor).
         """
         return {}
+
+
+def check_agg_kwargs(algorithm: Algorithm) -> None:
+    """Refuse :attr:`Algorithm.agg_kwargs` the loss code cannot use, before a model loads (called
+    where the trainer builds the algorithm, and by ``ragen plugins check --strict``): a
+    ``norm_constant`` that is neither None (divide by the padded response width) nor a positive
+    finite number. Read as "unset", a 0 trained with the padded width as divisor.
+
+    Raises:
+        PluginError: naming the algorithm and the value.
+    """
+    import math
+
+    from ragen_core.errors import PluginError
+    from ragen_core.registry import plugin_label
+
+    value = algorithm.agg_kwargs.get("norm_constant")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise PluginError(f"{plugin_label(algorithm)}: its agg_kwargs give norm_constant={value!r}, but seq-mean-token-sum-norm divides "
+                          "the loss by it: a positive number, or None for the padded response width",
+                          ["fix the algorithm's agg_kwargs (or the setting they come from)"])
