@@ -473,3 +473,42 @@ def test_a_loss_setting_no_loss_code_implements_is_refused_by_plugins_check_and_
     first = out.stderr.splitlines()[0]
     assert first.startswith("PluginConfigError: invalid config: algo_config.kl_loss_type: 'k9' is no KL estimator the loss code "
                             "implements: one of abs, abs+, k1, ") and first.endswith(" (got 'k9')")
+
+
+BUILDS = '''
+from ragen_core import Algorithm, AlgorithmSpec, FilterSpec
+from ragen_core.interfaces.rollout_filter import FilterConfig, RolloutFilter
+
+class BrokenFilter(RolloutFilter):
+    def __init__(self, config=None):
+        raise RuntimeError("walkfilter cannot be built")
+
+    def select(self, rollouts):
+        raise AssertionError("never built")
+
+class ZeroNorm(Algorithm):
+    @property
+    def agg_kwargs(self):
+        return {"norm_constant": 0.0}
+
+FILT = FilterSpec(name="walkfilter", summary="cannot be built.", factory="walkplug:BrokenFilter")
+ALGO = AlgorithmSpec(name="walkzero", summary="divides by zero.", factory="walkplug:ZeroNorm")
+'''
+
+
+def test_plugins_check_strict_builds_the_plugins_whose_building_is_cheap(tmp_path):
+    """`plugins check --strict` said 'ok' to a filter whose constructor raises and to an algorithm whose
+    agg_kwargs a run refuses (helper-80's walk): --strict builds estimators, algorithms, filters and
+    diagnostics with their default settings (cheap: no model, no data); without it nothing is built."""
+    env = _third_party(tmp_path, {"ragen_core.rollout_filters": {"walkfilter": "walkplug:FILT"},
+                                  "ragen_core.algorithms": {"walkzero": "walkplug:ALGO"}}, BUILDS)
+    env["RAGEN_LOAD_PLUGINS"] += ",ragen-algo-grpo"  # walkzero's estimator, grpo
+    relaxed = ragen("plugins", "check", "--kind", "filter", env=env)
+    assert relaxed.returncode == 0, relaxed.stdout
+    strict = ragen("plugins", "check", "--strict", env=env)
+    assert strict.returncode == 1
+    rows = {line.split()[1]: line for line in strict.stdout.splitlines()[1:] if line.strip()}
+    assert rows["walkfilter"].split("FAILED", 1)[1].strip() == ("PluginError: filter 'walkfilter' (ragen-walk 0.0.1) raised in its factory "
+                                                                "walkplug:BrokenFilter: RuntimeError: walkfilter cannot be built")
+    assert "FAILED    PluginError: algorithm 'walkzero' (ragen-walk 0.0.1): its agg_kwargs give norm_constant=0.0" in rows["walkzero"]
+    assert " ok " in rows["grpo"]  # an installed algorithm, built

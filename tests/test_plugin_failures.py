@@ -322,9 +322,11 @@ def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
 
 def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_it(capsys, tmp_path, monkeypatch):
     """A factory string naming a class its module does not define is found from the module's
-    source (no import); ``--strict`` imports the implementation, so one that fails to import fails."""
+    source (no import); ``--strict`` imports the implementation, so one that fails to import fails (and
+    builds it: Real is a whole filter)."""
     (tmp_path / "fakefactory_nope.py").write_text("import json\nfrom ragen_core.interfaces.rollout_filter import RolloutFilter\n"
-                                                  "class Real(RolloutFilter):\n    pass\nif True:\n    ALSO = 1\n"
+                                                  "class Real(RolloutFilter):\n    def select(self, rollouts):\n        pass\n"
+                                                  "if True:\n    ALSO = 1\n"
                                                   "for LOOPED in [1]:\n    pass\nglobals()['DYNAMIC'] = 1\n", encoding="utf-8")
     (tmp_path / "fakefactory_raises.py").write_text("raise ImportError('needs a library that is not installed')\nclass F:\n    pass\n",
                                                     encoding="utf-8")

@@ -6,7 +6,8 @@ every plugin's spec and validates it (its factory's module and name read from so
 importing the implementation; defaults; presets; recipes); a name that two distributions provide
 is a failure too (``ragen run`` would refuse it). Any failure exits 1. ``--strict`` (or
 ``RAGEN_STRICT_PLUGINS=1``) also imports every implementation, as a run would (heavier: torch and
-the env's own dependencies), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+the env's own dependencies), and builds the estimators, algorithms, filters and diagnostics with
+their default settings (:data:`BUILT_BY_STRICT`), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
     parser.add_argument("--kind", choices=[*GROUPS, "command"], help="only this kind ('command': subcommands plugins add to ragen)")
     parser.add_argument("--strict", action="store_true",
-                        help="'check': also import every plugin's implementation, as a run would (any failure exits 1 either way)")
+                        help="'check': also import every plugin's implementation, as a run would, and build the estimators, "
+                             "algorithms, filters and diagnostics with their default settings (any failure exits 1 either way)")
     parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
 
 
@@ -157,6 +159,8 @@ def check_plugins(args: argparse.Namespace) -> int:
                 unavailable += 1
                 table.append([e.kind, e.name, e.dist_name, e.dist_version, "unavailable", clip(missing, 160)])
                 continue
+            if strict:
+                _build(reg, e, spec)
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
@@ -197,6 +201,29 @@ def _import_specs(reg: Any, entries: list[Any]) -> tuple[dict[str, list[str]], d
         if pulled:
             heavy[e.qualified] = pulled
     return heavy, took
+
+
+#: Kinds ``check --strict`` builds with their default settings: building one reads its config only
+#: (the shipped ones take milliseconds, all of them together about 0.2 s). An env may load its data
+#: or start a server, an engine loads a model and a pool starts workers: those are not built.
+BUILT_BY_STRICT = ("estimator", "algorithm", "filter", "diagnostic")
+
+
+def _build(reg: Any, entry: Any, spec: Any) -> None:
+    """Build a plugin of a :data:`BUILT_BY_STRICT` kind with its default settings, as a run would
+    (an algorithm's ``agg_kwargs`` checked as the trainer checks them); nothing for other kinds or
+    for a plugin with settings that have no default (a run names them).
+
+    Raises:
+        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs are refused.
+    """
+    if entry.kind not in BUILT_BY_STRICT or any(f.is_required() for f in spec.config_model.model_fields.values()):
+        return
+    built = reg.make(entry.kind, entry.qualified)
+    if entry.kind == "algorithm":
+        from ragen_core.interfaces.algorithm import check_agg_kwargs
+
+        check_agg_kwargs(built)
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
