@@ -48,7 +48,7 @@ def ragen_on_rollout_end(trajectories: Any, step: int, context: Any) -> dict[str
         context: The trainer context (current policy model, tokenizer, config).
 
     Returns:
-        Metrics to log this step, or ``None``.
+        Metrics to log this step, named ``family/metric``, or ``None``.
     """
 
 
@@ -123,6 +123,21 @@ def _raised_in(label: str, name: str, exc: Exception) -> PluginError:
     """The one-line :class:`~ragen_core.errors.PluginError` of observer ``label`` raising ``exc`` in hook ``name``."""
     return PluginError(f"{label} raised in {name}: {type(exc).__name__}: {exc}",
                        ["fix the plugin, or run without it; 'ragen -v ...' shows its traceback"])
+
+
+METRIC_KEY_RULE = "a metric is named 'family/metric' (e.g. 'mine/mi')"
+"""What :func:`is_metric_key` asks of the keys ``ragen_on_rollout_end`` returns, in words."""
+
+
+def is_metric_key(key: object) -> bool:
+    """Whether ``key`` names a metric as the hook's dict must (:data:`METRIC_KEY_RULE`): a string
+    ``family/metric``, both parts non-empty. A key without a family can clash with the run's own
+    (``step`` overwrote the step of the metrics.jsonl row); the run and ``check_diagnostic`` both
+    ask this of every key."""
+    if not isinstance(key, str):
+        return False
+    family, sep, metric = key.partition("/")
+    return bool(family and sep and metric)
 
 
 def hook_metrics(pm: pluggy.PluginManager, name: str, **kwargs: Any) -> list[tuple[str, dict[str, Any]]]:

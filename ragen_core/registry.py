@@ -47,6 +47,7 @@ from ragen_core.specs import (
     COMMAND_GROUP,
     GROUPS,
     NAME_PATTERN,
+    NAME_RULE,
     SPEC_CLASSES,
     EnvSpec,
     EstimatorSpec,
@@ -403,8 +404,7 @@ class Registry:
             kinds = ", ".join(cls.__name__ for cls in SPEC_CLASSES.values())
             raise UsageError(f"cannot register {article(type(spec).__name__)}: register takes a plugin spec ({kinds})")
         if not re.fullmatch(NAME_PATTERN, spec.name):  # model_copy(update=...) skips the spec's own validation
-            raise RegistryError(f"cannot register {kind} {spec.name!r}: a plugin name is lower-case letters, digits and '-', "
-                                "starting with a letter", [f"register it as {_normal_form(spec.name)!r}"])
+            raise RegistryError(f"cannot register {kind} {spec.name!r}: a plugin name is {NAME_RULE}", [f"register it as {normal_form(spec.name)!r}"])
         entry = PluginEntry(kind=kind, name=spec.name, value=f"{dist}:{spec.name}", dist_name=normalize_name(dist), dist_version=version, spec=spec)
         with self._lock:
             self._local[kind] = [e for e in self._local[kind] if not (e.name == spec.name and e.dist_name == entry.dist_name)]
@@ -513,8 +513,8 @@ def stray_entry_points() -> list[StrayEntryPoint]:
     return list(found.values())
 
 
-def _normal_form(name: str) -> str:
-    """The closest valid plugin name to ``name`` (for the hint of a refused registration)."""
+def normal_form(name: str) -> str:
+    """The closest valid plugin name to ``name`` (for the errors that refuse one)."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", normalize_name(name)).strip("-")
     return cleaned if re.fullmatch(NAME_PATTERN, cleaned) else f"plugin-{cleaned}".rstrip("-")
 

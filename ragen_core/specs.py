@@ -12,6 +12,7 @@ process (a Ray worker, an HTTP env server) from ``(kind, name, config JSON)``.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -34,6 +35,8 @@ COMMAND_GROUP = "ragen_core.commands"
 Kind = Literal["env", "estimator", "algorithm", "filter", "diagnostic", "engine", "pool"]
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]*$"
+NAME_RULE = "lower-case letters, digits and '-', starting with a letter"
+""":data:`NAME_PATTERN` in words, for the errors that refuse a name."""
 
 
 def normalize_name(name: str) -> str:
@@ -181,8 +184,8 @@ class PluginSpec(CheckedModel):
 
     kind: ClassVar[str] = "plugin"
 
-    name: str = Field(pattern=NAME_PATTERN)
-    """User-visible name (``sokoban``, ``grpo``, ``snr-topp``); must be in normal form."""
+    name: str
+    """User-visible name (``sokoban``, ``grpo``, ``snr-topp``); must be in normal form (:data:`NAME_RULE`)."""
     summary: str = ""
     """One line shown by ``ragen plugins``."""
     config_model: type[PluginConfig] = PluginConfig
@@ -217,6 +220,15 @@ class PluginSpec(CheckedModel):
             return []
         found = import_string(self.availability)(config)
         return [str(w) for w in found] if found else []
+
+    @field_validator("name")
+    @classmethod
+    def _name_in_normal_form(cls, value: str) -> str:
+        if not re.fullmatch(NAME_PATTERN, value):  # in words: a regex (the Field pattern's error) tells a user little
+            from ragen_core.registry import normal_form
+
+            raise ValueError(f"a plugin name is {NAME_RULE}, e.g. {normal_form(value)!r}")  # "(got ...)" follows
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -379,3 +379,136 @@ def test_plugins_check_names_a_spec_module_that_imports_torch(tmp_path):
     (row,) = [line for line in out.stdout.splitlines() if " heavy " in line]
     assert "its spec module imports torch" in row
     assert not any("imports torch" in line for line in out.stdout.splitlines() if " heavy " not in line)  # ours import none
+
+
+THIRD_PARTY = '''
+from pydantic import Field
+from ragen_core import AlgorithmSpec, DiagnosticSpec
+from ragen_core.interfaces.algorithm import AlgorithmConfig
+
+class WalkAlgoConfig(AlgorithmConfig):
+    estimator: str = "rloo"
+    use_critic: bool = Field(default=False, description="This algorithm is critic-free.")
+    boost: float = 1.0
+    """How much to boost."""
+
+ALGO = AlgorithmSpec(name="walkalgo", summary="a walk algorithm.", factory="ragen_core:Algorithm", config_model=WalkAlgoConfig)
+NOSET = DiagnosticSpec(name="walknoset", summary="takes no settings.", factory="walkplug:NOSET")
+'''
+
+
+def _third_party(tmp_path, entry_points: dict[str, dict[str, str]], source: str = THIRD_PARTY) -> dict[str, str]:
+    """A third-party distribution ``ragen-walk`` (module ``walkplug``) and the environment of a
+    ``ragen`` subprocess that sees it alone among the non-core plugins, on a wide terminal."""
+    fake_entry_points(tmp_path, "ragen-walk", entry_points, modules={"walkplug.py": source}, add_to_path=False)
+    return {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""), "RAGEN_LOAD_PLUGINS": "ragen-walk",
+            "COLUMNS": "200"}
+
+
+def test_plugins_show_says_in_one_line_that_a_plugin_has_no_settings(tmp_path):
+    """A plugin without settings showed an empty FIELD/TYPE/DEFAULT/DESCRIPTION table (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.diagnostics": {"walknoset": "walkplug:NOSET"}})
+    out = ragen("plugins", "show", "diagnostic", "walknoset", env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().splitlines()[-1] == "config fields: none (diagnostic walknoset takes no settings)"
+    assert "FIELD" not in out.stdout
+
+
+def test_plugins_show_gives_an_override_without_a_docstring_the_description_it_overrides(tmp_path):
+    """``estimator: str = "rloo"`` in a plugin's AlgorithmConfig showed no description, although
+    AlgorithmConfig documents estimator (helper-80's walk); an override's own description wins."""
+    env = _third_party(tmp_path, {"ragen_core.algorithms": {"walkalgo": "walkplug:ALGO"}})
+    out = ragen("plugins", "show", "algorithm", "walkalgo", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: " ".join(line.split()[2:]) for line in out.stdout.splitlines() if line[:1].isalpha()}  # DEFAULT DESCRIPTION
+    assert rows["estimator"] == "'rloo' Name of the advantage estimator plugin."
+    assert rows["use_critic"] == "False This algorithm is critic-free."
+    assert rows["boost"] == "1.0 How much to boost."
+
+
+def test_plugins_check_says_which_names_are_allowed_for_a_spec_name_out_of_form(tmp_path):
+    """The row said "String should match pattern '^[a-z][a-z0-9-]*$'", and was cut before the name (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.diagnostics": {"walk-bad": "walkplug:BAD"}},
+                       THIRD_PARTY + "BAD = DiagnosticSpec(name='Walk_Bad', summary='bad.', factory='walkplug:NOSET')\n")
+    out = ragen("plugins", "check", "--kind", "diagnostic", env=env)
+    assert out.returncode == 1
+    (row,) = [line for line in out.stdout.splitlines() if " walk-bad " in line]
+    assert row.endswith("name: a plugin name is lower-case letters, digits and '-', starting with a letter, e.g. 'walk-bad' "
+                        "(got 'Walk_Bad')")
+
+
+WIDE = '''
+from typing import Literal
+from ragen_core import AlgorithmSpec
+from ragen_core.interfaces.algorithm import AlgorithmConfig
+
+class WideConfig(AlgorithmConfig):
+    loss_agg_mode: Literal["token-mean", "my-mode"] = "token-mean"
+    kl_loss_type: Literal["k1", "k9"] = "k1"
+
+WIDE = AlgorithmSpec(name="walkwide", summary="widens loss_agg_mode.", factory="ragen_core:Algorithm", config_model=WideConfig,
+                     presets={"mine": {"loss_agg_mode": "my-mode"}})
+class WideDefault(WideConfig):
+    loss_agg_mode: Literal["token-mean", "my-mode"] = "my-mode"
+
+WIDE_DEFAULT = AlgorithmSpec(name="walkwide2", summary="defaults to a mode no loss implements.", factory="ragen_core:Algorithm",
+                             config_model=WideDefault)
+'''
+
+
+def test_a_loss_setting_no_loss_code_implements_is_refused_by_plugins_check_and_before_a_run(tmp_path):
+    """An algorithm config that widens loss_agg_mode (or a KL type) past what the loss code
+    implements passed `plugins check` and `--print-config`, and a run stopped at its first update
+    (helper-80's walk)."""
+    env = _third_party(tmp_path, {"ragen_core.algorithms": {"walkwide": "walkplug:WIDE", "walkwide2": "walkplug:WIDE_DEFAULT"}}, WIDE)
+    out = ragen("plugins", "check", "--kind", "algorithm", env=env)
+    assert out.returncode == 1
+    rows = {line.split()[1]: line for line in out.stdout.splitlines()[1:] if line.strip() and "FAILED" in line}
+    assert "its preset 'mine' is broken" in rows["walkwide"] and "loss_agg_mode: 'my-mode' is no aggregation the loss code implements" \
+        in rows["walkwide"]
+    assert "the default of loss_agg_mode fails its own validation" in rows["walkwide2"]
+    env["RAGEN_LOAD_PLUGINS"] += ",ragen-env-bandit,ragen-algo-grpo,ragen-filters"
+    out = ragen("run", "--env", "bandit", "--algo", "walkwide", "algo_config.kl_loss_type=k9", "--print-config", env=env)
+    assert out.returncode == 2
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("PluginConfigError: invalid config: algo_config.kl_loss_type: 'k9' is no KL estimator the loss code "
+                            "implements: one of abs, abs+, k1, ") and first.endswith(" (got 'k9')")
+
+
+BUILDS = '''
+from ragen_core import Algorithm, AlgorithmSpec, FilterSpec
+from ragen_core.interfaces.rollout_filter import FilterConfig, RolloutFilter
+
+class BrokenFilter(RolloutFilter):
+    def __init__(self, config=None):
+        raise RuntimeError("walkfilter cannot be built")
+
+    def select(self, rollouts):
+        raise AssertionError("never built")
+
+class ZeroNorm(Algorithm):
+    @property
+    def agg_kwargs(self):
+        return {"norm_constant": 0.0}
+
+FILT = FilterSpec(name="walkfilter", summary="cannot be built.", factory="walkplug:BrokenFilter")
+ALGO = AlgorithmSpec(name="walkzero", summary="divides by zero.", factory="walkplug:ZeroNorm")
+'''
+
+
+def test_plugins_check_strict_builds_the_plugins_whose_building_is_cheap(tmp_path):
+    """`plugins check --strict` said 'ok' to a filter whose constructor raises and to an algorithm whose
+    agg_kwargs a run refuses (helper-80's walk): --strict builds estimators, algorithms, filters and
+    diagnostics with their default settings (cheap: no model, no data); without it nothing is built."""
+    env = _third_party(tmp_path, {"ragen_core.rollout_filters": {"walkfilter": "walkplug:FILT"},
+                                  "ragen_core.algorithms": {"walkzero": "walkplug:ALGO"}}, BUILDS)
+    env["RAGEN_LOAD_PLUGINS"] += ",ragen-algo-grpo"  # walkzero's estimator, grpo
+    relaxed = ragen("plugins", "check", "--kind", "filter", env=env)
+    assert relaxed.returncode == 0, relaxed.stdout
+    strict = ragen("plugins", "check", "--strict", env=env)
+    assert strict.returncode == 1
+    rows = {line.split()[1]: line for line in strict.stdout.splitlines()[1:] if line.strip()}
+    assert rows["walkfilter"].split("FAILED", 1)[1].strip() == ("PluginError: filter 'walkfilter' (ragen-walk 0.0.1) raised in its factory "
+                                                                "walkplug:BrokenFilter: RuntimeError: walkfilter cannot be built")
+    assert "FAILED    PluginError: algorithm 'walkzero' (ragen-walk 0.0.1): its agg_kwargs give norm_constant=0.0" in rows["walkzero"]
+    assert " ok " in rows["grpo"]  # an installed algorithm, built

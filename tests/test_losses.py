@@ -491,3 +491,16 @@ def test_policy_loss_at_ratio_one_is_minus_advantage(tokens):
         and metrics["pg_clipfrac_lower"] == 0.0
         and metrics["ppo_kl"] == 0.0
     )
+
+
+def test_a_norm_constant_of_zero_is_not_taken_for_unset():
+    """``norm_constant=0.0`` from an algorithm's agg_kwargs was read as "none given" (a falsy check)
+    and the loss divided by the padded width instead (helper-80's walk): only None means that, and
+    a normaliser that is not a positive number is refused, 0 included (the loss is divided by it)."""
+    mask = t(LMASK)
+    assert L.minibatch_normalisers("seq-mean-token-sum-norm", mask, global_norm=True) == {"norm_constant": float(mask.shape[-1])}
+    assert L.minibatch_normalisers("seq-mean-token-sum-norm", mask, global_norm=True, norm_constant=2.0) == {"norm_constant": 2.0}
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ConfigError, match=r"^seq-mean-token-sum-norm needs a positive normaliser"):
+            L.agg_loss(t(LOSS), mask, "seq-mean-token-sum-norm",
+                       **L.minibatch_normalisers("seq-mean-token-sum-norm", mask, global_norm=True, norm_constant=bad))

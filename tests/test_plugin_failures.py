@@ -92,6 +92,8 @@ class OddReturn:
 
     @hookimpl
     def ragen_on_rollout_end(self, trajectories, step, context):
+        if self.kind == "bare":  # keys without a family: 'step' would overwrite the step of metrics.jsonl's row
+            return {"mi": 0.5, "step": 99.0, "/x": 1.0, "odd/fine": 1.0}
         return [1.0] if self.kind == "list" else {"odd/value": "high", "odd/fine": 1.0, "odd/nan": math.nan}
 
 
@@ -320,9 +322,11 @@ def test_plugins_check_reads_factories_and_defaults(capsys, spec, row):
 
 def test_plugins_check_finds_a_factory_name_the_module_lacks_and_strict_imports_it(capsys, tmp_path, monkeypatch):
     """A factory string naming a class its module does not define is found from the module's
-    source (no import); ``--strict`` imports the implementation, so one that fails to import fails."""
+    source (no import); ``--strict`` imports the implementation, so one that fails to import fails (and
+    builds it: Real is a whole filter)."""
     (tmp_path / "fakefactory_nope.py").write_text("import json\nfrom ragen_core.interfaces.rollout_filter import RolloutFilter\n"
-                                                  "class Real(RolloutFilter):\n    pass\nif True:\n    ALSO = 1\n"
+                                                  "class Real(RolloutFilter):\n    def select(self, rollouts):\n        pass\n"
+                                                  "if True:\n    ALSO = 1\n"
                                                   "for LOOPED in [1]:\n    pass\nglobals()['DYNAMIC'] = 1\n", encoding="utf-8")
     (tmp_path / "fakefactory_raises.py").write_text("raise ImportError('needs a library that is not installed')\nclass F:\n    pass\n",
                                                     encoding="utf-8")
@@ -525,3 +529,47 @@ def test_the_kit_takes_a_nan_diagnostic_metric_as_a_run_logs_it():
     with pytest.raises(AssertionError, match="is not a number"):
         check_diagnostic(type("Text", (), {"ragen_on_rollout_end": hookimpl(lambda self, trajectories, step, context: {"mine/x": "a"})})(),
                          [traj], context=None)
+
+
+class ZeroNorm(Algorithm):
+    @property
+    def agg_kwargs(self):
+        return {"norm_constant": 0.0}
+
+
+def test_an_algorithm_whose_norm_constant_is_no_positive_number_is_refused_when_the_run_is_set_up(tmp_path):
+    """agg_kwargs' norm_constant=0.0 trained with the padded width as divisor, without a word (helper-80's walk)."""
+    registry.register(AlgorithmSpec(name="test-zero-norm", factory=f"{__name__}:ZeroNorm"))
+    try:
+        cfg = toy_run_config(tmp_path / "run", "algo=test-zero-norm", "algo_config.loss_agg_mode=seq-mean-token-sum-norm", steps=1)
+        with pytest.raises(PluginError) as err, Trainer(cfg) as trainer:
+            trainer.train()
+        assert err.value.message == ("algorithm 'test-zero-norm' (<in-process>): its agg_kwargs give norm_constant=0.0, but "
+                                     "seq-mean-token-sum-norm divides the loss by it: a positive number, or None for the padded "
+                                     "response width")
+    finally:
+        registry.unregister("algorithm", "test-zero-norm")
+
+
+def test_a_diagnostic_metric_named_without_a_family_is_said_once_and_not_logged_as_the_kit_says(tmp_path, capsys):
+    """check_diagnostic refused a key without 'family/' (the README's contract) while a run logged it,
+    and a key 'step' overwrote the step of the metrics.jsonl row (helper-80's walk): a run now does
+    what the kit says, and the kit says what the run does."""
+    from ragen_core import Trajectory, Turn
+    from ragen_core.testing.plugin_checks import check_diagnostic
+
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-odd-return]", "diagnostics_config.test-odd-return.kind=bare", steps=2)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    assert history[0]["odd/fine"] == 1.0 and not {"mi", "/x"} & set(history[0])
+    assert [row["step"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+    said = [line for line in capsys.readouterr().err.splitlines() if "family/metric" in line]
+    assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end: a metric is named "
+                    "'family/metric' (e.g. 'mine/mi'): not logged" for key in ("mi", "step", "/x")]  # once each, not every step
+    traj = Trajectory(env="bandit", tag="Bandit", group_id=0, member=0, seed=0, env_id=0,
+                      turns=[Turn(prompt_ids=[1], response_ids=[2], response_text="x")])
+    bare = type("Bare", (), {"ragen_on_rollout_end": hookimpl(lambda self, trajectories, step, context: {"mine/": 1.0})})()
+    with pytest.raises(AssertionError, match=r"^diagnostic metric key 'mine/': a metric is named 'family/metric' \(e\.g\. 'mine/mi'\), "
+                                             r"as a run logs only those"):
+        check_diagnostic(bare, [traj], context=None)
+

@@ -276,3 +276,19 @@ def test_settings_that_are_not_a_mapping_are_the_callers_error():
             assert "report it" not in str(err.value)
     finally:
         registry.unregister("env", "test-map-env")
+
+
+def test_a_spec_name_out_of_form_is_refused_in_words_not_as_the_regex(sandbox):
+    """A spec named 'Walk_Bad' failed to load with "String should match pattern '^[a-z][a-z0-9-]*$'"
+    (helper-80's walk): the error says which names are allowed, and the name in that form."""
+    tmp, reg = sandbox
+    _add(tmp, "fake-walk", "walk-bad", "fakeplug_walkbad")
+    (tmp / "fakeplug_walkbad.py").write_text(_spec_module("Walk_Bad", "fakeplug_walkbad"))
+    importlib.invalidate_caches()
+    with pytest.raises(PluginLoadError) as err:
+        reg.get_spec("env", "walk-bad")
+    assert "name: a plugin name is lower-case letters, digits and '-', starting with a letter, e.g. 'walk-bad' (got 'Walk_Bad')" \
+        in err.value.message
+    assert "pattern" not in err.value.message and "^[" not in err.value.message
+    with pytest.raises(ValueError, match=r"^EnvSpec: invalid config: name: a plugin name is lower-case .*, e\.g\. 'plugin-9lives' \(got '9lives'\)$"):
+        EnvSpec(name="9lives", factory="x:y")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ragen_core.errors import RagenError
-from ragen_core.specs import NAME_PATTERN
+from ragen_core.specs import NAME_PATTERN, NAME_RULE
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "ragen-env-template"
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def scaffold(name: str, parent: str | Path = ".", *, force: bool = False) -> Path:
     """Create ``<parent>/ragen-env-<name>`` from the template and return its path."""
     if not re.match(NAME_PATTERN, name):
-        raise RagenError(f"invalid env name {name!r}: use lower-case letters, digits and '-', starting with a letter",
+        raise RagenError(f"invalid env name {name!r}: use {NAME_RULE}",
                          ["example: ragen init-env mygrid"])
     if name.endswith("-") or "--" in name:  # ragen-env-grid- is no valid distribution; my--grid installs as my-grid
         raise RagenError(f"invalid env name {name!r}: a '-' must sit between letters or digits (not at the end, not doubled): "

@@ -6,7 +6,8 @@ every plugin's spec and validates it (its factory's module and name read from so
 importing the implementation; defaults; presets; recipes); a name that two distributions provide
 is a failure too (``ragen run`` would refuse it). Any failure exits 1. ``--strict`` (or
 ``RAGEN_STRICT_PLUGINS=1``) also imports every implementation, as a run would (heavier: torch and
-the env's own dependencies), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+the env's own dependencies), and builds the estimators, algorithms, filters and diagnostics with
+their default settings (:data:`BUILT_BY_STRICT`), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="*", help="for 'show': KIND NAME (e.g. env sokoban)")
     parser.add_argument("--kind", choices=[*GROUPS, "command"], help="only this kind ('command': subcommands plugins add to ragen)")
     parser.add_argument("--strict", action="store_true",
-                        help="'check': also import every plugin's implementation, as a run would (any failure exits 1 either way)")
+                        help="'check': also import every plugin's implementation, as a run would, and build the estimators, "
+                             "algorithms, filters and diagnostics with their default settings (any failure exits 1 either way)")
     parser.add_argument("--paths", action="store_true", help="show where each distribution is installed")
 
 
@@ -65,22 +67,29 @@ def _command_rows() -> list[tuple[Any, str]]:
             for name, offers in sorted(plugin_commands().items()) for entry in sorted(offers, key=lambda e: e.dist_name)]
 
 
-def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False) -> None:
+def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = False, wrap: dict[int, int] | None = None) -> None:
     """Columns padded to their widest cell. ``wrap_last`` wraps the last column to the terminal's
-    width (continuation lines under its start) instead of letting the terminal cut or fold it."""
+    width (continuation lines under its start) instead of letting the terminal cut or fold it;
+    ``wrap`` maps other columns to the width their cells wrap at, between words."""
     import shutil
     import textwrap
 
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    def lines(column: int, cell: str) -> list[str]:
+        if column in (wrap or {}) and len(cell) > (wrap or {})[column]:
+            return textwrap.wrap(cell, (wrap or {})[column], break_long_words=False, break_on_hyphens=False) or [""]
+        return [cell]
+
+    cells = [[lines(i, str(c)) for i, c in enumerate(r)] for r in rows]
+    widths = [max(len(line) for cell in col for line in cell) for col in zip([[h] for h in header], *cells)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     print(fmt.format(*header).rstrip())
     indent = sum(widths[:-1]) + 2 * (len(widths) - 1)
     room = max(20, shutil.get_terminal_size().columns - indent - 1)
-    for r in rows:
-        last = textwrap.wrap(str(r[-1]), room) if wrap_last and len(str(r[-1])) > room else [str(r[-1])]
-        print(fmt.format(*r[:-1], last[0] if last else "").rstrip())
-        for more in last[1:]:
-            print(" " * indent + more)
+    for r in cells:
+        text = r[-1][0]
+        last = textwrap.wrap(text, room) if wrap_last and len(text) > room else [text]
+        for k in range(max(len(last), *(len(c) for c in r[:-1]))):
+            print(fmt.format(*(c[k] if k < len(c) else "" for c in r[:-1]), last[k] if k < len(last) else "").rstrip())
 
 
 def list_plugins(args: argparse.Namespace) -> int:
@@ -150,11 +159,14 @@ def check_plugins(args: argparse.Namespace) -> int:
                 unavailable += 1
                 table.append([e.kind, e.name, e.dist_name, e.dist_version, "unavailable", clip(missing, 160)])
                 continue
+            if strict:
+                _build(reg, e, spec)
             table.append([e.kind, e.name, e.dist_name, e.dist_version, "ok", "; ".join(notes) if notes else spec.summary[:60]])
         except Exception as exc:  # noqa: BLE001 - report every plugin's failure on its own row
             failures += 1
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", f"{type(exc).__name__}: {first}"[:160]])
+            # the first line whole up to 300 characters: a load error's own words come after ~130 of prefix
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "FAILED", clip(f"{type(exc).__name__}: {first}", 300)])
     for stray in registry.stray_entry_points() if not args.kind else []:  # a misspelt group: its plugin is never found
         failures += 1
         table.append(["?", stray.name, stray.dist_name, "", "FAILED", f"entry-point group {stray.group!r} is not one RAGEN reads"
@@ -189,6 +201,29 @@ def _import_specs(reg: Any, entries: list[Any]) -> tuple[dict[str, list[str]], d
         if pulled:
             heavy[e.qualified] = pulled
     return heavy, took
+
+
+#: Kinds ``check --strict`` builds with their default settings: building one reads its config only
+#: (the shipped ones take milliseconds, all of them together about 0.2 s). An env may load its data
+#: or start a server, an engine loads a model and a pool starts workers: those are not built.
+BUILT_BY_STRICT = ("estimator", "algorithm", "filter", "diagnostic")
+
+
+def _build(reg: Any, entry: Any, spec: Any) -> None:
+    """Build a plugin of a :data:`BUILT_BY_STRICT` kind with its default settings, as a run would
+    (an algorithm's ``agg_kwargs`` checked as the trainer checks them); nothing for other kinds or
+    for a plugin with settings that have no default (a run names them).
+
+    Raises:
+        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs are refused.
+    """
+    if entry.kind not in BUILT_BY_STRICT or any(f.is_required() for f in spec.config_model.model_fields.values()):
+        return
+    built = reg.make(entry.kind, entry.qualified)
+    if entry.kind == "algorithm":
+        from ragen_core.interfaces.algorithm import check_agg_kwargs
+
+        check_agg_kwargs(built)
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
@@ -349,6 +384,15 @@ def type_name(annotation: Any) -> str:
     ``str()`` of a plain class gives ``<class 'int'>``; generic aliases and unions already print
     as code, apart from the ``typing.`` prefix.
     """
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # its constraints are pydantic's metadata, not the type (a FieldInfo repr)
+        return type_name(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType) and any(typing.get_origin(a) is typing.Annotated for a in typing.get_args(annotation)):
+        # `Annotated[int, Field(ge=2)] | Literal["all"]` is a typing.Union: shown as written, with `|`
+        return " | ".join("None" if a is type(None) else type_name(a) for a in typing.get_args(annotation))
     if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
         return annotation.__name__
     text = re.sub(r"<class '([\w.]+)'>", lambda m: m.group(1).rsplit(".", 1)[-1], str(annotation))
@@ -383,24 +427,34 @@ def show_plugin(args: argparse.Namespace) -> int:
     for name, recipe in getattr(spec, "recipes", {}).items():
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")
+    if not spec.config_model.model_fields:  # an empty FIELD/TYPE/DEFAULT/DESCRIPTION table said nothing
+        print(f"\nconfig fields: none ({spec.kind} {spec.name} takes no settings)")
+        return 0
     print("\nconfig fields:")
     print_fields(spec.config_model)
     return 0
 
 
+#: Terminal width from which ``ragen plugins show`` prints settings as a table: the width alone
+#: picks the layout, so every plugin (an algorithm's long ``Literal`` types, a filter's, an env's)
+#: comes out the same way on one terminal.
+TABLE_COLUMNS = 120
+
+
 def print_fields(model: Any) -> None:
-    """A config model's fields for the terminal: a table (FIELD, TYPE, DEFAULT, the description's
-    first sentence wrapped in its column) when at least 40 columns are left for the description;
-    on a narrower terminal each field as ``name: type = default`` with its whole first sentence
-    wrapped below, indented by four."""
+    """A config model's fields for the terminal: on a terminal of at least :data:`TABLE_COLUMNS`
+    columns a table (FIELD, TYPE wrapped in its column when long, DEFAULT, the description's first
+    sentence wrapped in its column); on a narrower one each field as ``name: type = default`` with
+    its whole first sentence wrapped below, indented by four."""
     import shutil
     import textwrap
 
     columns = shutil.get_terminal_size().columns
     rows = field_rows(model)
-    widths = [max(len(r[i]) for r in rows) if rows else 0 for i in range(3)]
-    if columns - (sum(widths) + 6) - 1 >= 40:
-        _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows, wrap_last=True)
+    if columns >= TABLE_COLUMNS:
+        name_w, type_w, default_w = (max(len(r[i]) for r in rows) for i in range(3))
+        room = columns - 1 - name_w - default_w - 6  # for TYPE and DESCRIPTION; the description keeps 40 or more
+        _print_table(["FIELD", "TYPE", "DEFAULT", "DESCRIPTION"], rows, wrap_last=True, wrap={1: min(type_w, max(room - 40, 12))})
         return
     for name, type_, default, description in field_rows(model, default_limit=max(12, columns - 12), description_limit=None):
         print(clip(f"{name}: {type_} = {default}", max(20, columns - 1)))
@@ -425,9 +479,20 @@ def field_rows(model: Any, prefix: str = "", *, default_limit: int = 30, descrip
             rows += field_rows(field.annotation, f"{prefix}{field_name}.", default_limit=default_limit, description_limit=description_limit,
                                defaults=default)
             continue
-        described = first_sentence(field.description or "", description_limit if description_limit is not None else 10**9)
+        described = first_sentence(field_description(model, field_name), description_limit if description_limit is not None else 10**9)
         rows.append([prefix + field_name, type_name(field.annotation), clip(repr(default), default_limit), described])
     return rows
+
+
+def field_description(model: Any, name: str) -> str:
+    """The description of ``model``'s field ``name``: its own, else that of the nearest base class
+    that documents the field (a plugin's ``estimator: str = "rloo"`` overrides the default of
+    AlgorithmConfig's documented ``estimator`` and means the same setting); ``""`` when none does."""
+    for cls in getattr(model, "__mro__", (model,)):
+        field = getattr(cls, "model_fields", {}).get(name) if isinstance(cls, type) else None
+        if field is not None and field.description:
+            return str(field.description)
+    return ""
 
 
 def clip(text: str, limit: int) -> str:

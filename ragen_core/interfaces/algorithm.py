@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ragen_core.specs import PluginConfig, with_overrides
 
@@ -63,6 +63,26 @@ class AlgorithmConfig(PluginConfig):
     """DAPO: drop groups whose rewards are all equal before the update."""
     global_token_norm: bool = True
     """Normalise ``token-mean`` by the mini-batch's token count, not per micro-batch (fixes L9)."""
+
+    @field_validator("loss_agg_mode")
+    @classmethod
+    def _implemented_aggregation(cls, value: str) -> str:
+        """A plugin's config may narrow these choices, not add to them: the loss code (not the
+        plugin) aggregates, and a value it lacks stopped a run at its first update."""
+        from ragen_core.trainer.losses import AGG_MODES
+
+        if value not in AGG_MODES:
+            raise ValueError(f"{value!r} is no aggregation the loss code implements: one of {', '.join(AGG_MODES)}")
+        return value
+
+    @field_validator("kl_loss_type", "kl_in_reward_type")
+    @classmethod
+    def _implemented_kl(cls, value: str) -> str:
+        from ragen_core.trainer.losses import KL_KINDS
+
+        if value not in KL_KINDS:
+            raise ValueError(f"{value!r} is no KL estimator the loss code implements: one of {', '.join(KL_KINDS)}")
+        return value
 
     def check_response_budget(self, max_new_tokens: int) -> None:
         """Refuse settings that cannot work with replies of at most ``max_new_tokens`` tokens (the
@@ -145,3 +165,26 @@ class Algorithm:
         The trainer reads ``norm_constant`` (``seq-mean-token-sum-norm``'s divisor).
         """
         return {}
+
+
+def check_agg_kwargs(algorithm: Algorithm) -> None:
+    """Refuse :attr:`Algorithm.agg_kwargs` the loss code cannot use, before a model loads (called
+    where the trainer builds the algorithm, and by ``ragen plugins check --strict``): a
+    ``norm_constant`` that is neither None (divide by the padded response width) nor a positive
+    finite number. Read as "unset", a 0 trained with the padded width as divisor.
+
+    Raises:
+        PluginError: naming the algorithm and the value.
+    """
+    import math
+
+    from ragen_core.errors import PluginError
+    from ragen_core.registry import plugin_label
+
+    value = algorithm.agg_kwargs.get("norm_constant")
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise PluginError(f"{plugin_label(algorithm)}: its agg_kwargs give norm_constant={value!r}, but seq-mean-token-sum-norm divides "
+                          "the loss by it: a positive number, or None for the padded response width",
+                          ["fix the algorithm's agg_kwargs (or the setting they come from)"])

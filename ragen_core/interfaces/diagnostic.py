@@ -3,7 +3,8 @@
 Diagnostics receive lifecycle events through pluggy hooks (:mod:`ragen_core.hookspecs`). A
 diagnostic plugin object implements any of the ``ragen_on_*`` hooks with ``@hookimpl``; the
 dict it returns from ``ragen_on_rollout_end`` is merged into the step's metrics with its keys as
-they are, so name them under a namespace of the diagnostic's own (``collapse_*``, ``replylen/...``).
+they are, so name them ``family/metric`` with a family of the diagnostic's own (``collapse/mi``,
+``replylen/mean``); a key in another form is said once and not logged.
 """
 
 from __future__ import annotations

@@ -175,7 +175,10 @@ def check_estimator(estimator: Any, *, needs_values: bool | None = None) -> None
 
 
 def check_diagnostic(diagnostic: Any, trajectories: list[Any], context: Any, *, step: int = 1) -> dict[str, float]:
-    """A diagnostic is a pure observer returning ``dict[str, float]`` of finite numbers."""
+    """A diagnostic is a pure observer returning ``dict[str, float]`` (or None): numbers (NaN and
+    inf too: a run logs them as null) under keys named ``family/metric``, the keys a run logs."""
+    from ragen_core.hookspecs import METRIC_KEY_RULE, is_metric_key
+
     before = copy.deepcopy(trajectories)
     hook = getattr(diagnostic, "ragen_on_rollout_end", None)
     assert callable(hook), "a diagnostic must implement ragen_on_rollout_end"
@@ -184,7 +187,7 @@ def check_diagnostic(diagnostic: Any, trajectories: list[Any], context: Any, *, 
     metrics = metrics or {}
     assert isinstance(metrics, dict)
     for k, v in metrics.items():
-        assert isinstance(k, str) and "/" in k, f"diagnostic metric key {k!r} must be namespaced ('family/metric')"
+        assert is_metric_key(k), f"diagnostic metric key {k!r}: {METRIC_KEY_RULE}, as a run logs only those"
         # a number, as a run takes it (NaN or inf too: logged as null, "undefined this step")
         assert isinstance(v, (int, float)), f"diagnostic metric {k} = {v!r} is not a number"
     return metrics

@@ -22,6 +22,7 @@ metrics are returned as detached python floats so callers can log them directly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -102,8 +103,8 @@ def minibatch_normalisers(mode: str, mask: torch.Tensor, *, global_norm: bool, n
     have tokens. An empty dict means every micro-batch normalises itself: average the micro-batch
     losses instead of summing them.
     """
-    if mode == "seq-mean-token-sum-norm":
-        return {"norm_constant": float(norm_constant or mask.shape[-1])}
+    if mode == "seq-mean-token-sum-norm":  # None, not 0, means "none given" (agg_loss refuses a 0)
+        return {"norm_constant": float(norm_constant) if norm_constant is not None else float(mask.shape[-1])}
     if not global_norm:
         return {}
     if mode == "token-mean":
@@ -180,7 +181,7 @@ def agg_loss(
             if norm_constant is not None
             else float(loss_mat.shape[-1])
         )
-        if l_max <= 0:
+        if not math.isfinite(l_max) or l_max <= 0:
             raise ConfigError(
                 f"seq-mean-token-sum-norm needs a positive normaliser, got {l_max}"
             )

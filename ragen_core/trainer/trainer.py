@@ -59,7 +59,8 @@ from typing import Any
 
 from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
-from ragen_core.hookspecs import call_hook, hook_metrics
+from ragen_core.hookspecs import METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
+from ragen_core.interfaces.algorithm import check_agg_kwargs
 from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
@@ -147,7 +148,7 @@ class Trainer(CheckpointMixin):
         self._in_update = False
         """True while a step's critic / actor update runs (a second interrupt then waits for its end)."""
         self._said_not_numbers: set[tuple[str, str]] = set()
-        """(observer, metric key) pairs whose non-number value was reported (once each)."""
+        """(observer, metric key) pairs whose key or non-number value was reported (once each)."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
@@ -260,6 +261,7 @@ class Trainer(CheckpointMixin):
                 self._dir_lock = self._dir_lock or RunDirLock(self.run_dir)
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config, preset=cfg.algo_preset)
+        check_agg_kwargs(self.algorithm)
         acfg = self.algorithm.config
         self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config, preset=acfg.estimator_preset)
         self.filter = registry.make("filter", cfg.filter, cfg.filter_config, preset=cfg.filter_preset)
@@ -778,11 +780,16 @@ class Trainer(CheckpointMixin):
             self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
             for label, result in hook_metrics(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
-                metrics.update({k: float(v) for k, v in result.items() if is_number(v)})
-                for key in [k for k, v in result.items() if not is_number(v) and (label, k) not in self._said_not_numbers]:
+                metrics.update({k: float(v) for k, v in result.items() if is_metric_key(k) and is_number(v)})
+                for key in [k for k in result if (label, k) not in self._said_not_numbers]:
+                    if not is_metric_key(key):  # a bare key could overwrite the run's own ('step')
+                        report(f"{label} returned {short_repr(key, 40)} from ragen_on_rollout_end: {METRIC_KEY_RULE}: not logged")
+                    elif not is_number(result[key]):
+                        report(f"{label} returned {key!r}: {short_repr(result[key], 40)} from ragen_on_rollout_end, not a number: "
+                               "not logged (metrics are numbers; NaN is logged as null)")
+                    else:
+                        continue
                     self._said_not_numbers.add((label, key))  # once per observer and key
-                    report(f"{label} returned {key!r}: {short_repr(result[key], 40)} from ragen_on_rollout_end, not a number: "
-                           "not logged (metrics are numbers; NaN is logged as null)")
         metrics.update(episode_metrics(trajs, "train"))
         metrics["rollout/policy_lag"] = policy_lag(trajs, self.policy_version)
         if self.overlap is not None and step < cfg.steps:  # step t+1's rollout runs from here on, on the current weights
