@@ -163,3 +163,19 @@ def test_eval_size_overrides_hint_a_flag_value_it_takes(override, hint, capsys):
     err = capsys.readouterr().err
     one_line_error(err)
     assert hint in err.splitlines()
+
+
+def test_eval_config_naming_another_preset_drops_the_runs_env_settings_as_preset_does(tmp_path, monkeypatch, capsys):
+    """A --config file's preset over a run directory kept the run's env_config (made for its own preset) in silence,
+    where --preset drops it with a note."""
+    run = _fake_run(tmp_path)
+    (run / "config.yaml").write_text("env: bandit\npreset: BanditTest\nenv_config:\n  lo_arm_score: 0.3\n")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("preset: Bandit\n")
+    config = _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)])
+    assert (config.preset, config.env_config) == ("Bandit", {})
+    assert "config: preset changed from 'BanditTest' to 'Bandit', so the run's env_config is dropped" in capsys.readouterr().err
+    extra.write_text("preset: Bandit\nenv_config:\n  hi_arm_hiscore: 2.0\n")  # the file's own settings for its preset stay
+    assert _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)]).env_config == {"hi_arm_hiscore": 2.0}
+    extra.write_text("preset: BanditTest\n")  # the run's own preset: its settings stay
+    assert _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)]).env_config == {"lo_arm_score": 0.3}

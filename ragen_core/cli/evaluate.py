@@ -10,7 +10,8 @@ from with the tiny model), ``warm:NAME`` or a shipped policy folder (``ragen war
 lists them; delta policies included), ``tiny`` (the tiny model's random weights), a model folder,
 or a run directory (its latest checkpoint is used; ``--env`` may then be left out: the run's env,
 preset, env settings and per-episode rollout settings are the base, ``--config`` files go over
-them, and flags and overrides over those). The first line printed names what was evaluated.
+them (one naming another preset drops the run's env settings, as ``--preset`` does), and flags and
+overrides over those). The first line printed names what was evaluated.
 A checkpoint is checked against its manifest first and its weights load from safetensors only;
 a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
 Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
@@ -259,8 +260,15 @@ def run(args: argparse.Namespace) -> int:
         flags.append(f"sampling.val.max_new_tokens={args.max_new_tokens}")
     from ragen_core.cli.run import drop_stale_settings
 
-    layers = merge_files(args.config, run_settings) if run_settings is not None else files
     given = flags + list(args.overrides)
+    if run_settings is not None and args.config:  # a file naming another preset or plugin: the run's settings for the old one go,
+        from ragen_core.trainer.run_dir import stale_plugin_settings, without_settings  # as with --preset (they were kept silently)
+
+        stale = stale_plugin_settings(run_settings, load_config(RunConfig, [], given, base=merge_files(args.config, run_settings)))
+        for key, why in stale:
+            print(f"config: {why}, so the run's {key} is dropped (set new values in the file or as overrides)", file=sys.stderr)
+        run_settings = without_settings(run_settings, [key for key, _ in stale])
+    layers = merge_files(args.config, run_settings) if run_settings is not None else files
     config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
         raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",

@@ -516,6 +516,14 @@ UNIT_TABLE = [
     ("3 hours and 20 minutes", "3", False),
     ("5 feet 3 inches", "3", False),
     ("2 dollars and 50 cents", "50", False),
+    ("3 days and 4 hours", "4", False),
+    ("Step 3 gives 45", "45", True),  # a word between two numbers that is no unit is prose, not a compound quantity
+    ("Adding 20 gives 45.", "45", True),
+    ("He made 3 trips. 45", "45", True),
+    ("She arrives at 3 p.m.", "3", True),  # an abbreviation after the number is prose, not a variable
+    ("She arrives at 3 P.M.", "3", True),
+    ("so the answer is 5 i.e. five", "5", True),
+    ("so it is 4 b. Done", "4", False),  # ... a letter ending a sentence is still a variable
     ("3 hours and 20 minutes", "3 hours and 20 minutes", True),
     ("1 hour", "60 minutes", False),  # not converted even when both sides say their unit (not done yet)
     ("4 A", "4", False),  # A, k and M are not read as a unit (amperes, thousands, millions?)

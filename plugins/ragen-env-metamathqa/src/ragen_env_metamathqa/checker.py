@@ -358,6 +358,11 @@ _JOINS = frozenset({"", ",", ";", "/", "&", "and", "or", "nor", "and/or", "ormay
                     "else", "to", "-", "\\lor", "\\vee", "\\cup", "\\land", "\\wedge", "oder", "und", "ou", "et", "o", "y", "e",
                     "или", "и", "或", "和", "או"})
 _ASSIGNED = re.compile(r"[a-z]\s*=", re.IGNORECASE)
+#: Units whose number, joined to the next one, makes a compound quantity (``3 hours and 20 minutes``,
+#: ``2 dollars and 50 cents``): the common units and a few more of time and money. Any other word
+#: between two numbers is prose (``Step 3 gives 45``, ``Adding 20 gives 45``).
+_MEASURES = (frozenset(_UNIT_NAMES) - {"in"}) | frozenset(  # (not "in": "It won 3 in 45")
+    "day days week weeks month months year years dollar dollars cent cents penny pennies pence euro euros ounce ounces oz".split())
 
 
 def _one_value_in_prose(pred: str) -> str | None:
@@ -366,7 +371,7 @@ def _one_value_in_prose(pred: str) -> str | None:
     before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
     numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter. Nor is it read when a
     variable follows it (``so it is 4 b``), or when it ends a compound quantity with the number
-    before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a word, then a join or nothing).
+    before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a unit of :data:`_MEASURES`, then a join or nothing).
     A common unit after it is read with it (``It is 18 cm long`` is not ``18 m``)."""
     found = list(_LAST_NUMBER.finditer(pred))
     if not found:
@@ -375,7 +380,7 @@ def _one_value_in_prose(pred: str) -> str | None:
     before = _ARROWS.sub(" ", pred[max(0, last.start() - 40):last.start()])
     if _RE_BOUND_BEFORE.search(before) or (_RE_APPROX_BEFORE.search(before) and "." not in last.group(0)):
         return None
-    letter = re.match(r"\s+([a-zA-Z])(?![a-zA-Z'’])", pred[last.end():])  # not 5 o'clock
+    letter = re.match(r"\s+([a-zA-Z])(?![a-zA-Z'’]|\.[a-zA-Z])", pred[last.end():])  # not 5 o'clock, 3 p.m., 5 i.e.
     if letter and letter.group(1) not in _UNIT_SYMBOLS | {"a", "A", "I"}:  # an article or "I" is prose, not a variable
         return None
     if len(found) > 1:
@@ -383,8 +388,8 @@ def _one_value_in_prose(pred: str) -> str | None:
         joint = re.sub(r"([,;])[,;]+", r"\1", re.sub(r"\s+|\$|\\text|[{}]", "", gap)).lower()
         if joint in _JOINS or re.fullmatch(r"[^\W\d_]{1,4}", joint):  # one short word: a join of some language ("oder", "или")
             return None
-        measure = re.fullmatch(r"\s*[a-zA-Z]+\.?(.*)", gap, re.DOTALL)
-        if measure and re.sub(r"\s+", "", measure.group(1)).lower() in _JOINS:  # 3 hours and 20 (minutes)
+        measure = re.fullmatch(r"\s*([a-zA-Z]+)\.?(.*)", gap, re.DOTALL)  # 3 hours and 20 (minutes); not "Step 3 gives 45"
+        if measure and measure.group(1).lower() in _MEASURES and re.sub(r"\s+", "", measure.group(2)).lower() in _JOINS:
             return None
     unit = re.match(r"\s+(?:degrees\s+[a-zA-Z]+|[a-zA-Z]+)(?![a-zA-Z'’])", pred[last.end():])
     if unit and unit_of(last.group(0) + unit.group(0)) is not None:  # read with its unit: 15 degrees F is not 15 degrees C
