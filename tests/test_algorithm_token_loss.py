@@ -122,6 +122,54 @@ def test_the_kit_refuses_a_token_loss_that_is_not_deterministic():
     check_algorithm(Reinforce())  # and passes a sound one
 
 
+class SequenceRatio(Algorithm):
+    """GSPO's sequence ratio: the mean log-ratio over each row's trained tokens (``clamp=False``:
+    divided by the raw token count, 0/0 on a row with none)."""
+
+    clamp = True
+
+    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+        m = response_mask.to(log_probs.dtype)
+        n = m.sum(-1, keepdim=True)
+        seq = ((log_probs - old_log_probs) * m).sum(-1, keepdim=True) / (n.clamp(min=1) if self.clamp else n)
+        return -advantages * torch.exp(seq.detach()) * torch.exp(log_probs - log_probs.detach()), {}
+
+
+def _with_an_empty_row():
+    log_probs, old, adv, mask = _inputs()
+    mask = torch.cat([mask, torch.zeros(1, 6)])
+    old = torch.cat([old, -torch.ones(1, 6)])
+    adv = torch.cat([adv, torch.zeros(1, 6)])
+    return torch.cat([log_probs.detach(), -torch.ones(1, 6)]).requires_grad_(True), old, adv, mask
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_a_nan_loss_on_a_row_without_trained_tokens_is_one_line_naming_the_plugin(mode):
+    """Real batches hold rows whose response_mask is all zero; a per-row mean without a guard is NaN
+    there, and NaN x 0 poisons the whole loss (before: a skipped optimiser step blamed on the
+    gradient norm, or a null actor/pg_loss, and the kit passed it)."""
+    naive = SequenceRatio()
+    naive.clamp = False
+    with pytest.raises(PluginError) as caught:
+        algorithm_policy_loss(naive, *_with_an_empty_row(), mode)
+    assert caught.value.message == ("plugin SequenceRatio: token_loss gave a NaN or infinite loss on 1 row(s) whose response_mask "
+                                    "is empty, from finite inputs")
+    with pytest.raises(PluginError, match="whose response_mask is empty"):
+        check_algorithm(naive)  # the kit's batch has such a row
+    loss, _ = algorithm_policy_loss(SequenceRatio(), *_with_an_empty_row(), mode)  # guarded: finite
+    assert torch.isfinite(loss)
+    check_algorithm(SequenceRatio())
+
+
+def test_a_nan_loss_from_nan_log_probs_is_left_to_the_divergence_guard():
+    """Non-finite inputs on trained tokens are the model's (a diverged run skips the step), not the algorithm's."""
+    log_probs, old, adv, mask = _inputs()
+    log_probs = log_probs.detach().clone()
+    log_probs[0, 2] = float("nan")
+    loss, metrics = algorithm_policy_loss(Reinforce(), log_probs.requires_grad_(True), old, adv, mask, "token-mean")
+    assert not torch.isfinite(loss) and metrics["pg_loss"] != metrics["pg_loss"]
+
+
 def _run(run_dir: Path, *overrides: str) -> int:
     env = toy_run_config(None).env
     return main(["run", "--no-progress", "--env", env, "--run-dir", str(run_dir), *TOY_RUN, "steps=1", *overrides])

@@ -140,6 +140,13 @@ class Algorithm:
         Override it for another loss: REINFORCE is ``-advantages * log_probs``; a sequence-level
         ratio (GSPO) averages ``log_probs - old_log_probs`` over each row's ``response_mask``.
 
+        A row is an episode (the replies of all its turns are trained tokens) in the ``full``
+        context mode, one turn in the windowed ones. A row may have no trained token (an all-zero
+        mask): a NaN there, masked or not, makes the whole loss NaN and stops the run naming the
+        algorithm, so clamp per-row token counts to at least 1. Outside the mask the inputs are
+        finite but arbitrary. Rows arrive in micro-batches, whole, with ``T`` trimmed to their
+        longest row.
+
         Args:
             log_probs: ``[B, T]`` log-probs of the sampled tokens under the policy being trained
                 (with grad).

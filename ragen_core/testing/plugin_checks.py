@@ -104,21 +104,22 @@ def check_algorithm(algorithm: Any) -> None:
     """An algorithm's hooks, as the trainer calls them, on a small batch: ``token_loss`` gives a
     per-token loss the trainer accepts (checked as in a run), finite, with finite gradients
     through ``log_probs``, deterministic, and without changing its inputs; ``shape_rewards``
-    keeps the shape and its input; ``keep_mask`` gives one bool per row, or None."""
+    keeps the shape and its input; ``keep_mask`` gives one bool per row, or None. The last row
+    has no trained token, as rows of real batches may."""
     import torch
 
     from ragen_core.trainer.update import algorithm_policy_loss
 
     g = torch.Generator().manual_seed(0)
-    B, T = 4, 7
+    B, T = 5, 7
     mask = torch.zeros(B, T)
-    for i in range(B):
+    for i in range(B - 1):
         mask[i, 1 : 3 + i] = 1.0
     old = -torch.rand(B, T, generator=g) * 3
     advantages = torch.randn(B, T, generator=g) * mask
     rewards = torch.zeros(B, T)
-    rewards[torch.arange(B), mask.cumsum(1).argmax(1)] = torch.tensor([1.0, 0.0, 0.5, 0.0])
-    groups, episodes = torch.tensor([0, 0, 1, 1]), torch.arange(B)
+    rewards[torch.arange(B), mask.cumsum(1).argmax(1)] = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0])
+    groups, episodes = torch.tensor([0, 0, 1, 1, 1]), torch.arange(B)
     snapshot = (old.clone(), advantages.clone(), mask.clone(), rewards.clone())
     losses, grads = [], []
     for _ in range(2):

@@ -430,7 +430,32 @@ def algorithm_policy_loss(algorithm: Any, log_probs: torch.Tensor, old_log_probs
         raise PluginError(f"{plugin_label(algorithm)}: token_loss returned flags {unknown}; known flags: {', '.join(POLICY_LOSS_FLAGS)}", [hint])
     for name, flag in flags.items():
         _check_shape(flag, log_probs, algorithm, f"the {name!r} flags token_loss returned", "token_loss")
-    return aggregate_policy_loss(per_token, flags, log_probs, old_log_probs, mask, agg_mode, **agg)
+    loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, old_log_probs, mask, agg_mode, **agg)
+    if not math.isfinite(metrics["pg_loss"]):
+        _refuse_non_finite_loss(algorithm, per_token, (log_probs, old_log_probs, advantages), mask)
+    return loss, metrics
+
+
+def _refuse_non_finite_loss(algorithm: Any, per_token: torch.Tensor, inputs: tuple[torch.Tensor, ...], mask: torch.Tensor) -> None:
+    """A NaN or infinite policy loss from inputs that are finite on trained tokens is the
+    algorithm's own (one line naming it); from non-finite inputs it is the model's or the batch's,
+    left to the divergence guard (a skipped optimiser step)."""
+    import torch
+
+    trained = mask > 0
+    if not all(bool(torch.isfinite(t.detach()[trained]).all()) for t in inputs):
+        return
+    bad = ~torch.isfinite(per_token.detach())
+    empty = int((bad.any(1) & ~trained.any(1)).sum())
+    if empty:
+        where = f"on {empty} row(s) whose response_mask is empty"
+    elif bool(bad.any()):
+        where = "on trained tokens" if bool(bad[trained].any()) else "outside the response_mask"
+    else:
+        where = "in its aggregate (finite per token, too large to add up)"
+    raise PluginError(f"{plugin_label(algorithm)}: token_loss gave a NaN or infinite loss {where}, from finite inputs",
+                      ["a row may have no trained tokens (an all-zero response_mask) and NaN x 0 is NaN: clamp per-row token "
+                       "counts to at least 1 and keep every value finite, masked or not"])
 
 
 def _filled(tensor: torch.Tensor | None, device: Any) -> torch.Tensor:
