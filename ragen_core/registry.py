@@ -160,14 +160,19 @@ class Registry:
 
     @staticmethod
     def enabled(entry: PluginEntry) -> bool:
-        deny = _env_list("RAGEN_DISABLE_PLUGINS")
-        allow = _env_list("RAGEN_LOAD_PLUGINS")
+        return Registry.disabled_by(entry) is None
+
+    @staticmethod
+    def disabled_by(entry: PluginEntry) -> str | None:
+        """The environment variable that hides ``entry``: ``RAGEN_DISABLE_PLUGINS`` names it, or
+        ``RAGEN_LOAD_PLUGINS`` is set and does not; None when it is enabled."""
         ids = {entry.name, entry.dist_name, normalize_name(entry.qualified)}
-        if ids & deny:
-            return False
+        if ids & _env_list("RAGEN_DISABLE_PLUGINS"):
+            return "RAGEN_DISABLE_PLUGINS"
+        allow = _env_list("RAGEN_LOAD_PLUGINS")
         if allow and entry.dist_name != CORE_DIST and not ids & allow:
-            return False
-        return True
+            return "RAGEN_LOAD_PLUGINS"
+        return None
 
     def names(self, kind: str) -> list[str]:
         """Sorted unique names of the enabled plugins of ``kind``."""
@@ -191,10 +196,10 @@ class Registry:
         enabled = [e for e in matches if self.enabled(e)]
         if not enabled:
             if matches:
-                raise PluginNotFoundError(
-                    f"{kind} {name!r} from {matches[0].origin} is disabled by RAGEN_DISABLE_PLUGINS/RAGEN_LOAD_PLUGINS",
-                    ["change those environment variables to enable it"],
-                )
+                by = self.disabled_by(matches[0])
+                change = (f"remove it from {by}" if by == "RAGEN_DISABLE_PLUGINS" else
+                          f"add '{matches[0].name}' or '{matches[0].dist_name}' to {by}, or unset it")
+                raise PluginNotFoundError(f"{kind} {name!r} from {matches[0].origin} is hidden by {by}", [f"{change} to enable it"])
             available = self.entries(kind)
             names = sorted({e.name for e in available})
             hints: list[str] = []

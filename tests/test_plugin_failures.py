@@ -409,6 +409,11 @@ def test_plugins_check_counts_disabled_plugins_apart(capsys, monkeypatch):
     out = capsys.readouterr().out
     n_disabled = sum(1 for line in out.splitlines() if " disabled " in line)
     assert n_disabled >= 1 and out.strip().splitlines()[-1].endswith(f", {n_disabled} disabled")
+    assert "not checked (hidden by RAGEN_DISABLE_PLUGINS)" in out
+    monkeypatch.delenv("RAGEN_DISABLE_PLUGINS")
+    monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "ragen-algo-grpo")  # the filters are hidden: not in the list
+    assert main(["plugins", "check", "--kind", "filter"]) == 0
+    assert "not checked (hidden by RAGEN_LOAD_PLUGINS)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -141,6 +141,24 @@ def test_disable_plugins_env_var(sandbox, monkeypatch):
     assert reg.get_spec("env", "grid").factory == "fakeplug_one:make"
 
 
+def test_a_hidden_plugin_names_the_variable_that_hides_it(sandbox, monkeypatch):
+    """A plugin hidden by RAGEN_LOAD_PLUGINS was said to be disabled by 'RAGEN_DISABLE_PLUGINS/RAGEN_LOAD_PLUGINS',
+    and 'plugins check' blamed RAGEN_DISABLE_PLUGINS (helper-80)."""
+    tmp, reg = sandbox
+    _add(tmp, "fake-one", "grid", "fakeplug_one")
+    monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "something-else")
+    with pytest.raises(PluginNotFoundError) as err:
+        reg.get_spec("env", "grid")
+    assert err.value.message.endswith("is hidden by RAGEN_LOAD_PLUGINS")
+    assert err.value.hints == ["add 'grid' or 'fake-one' to RAGEN_LOAD_PLUGINS, or unset it to enable it"]
+    monkeypatch.delenv("RAGEN_LOAD_PLUGINS")
+    monkeypatch.setenv("RAGEN_DISABLE_PLUGINS", "grid")
+    with pytest.raises(PluginNotFoundError) as err:
+        reg.get_spec("env", "grid")
+    assert err.value.message.endswith("is hidden by RAGEN_DISABLE_PLUGINS")
+    assert err.value.hints == ["remove it from RAGEN_DISABLE_PLUGINS to enable it"]
+
+
 def test_incompatible_core_requirement_is_refused_before_import(sandbox):
     tmp, reg = sandbox
     _add(tmp, "fake-old", "old", "fakeplug_old", requires=["ragen-core<0.1"])

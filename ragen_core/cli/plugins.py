@@ -131,7 +131,7 @@ def check_plugins(args: argparse.Namespace) -> int:
     for e, status in rows:
         if status == "disabled":
             disabled += 1
-            table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", "not checked (RAGEN_DISABLE_PLUGINS)"])
+            table.append([e.kind, e.name, e.dist_name, e.dist_version, "disabled", f"not checked (hidden by {reg.disabled_by(e)})"])
             continue
         if status == "duplicate":  # 'ragen run --env NAME' would refuse it: a failure, whatever each copy holds
             failures += 1
