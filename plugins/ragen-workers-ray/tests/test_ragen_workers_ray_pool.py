@@ -309,3 +309,5 @@ def test_workers_is_named_as_in_the_process_pool_and_the_older_name_still_reads(
     assert RayEnvPool(TOY, num_workers=1).config.workers == 1
     with pytest.raises(Exception, match="greater than or equal to 0"):
         RayPoolConfig.model_validate({"workers": -1})
+    with pytest.raises(Exception, match="workers and num_workers are one setting"):  # not "num_workers: unknown key"
+        RayPoolConfig.model_validate({"workers": 2, "num_workers": 3})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 
 from ragen_core.interfaces.env_pool import EnvPoolConfig
 
@@ -40,3 +40,10 @@ class RayPoolConfig(EnvPoolConfig):
     runtime_env: dict[str, Any] | None = None
     """Ray ``runtime_env`` for ``ray.init`` (e.g. ``{"env_vars": {...}}``); the env's packages
     must already be installed where the actors run."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_for_workers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "workers" in data and "num_workers" in data:
+            raise ValueError("workers and num_workers are one setting (num_workers is its older name): give workers only")
+        return data
