@@ -77,6 +77,17 @@ def test_a_level_a_parent_process_reported_is_not_reported_again(capsys, monkeyp
     assert os.environ[sb.REPORTED_ENV] == f"unshare:{os.getpid()}"  # for the processes this one starts
 
 
+def test_under_torchrun_only_rank_0_says_the_isolation_line(capsys, monkeypatch):
+    """Every rank checks the sandbox before it trains: each printed the line (helper-83's review)."""
+    monkeypatch.setattr(sb, "_probe", lambda level, python: None)
+    monkeypatch.delenv(sb.REPORTED_ENV, raising=False)
+    for rank, says in (("1", False), ("0", True)):
+        monkeypatch.setattr(sb, "_reported", set())
+        monkeypatch.setenv("RANK", rank)
+        assert sb.choose_level(SandboxConfig(isolation="bwrap")) == "bwrap"
+        assert ("sandbox isolation 'bwrap'" in capsys.readouterr().err) is says
+
+
 def test_a_run_with_worker_processes_prints_the_isolation_line_once():
     """Each process pool worker printed it (helper-69's walk): the availability check says it before they start."""
     config = next(({"sandbox": {"isolation": lv, "allow_unisolated": True, "python": py}} for lv in sb.LEVELS

@@ -435,6 +435,8 @@ def _report(level: str) -> None:
         said, _, pid = os.environ.get(REPORTED_ENV, "").partition(":")
         if said == level and pid != str(os.getpid()):
             return  # a parent process said it (the trainer, before it started this worker)
+        if os.environ.get("RANK", "0") != "0":
+            return  # under torchrun every rank checks the sandbox: rank 0 says it
         os.environ[REPORTED_ENV] = f"{level}:{os.getpid()}"
         uid_note = "; programs run as a per-worker unprivileged uid" if _is_root() else ""
         print(f"ragen-env-deepcoder: sandbox isolation '{level}' ({_DESCRIPTIONS[level]}{uid_note})", file=sys.stderr)
