@@ -179,3 +179,16 @@ def test_eval_config_naming_another_preset_drops_the_runs_env_settings_as_preset
     assert _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)]).env_config == {"hi_arm_hiscore": 2.0}
     extra.write_text("preset: BanditTest\n")  # the run's own preset: its settings stay
     assert _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", str(extra)]).env_config == {"lo_arm_score": 0.3}
+
+
+def test_eval_config_files_read_their_data_paths_beside_the_file_as_run_does(tmp_path, monkeypatch):
+    """ragen run made a --config file's relative data paths absolute (next to the file); ragen eval read them from
+    the working folder, so one config file named different data in a run and in its evaluation (helper-83's review)."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "problems.jsonl").write_text('{"query": "1+1?", "response": "The answer is: 2"}\n')
+    (folder / "eval.yaml").write_text("env: metamathqa\nenv_config:\n  dataset_path: problems.jsonl\n")
+    monkeypatch.chdir(tmp_path)  # problems.jsonl is not here: only beside the file
+    monkeypatch.setattr("ragen_core.trainer.config.check_run_available", lambda config: [])
+    config = _eval_config(monkeypatch, ["eval", "--model", "tiny", "--config", str(folder / "eval.yaml")])
+    assert config.env_config["dataset_path"] == str(folder / "problems.jsonl")

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import load_config, merge_files, repeated_overrides
+    from ragen_core.config import load_config, repeated_overrides
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -94,7 +94,7 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("--recipe is empty", ["name one of the env's recipes (ragen plugins show env NAME lists them), or leave --recipe out"])
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
-    layers = merge_files(files, base, each=lambda data, file: absolute_file_paths(data, file.expanduser().resolve().parent))
+    layers = merge_config_files(files, base)
     args_ = absolute_paths(flags + list(args.overrides))
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
@@ -144,6 +144,14 @@ def _absolute(key: str, value: str, beside: Path | None = None) -> str:
         if found.exists():
             return str(found.resolve())
     return value
+
+
+def merge_config_files(files: list[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with the ``--config`` files merged over it, each file's relative data paths made
+    absolute (:func:`absolute_file_paths`): what ``ragen run`` and ``ragen eval`` read from them."""
+    from ragen_core.config import merge_files
+
+    return merge_files(files, base, each=lambda data, file: absolute_file_paths(data, file.expanduser().resolve().parent))
 
 
 def absolute_file_paths(data: Any, beside: Path, key: str = "") -> Any:
