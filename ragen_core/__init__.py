@@ -26,7 +26,7 @@ from ragen_core.errors import (
 )
 from ragen_core.hookspecs import hookimpl
 from ragen_core.interfaces.advantage import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
-from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig, PolicyLossInputs, PolicyLossOutputs
 from ragen_core.interfaces.diagnostic import Diagnostic, DiagnosticConfig
 from ragen_core.interfaces.env import Env, EnvConfig, StepResult
 from ragen_core.interfaces.env_pool import (
@@ -100,6 +100,8 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginSpec",
+    "PolicyLossInputs",
+    "PolicyLossOutputs",
     "PoolSpec",
     "RagenError",
     "Recipe",

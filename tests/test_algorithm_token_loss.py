@@ -14,7 +14,7 @@ import torch
 from ragen_core import registry
 from ragen_core.cli.main import main
 from ragen_core.errors import PluginError
-from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig, PolicyLossInputs, PolicyLossOutputs
 from ragen_core.specs import AlgorithmSpec
 from ragen_core.testing import check_algorithm
 from ragen_core.testing.run_helpers import TOY_RUN, one_line_error, toy_run_config
@@ -24,14 +24,17 @@ from ragen_core.trainer.update import algorithm_policy_loss
 
 CALLS: list[str] = []
 """The function that asked for each token loss (through algorithm_policy_loss)."""
+SEEN: list[PolicyLossInputs] = []
+"""What each call of Reinforce.token_loss got."""
 
 
 class Reinforce(Algorithm):
     """``-A * log π`` per token; every trained token flagged as clipped, so the flags reach the metrics."""
 
-    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
+    def token_loss(self, inputs):
         CALLS.append(sys._getframe(2).f_code.co_name)
-        return -advantages * log_probs, {"pg_clipfrac": response_mask > 0}
+        SEEN.append(inputs)
+        return PolicyLossOutputs(loss=-inputs.advantages * inputs.log_probs, flags={"pg_clipfrac": inputs.response_mask > 0})
 
 
 class Answers(Algorithm):
@@ -39,14 +42,14 @@ class Answers(Algorithm):
 
     answer = "ok"
 
-    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
-        loss = -advantages * log_probs
+    def token_loss(self, inputs):
+        loss, mask = -inputs.advantages * inputs.log_probs, inputs.response_mask
         return {
-            "a-tensor": loss,
-            "short": (loss[:, :-1], {}),
-            "detached": (loss.detach(), {}),
-            "unknown-flag": (loss, {"clip_ratio": response_mask > 0}),
-            "flag-shape": (loss, {"pg_clipfrac": response_mask[0] > 0}),
+            "a-tuple": (loss, {}),
+            "short": PolicyLossOutputs(loss[:, :-1]),
+            "detached": PolicyLossOutputs(loss.detach()),
+            "unknown-flag": PolicyLossOutputs(loss, {"clip_ratio": mask > 0}),
+            "flag-shape": PolicyLossOutputs(loss, {"pg_clipfrac": mask[0] > 0}),
             "raises": None,
         }[self.answer] if self.answer != "raises" else 1 / 0
 
@@ -57,6 +60,7 @@ SPECS = [AlgorithmSpec(name="test-reinforce", factory=f"{__name__}:Reinforce")]
 @pytest.fixture(autouse=True)
 def plugins():
     CALLS.clear()
+    SEEN.clear()
     for spec in SPECS:
         registry.register(spec)
     yield
@@ -64,7 +68,7 @@ def plugins():
         registry.unregister(spec.kind, spec.name)
 
 
-def _inputs(seed: int = 0):
+def _tensors(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     mask = torch.zeros(3, 6)
     mask[0, 1:4], mask[1, 2:6], mask[2, 0:2] = 1.0, 1.0, 1.0
@@ -73,20 +77,26 @@ def _inputs(seed: int = 0):
     return log_probs, old, torch.randn(3, 6, generator=g) * mask, mask
 
 
+def _inputs(log_probs, old, adv, mask) -> PolicyLossInputs:
+    rows = len(mask)
+    return PolicyLossInputs(log_probs=log_probs, old_log_probs=old, advantages=adv, response_mask=mask,
+                            group_ids=torch.zeros(rows, dtype=torch.long), episode_ids=torch.arange(rows), turn_ends=[[5]] * rows)
+
+
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
 def test_the_default_token_loss_is_the_clipped_surrogate_bit_for_bit(mode):
     """The shared clipped surrogate moved behind the hook: the same operations, so the same floats."""
-    log_probs, old, adv, mask = _inputs()
+    log_probs, old, adv, mask = _tensors()
     cfg = AlgorithmConfig(clip_ratio_low=0.1, clip_ratio_high=0.15, loss_agg_mode=mode)
-    got, got_metrics = algorithm_policy_loss(Algorithm(cfg), log_probs, old, adv, mask, mode)
+    got, got_metrics = algorithm_policy_loss(Algorithm(cfg), _inputs(log_probs, old, adv, mask), mode)
     want, want_metrics = policy_loss(log_probs, old, adv, mask, clip_low=0.1, clip_high=0.15, agg_mode=mode)
     assert torch.equal(got, want) and got_metrics == want_metrics
     assert 0 < want_metrics["pg_clipfrac"] < 1  # the ratios reach both clip bounds: the flags are not trivially 0
 
 
 def test_a_plugin_token_loss_is_aggregated_by_the_trainer():
-    log_probs, old, adv, mask = _inputs()
-    loss, metrics = algorithm_policy_loss(Reinforce(), log_probs, old, adv, mask, "seq-mean-token-mean")
+    log_probs, old, adv, mask = _tensors()
+    loss, metrics = algorithm_policy_loss(Reinforce(), _inputs(log_probs, old, adv, mask), "seq-mean-token-mean")
     assert torch.equal(loss, agg_loss(-adv * log_probs, mask, "seq-mean-token-mean"))
     assert metrics["pg_clipfrac"] == 1.0 and metrics["pg_clipfrac_lower"] == 0.0  # a flag left out is logged as 0
     (grad,) = torch.autograd.grad(loss, log_probs)
@@ -94,7 +104,7 @@ def test_a_plugin_token_loss_is_aggregated_by_the_trainer():
 
 
 @pytest.mark.parametrize(("answer", "says"), [
-    ("a-tensor", "token_loss returned a Tensor, not (loss, flags)"),
+    ("a-tuple", "token_loss returned a tuple, not PolicyLossOutputs"),
     ("short", "the loss tensor token_loss returned has shape (3, 5), expected a tensor of shape (3, 6)"),
     ("detached", "the loss token_loss returned does not depend on log_probs, so it trains nothing"),
     ("unknown-flag", "token_loss returned flags ['clip_ratio']; known flags: pg_clipfrac, pg_clipfrac_lower"),
@@ -105,7 +115,7 @@ def test_a_malformed_token_loss_is_one_line_naming_the_plugin(answer, says):
     algorithm = Answers()
     algorithm.answer = answer
     with pytest.raises(PluginError) as caught:
-        algorithm_policy_loss(algorithm, *_inputs(), "token-mean")
+        algorithm_policy_loss(algorithm, _inputs(*_tensors()), "token-mean")
     assert says in caught.value.message
     assert "\n" not in caught.value.message
     with pytest.raises((PluginError, AssertionError)):
@@ -114,8 +124,8 @@ def test_a_malformed_token_loss_is_one_line_naming_the_plugin(answer, says):
 
 def test_the_kit_refuses_a_token_loss_that_is_not_deterministic():
     class Noisy(Algorithm):
-        def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
-            return -advantages * log_probs * torch.rand(()), {}
+        def token_loss(self, inputs):
+            return PolicyLossOutputs(-inputs.advantages * inputs.log_probs * torch.rand(()))
 
     with pytest.raises(AssertionError, match="not deterministic"):
         check_algorithm(Noisy())
@@ -128,19 +138,19 @@ class SequenceRatio(Algorithm):
 
     clamp = True
 
-    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
-        m = response_mask.to(log_probs.dtype)
+    def token_loss(self, inputs):
+        log_probs, m = inputs.log_probs, inputs.response_mask.to(inputs.log_probs.dtype)
         n = m.sum(-1, keepdim=True)
-        seq = ((log_probs - old_log_probs) * m).sum(-1, keepdim=True) / (n.clamp(min=1) if self.clamp else n)
-        return -advantages * torch.exp(seq.detach()) * torch.exp(log_probs - log_probs.detach()), {}
+        seq = ((log_probs - inputs.old_log_probs) * m).sum(-1, keepdim=True) / (n.clamp(min=1) if self.clamp else n)
+        return PolicyLossOutputs(-inputs.advantages * torch.exp(seq.detach()) * torch.exp(log_probs - log_probs.detach()))
 
 
 def _with_an_empty_row():
-    log_probs, old, adv, mask = _inputs()
+    log_probs, old, adv, mask = _tensors()
     mask = torch.cat([mask, torch.zeros(1, 6)])
     old = torch.cat([old, -torch.ones(1, 6)])
     adv = torch.cat([adv, torch.zeros(1, 6)])
-    return torch.cat([log_probs.detach(), -torch.ones(1, 6)]).requires_grad_(True), old, adv, mask
+    return _inputs(torch.cat([log_probs.detach(), -torch.ones(1, 6)]).requires_grad_(True), old, adv, mask)
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
@@ -151,22 +161,22 @@ def test_a_nan_loss_on_a_row_without_trained_tokens_is_one_line_naming_the_plugi
     naive = SequenceRatio()
     naive.clamp = False
     with pytest.raises(PluginError) as caught:
-        algorithm_policy_loss(naive, *_with_an_empty_row(), mode)
+        algorithm_policy_loss(naive, _with_an_empty_row(), mode)
     assert caught.value.message == ("plugin SequenceRatio: token_loss gave a NaN or infinite loss on 1 row(s) whose response_mask "
                                     "is empty, from finite inputs")
     with pytest.raises(PluginError, match="whose response_mask is empty"):
         check_algorithm(naive)  # the kit's batch has such a row
-    loss, _ = algorithm_policy_loss(SequenceRatio(), *_with_an_empty_row(), mode)  # guarded: finite
+    loss, _ = algorithm_policy_loss(SequenceRatio(), _with_an_empty_row(), mode)  # guarded: finite
     assert torch.isfinite(loss)
     check_algorithm(SequenceRatio())
 
 
 def test_a_nan_loss_from_nan_log_probs_is_left_to_the_divergence_guard():
     """Non-finite inputs on trained tokens are the model's (a diverged run skips the step), not the algorithm's."""
-    log_probs, old, adv, mask = _inputs()
+    log_probs, old, adv, mask = _tensors()
     log_probs = log_probs.detach().clone()
     log_probs[0, 2] = float("nan")
-    loss, metrics = algorithm_policy_loss(Reinforce(), log_probs.requires_grad_(True), old, adv, mask, "token-mean")
+    loss, metrics = algorithm_policy_loss(Reinforce(), _inputs(log_probs.requires_grad_(True), old, adv, mask), "token-mean")
     assert not torch.isfinite(loss) and metrics["pg_loss"] != metrics["pg_loss"]
 
 
@@ -180,6 +190,14 @@ def test_a_run_trains_with_the_plugins_token_loss_in_the_update_and_the_gradient
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert row["actor/pg_clipfrac"] == 1.0  # the plugin's flags: the clipped surrogate flags no token at ratio 1
     assert set(CALLS) == {"update_actor", "component_grad_norms"}  # the update and the gradient analysis' probes
+    # each call sees its micro-batch's rows: their groups, episodes, turn ends (on trained tokens) and no reference
+    assert SEEN and all(i.ref_log_probs is None for i in SEEN)  # use_kl_loss is off: none computed
+    for inputs in SEEN:
+        assert inputs.group_ids.shape == inputs.episode_ids.shape == (len(inputs.response_mask),) == (len(inputs.turn_ends),)
+        assert set(inputs.group_ids.tolist()) <= {0, 1} and inputs.episode_ids.max() < 4  # rollout.env_groups=2 x group_size=2
+        assert all(inputs.response_mask[row, end] == 1 for row, ends in enumerate(inputs.turn_ends) for end in ends)
+    assert _run(tmp_path / "kl", "algo=test-reinforce", "algo_config.use_kl_loss=true") == 0
+    assert SEEN[-1].ref_log_probs is not None and SEEN[-1].ref_log_probs.shape == SEEN[-1].log_probs.shape
 
 
 def test_a_malformed_token_loss_stops_the_run_naming_the_algorithm(tmp_path, capsys):
@@ -194,5 +212,5 @@ def test_a_malformed_token_loss_stops_the_run_naming_the_algorithm(tmp_path, cap
 
 
 class Detached(Algorithm):
-    def token_loss(self, log_probs, old_log_probs, advantages, response_mask):
-        return (-advantages * log_probs).detach(), {}
+    def token_loss(self, inputs):
+        return PolicyLossOutputs((-inputs.advantages * inputs.log_probs).detach())

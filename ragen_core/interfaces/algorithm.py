@@ -21,6 +21,7 @@ which the trainer calls unconditionally (:mod:`ragen_core.trainer.selection`,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
@@ -32,6 +33,48 @@ if TYPE_CHECKING:
 
 LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 KLType = Literal["k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "k3+", "low_var_kl+"]
+
+
+@dataclass(frozen=True)
+class PolicyLossInputs:
+    """One micro-batch as :meth:`Algorithm.token_loss` sees it (tensors on the model's device).
+
+    A row is an episode (the replies of all its turns are trained tokens) in the ``full`` context
+    mode, one turn in the windowed ones. A row may have no trained token (an all-zero mask): a
+    NaN there, masked or not, makes the whole loss NaN and stops the run naming the algorithm, so
+    clamp per-row token counts to at least 1. Outside the mask the per-token inputs are finite but
+    arbitrary (mask before ``exp``). Rows arrive in micro-batches, whole, with ``T`` trimmed to
+    their longest row. Fields may be added later; a loss reads the ones it needs.
+    """
+
+    log_probs: torch.Tensor
+    """``[B, T]`` log-probs of the sampled tokens under the policy being trained (with grad)."""
+    old_log_probs: torch.Tensor
+    """``[B, T]`` under the policy that sampled them (no grad)."""
+    advantages: torch.Tensor
+    """``[B, T]`` from the estimator, zero outside ``response_mask``."""
+    response_mask: torch.Tensor
+    """``[B, T]`` trained tokens (1) and the rest (0)."""
+    group_ids: torch.Tensor
+    """``[B]`` group of each row (members of a group share their start)."""
+    episode_ids: torch.Tensor
+    """``[B]`` episode of each row (the turn rows of one episode share it)."""
+    turn_ends: list[list[int]]
+    """Per row, the position of each turn's last trained token (the turn boundaries of a
+    ``full``-mode row)."""
+    ref_log_probs: torch.Tensor | None = None
+    """``[B, T]`` under the reference policy when the run computes them (``use_kl_loss``), else None."""
+
+
+@dataclass
+class PolicyLossOutputs:
+    """What :meth:`Algorithm.token_loss` returns."""
+
+    loss: torch.Tensor
+    """``[B, T]`` loss per token, computed from ``inputs.log_probs`` (the trainer aggregates it)."""
+    flags: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Per-token bool tensors logged as their masked means, among ``pg_clipfrac`` and
+    ``pg_clipfrac_lower`` (each left out is logged as 0)."""
 
 
 class AlgorithmConfig(PluginConfig):
@@ -130,40 +173,26 @@ class Algorithm:
         """
         return token_rewards
 
-    def token_loss(self, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                   response_mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def token_loss(self, inputs: PolicyLossInputs) -> PolicyLossOutputs:
         """The policy-gradient loss per token, before aggregation (default: the clipped surrogate,
         :func:`ragen_core.trainer.losses.clipped_token_loss`, with this config's clip ratios).
 
         The trainer aggregates it with ``loss_agg_mode`` (so it is normalised over ranks and
         micro-batches like every loss), then subtracts the entropy bonus and adds the KL loss.
-        Override it for another loss: REINFORCE is ``-advantages * log_probs``; a sequence-level
-        ratio (GSPO) averages ``log_probs - old_log_probs`` over each row's ``response_mask``.
-
-        A row is an episode (the replies of all its turns are trained tokens) in the ``full``
-        context mode, one turn in the windowed ones. A row may have no trained token (an all-zero
-        mask): a NaN there, masked or not, makes the whole loss NaN and stops the run naming the
-        algorithm, so clamp per-row token counts to at least 1. Outside the mask the inputs are
-        finite but arbitrary. Rows arrive in micro-batches, whole, with ``T`` trimmed to their
-        longest row.
-
-        Args:
-            log_probs: ``[B, T]`` log-probs of the sampled tokens under the policy being trained
-                (with grad).
-            old_log_probs: ``[B, T]`` under the policy that sampled them (no grad).
-            advantages: ``[B, T]`` from the estimator, zero outside ``response_mask``.
-            response_mask: ``[B, T]`` trained tokens (1) and the rest (0).
+        Override it for another loss: REINFORCE is ``-inputs.advantages * inputs.log_probs``; a
+        sequence-level ratio (GSPO) averages ``log_probs - old_log_probs`` over each row's
+        ``response_mask`` (:class:`PolicyLossInputs` says what a row is).
 
         Returns:
-            ``(loss, flags)``: ``loss`` shaped like ``log_probs``, differentiable through it;
-            ``flags``: per-token bool tensors, logged as their masked means, among
-            ``pg_clipfrac`` and ``pg_clipfrac_lower`` (each left out is logged as 0).
+            :class:`PolicyLossOutputs`: the loss shaped like ``inputs.log_probs`` and
+            differentiable through it, and optional per-token flags for the clip-fraction metrics.
         """
         from ragen_core.trainer.losses import clipped_token_loss
 
         c = self.config
-        return clipped_token_loss(log_probs, old_log_probs, advantages, clip_low=c.clip_ratio_low, clip_high=c.clip_ratio_high,
-                                  clip_c=c.clip_ratio_c)
+        loss, flags = clipped_token_loss(inputs.log_probs, inputs.old_log_probs, inputs.advantages, clip_low=c.clip_ratio_low,
+                                         clip_high=c.clip_ratio_high, clip_c=c.clip_ratio_c)
+        return PolicyLossOutputs(loss=loss, flags=flags)
 
     @property
     def agg_kwargs(self) -> dict[str, float | None]:

@@ -108,6 +108,7 @@ def check_algorithm(algorithm: Any) -> None:
     has no trained token, as rows of real batches may."""
     import torch
 
+    from ragen_core.interfaces.algorithm import PolicyLossInputs
     from ragen_core.trainer.update import algorithm_policy_loss
 
     g = torch.Generator().manual_seed(0)
@@ -120,11 +121,15 @@ def check_algorithm(algorithm: Any) -> None:
     rewards = torch.zeros(B, T)
     rewards[torch.arange(B), mask.cumsum(1).argmax(1)] = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0])
     groups, episodes = torch.tensor([0, 0, 1, 1, 1]), torch.arange(B)
-    snapshot = (old.clone(), advantages.clone(), mask.clone(), rewards.clone())
+    ref = old - 0.1 * torch.rand(B, T, generator=g)
+    turn_ends = [[int(mask[i].nonzero().max())] if mask[i].any() else [] for i in range(B)]
+    snapshot = (old.clone(), advantages.clone(), mask.clone(), rewards.clone(), ref.clone())
     losses, grads = [], []
     for _ in range(2):
         log_probs = (old + 0.3 * torch.randn(B, T, generator=torch.Generator().manual_seed(1))).requires_grad_(True)
-        loss, metrics = algorithm_policy_loss(algorithm, log_probs, old, advantages, mask, algorithm.config.loss_agg_mode)
+        inputs = PolicyLossInputs(log_probs=log_probs, old_log_probs=old, advantages=advantages, response_mask=mask, group_ids=groups,
+                                  episode_ids=episodes, turn_ends=turn_ends, ref_log_probs=ref)
+        loss, metrics = algorithm_policy_loss(algorithm, inputs, algorithm.config.loss_agg_mode)
         assert torch.isfinite(loss).all(), f"token_loss gave a non-finite loss ({float(loss.detach())})"
         assert all(math.isfinite(v) for v in metrics.values()), f"token_loss gave non-finite metrics: {metrics}"
         loss.backward()
@@ -136,7 +141,7 @@ def check_algorithm(algorithm: Any) -> None:
     assert shaped.shape == rewards.shape and torch.isfinite(shaped).all(), "shape_rewards must return finite rewards shaped like its input"
     keep = algorithm.keep_mask(rewards, groups, episodes)
     assert keep is None or len(keep) == B, "keep_mask returns one bool per row, or None"
-    assert all(torch.equal(a, b) for a, b in zip((old, advantages, mask, rewards), snapshot)), "the algorithm changed its inputs"
+    assert all(torch.equal(a, b) for a, b in zip((old, advantages, mask, rewards, ref), snapshot)), "the algorithm changed its inputs"
 
 
 def check_estimator(estimator: Any, *, needs_values: bool | None = None) -> None:

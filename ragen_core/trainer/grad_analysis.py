@@ -126,7 +126,7 @@ def component_grad_norms(
     from ragen_core.trainer.batch import micro_batches
     from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers
     from ragen_core.trainer.modeling import token_logprobs
-    from ragen_core.trainer.update import algorithm_policy_loss
+    from ragen_core.trainer.update import algorithm_policy_loss, policy_loss_inputs
 
     acfg = algorithm.config
     mode = acfg.loss_agg_mode
@@ -151,7 +151,7 @@ def component_grad_norms(
                                                temperature=temperature, with_entropy=comp == "entropy", response_mask=mask)
                 if comp == "task":
                     old = sub.old_log_probs.to(device) if sub.old_log_probs is not None else logp.detach()
-                    loss, _ = algorithm_policy_loss(algorithm, logp, old, sub.advantages.to(device), mask, mode, **agg_kw)
+                    loss, _ = algorithm_policy_loss(algorithm, policy_loss_inputs(sub, logp, old, mask), mode, **agg_kw)
                 elif comp == "entropy":
                     assert entropy is not None  # asked for with with_entropy=True
                     loss = -acfg.entropy_coeff * agg_loss(entropy, mask, mode, **agg_kw)

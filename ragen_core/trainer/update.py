@@ -55,6 +55,8 @@ from ragen_core.trainer.distributed import ONE, World, rows_summed
 if TYPE_CHECKING:
     import torch
 
+    from ragen_core.interfaces.algorithm import PolicyLossInputs
+
 Timer = Callable[[str], Any]
 """``timer("gen")`` returns a context manager that times its block (or does nothing)."""
 
@@ -300,7 +302,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                         assert old_policy is not None
                         old_policy.record(idx, sub, logp, entropy)
                     old = logp.detach() if from_update else _filled(sub.old_log_probs, device)
-                    loss, pm = algorithm_policy_loss(algorithm, logp, old, _filled(sub.advantages, device), mask, mode, **kw)
+                    loss, pm = algorithm_policy_loss(algorithm, policy_loss_inputs(sub, logp, old, mask), mode, **kw)
                     acc["actor/pg_loss"] += pm["pg_loss"] * w
                     share = float(mask.sum()) / mini_tokens * trains  # token-weighted means of the per-token metrics
                     for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
@@ -408,32 +410,43 @@ def episode_row_weights(episode_ids: Any) -> Any:
     return 1.0 / counts[inverse].double()
 
 
-def algorithm_policy_loss(algorithm: Any, log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-                          mask: torch.Tensor, agg_mode: str, **agg: Any) -> tuple[torch.Tensor, dict[str, float]]:
-    """``algorithm.token_loss`` (:meth:`~ragen_core.interfaces.algorithm.Algorithm.token_loss`),
+def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: str, **agg: Any) -> tuple[torch.Tensor, dict[str, float]]:
+    """``algorithm.token_loss(inputs)`` (:meth:`~ragen_core.interfaces.algorithm.Algorithm.token_loss`),
     checked, then aggregated with ``agg_mode`` and the mini-batch's normalisers ``agg``
     (:func:`~ragen_core.trainer.losses.aggregate_policy_loss`): ``(loss, policy metrics)``."""
+    from ragen_core.interfaces.algorithm import PolicyLossOutputs
     from ragen_core.trainer.losses import POLICY_LOSS_FLAGS, aggregate_policy_loss
 
     with plugin_call(algorithm, "token_loss"):
-        out = algorithm.token_loss(log_probs, old_log_probs, advantages, mask)
-    hint = "token_loss returns (loss, flags): a per-token loss tensor and a dict of per-token bool tensors ({} for none)"
-    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
-        raise PluginError(f"{plugin_label(algorithm)}: token_loss returned a {type(out).__name__}, not (loss, flags)", [hint])
-    per_token, flags = out
+        out = algorithm.token_loss(inputs)
+    log_probs, mask = inputs.log_probs, inputs.response_mask
+    hint = "token_loss returns PolicyLossOutputs(loss=..., flags=...): a per-token loss tensor and per-token bool tensors (none by default)"
+    if not isinstance(out, PolicyLossOutputs) or not isinstance(out.flags, dict):
+        raise PluginError(f"{plugin_label(algorithm)}: token_loss returned a {type(out).__name__}, not PolicyLossOutputs", [hint])
+    per_token, flags = out.loss, out.flags
     _check_shape(per_token, log_probs, algorithm, "the loss tensor token_loss returned", "token_loss")
     if log_probs.requires_grad and per_token.grad_fn is None:
         raise PluginError(f"{plugin_label(algorithm)}: the loss token_loss returned does not depend on log_probs, so it trains nothing",
-                          ["compute the loss from the log_probs argument (not a detached copy)"])
+                          ["compute the loss from inputs.log_probs (not a detached copy)"])
     unknown = sorted(set(flags) - set(POLICY_LOSS_FLAGS))
     if unknown:
         raise PluginError(f"{plugin_label(algorithm)}: token_loss returned flags {unknown}; known flags: {', '.join(POLICY_LOSS_FLAGS)}", [hint])
     for name, flag in flags.items():
         _check_shape(flag, log_probs, algorithm, f"the {name!r} flags token_loss returned", "token_loss")
-    loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, old_log_probs, mask, agg_mode, **agg)
+    loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, inputs.old_log_probs, mask, agg_mode, **agg)
     if not math.isfinite(metrics["pg_loss"]):
-        _refuse_non_finite_loss(algorithm, per_token, (log_probs, old_log_probs, advantages), mask)
+        _refuse_non_finite_loss(algorithm, per_token, (log_probs, inputs.old_log_probs, inputs.advantages), mask)
     return loss, metrics
+
+
+def policy_loss_inputs(sub: TrainBatch, log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor) -> PolicyLossInputs:
+    """:class:`~ragen_core.interfaces.algorithm.PolicyLossInputs` of the micro-batch ``sub`` (on ``log_probs``' device)."""
+    from ragen_core.interfaces.algorithm import PolicyLossInputs
+
+    device = log_probs.device
+    return PolicyLossInputs(log_probs=log_probs, old_log_probs=old_log_probs, advantages=_filled(sub.advantages, device), response_mask=mask,
+                            group_ids=sub.group_ids.to(device), episode_ids=sub.episode_ids.to(device), turn_ends=sub.turn_ends,
+                            ref_log_probs=None if sub.ref_log_probs is None else sub.ref_log_probs.to(device))
 
 
 def _refuse_non_finite_loss(algorithm: Any, per_token: torch.Tensor, inputs: tuple[torch.Tensor, ...], mask: torch.Tensor) -> None:
