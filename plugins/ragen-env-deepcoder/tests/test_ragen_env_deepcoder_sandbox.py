@@ -263,6 +263,15 @@ def test_a_folder_the_program_locked_is_still_emptied_before_the_next_test():
     assert [t.stdout for t in result.tests] == ["[]\nlocked\n", "[]\nlocked\n"], [t.stderr for t in result.tests]
 
 
+def test_emptying_the_temp_dir_after_a_program_that_left_nothing_imports_nothing():
+    """The clean-up runs after every test of every program: when there is nothing to remove it
+    imports no ``shutil`` (~7 ms a test, 1.15x -> 1.40x on a 50 ms program) and forks no child.
+    The next test's program sees the harness's modules, since it is forked from it."""
+    code = "import sys\nprint('shutil' in sys.modules)"
+    result = run(code, [stdin_test(), stdin_test(), stdin_test()])
+    assert [t.stdout for t in result.tests] == ["False\n"] * 3, [t.stderr for t in result.tests]
+
+
 def test_a_program_that_catches_the_cpu_limit_signal_still_fails():
     """RLIMIT_CPU's soft limit sends SIGXCPU, which Python can catch: a program that printed its
     answer, caught it and exited 0 just under the limit passed."""
