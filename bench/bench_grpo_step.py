@@ -76,13 +76,13 @@ def _describe(name: str, times: list[float], split: dict[str, float] | None = No
 
 
 def ragen_prompts(tok: object) -> list[list[int]]:
-    from ragen_core.interfaces.engine import Generation
+    from ragen_core.interfaces.engine import Engine, Generation
     from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
 
     captured: list[list[int]] = []
 
-    class Capture:
+    class Capture(Engine):  # an Engine, so the runner's optional hooks (rollout_done, ...) are there
         def generate(self, prompts, params, seeds=None):
             captured.extend(list(p) for p in prompts)
             return [Generation(token_ids=[0], logprobs=None, finish_reason="stop") for _ in prompts]
