@@ -277,6 +277,21 @@ def test_hostile_answers_are_rejected_quickly(reply):
     assert time.perf_counter() - start < 4.0
 
 
+def test_a_check_scans_the_reply_for_boxes_once(monkeypatch):
+    """Scanning is linear but not free (~30 ms for the 100k boxes above): stated_answers read the
+    reply's boxes and then extract_answer read them again, doubling the slowest hostile reply."""
+    from ragen_env_metamathqa import checker
+
+    scanned: list[str] = []
+    scan = checker._boxes
+    monkeypatch.setattr(checker, "_boxes", lambda text: scanned.append(text) or scan(text))
+    for reply, label, right in (("so \\boxed{18}.", "18", True), ("\\boxed{30} or \\boxed{31}", "30", False),
+                                ("\\boxed{" * 1_000, "1", False)):
+        scanned.clear()
+        assert math_equal(reply, label) is right
+        assert scanned == [reply]
+
+
 def test_time_limit_is_a_backstop():
     assert math_equal("2\\sqrt{2}", "\\sqrt{8}", time_limit_s=5.0)
     # a budget already spent stops the expression parser: judged wrong rather than waited for
