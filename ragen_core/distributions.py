@@ -93,3 +93,56 @@ def command_hint(command: str) -> str:
     """The hint for a ``ragen`` subcommand whose distribution is missing."""
     dist = COMMANDS[command]
     return f"pip install {dist}   (in this repository: pip install --no-build-isolation -e plugins/{dist})"
+
+
+def source_commit() -> str | None:
+    """``HEAD`` of the git checkout ragen_core is imported from, with ``+dirty`` when tracked files
+    differ from it; None for an installed copy (a wheel in site-packages, even one inside a checkout's
+    virtual environment) or without git."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=root, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root:
+        return None
+    head = git("rev-parse", "HEAD")
+    if not head:
+        return None
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+#: Distributions whose versions a run records (``versions.json``), when installed.
+RECORDED: tuple[str, ...] = (CORE, "torch", "transformers", "peft", "vllm", "ray", "pydantic", "numpy", "safetensors")
+
+
+def software_versions() -> dict[str, str | None]:
+    """What a run ran on, beside its plugins' versions: Python, the platform, the installed
+    versions of :data:`RECORDED` (those not installed are left out), torch's CUDA build, and the
+    commit of a ragen_core checkout (:func:`source_commit`)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in RECORDED:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    try:
+        import torch
+
+        out["torch_cuda"] = torch.version.cuda
+    except ImportError:
+        pass
+    out["ragen_core_commit"] = source_commit()
+    return out
+

@@ -460,3 +460,60 @@ def test_a_resume_with_another_pool_lists_the_pool_not_the_settings_that_came_wi
     changes = resume_changes(before.model_dump(mode="json"), after)
     assert changes == {"rollout.pool": ["process", "local"], "rollout.pool_config.step_timeout_s": [30.0, 60.0],
                        "rollout.pool_config.workers": [2, NOT_SET]}
+
+
+def test_a_run_records_every_plugin_and_the_software_it_ran_on(tmp_path):
+    """plugins.json left out the engine and the env pool, and nothing said which torch, transformers or ragen-core
+    (or which commit of a checkout) made the run (helper-81's walk)."""
+    import json
+    import subprocess
+    from importlib.metadata import version
+
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    run_dir = Path(cfg.run_dir)
+    plugins = {row["kind"]: row for row in json.loads((run_dir / "plugins.json").read_text())}
+    assert set(plugins) == {"env", "algorithm", "estimator", "filter", "engine", "pool"}
+    assert (plugins["engine"]["name"], plugins["engine"]["dist"]) == ("hf", "ragen-core")
+    assert (plugins["pool"]["name"], plugins["pool"]["dist"]) == (cfg.rollout.pool, "ragen-core")
+    (record,) = json.loads((run_dir / "versions.json").read_text())
+    assert record["from_step"] == 1
+    assert record["ragen-core"] == version("ragen-core") and record["torch"] == version("torch")
+    assert record["transformers"] == version("transformers") and record["python"].count(".") == 2
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root, check=False).stdout.strip()
+    import ragen_core
+
+    from_checkout = Path(ragen_core.__file__).resolve().parents[1] == root and (root / ".git").exists()
+    if from_checkout and head:
+        assert record["ragen_core_commit"] in (head, head + "+dirty")
+
+
+def test_versions_json_gains_a_record_when_a_resume_runs_on_other_software(tmp_path):
+    from ragen_core.trainer.run_dir import record_versions
+
+    path = tmp_path / "versions.json"
+    record_versions(path, {"torch": "2.13.0"}, 1)
+    record_versions(path, {"torch": "2.13.0"}, 4)  # the same software: nothing to add
+    assert json.loads(path.read_text()) == [{"from_step": 1, "torch": "2.13.0"}]
+    record_versions(path, {"torch": "2.14.0"}, 4)
+    record_versions(path, {"torch": "2.15.0"}, 6)
+    record_versions(path, {"torch": "2.15.1"}, 5)  # resumed from an older checkpoint: steps 6.. are trained again
+    assert json.loads(path.read_text()) == [{"from_step": 1, "torch": "2.13.0"}, {"from_step": 4, "torch": "2.14.0"},
+                                            {"from_step": 5, "torch": "2.15.1"}]
+    path.write_text("{not json")
+    record_versions(path, {"torch": "2.13.0"}, 2)  # unreadable: started again
+    assert json.loads(path.read_text()) == [{"from_step": 2, "torch": "2.13.0"}]
+
+
+def test_overwrite_removes_the_old_runs_watchdog_dump(tmp_path, capsys):
+    """It was kept as 'not written by a run', so the new run's folder held the old run's hang dump (helper-81's walk)."""
+    from ragen_core.trainer.run_dir import claim_run_dir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "watchdog-stacks.txt").write_text("old stacks")
+    (run_dir / "notes.txt").write_text("mine")
+    claim_run_dir(run_dir, overwrite=True)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+    assert "overwrite: removed watchdog-stacks.txt" in capsys.readouterr().out

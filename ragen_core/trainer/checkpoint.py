@@ -468,6 +468,7 @@ def _atomic_folder(final: Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
     os.replace(tmp, final)
+    KNOWN_DAMAGED.discard(final.resolve())  # written again: pruning counts it as intact now
     shutil.rmtree(old, ignore_errors=True)
     with contextlib.suppress(OSError):  # make the rename itself durable (not possible on every filesystem)
         fd = os.open(final.parent, os.O_RDONLY)

@@ -7,6 +7,7 @@ Run-directory layout (stable; ``ragen eval``, ``ragen plot``, ``ragen diagnose``
 RUN_DIR/
   config.yaml          resolved, validated run config
   plugins.json         name, distribution and version of every plugin used
+  versions.json        Python, ragen-core, torch, transformers, ... and a checkout's commit (one record per software)
   metrics.jsonl        one JSON object per step: {"step": N, "<key>": value, ...}
   rollouts/step_<N>.jsonl   (optional) trajectories of a step, one Trajectory.to_dict() per line
   checkpoints/step_<N>/     loadable Hugging Face model folder (+ trainer_state.pt)

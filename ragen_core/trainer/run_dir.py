@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import shutil
@@ -32,8 +33,9 @@ from ragen_core.errors import ConfigError, shell_word
 
 CONFIG_FILE = "config.yaml"
 
-RUN_ENTRIES = ("config.yaml", "config_changes.jsonl", "metrics.jsonl", "plugins.json", "warm_start.json", "checkpoints", "rollouts", "plots",
-               "tensorboard", "wandb", "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl")
+RUN_ENTRIES = ("config.yaml", "config_changes.jsonl", "metrics.jsonl", "plugins.json", "versions.json", "warm_start.json", "checkpoints",
+               "rollouts", "plots", "tensorboard", "wandb", "grad_analysis", "diagnostics.html", "diagnostics_offline.jsonl",
+               "watchdog-stacks.txt")
 """What ``ragen run`` (and ``ragen plot`` / ``ragen diagnose``) write into a run directory."""
 
 CHANGES_FILE = "config_changes.jsonl"
@@ -367,3 +369,24 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in data.items():
         out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def record_versions(path: Path, versions: dict[str, Any], from_step: int) -> None:
+    """Keep ``versions`` (:func:`ragen_core.distributions.software_versions`) in ``path``
+    (``versions.json``): a list of ``{"from_step": N, ...}`` records, oldest first. A resume on other
+    software appends one from the step it trains first; on the same software nothing changes. An
+    unreadable file is started again."""
+    records: list[dict[str, Any]] = []
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        records = [r for r in old if isinstance(r, dict)] if isinstance(old, list) else []
+    except (OSError, ValueError):
+        pass
+    if records and {k: v for k, v in records[-1].items() if k != "from_step"} == versions:
+        return
+    records = [r for r in records if not isinstance(r.get("from_step"), int) or r["from_step"] < from_step]  # steps trained again
+    records.append({"from_step": from_step, **versions})
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+

@@ -400,17 +400,24 @@ class Trainer(CheckpointMixin):
         return bool(ws) if ws != "auto" else self.config.model in ("tiny", "tiny-qwen-tok")
 
     def _write_plugins_json(self) -> None:
+        """``plugins.json`` (every plugin the run uses: name, distribution, version) and
+        ``versions.json`` (Python, torch, transformers, ragen-core and the checkout's commit)."""
         from ragen_core import registry
+        from ragen_core.distributions import software_versions
+        from ragen_core.trainer.run_dir import record_versions
 
+        cfg = self.config
         rows = []
-        for kind, name in [("env", self.config.env), ("algorithm", self.config.algo), ("estimator", self.algorithm.config.estimator),
-                           ("filter", self.config.filter)] + [("diagnostic", d) for d in self.config.diagnostics]:
+        for kind, name in [("env", cfg.env), ("algorithm", cfg.algo), ("estimator", self.algorithm.config.estimator),
+                           ("filter", cfg.filter), ("engine", cfg.engine), ("pool", cfg.rollout.pool)] + \
+                [("diagnostic", d) for d in cfg.diagnostics]:
             try:
                 entry = registry.find(kind, name)
                 rows.append({"kind": kind, "name": entry.name, "dist": entry.dist_name, "version": entry.dist_version})
             except Exception:  # noqa: BLE001 - informational file only
                 rows.append({"kind": kind, "name": name, "dist": "?", "version": "?"})
         (self.run_dir / "plugins.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+        record_versions(self.run_dir / "versions.json", software_versions(), self.start_step)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> list[dict[str, float]]:

@@ -40,13 +40,13 @@ import functools
 import hashlib
 import json
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragen_core.distributions import source_commit
 from ragen_core.errors import RagenError
 from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS, RunConfig, plain_preset
 
@@ -289,20 +289,6 @@ def default_envs() -> list[str]:
     return names
 
 
-def _git_commit() -> str | None:
-    """``HEAD`` of the checkout this module runs from, with ``+dirty`` when tracked files differ from it."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root, check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10,
-                               cwd=root, check=False)
-    except OSError:
-        return None
-    if head.returncode != 0 or not head.stdout.strip():
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2, epochs: int = 2, lr: float = 1e-3,
           batch_size: int = 16, micro_batch_size: int = 4, max_rounds: int = 20, check_episodes: int = 32, seed: int = 0,
           recipes: bool = True, thoughts: tuple[str, ...] | None = ("",), max_minutes: float | None = None, progress: bool = True,
@@ -354,7 +340,7 @@ def build(out: Path, envs: list[str], *, episodes: int = 32, demo_turns: int = 2
     from ragen_core.trainer.warmstart import demonstrations, describe_kinds, format_check, sft
 
     t0 = time.time()
-    commit = _git_commit()  # the code this build runs (read now: the checkout may change while it trains)
+    commit = source_commit()  # the code this build runs (read now: the checkout may change while it trains)
     settings = {"envs": envs, "episodes": episodes, "demo_turns": demo_turns, "epochs": epochs, "lr": lr, "batch_size": batch_size,
                 "micro_batch_size": micro_batch_size, "max_rounds": max_rounds, "max_minutes": max_minutes, "check_episodes": check_episodes,
                 "seed": seed, "recipes": recipes, "thoughts": None if thoughts is None else list(thoughts), "dtype": "float16"}
