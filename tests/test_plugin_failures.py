@@ -429,6 +429,21 @@ def test_a_run_stopped_by_a_signal_says_so_and_does_not_exit_0(tmp_path, capsys,
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_last_step_says_the_run_finished_and_still_does_not_exit_0(tmp_path, capsys, signum):
+    """A signal during the last step: it finished and was saved, and the run exited 0 without a word
+    after 'finishing this step', though the README says an interrupted run exits 130 / 143."""
+    run_dir = tmp_path / "run"
+    rc = _run(run_dir, "diagnostics=[test-signal]", f"diagnostics_config.test-signal.signum={int(signum)}", steps=1)
+    out = capsys.readouterr().out
+    name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    assert rc == 128 + signum  # the signal asked to stop: a '&& ragen eval' after the run does not start
+    assert (f"interrupted by {name} during step 1, the last of 1: it finished and was saved (checkpoints/step_1), "
+            "so the run finished all its steps") in out.splitlines()
+    assert "stopped by" not in out
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_1"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_aborts_the_step_and_exits_with_its_own_code(tmp_path, capsys, signum):
     """A second SIGTERM used to end as 'interrupted', exit 130, as if it were Ctrl-C."""
     run_dir = tmp_path / "run"

@@ -247,10 +247,17 @@ def run(args: argparse.Namespace) -> int:
                              "sampling.train.temperature, a larger rollout.group_size, a warm start), or choose --filter none"])
     signum = trainer.interrupted_by
     done = trainer.start_step - 1 + len(history)  # history: this call's steps, one row each
-    if signum is not None and done < config.steps:  # stopped early on purpose: say so, and do not exit 0 ('&& ragen eval')
-        import signal
+    if signum is None:
+        return 0
+    import signal
 
-        print(f"stopped by {'Ctrl-C' if signum == signal.SIGINT else signal.Signals(signum).name} after step {done} of {config.steps}: "
-              f"continue with 'ragen run --resume {shell_word(trainer.run_dir)}'")
-        return 128 + signum
-    return 0
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    if done < config.steps:  # stopped early on purpose: say so, and do not exit 0 ('&& ragen eval')
+        print(f"stopped by {name} after step {done} of {config.steps}: continue with 'ragen run --resume {shell_word(trainer.run_dir)}'")
+    else:  # the last step finished: the run is complete, but the signal still asked to stop what comes after it
+        from ragen_core.trainer.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(trainer.run_dir)
+        saved = f" and was saved (checkpoints/{newest[1].name})" if newest is not None and newest[0] == done else ""
+        print(f"interrupted by {name} during step {done}, the last of {config.steps}: it finished{saved}, so the run finished all its steps")
+    return 128 + signum
