@@ -22,10 +22,12 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
 import time
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +392,39 @@ def record_versions(path: Path, versions: dict[str, Any], from_step: int) -> Non
     tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
+
+ROLLOUTS_DIR = "rollouts"
+"""``save_rollouts``: ``rollouts/step_<N>.jsonl``, one ``Trajectory.to_dict()`` per line, written at each step's rollout."""
+
+_ROLLOUTS_FILE = re.compile(r"^step_(\d+)\.jsonl(\.tmp)?$")
+
+
+def write_rollouts(run_dir: Path, step: int, lines: Iterable[str]) -> Path:
+    """Write ``rollouts/step_<step>.jsonl`` from ``lines`` (each ending in a newline) atomically: a
+    temp file renamed, so a process killed meanwhile leaves no half file under the step's name."""
+    out = run_dir / ROLLOUTS_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"step_{step}.jsonl"
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.writelines(lines)
+    os.replace(tmp, path)
+    return path
+
+
+def remove_rollouts_after(run_dir: Path, step: int, checkpoint: str) -> str:
+    """Remove the rollouts files (and temp files of a write cut short) of steps after ``step``, the
+    step a resume continues from: a step killed after its rollout was saved left one with no metrics
+    row or checkpoint. Returns the line to print (``""`` when there was none)."""
+    out = run_dir / ROLLOUTS_DIR
+    found = []
+    for path in out.iterdir() if out.is_dir() else ():
+        match = _ROLLOUTS_FILE.match(path.name)
+        if match and int(match.group(1)) > step and path.is_file():
+            found.append((int(match.group(1)), path))
+    if not found:
+        return ""
+    for _, path in found:
+        path.unlink()
+    names = ", ".join(path.name for _, path in sorted(found))
+    return f"resume: removed {ROLLOUTS_DIR}/{names} (steps after checkpoints/{checkpoint}, which the run continues from)"

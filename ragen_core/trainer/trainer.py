@@ -221,6 +221,7 @@ class Trainer(CheckpointMixin):
             claim_run_dir,
             read_run_config,
             record_resume_changes,
+            remove_rollouts_after,
             resume_changes,
             write_run_config,
         )
@@ -348,6 +349,9 @@ class Trainer(CheckpointMixin):
                 tidied = truncate_metrics(self.run_dir / "metrics.jsonl", self.start_step - 1)
                 if tidied:
                     print(f"resume: metrics.jsonl: {tidied}; the file now holds one row per step")
+                removed = remove_rollouts_after(self.run_dir, self.start_step - 1, ckpt[1].name)  # their steps run again
+                if removed:
+                    print(removed)
                 done = self.start_step - 1
                 if done >= cfg.steps:  # config.yaml keeps the settings its steps ran with; nothing is recorded
                     unused = f" (settings not applied: {', '.join(changes)})" if changes else ""
@@ -980,13 +984,10 @@ class Trainer(CheckpointMixin):
         return dict(self.world.broadcast(episode_metrics(trajs, "val-env")))
 
     def _save_rollouts(self, trajs: list[Any], step: int) -> None:
-        if not self.config.save_rollouts:
-            return
-        out = self.run_dir / "rollouts"
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / f"step_{step}.jsonl").open("w", encoding="utf-8") as fh:
-            for t in trajs:
-                fh.write(json.dumps(t.to_dict(), default=str) + "\n")
+        from ragen_core.trainer.run_dir import write_rollouts
+
+        if self.config.save_rollouts:
+            write_rollouts(self.run_dir, step, (json.dumps(t.to_dict(), default=str) + "\n" for t in trajs))
 
 
 def _quiet(*args: Any) -> None:

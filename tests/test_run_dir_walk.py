@@ -1,0 +1,55 @@
+"""What a run folder says after a kill, a resume or a hand edit (findings of a walk through run folders):
+rollouts files are written whole and a resume removes those of steps it recomputes, a resume says
+which metrics rows it replaces, and ``--resume`` / ``ragen eval`` name what is true of the folder given."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ragen_core.testing.run_helpers import toy_run_config
+from ragen_core.trainer.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _train(run_dir: Path, *overrides: str, steps: int = 2, resume: bool = False) -> list[dict]:
+    with Trainer(toy_run_config(run_dir, *overrides, steps=steps), resume=resume) as trainer:
+        return trainer.train()
+
+
+def test_rollouts_are_written_whole_and_a_resume_removes_those_of_steps_it_recomputes(tmp_path, capsys, monkeypatch):
+    """A step killed after its rollouts were saved left rollouts/step_N.jsonl with no metrics row
+    and no checkpoint (and, killed mid-write, a truncated one: it was written in place)."""
+    run_dir = tmp_path / "run"
+    _train(run_dir, "save_rollouts=true", steps=2)
+    rollouts = run_dir / "rollouts"
+    assert sorted(p.name for p in rollouts.iterdir()) == ["step_1.jsonl", "step_2.jsonl"]  # no temp file left
+
+    import os
+
+    written: list[str] = []
+    real_replace = os.replace
+
+    def replace(src, dst):  # a rollouts file appears under its name in one rename, complete
+        if Path(dst).parent == rollouts:
+            written.append(Path(dst).name)
+            assert len(Path(src).read_text(encoding="utf-8").splitlines()) == 2 * 2  # one line per episode
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    # what a kill during step 3 and one during the write of step 4's file leave behind
+    shutil.copy(rollouts / "step_2.jsonl", rollouts / "step_3.jsonl")
+    (rollouts / "step_4.jsonl.tmp").write_text('{"torn": ')
+    capsys.readouterr()
+    _train(run_dir, "save_rollouts=false", steps=2, resume=True)  # nothing to train: the files are removed all the same
+    out = capsys.readouterr().out.splitlines()
+    assert sorted(p.name for p in rollouts.iterdir()) == ["step_1.jsonl", "step_2.jsonl"]
+    assert [line for line in out if "removed" in line] == [
+        "resume: removed rollouts/step_3.jsonl, step_4.jsonl.tmp (steps after checkpoints/step_2, which the run continues from)"]
+    _train(run_dir, "save_rollouts=true", steps=3, resume=True)
+    assert written == ["step_3.jsonl"]
+    assert "removed rollouts" not in capsys.readouterr().out  # nothing to remove: no word
+
