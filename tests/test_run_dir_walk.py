@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ragen_core.testing.run_helpers import toy_run_config
+from ragen_core.trainer.loggers import read_metrics
 from ragen_core.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -52,4 +53,22 @@ def test_rollouts_are_written_whole_and_a_resume_removes_those_of_steps_it_recom
     _train(run_dir, "save_rollouts=true", steps=3, resume=True)
     assert written == ["step_3.jsonl"]
     assert "removed rollouts" not in capsys.readouterr().out  # nothing to remove: no word
+
+
+def test_a_resume_says_which_metrics_rows_it_replaces(tmp_path, capsys):
+    """With save_freq=2, a run killed after step 3's row resumes from step_2 and recomputes step 3:
+    its row was replaced without a word."""
+    run_dir = tmp_path / "run"
+    _train(run_dir, "save_freq=2", steps=3)
+    metrics = run_dir / "metrics.jsonl"
+    shutil.rmtree(run_dir / "checkpoints" / "step_3")  # killed after step 3's row, before its checkpoint
+    capsys.readouterr()
+    _train(run_dir, "save_freq=2", steps=3, resume=True)
+    said = [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
+    assert said == ["resume: metrics.jsonl rows of steps 3..3 (after checkpoints/step_2) are replaced; "
+                    "resuming from step_2 recomputes from step 3"]
+    assert [r["step"] for r in read_metrics(metrics)] == [1, 2, 3]
+    capsys.readouterr()
+    _train(run_dir, "save_freq=2", steps=4, resume=True)  # every row has its checkpoint: nothing replaced, no word
+    assert not [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
 

@@ -397,9 +397,11 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
         chosen = ahead[0]
         log(f"resume: metrics.jsonl has no rows for steps {logged + 1}..{chosen[0]} and no older intact checkpoint can recompute them; "
             f"continuing from {chosen[1].name} with that gap")
-    elif chosen is not None and (torn or ahead):
-        reason = f"ends in a torn line after step {logged} (cut off)" if torn else f"ends at step {logged}"
-        log(f"resume: metrics.jsonl {reason}; resuming from {chosen[1].name} recomputes from step {chosen[0] + 1}")
+    elif chosen is not None and (torn or ahead or logged > chosen[0]):
+        reasons = [f"ends in a torn line after step {logged} (cut off)" if torn else f"ends at step {logged}"] if torn or ahead else []
+        if logged > chosen[0]:  # rows of steps the resume computes again: their new rows take their place
+            reasons.append(f"rows of steps {chosen[0] + 1}..{logged} (after checkpoints/{chosen[1].name}) are replaced")
+        log(f"resume: metrics.jsonl {' and its '.join(reasons)}; resuming from {chosen[1].name} recomputes from step {chosen[0] + 1}")
     if chosen is None:
         listing = "; ".join(msg for _, msg in damaged)
         raise CheckpointError(f"--resume: no intact checkpoint under {run_dir / 'checkpoints'}: {listing}",
