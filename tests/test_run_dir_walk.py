@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ragen_core.testing.run_helpers import toy_run_config
+from ragen_core.cli.main import main
+from ragen_core.testing.run_helpers import one_line_error, toy_run_config
 from ragen_core.trainer.loggers import read_metrics
 from ragen_core.trainer.trainer import Trainer
 
@@ -71,4 +72,15 @@ def test_a_resume_says_which_metrics_rows_it_replaces(tmp_path, capsys):
     capsys.readouterr()
     _train(run_dir, "save_freq=2", steps=4, resume=True)  # every row has its checkpoint: nothing replaced, no word
     assert not [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
+
+
+def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "step_4" / "adapter").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("env: bandit\n")
+    for given in (run_dir / "checkpoints" / "step_4", run_dir / "checkpoints", run_dir / "checkpoints" / "step_4" / "adapter"):
+        assert main(["run", "--resume", str(given)]) == 2
+        err = capsys.readouterr().err
+        assert one_line_error(err) == f"ConfigError: --resume: {given} is inside the run directory {run_dir}, not a run directory itself"
+        assert f"hint: pass the run directory: ragen run --resume {run_dir} (it continues from its newest intact checkpoint)" in err
 
