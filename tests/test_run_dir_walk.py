@@ -84,3 +84,33 @@ def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys):
         assert one_line_error(err) == f"ConfigError: --resume: {given} is inside the run directory {run_dir}, not a run directory itself"
         assert f"hint: pass the run directory: ragen run --resume {run_dir} (it continues from its newest intact checkpoint)" in err
 
+
+@pytest.mark.parametrize("case", ["deleted", "save_freq=0", "killed-before-a-save"])
+def test_eval_of_a_run_without_checkpoints_says_why(tmp_path, capsys, case):
+    """A finished run whose checkpoints/ were deleted was said to have 'stopped before saving one'."""
+    run_dir = tmp_path / "run"
+    _train(run_dir, *(["save_freq=0"] if case == "save_freq=0" else []), steps=2)
+    if case == "killed-before-a-save":  # save_freq=5, killed after step 2's row: no checkpoint ever
+        config = run_dir / "config.yaml"
+        config.write_text(config.read_text().replace("save_freq: 1", "save_freq: 5").replace("steps: 2", "steps: 6"))
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    capsys.readouterr()
+    assert main(["eval", "--model", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    line = one_line_error(err)
+    assert line == {
+        "deleted": f"ConfigError: run directory {run_dir} has no checkpoint in checkpoints/, though it ran all its 2 steps "
+                   "and a run saves its last step: they were deleted or moved",
+        "save_freq=0": f"ConfigError: run directory {run_dir} has no checkpoint: it ran with save_freq=0, which saves one "
+                       "only on Ctrl-C / SIGTERM",
+        "killed-before-a-save": f"ConfigError: run directory {run_dir} has no checkpoint in checkpoints/, though metrics.jsonl "
+                                "logs steps up to 2 of 6: it stopped before its first save (save_freq=5), or they were deleted",
+    }[case]
+    assert "stopped before saving one" not in err
+    assert (f"hint: put its checkpoints back into {run_dir / 'checkpoints'}" in err) == (case != "save_freq=0")
+    stopped = tmp_path / "stopped"  # no row at all: stopped before its first step ended
+    stopped.mkdir()
+    shutil.copy(run_dir / "config.yaml", stopped / "config.yaml")
+    assert main(["eval", "--model", str(stopped)]) == 2
+    assert one_line_error(capsys.readouterr().err) == f"ConfigError: run directory {stopped} has no checkpoint yet (it stopped before saving one)"
+

@@ -308,11 +308,40 @@ def check_model_name(model: str) -> None:
             raise ConfigError(f"--model {model} holds checkpoints, not a model: name one of them",
                               [f"--model {path / steps[-1]} (the latest), or --model {path.parent} for the run's latest"])
         if (path / "config.yaml").is_file() and not any((path / "checkpoints").glob("step_*")):
-            raise ConfigError(f"run directory {path} has no checkpoint yet (it stopped before saving one)",
-                              ["evaluate it once a step was saved (save_freq), or evaluate the shipped warm policy: --model warm"])
+            why, fix = _no_checkpoint_why(path)
+            raise ConfigError(why, [f"{fix}, or evaluate the shipped warm policy: --model warm"])
     if model not in TINY_NAMES and not (Path(model) / "checkpoints").is_dir():  # a run directory resolves to a checkpoint
         check_model_folder(model)
         check_hub_model(model)
+
+
+def _no_checkpoint_why(run_dir: Path) -> tuple[str, str]:
+    """Why the run folder ``run_dir`` (its config.yaml there) holds no checkpoint, from what its
+    config.yaml and metrics.jsonl say: it saves none (save_freq=0), they were deleted, or it stopped
+    before its first save; and what to do about it."""
+    from ragen_core.config import read_yaml
+    from ragen_core.errors import RagenError
+    from ragen_core.trainer.loggers import is_step, read_complete_rows
+
+    try:
+        config = read_yaml(run_dir / "config.yaml") or {}
+        logged = max((int(r["step"]) for r in read_complete_rows(run_dir / "metrics.jsonl")[0] if is_step(r.get("step"))), default=0)
+    except (RagenError, OSError, ValueError):  # a damaged file: only what is sure
+        config, logged = {}, 0
+    save_freq, steps = config.get("save_freq"), config.get("steps")
+    later = "evaluate it once a step was saved (save_freq)"
+    if not logged:
+        return f"run directory {run_dir} has no checkpoint yet (it stopped before saving one)", later
+    if save_freq == 0:
+        return (f"run directory {run_dir} has no checkpoint: it ran with save_freq=0, which saves one only on Ctrl-C / SIGTERM",
+                "train with save_freq above 0 (or -1: at the end)")
+    restore = f"put its checkpoints back into {run_dir / 'checkpoints'}"
+    if isinstance(steps, int) and logged >= steps:
+        return (f"run directory {run_dir} has no checkpoint in checkpoints/, though it ran all its {steps} steps "
+                "and a run saves its last step: they were deleted or moved"), restore
+    of = f" of {steps}" if isinstance(steps, int) else ""
+    return (f"run directory {run_dir} has no checkpoint in checkpoints/, though metrics.jsonl logs steps up to {logged}{of}: "
+            f"it stopped before its first save (save_freq={save_freq}), or they were deleted"), f"{restore} if they were moved"
 
 
 def run_env_settings(model: str) -> dict[str, Any] | None:
