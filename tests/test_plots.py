@@ -307,3 +307,23 @@ def test_an_unreadable_metrics_file_is_a_read_error_not_a_write_error(tmp_path, 
     monkeypatch.setattr(Path, "read_text", refuse)
     assert main(["plot", str(run)]) == 2
     assert one_line_error(capsys.readouterr().err) == f"ConfigError: cannot read {run / 'metrics.jsonl'} (Permission denied)"
+
+
+def test_a_torn_last_metrics_line_is_named_as_a_damaged_one_is(tmp_path, caplog):
+    """A damaged middle line was named ("1 line(s) not JSON rows, skipped"), a torn last one skipped without a word."""
+    from ragen_core.cli.main import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    whole = [json.dumps(r) + "\n" for r in GRPO]
+    cut = ": a run is writing it, or was killed while writing it"
+    for text, said in [("".join(whole) + whole[0][:20], f"{metrics}: 1 line(s) not JSON rows, skipped (line 4; the last line is cut short{cut})"),
+                       (whole[0][:-9] + "\n" + "".join(whole[1:]) + whole[0][:20],
+                        f"{metrics}: 2 line(s) not JSON rows, skipped (line 1, 4; the last line is cut short{cut})"),
+                       ("".join(whole), None)]:
+        metrics.write_text(text)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ragen_core.trainer.loggers"):
+            assert main(["plot", str(run), "--out", str(tmp_path / "plots")]) == 0
+        assert [r.getMessage() for r in caplog.records] == ([said] if said else [])

@@ -40,8 +40,8 @@ def _clean(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Read a ``metrics.jsonl`` file; a torn last line (killed writer, or a live run's line being
-    written) is ignored, other lines that are not JSON are skipped with one warning naming them.
+    """Read a ``metrics.jsonl`` file; lines that are not JSON are skipped with one warning naming
+    them, a torn last line (killed writer, or a live run's line being written) said to be cut short.
 
     Raises:
         ConfigError: A line is JSON but not an object, the file is not UTF-8 text, or it has lines
@@ -74,13 +74,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             raise ConfigError(f"{p} line {number} is a JSON {type(row).__name__}, not an object: not a RAGEN metrics row",
                               ["metrics.jsonl holds one JSON object per line; restore the file or remove that line"])
         rows.append(row)
-    damaged = [n for n in bad if n < len(lines)]  # the last line may be one a live run is still writing
+    damaged = [n for n in bad if n < len(lines)]  # the last line may be one a live run is still writing: not damage
     if damaged and not rows:
         raise ConfigError(f"{p} holds no JSON row ({len(bad)} line(s) of other text): not a RAGEN metrics file",
                           ["metrics.jsonl holds one JSON object per line, as 'ragen run' writes it"])
-    if damaged:
-        logger.warning("%s: %d line(s) not JSON rows, skipped (line %s)", p, len(damaged), ", ".join(map(str, damaged[:5])) +
-                       (", ..." if len(damaged) > 5 else ""))
+    if bad and rows:
+        torn = "; the last line is cut short: a run is writing it, or was killed while writing it" if bad[-1] == len(lines) else ""
+        logger.warning("%s: %d line(s) not JSON rows, skipped (line %s%s)", p, len(bad), ", ".join(map(str, bad[:5])) +
+                       (", ..." if len(bad) > 5 else ""), torn)
     rows, note = one_row_per_step(rows)
     if note:
         logger.warning("%s: %s", p, note)
