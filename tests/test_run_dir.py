@@ -506,6 +506,20 @@ def test_versions_json_gains_a_record_when_a_resume_runs_on_other_software(tmp_p
     assert json.loads(path.read_text()) == [{"from_step": 2, "torch": "2.13.0"}]
 
 
+def test_versions_json_after_a_resume_from_a_checkpoint_older_than_its_last_record(tmp_path):
+    """Steps 1..5 ran on A, 6.. on B; a resume from step_3 (step_5 lost) trains 4.. again. On B the
+    file kept 'B from 6', crediting A with steps 4-5; on A it added a second A record (helper-86's review)."""
+    from ragen_core.trainer.run_dir import record_versions
+
+    path = tmp_path / "versions.json"
+    record_versions(path, {"torch": "A"}, 1)
+    record_versions(path, {"torch": "B"}, 6)
+    record_versions(path, {"torch": "B"}, 4)
+    assert json.loads(path.read_text()) == [{"from_step": 1, "torch": "A"}, {"from_step": 4, "torch": "B"}]
+    record_versions(path, {"torch": "A"}, 3)  # A again from step 3: A's record covers every step
+    assert json.loads(path.read_text()) == [{"from_step": 1, "torch": "A"}]
+
+
 def test_overwrite_removes_the_old_runs_watchdog_dump(tmp_path, capsys):
     """It was kept as 'not written by a run', so the new run's folder held the old run's hang dump (helper-81's walk)."""
     from ragen_core.trainer.run_dir import claim_run_dir

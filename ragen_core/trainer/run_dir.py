@@ -388,10 +388,14 @@ def record_versions(path: Path, versions: dict[str, Any], from_step: int) -> Non
         records = [r for r in old if isinstance(r, dict)] if isinstance(old, list) else []
     except (OSError, ValueError):
         pass
-    if records and {k: v for k, v in records[-1].items() if k != "from_step"} == versions:
+    # records from steps a resume from an older checkpoint trains again go first, then one from
+    # from_step unless the record before it names this software (its steps continue)
+    kept = [r for r in records if not isinstance(r.get("from_step"), int) or r["from_step"] < from_step]
+    if not (kept and {k: v for k, v in kept[-1].items() if k != "from_step"} == versions):
+        kept.append({"from_step": from_step, **versions})
+    if kept == records:
         return
-    records = [r for r in records if not isinstance(r.get("from_step"), int) or r["from_step"] < from_step]  # steps trained again
-    records.append({"from_step": from_step, **versions})
+    records = kept
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
