@@ -98,7 +98,8 @@ def command_hint(command: str) -> str:
 def source_commit() -> str | None:
     """``HEAD`` of the git checkout ragen_core is imported from, with ``+dirty`` when tracked files
     differ from it; None for an installed copy (a wheel in site-packages, even one inside a checkout's
-    virtual environment) or without git."""
+    virtual environment) or without git. It reads the checkout only: ``git status`` would rewrite
+    the index, and a ``git commit`` there at that moment failed on ``index.lock``."""
     import subprocess
     from pathlib import Path
 
@@ -106,7 +107,7 @@ def source_commit() -> str | None:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=root, check=False)
+            done = subprocess.run(["git", "--no-optional-locks", *args], capture_output=True, text=True, timeout=10, cwd=root, check=False)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None

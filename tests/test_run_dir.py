@@ -520,6 +520,35 @@ def test_versions_json_after_a_resume_from_a_checkpoint_older_than_its_last_reco
     assert json.loads(path.read_text()) == [{"from_step": 1, "torch": "A"}]
 
 
+def test_the_commit_a_run_records_leaves_the_checkouts_git_index_alone(tmp_path, monkeypatch):
+    """Every run read '+dirty' with 'git status', which rewrites .git/index (taking index.lock) when
+    a file's timestamps changed: a 'git commit' in the checkout at that moment failed (helper-86's review)."""
+    import os
+    import shutil
+    import subprocess
+
+    from ragen_core import distributions
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "ragen_core").mkdir(parents=True)
+    source = repo / "ragen_core" / "distributions.py"
+    source.write_text("x = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "one"]):
+        subprocess.run([*git, *args], cwd=repo, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    index = repo / ".git" / "index"
+    os.utime(index, (1_000_000_000, 1_000_000_000))
+    os.utime(source, (1_000_000_100, 1_000_000_100))  # touched, not changed: git status would refresh the index
+    monkeypatch.setattr(distributions, "__file__", str(source))
+    assert distributions.source_commit() == head
+    assert index.stat().st_mtime == 1_000_000_000
+    source.write_text("x = 2\n")
+    assert distributions.source_commit() == head + "+dirty"
+
+
 def test_overwrite_removes_the_old_runs_watchdog_dump(tmp_path, capsys):
     """It was kept as 'not written by a run', so the new run's folder held the old run's hang dump (helper-81's walk)."""
     from ragen_core.trainer.run_dir import claim_run_dir
