@@ -180,6 +180,18 @@ def test_a_nan_loss_from_nan_log_probs_is_left_to_the_divergence_guard():
     assert not torch.isfinite(loss) and metrics["pg_loss"] != metrics["pg_loss"]
 
 
+@pytest.mark.parametrize("algorithm", [Algorithm, Reinforce])
+def test_a_nan_loss_from_a_nan_log_prob_outside_the_mask_is_left_to_the_divergence_guard(algorithm):
+    """A model's NaN on an untrained position (a prompt or observation token) makes every loss NaN
+    (NaN x 0): it was refused as the algorithm's own, the built-in clipped surrogate included (helper-86's review)."""
+    log_probs, old, adv, mask = _tensors()
+    log_probs = log_probs.detach().clone()
+    assert mask[2, 4] == 0
+    log_probs[2, 4] = float("nan")
+    loss, metrics = algorithm_policy_loss(algorithm(), _inputs(log_probs.requires_grad_(True), old, adv, mask), "token-mean")
+    assert not torch.isfinite(loss) and metrics["pg_loss"] != metrics["pg_loss"]
+
+
 def _run(run_dir: Path, *overrides: str) -> int:
     env = toy_run_config(None).env
     return main(["run", "--no-progress", "--env", env, "--run-dir", str(run_dir), *TOY_RUN, "steps=1", *overrides])

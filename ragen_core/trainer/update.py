@@ -450,13 +450,14 @@ def policy_loss_inputs(sub: TrainBatch, log_probs: torch.Tensor, old_log_probs: 
 
 
 def _refuse_non_finite_loss(algorithm: Any, per_token: torch.Tensor, inputs: tuple[torch.Tensor, ...], mask: torch.Tensor) -> None:
-    """A NaN or infinite policy loss from inputs that are finite on trained tokens is the
-    algorithm's own (one line naming it); from non-finite inputs it is the model's or the batch's,
-    left to the divergence guard (a skipped optimiser step)."""
+    """A NaN or infinite policy loss from finite inputs is the algorithm's own (one line naming
+    it); from inputs non-finite anywhere, trained tokens or not (NaN x 0 is NaN whatever the
+    algorithm does), it is the model's or the batch's, left to the divergence guard (a skipped
+    optimiser step)."""
     import torch
 
     trained = mask > 0
-    if not all(bool(torch.isfinite(t.detach()[trained]).all()) for t in inputs):
+    if not all(bool(torch.isfinite(t.detach()).all()) for t in inputs):
         return
     bad = ~torch.isfinite(per_token.detach())
     empty = int((bad.any(1) & ~trained.any(1)).sum())
