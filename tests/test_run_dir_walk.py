@@ -74,7 +74,7 @@ def test_a_resume_says_which_metrics_rows_it_replaces(tmp_path, capsys):
     assert not [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
 
 
-def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys):
+def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "step_4" / "adapter").mkdir(parents=True)
     (run_dir / "config.yaml").write_text("env: bandit\n")
@@ -83,6 +83,11 @@ def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys):
         err = capsys.readouterr().err
         assert one_line_error(err) == f"ConfigError: --resume: {given} is inside the run directory {run_dir}, not a run directory itself"
         assert f"hint: pass the run directory: ragen run --resume {run_dir} (it continues from its newest intact checkpoint)" in err
+    monkeypatch.chdir(run_dir / "checkpoints")  # a relative path from inside checkpoints/ (helper-86's review)
+    for given in ("step_4", "."):
+        assert main(["run", "--resume", given]) == 2
+        err = capsys.readouterr().err
+        assert one_line_error(err) == f"ConfigError: --resume: {given} is inside the run directory {run_dir}, not a run directory itself"
 
 
 @pytest.mark.parametrize("case", ["deleted", "save_freq=0", "killed-before-a-save"])

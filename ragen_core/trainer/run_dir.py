@@ -195,7 +195,8 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"--resume: {run_dir} is a file, not a run directory",
                           ["pass the run directory that contains config.yaml and checkpoints/"])
     if not path.is_file():
-        run = next((p.parent for p in (run_dir, *run_dir.parents) if p.name == "checkpoints"), None)
+        here = run_dir.absolute()  # 'step_4' given from inside checkpoints/: its relative parents end at '.'
+        run = next((p.parent for p in (here, *here.parents) if p.name == "checkpoints"), None)
         if run is not None and (run / CONFIG_FILE).is_file():  # RUN/checkpoints/step_4 given: its run resumes from its newest one
             raise ConfigError(f"--resume: {run_dir} is inside the run directory {run}, not a run directory itself",
                               [f"pass the run directory: ragen run --resume {shell_word(run)} (it continues from its newest intact checkpoint)"])
