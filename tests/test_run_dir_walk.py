@@ -42,15 +42,17 @@ def test_rollouts_are_written_whole_and_a_resume_removes_those_of_steps_it_recom
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    # what a kill during step 3 and one during the write of step 4's file leave behind
+    # what kills during steps 3 and 4 (checkpoints lost), and one during the write of step 4's file, leave behind
     shutil.copy(rollouts / "step_2.jsonl", rollouts / "step_3.jsonl")
-    (rollouts / "step_4.jsonl.tmp").write_text('{"torn": ')
+    shutil.copy(rollouts / "step_2.jsonl", rollouts / "step_4.jsonl")
+    (rollouts / "step_3.jsonl.tmp").write_text('{"torn": ')
     capsys.readouterr()
     _train(run_dir, "save_rollouts=false", steps=2, resume=True)  # nothing to train: the files are removed all the same
     out = capsys.readouterr().out.splitlines()
-    assert sorted(p.name for p in rollouts.iterdir()) == ["step_1.jsonl", "step_2.jsonl"]
+    # step_3's whole file stays: checkpoint step_2's weights sampled it ('ragen diagnose --checkpoint step_2' reads it; helper-86)
+    assert sorted(p.name for p in rollouts.iterdir()) == ["step_1.jsonl", "step_2.jsonl", "step_3.jsonl"]
     assert [line for line in out if "removed" in line] == [
-        "resume: removed rollouts/step_3.jsonl, step_4.jsonl.tmp (steps after checkpoints/step_2, which the run continues from)"]
+        "resume: removed rollouts/step_3.jsonl.tmp, step_4.jsonl (steps after checkpoints/step_2, which the run continues from)"]
     _train(run_dir, "save_rollouts=true", steps=3, resume=True)
     assert written == ["step_3.jsonl"]
     assert "removed rollouts" not in capsys.readouterr().out  # nothing to remove: no word

@@ -422,14 +422,17 @@ def write_rollouts(run_dir: Path, step: int, lines: Iterable[str]) -> Path:
 
 
 def remove_rollouts_after(run_dir: Path, step: int, checkpoint: str) -> str:
-    """Remove the rollouts files (and temp files of a write cut short) of steps after ``step``, the
-    step a resume continues from: a step killed after its rollout was saved left one with no metrics
-    row or checkpoint. Returns the line to print (``""`` when there was none)."""
+    """Remove the rollouts files of steps after ``step + 1`` (``step``: the checkpoint a resume
+    continues from), and temp files of a write cut short after ``step``: a run killed after later
+    steps' rollouts were saved left files no checkpoint's weights sampled. ``step + 1``'s whole
+    file stays: checkpoint ``step``'s weights sampled it (``ragen diagnose --checkpoint`` reads it),
+    and a resume that saves rollouts writes it again. Returns the line to print (``""`` when there
+    was none)."""
     out = run_dir / ROLLOUTS_DIR
     found = []
     for path in out.iterdir() if out.is_dir() else ():
         match = _ROLLOUTS_FILE.match(path.name)
-        if match and int(match.group(1)) > step and path.is_file():
+        if match and path.is_file() and int(match.group(1)) > step + (0 if path.name.endswith(".tmp") else 1):
             found.append((int(match.group(1)), path))
     if not found:
         return ""
