@@ -207,7 +207,10 @@ def test_a_run_trains_with_the_plugins_token_loss_in_the_update_and_the_gradient
     for inputs in SEEN:
         assert inputs.group_ids.shape == inputs.episode_ids.shape == (len(inputs.response_mask),) == (len(inputs.turn_ends),)
         assert set(inputs.group_ids.tolist()) <= {0, 1} and inputs.episode_ids.max() < 4  # rollout.env_groups=2 x group_size=2
-        assert all(inputs.response_mask[row, end] == 1 for row, ends in enumerate(inputs.turn_ends) for end in ends)
+        width = inputs.response_mask.shape[1]
+        assert all(0 <= end < width for ends in inputs.turn_ends for end in ends)  # positions inside the micro-batch's rows
+        assert all(inputs.response_mask[row, end] == 1 for row, ends in enumerate(inputs.turn_ends) for end in ends
+                   if inputs.response_mask[row].any())  # a reply's last token (a turn that generated nothing has none)
     assert _run(tmp_path / "kl", "algo=test-reinforce", "algo_config.use_kl_loss=true") == 0
     assert SEEN[-1].ref_log_probs is not None and SEEN[-1].ref_log_probs.shape == SEEN[-1].log_probs.shape
 

@@ -60,8 +60,9 @@ class PolicyLossInputs:
     episode_ids: torch.Tensor
     """``[B]`` episode of each row (the turn rows of one episode share it)."""
     turn_ends: list[list[int]]
-    """Per row, the position of each turn's last trained token (the turn boundaries of a
-    ``full``-mode row)."""
+    """Per row, the position of each turn's last generated token (the turn boundaries of a
+    ``full``-mode row); for a turn that generated nothing (none of its tokens trained), the
+    position just before where its reply would start."""
     ref_log_probs: torch.Tensor | None = None
     """``[B, T]`` under the reference policy when the run computes them (``use_kl_loss``), else None."""
 
