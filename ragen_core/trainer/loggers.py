@@ -156,10 +156,10 @@ def truncate_metrics(path: str | Path, last_step: int) -> str:
         return ""
     kept = [r for r in read_complete_rows(p)[0] if is_step(r.get("step")) and r["step"] <= last_step]  # a row without a step is no step's
     rows, note = one_row_per_step(kept)
-    tmp = p.with_name(p.name + ".tmp")
+    from ragen_core.trainer.run_dir import replace_text
+
     try:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-        os.replace(tmp, p)
+        replace_text(p, "".join(json.dumps(r) + "\n" for r in rows))
     except OSError as exc:  # a read-only run folder: one line, before anything was trained
         from ragen_core.errors import ConfigError
 

@@ -176,7 +176,13 @@ def write_run_config(run_dir: Path, config: Any, *, fresh: bool) -> None:
             raise ConfigError(f"another run started in {run_dir} at the same time (it wrote {CONFIG_FILE} first)",
                               ["give each run its own --run-dir"]) from None
         return
-    tmp = path.with_name(CONFIG_FILE + ".tmp")
+    replace_text(path, text)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write ``text`` as ``path`` under a temporary name (``<name>.tmp``) and rename it over
+    ``path``: a process killed meanwhile leaves the old file (or none), never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
@@ -396,10 +402,7 @@ def record_versions(path: Path, versions: dict[str, Any], from_step: int) -> Non
         kept.append({"from_step": from_step, **versions})
     if kept == records:
         return
-    records = kept
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(records, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_text(path, json.dumps(kept, indent=2) + "\n")
 
 
 ROLLOUTS_DIR = "rollouts"
@@ -414,10 +417,7 @@ def write_rollouts(run_dir: Path, step: int, lines: Iterable[str]) -> Path:
     out = run_dir / ROLLOUTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"step_{step}.jsonl"
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.writelines(lines)
-    os.replace(tmp, path)
+    replace_text(path, "".join(lines))
     return path
 
 
