@@ -74,9 +74,11 @@ def _print_table(header: list[str], rows: list[list[str]], *, wrap_last: bool = 
     import shutil
     import textwrap
 
+    at = wrap or {}
+
     def lines(column: int, cell: str) -> list[str]:
-        if column in (wrap or {}) and len(cell) > (wrap or {})[column]:
-            return textwrap.wrap(cell, (wrap or {})[column], break_long_words=False, break_on_hyphens=False) or [""]
+        if column in at and len(cell) > at[column]:
+            return textwrap.wrap(cell, at[column], break_long_words=False, break_on_hyphens=False) or [""]
         return [cell]
 
     cells = [[lines(i, str(c)) for i, c in enumerate(r)] for r in rows]

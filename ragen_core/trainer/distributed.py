@@ -69,10 +69,9 @@ FSDP needs several ranks (refused in one process). ``--resume`` loads any whole 
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,7 +289,7 @@ def shutdown() -> None:
         # every rank has finished its last collective before any leaves: gloo aborts a rank whose peer closes the
         # connection while it still waits for that collective's last message ('terminate called without an active
         # exception', SIGABRT; seen once in a few full test runs). A rank that died makes the barrier fail: leave anyway.
-        with contextlib.suppress(Exception):
+        with suppress(Exception):
             dist.barrier()
         dist.destroy_process_group()
 
