@@ -19,7 +19,7 @@ messages echo a bad value in a bounded form (:func:`short_repr`), never whole.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -266,14 +266,11 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc, prefix) + (hints if unknown else [])) from None
 
 
-def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None,
-                each: Callable[[dict[str, Any], Path], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``base`` with each YAML file merged over it in order (unvalidated); ``each(data, path)``
-    rewrites a file's settings before they are merged (``ragen run`` makes its data paths absolute)."""
+def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with each YAML file merged over it in order (unvalidated)."""
     data: dict[str, Any] = dict(base or {})
     for f in files:
-        read = read_yaml(f)
-        data = deep_merge(data, each(read, Path(f)) if each is not None else read)
+        data = deep_merge(data, read_yaml(f))
     return data
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ragen_core.cli.main import main
 from ragen_core.config import load_config
@@ -192,3 +193,38 @@ def test_eval_config_files_read_their_data_paths_beside_the_file_as_run_does(tmp
     monkeypatch.setattr("ragen_core.trainer.config.check_run_available", lambda config: [])
     config = _eval_config(monkeypatch, ["eval", "--model", "tiny", "--config", str(folder / "eval.yaml")])
     assert config.env_config["dataset_path"] == str(folder / "problems.jsonl")
+
+
+@pytest.fixture
+def pipe_with():
+    """``pipe_with(text)``: a ``/dev/fd`` path of a pipe holding ``text`` (what the shell's ``--config <(...)``
+    passes), which can be read once; closed after the test."""
+    import os
+
+    opened: list[int] = []
+
+    def make(text: str) -> str:
+        read_end, write_end = os.pipe()
+        os.write(write_end, text.encode())
+        os.close(write_end)
+        opened.append(read_end)
+        return f"/dev/fd/{read_end}"
+
+    yield make
+    for fd in opened:
+        os.close(fd)
+
+
+def test_eval_reads_a_config_pipe_once(tmp_path, monkeypatch, pipe_with):
+    """ragen eval read its --config files up to three times: a pipe's settings were gone after the first read."""
+    run = _fake_run(tmp_path)
+    (run / "config.yaml").write_text("env: bandit\npreset: BanditTest\nenv_config:\n  lo_arm_score: 0.3\n")
+    config = _eval_config(monkeypatch, ["eval", "--model", str(run), "--config", pipe_with("env_config:\n  hi_arm_hiscore: 2.0\n")])
+    assert config.env_config == {"lo_arm_score": 0.3, "hi_arm_hiscore": 2.0}
+
+
+def test_run_with_a_recipe_reads_a_config_pipe_once(capsys, pipe_with):
+    """ragen run --recipe read the files once for the recipe's env and again for the settings: a pipe was empty then."""
+    assert main(["run", "--print-config", "--recipe", "learn", "--config", pipe_with("env: bandit\nrollout:\n  group_size: 3\n")]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data["env"] == "bandit" and data["rollout"]["group_size"] == 3

@@ -62,7 +62,6 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
 
-    files = list(args.config)
     if args.resume and getattr(args, "overwrite", False):
         raise ConfigError("--resume and --overwrite exclude each other", ["--resume continues the run; --overwrite starts it again"])
     resumed = read_run_config(Path(args.resume)) if args.resume else None
@@ -92,6 +91,7 @@ def build_config(args: argparse.Namespace) -> RunConfig:
         raise ConfigError("ragen run needs --env NAME (or --config FILE / --resume RUN_DIR)", ["example: ragen run --env bandit"])
     if getattr(args, "recipe", None) is not None and not args.recipe.strip():  # '' ran as if no recipe were given
         raise ConfigError("--recipe is empty", ["name one of the env's recipes (ragen plugins show env NAME lists them), or leave --recipe out"])
+    files = read_config_files(list(args.config))  # once: the recipe's env and the layers below come from the same read
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
     layers = merge_config_files(files, base)
@@ -146,12 +146,24 @@ def _absolute(key: str, value: str, beside: Path | None = None) -> str:
     return value
 
 
-def merge_config_files(files: list[str], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``base`` with the ``--config`` files merged over it, each file's relative data paths made
-    absolute (:func:`absolute_file_paths`): what ``ragen run`` and ``ragen eval`` read from them."""
-    from ragen_core.config import merge_files
+def read_config_files(files: list[str]) -> list[dict[str, Any]]:
+    """Each ``--config`` file's settings, read once (a file may be a pipe, ``--config <(...)``), its
+    relative data paths made absolute (:func:`absolute_file_paths`)."""
+    from ragen_core.config import read_yaml
 
-    return merge_files(files, base, each=lambda data, file: absolute_file_paths(data, file.expanduser().resolve().parent))
+    return [absolute_file_paths(read_yaml(f), Path(f).expanduser().resolve().parent) for f in files]
+
+
+def merge_config_files(files: list[dict[str, Any]], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with the settings :func:`read_config_files` read merged over it, file by file (a
+    merge is not associative: a file's dict merges into the layer below it, so the files are merged
+    over ``base`` in order, not over each other first): what ``ragen run`` and ``ragen eval`` use."""
+    from ragen_core.config import deep_merge
+
+    data: dict[str, Any] = dict(base or {})
+    for read in files:
+        data = deep_merge(data, read)
+    return data
 
 
 def absolute_file_paths(data: Any, beside: Path, key: str = "") -> Any:
@@ -179,15 +191,15 @@ def drop_stale_settings(config: RunConfig, layers: dict[str, Any], overrides: li
     return load_config(RunConfig, [], overrides, base=without_settings(layers, [key for key, _ in stale]))
 
 
-def recipe_base(args: argparse.Namespace, files: list[str]) -> dict[str, Any]:
-    """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files)."""
+def recipe_base(args: argparse.Namespace, files: list[dict[str, Any]]) -> dict[str, Any]:
+    """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files'
+    settings, :func:`read_config_files`)."""
     from ragen_core import registry
-    from ragen_core.config import merge_files
     from ragen_core.errors import ConfigError
 
     if args.resume:
         raise ConfigError("--recipe cannot be combined with --resume", ["the run's config.yaml already holds the recipe's settings; drop --recipe"])
-    env = args.env if args.env is not None else merge_files(files).get("env")
+    env = args.env if args.env is not None else merge_config_files(files).get("env")
     if not env:
         raise ConfigError("--recipe needs an env", ["example: ragen run --env bandit --recipe learn"])
     return registry.get_spec("env", str(env)).recipe(args.recipe)
