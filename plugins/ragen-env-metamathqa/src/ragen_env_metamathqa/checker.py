@@ -28,10 +28,13 @@ is the same number or expression as the label:
    every spelling is one unit. When both sides state a common unit (:func:`unit_of`) it must be
    the same one: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
    scale counts (``15 °F`` is not ``15^\\circ C``; a degree without a scale takes either).
-   Units are never converted: ``3 hours and 20 minutes`` is not ``200`` (the label does not
-   say its unit, so a conversion would be a guess, and each reading of an answer in other units
-   (200, 3 1/3, 12000) would be one more label it is paid for), and ``1 hour`` is not
-   ``60 minutes``. Equal values match. A decimal with ``d >= 2`` decimals also matches a
+   Two stated units of one scale are converted, exactly (``Fraction``): ``1 hour`` is
+   ``60 minutes``, ``2 km`` is ``2000 m``, ``1 m^2`` is ``10000 cm^2``; metric and imperial units
+   do not convert into each other, nor the clock into the calendar (:data:`_UNIT_SIZES`), and
+   temperatures are never converted. A side without a unit is never converted:
+   ``3 hours and 20 minutes`` is not ``200`` (the label does not say its unit, so a conversion
+   would be a guess, and each reading of an answer in other units (200, 3 1/3, 12000) would be
+   one more label it is paid for). Equal values match. A decimal with ``d >= 2`` decimals also matches a
    non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
    decimals: ``0.33`` is 1/3 and
    ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
@@ -308,14 +311,29 @@ _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\
 #: Common units by their spellings (plural, spelt out, abbreviated): two answers that state
 #: different ones of these state different values (``4 s`` is not ``4 h``); other words (``apples``,
 #: ``mph``) are not compared.
-_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "g", "kg", "lb", "l", "ml")}
+_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "day", "week", "month",
+                                           "year", "g", "mg", "kg", "lb", "oz", "l", "ml")}
 for _canon, _spellings in {
     "m": "meter meters metre metres", "cm": "centimeter centimeters centimetre centimetres", "mm": "millimeter millimeters millimetre millimetres",
     "km": "kilometer kilometers kilometre kilometres", "in": "inch inches", "ft": "foot feet", "yd": "yard yards", "mi": "mile miles",
-    "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "g": "gram grams",
-    "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "l": "liter liters litre litres", "ml": "milliliter milliliters millilitre millilitres",
+    "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "day": "days", "week": "weeks wk wks",
+    "month": "months mo mos", "year": "years yr yrs", "g": "gram grams", "mg": "milligram milligrams mgs",
+    "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "oz": "ounce ounces", "l": "liter liters litre litres",
+    "ml": "milliliter milliliters millilitre millilitres",
 }.items():
     _UNIT_NAMES.update(dict.fromkeys(_spellings.split(), _canon))
+#: Each common unit's scale and size: two stated units of one scale convert exactly (``1 hour`` is
+#: ``60 minutes``, ``2 km`` is ``2000 m``). Scales do not convert into each other: metric and imperial
+#: units (exact by definition, but a reply in the other system is a rounded decimal the question did
+#: not ask for), and the clock and the calendar (a year is 365 or 366 days, a month 28 to 31).
+_UNIT_SIZES: dict[str, tuple[str, Fraction]] = {
+    "mm": ("metre", Fraction(1, 1000)), "cm": ("metre", Fraction(1, 100)), "m": ("metre", Fraction(1)), "km": ("metre", Fraction(1000)),
+    "in": ("inch", Fraction(1)), "ft": ("inch", Fraction(12)), "yd": ("inch", Fraction(36)), "mi": ("inch", Fraction(63_360)),
+    "s": ("second", Fraction(1)), "min": ("second", Fraction(60)), "h": ("second", Fraction(3_600)), "day": ("second", Fraction(86_400)),
+    "week": ("second", Fraction(604_800)), "month": ("month", Fraction(1)), "year": ("month", Fraction(12)),
+    "mg": ("gram", Fraction(1, 1000)), "g": ("gram", Fraction(1)), "kg": ("gram", Fraction(1000)),
+    "oz": ("ounce", Fraction(1)), "lb": ("ounce", Fraction(16)), "ml": ("litre", Fraction(1, 1000)), "l": ("litre", Fraction(1)),
+}
 #: Lengths, whose power is an area or a volume (``18 m^2``); a time's power only ends a compound
 #: unit (``9.8 m/s^2``). Anything else with a power is a variable (``4 a^2``) or a number word.
 _LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi")) | {"unit", "units"}
@@ -440,6 +458,25 @@ def _names_a_variable(unit: str) -> bool:
 def _same_unit(one: tuple[str, int], other: tuple[str, int]) -> bool:
     """Two stated common units are the same one; a degree without a scale is any temperature scale."""
     return one == other or {one[0], other[0]} <= {"°", "°C", "°F", "K"} and "°" in (one[0], other[0])
+
+
+def _unit_ratio(one: tuple[str, int], other: tuple[str, int]) -> Fraction | None:
+    """How many of unit ``one`` make one of unit ``other`` (``("min", 1)``, ``("h", 1)`` -> 60), exactly;
+    None when they are not of one scale and power (:data:`_UNIT_SIZES`): such quantities differ."""
+    (name, power), (other_name, other_power) = one, other
+    if name not in _UNIT_SIZES or other_name not in _UNIT_SIZES or power != other_power:
+        return None
+    (scale, size), (other_scale, other_size) = _UNIT_SIZES[name], _UNIT_SIZES[other_name]
+    return (other_size / size) ** power if scale == other_scale else None
+
+
+def _converted_equal(a: _Num, b: _Num, ratio: Fraction) -> bool:
+    """:func:`_num_equal` of ``a`` and ``b``, where one of ``b``'s unit is ``ratio`` of ``a``'s. The
+    exact side is converted into the unit of a written decimal, so the rounding rule reads a
+    decimal in its own unit (``0.33 hours`` is ``20 minutes``)."""
+    if b.decimals is not None and a.decimals is None:
+        return _num_equal(_Num(a.value / ratio, None), b)
+    return _num_equal(a, _Num(b.value * ratio, b.decimals))
 
 
 def unit_of(text: str) -> tuple[str, int] | None:
@@ -890,7 +927,9 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     if pred_num is not None and gold_num is not None:
         pred_unit, gold_unit = unit_of(pred), unit_of(gold)
         if pred_unit and gold_unit and not _same_unit(pred_unit, gold_unit):  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
-            return False  # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
+            # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
+            ratio = _unit_ratio(pred_unit, gold_unit)  # 60 minutes is 1 hour: converted when both sides state the unit
+            return ratio is not None and any(_converted_equal(a, b, ratio) for a in pred_num for b in gold_num)
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
     if gold_seq is not None:  # a tuple or interval: same length, same brackets, equal items
