@@ -598,6 +598,21 @@ UNIT_TABLE = [
     ("3 hours and 20 minutes", "200 minutes", False),  # a compound quantity is still not read
     ("18 cm", "18 kg", False),  # different dimensions
     ("18 m^3", "18000 cm^2", False),
+    # two lower-case letters after a number are two variables (7ab), unless a unit or an abbreviation (helper-88)
+    ("7 ab", "7", False),
+    ("7 xy", "7", False),
+    ("7 ab^2", "7", False),
+    ("so it is 7 ab", "7", False),
+    ("7 ab c", "7", False),
+    ("it is 7 ab^2.", "7", False),
+    ("7 ab", "7 ab", True),
+    ("7 ab", "7ab", True),
+    ("5 ft", "5", True),
+    ("5 oz", "5", True),
+    ("7 am", "7", True),
+    ("4 Hz", "4", True),  # a capital letter: a unit symbol, not two variables
+    ("There are 5 of them", "5", True),  # prose is still read by its last number
+    ("The answer is 5 in all.", "5", True),
     # left as they are (see the module docstring): a decimal comma is also a pair, radians state no unit
     ("1,5", "1.5", False),
     ("1,5", "1, 5", True),
@@ -612,6 +627,6 @@ def test_letters_units_and_degrees_after_a_number(answer, label, math):
 
 @pytest.mark.parametrize(("one", "other"), [("15 °F", "15^\\circ C"), ("15°C", "15 degrees"), ("4 b", "4"), ("4 b", "4 c"),
                                             ("15 degrees", "15 cm"), ("12 V", "12"), ("1 hour", "60 minutes"),
-                                            ("0.33 hours", "20 minutes"), ("1 day", "1 hour")])
+                                            ("0.33 hours", "20 minutes"), ("7 ab", "7"), ("1 day", "1 hour")])
 def test_two_plain_answers_compare_the_same_either_way_round(one, other):
     assert math_equal(one, other) is math_equal(other, one)

@@ -23,7 +23,10 @@ is the same number or expression as the label:
    A word of two or more letters after a number is a unit or a counted noun and is dropped
    (``5 apples`` is 5); a single letter is dropped only when it is a unit symbol in its own case
    (``m g s h l L V W J N K C F``): any other letter is a variable, so ``4 b`` is the product
-   4b and matches neither ``4`` nor ``4 c``. Degree marks (``°``, ``^\\circ``, ``^{\\circ}``,
+   4b and matches neither ``4`` nor ``4 c``. Two lower-case letters that end the answer are two
+   variables too (``7 ab`` is 7ab), unless a unit, an abbreviation or a short word
+   (``5 ft``, ``7 am``, ``5 of``; :data:`_TWO_LETTER_WORDS`); ``A`` is a variable, not amperes
+   (an area, a matrix, a point or an option far more often than a current). Degree marks (``°``, ``^\\circ``, ``^{\\circ}``,
    ``\\degree``, ``℃``) after a number that ends the answer are spelt ``degrees`` (step 3), so
    every spelling is one unit. When both sides state a common unit (:func:`unit_of`) it must be
    the same one: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
@@ -60,7 +63,7 @@ is the same number or expression as the label:
    least 30``, ``\\pm 30``, ``about 30``; an approximation of a decimal is read) or joins it to another
    number as an alternative (``29 and 30``, ``29; 30``, ``x = 29, x = 30``), ends a compound
    quantity (``3 hours and 20 minutes``, ``5 feet 3 inches``) or is followed by a variable
-   (``so it is 4 b``): a policy must not be paid for naming two answers, or for an answer that
+   (``so it is 4 b``, ``so it is 7 ab``): a policy must not be paid for naming two answers, or for an answer that
    is not one value. Numbers earlier in a
    sentence do not matter (``In 5 years, Tom will be 18``). A label of several boxes (a MATH
    solution with two answers) wants all of them, in any order.
@@ -346,6 +349,11 @@ _NOT_UNITS = frozenset({"pi", "sqrt", "and", "or", "to", "by", "mod"})
 #: a number is a variable: ``4 b`` is the product 4b, never 4 of a unit b (it was dropped, so ``4 b``
 #: matched ``4`` and ``4 c``). ``C``, ``F`` and ``K`` are temperature scales (below).
 _UNIT_SYMBOLS = frozenset({"m", "g", "s", "h", "l", "L", "V", "W", "J", "N", "K", "C", "F"})
+#: Two lower-case letters that end an answer after a number are two variables (``7 ab`` is the product
+#: 7ab; it was read as 7 of a unit "ab"), unless they are one of these: a common unit, an abbreviation
+#: or a short word. A word with a capital is a unit symbol (``4 Hz``, ``2 kW``, ``5 MB``).
+_TWO_LETTER_WORDS = frozenset(word for word in _UNIT_NAMES if len(word) == 2) | frozenset(
+    "am pm pt qt gb mb kb tb hp kw hz ea pc ct st nd rd th ok yo is as at be by do go he if it me my no of on or so to up us we".split())
 #: The degree unit (``°``, ``^\\circ``, ``\\degree`` are spelt ``degrees`` by :func:`normalize`), and the
 #: temperature scales that may follow it in any case (``15 degrees c``). A degree without a scale
 #: is either scale; two different scales are different temperatures (15 °C is 59 °F).
@@ -394,7 +402,7 @@ def _one_value_in_prose(pred: str) -> str | None:
     unless the prose does not state it as the one value: a relation, bound or sign choice right
     before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
     numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter. Nor is it read when a
-    variable follows it (``so it is 4 b``), or when it ends a compound quantity with the number
+    variable follows it (``so it is 4 b``, ``so it is 7 ab``), or when it ends a compound quantity with the number
     before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a unit of :data:`_MEASURES`, then a join or nothing).
     A common unit after it is read with it (``It is 18 cm long`` is not ``18 m``)."""
     found = list(_LAST_NUMBER.finditer(pred))
@@ -406,6 +414,9 @@ def _one_value_in_prose(pred: str) -> str | None:
         return None
     letter = re.match(r"\s+([a-zA-Z])(?![a-zA-Z'’]|\.[a-zA-Z])", pred[last.end():])  # not 5 o'clock, 3 p.m., 5 i.e.
     if letter and letter.group(1) not in _UNIT_SYMBOLS | {"a", "A", "I"}:  # an article or "I" is prose, not a variable
+        return None
+    pair = re.match(r"\s+([a-z]{2})(?:\s*\^|\s+[a-zA-Z](?![a-zA-Z])|[.!?]?\s*$)", pred[last.end():])  # 7 ab, 7 ab^2, 7 ab c (not 5 of them)
+    if pair and _two_variables(pair.group(1)):
         return None
     if len(found) > 1:
         gap = _ASSIGNED.sub(",", pred[found[-2].end():last.start()])
@@ -447,12 +458,20 @@ def _unit_words(unit: str, *, keep_case: bool = False) -> list[str]:
 
 
 def _names_a_variable(unit: str) -> bool:
-    """Whether the words after a number hold a letter that is no unit symbol (``4 b``, ``4 b c``): a
-    variable, so the answer is a product, not a number with a unit (``15 degrees C`` is a unit)."""
+    """Whether the words after a number hold a letter that is no unit symbol (``4 b``, ``4 b c``), or
+    are two lower-case letters that are no word of :data:`_TWO_LETTER_WORDS` (``7 ab``): variables, so the
+    answer is a product, not a number with a unit (``15 degrees C`` and ``5 ft`` are units)."""
     words = _unit_words(unit, keep_case=True)
+    if len(words) == 1 and _two_variables(words[0]):
+        return True
     return any(len(word) == 1 and word not in _UNIT_SYMBOLS
                and not (i and words[i - 1].lower() in _DEGREE_WORDS and word.lower() in _SCALE_NAMES)
                for i, word in enumerate(words))
+
+
+def _two_variables(word: str) -> bool:
+    """``ab`` after a number: two lower-case letters that are no unit, abbreviation or short word."""
+    return len(word) == 2 and word.isascii() and word.isalpha() and word.islower() and word not in _TWO_LETTER_WORDS
 
 
 def _same_unit(one: tuple[str, int], other: tuple[str, int]) -> bool:
