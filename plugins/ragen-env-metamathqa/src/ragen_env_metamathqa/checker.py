@@ -26,10 +26,10 @@ is the same number or expression as the label:
    4b and matches neither ``4`` nor ``4 c``. Two lower-case letters that end the answer are two
    variables too (``7 ab`` is 7ab), unless a unit, an abbreviation or a short word
    (``5 ft``, ``7 am``, ``5 of``; :data:`_TWO_LETTER_WORDS`); ``A`` is a variable, not amperes
-   (an area, a matrix, a point or an option far more often than a current). Degree marks (``°``, ``^\\circ``, ``^{\\circ}``,
-   ``\\degree``, ``℃``) after a number that ends the answer are spelt ``degrees`` (step 3), so
-   every spelling is one unit. When both sides state a common unit (:func:`unit_of`) it must be
-   the same one: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
+   (an area, a matrix, a point or an option far more often than a current). Degree marks
+   (``°``, ``^\\circ``, ``^{\\circ}``, ``\\degree``, ``℃``) after a number that ends the answer are
+   spelt ``degrees`` (step 3), so every spelling is one unit. When both sides state a common
+   unit (:func:`unit_of`) it must be the same quantity: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
    scale counts (``15 °F`` is not ``15^\\circ C``; a degree without a scale takes either).
    Two stated units of one scale are converted, exactly (``Fraction``): ``1 hour`` is
    ``60 minutes``, ``2 km`` is ``2000 m``, ``1 m^2`` is ``10000 cm^2``; metric and imperial units
@@ -37,10 +37,14 @@ is the same number or expression as the label:
    temperatures are never converted. A side without a unit is never converted:
    ``3 hours and 20 minutes`` is not ``200`` (the label does not say its unit, so a conversion
    would be a guess, and each reading of an answer in other units (200, 3 1/3, 12000) would be
-   one more label it is paid for). Equal values match. A decimal with ``d >= 2`` decimals also matches a
-   non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
-   decimals: ``0.33`` is 1/3 and
-   ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
+   one more label it is paid for); for the same reason degrees are not converted to radians
+   (a radian is never written as a unit, so ``\\frac{\\pi}{4}`` states none and ``45^\\circ`` is
+   not it). A comma between digits is a thousands separator only before groups of three digits
+   (``1,500``); ``1,5`` is not read as a decimal comma, since it is also the pair 1, 5 (MATH
+   labels list their answers so) and ``1,500`` would then be 1.5 or 1500. Equal values match.
+   A decimal with ``d >= 2`` decimals also matches a non-decimal value (a fraction, or in step 5
+   an irrational) that rounds to it at ``d`` decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2),
+   but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
    (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
    matches the bare pair ``3, -3`` in either order, and the other way round; anything else
