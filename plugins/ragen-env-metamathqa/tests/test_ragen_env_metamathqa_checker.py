@@ -540,7 +540,6 @@ UNIT_TABLE = [
     ("so the answer is 5 i.e. five", "5", True),
     ("so it is 4 b. Done", "4", False),  # ... a letter ending a sentence is still a variable
     ("3 hours and 20 minutes", "3 hours and 20 minutes", True),
-    ("1 hour", "60 minutes", False),  # not converted even when both sides say their unit (not done yet)
     ("4 A", "4", False),  # A, k and M are not read as a unit (amperes, thousands, millions?)
     ("4 k", "4", False),
     ("2 k", "2000", False),
@@ -566,6 +565,58 @@ UNIT_TABLE = [
     ("50\\%", "0.5", True),
     ("50%", "5", False),
     ("0.51", "\\frac{1}{2}", False),
+    # two stated units of one dimension and one system are converted, exactly (helper-88)
+    ("1 hour", "60 minutes", True),
+    ("60 minutes", "1 hour", True),
+    ("\\boxed{60 \\text{ minutes}}", "1 \\text{ hour}", True),
+    ("90 min", "1.5 h", True),
+    ("1.5 hours", "90 minutes", True),
+    ("2 days", "48 hours", True),
+    ("2 weeks", "14 days", True),
+    ("2 years", "24 months", True),
+    ("2 km", "2000 m", True),
+    ("250 cm", "2.5 m", True),
+    ("1 m^2", "10000 cm^2", True),
+    ("1 m^2", "100 cm^2", False),  # an area converts by the square of the length
+    ("3 kg", "3000 g", True),
+    ("500 ml", "0.5 l", True),
+    ("5 feet", "60 inches", True),
+    ("1 lb", "16 oz", True),
+    ("0.33 hours", "20 minutes", True),  # the rounding rule reads a decimal in its own unit
+    ("0.3 hours", "20 minutes", False),  # ... and one decimal place is still too coarse
+    ("1 hour", "61 minutes", False),
+    ("4 s", "4 min", False),
+    ("1 day", "1 hour", False),  # a day, a week, a month, a year and a milligram are units too (each was dropped)
+    ("1 week", "1 day", False),
+    ("5 years", "5 months", False),
+    ("5 mg", "5 g", False),
+    ("1 year", "365 days", False),  # the calendar is not the clock: a year is 365 or 366 days
+    ("1 m", "39.37 in", False),  # metric and imperial units are not converted into each other
+    ("1 kg", "2.2 lb", False),
+    ("1 hour", "60", False),  # a side without a unit is never converted: the label does not say it
+    ("60 minutes", "1", False),
+    ("3 hours and 20 minutes", "200 minutes", False),  # a compound quantity is still not read
+    ("18 cm", "18 kg", False),  # different dimensions
+    ("18 m^3", "18000 cm^2", False),
+    # two lower-case letters after a number are two variables (7ab), unless a unit or an abbreviation (helper-88)
+    ("7 ab", "7", False),
+    ("7 xy", "7", False),
+    ("7 ab^2", "7", False),
+    ("so it is 7 ab", "7", False),
+    ("7 ab c", "7", False),
+    ("it is 7 ab^2.", "7", False),
+    ("7 ab", "7 ab", True),
+    ("7 ab", "7ab", True),
+    ("5 ft", "5", True),
+    ("5 oz", "5", True),
+    ("7 am", "7", True),
+    ("4 Hz", "4", True),  # a capital letter: a unit symbol, not two variables
+    ("There are 5 of them", "5", True),  # prose is still read by its last number
+    ("The answer is 5 in all.", "5", True),
+    # left as they are (see the module docstring): a decimal comma is also a pair, radians state no unit
+    ("1,5", "1.5", False),
+    ("1,5", "1, 5", True),
+    ("45^\\circ", "\\frac{\\pi}{4}", False),
 ]
 
 
@@ -575,6 +626,7 @@ def test_letters_units_and_degrees_after_a_number(answer, label, math):
 
 
 @pytest.mark.parametrize(("one", "other"), [("15 °F", "15^\\circ C"), ("15°C", "15 degrees"), ("4 b", "4"), ("4 b", "4 c"),
-                                            ("15 degrees", "15 cm"), ("12 V", "12")])
+                                            ("15 degrees", "15 cm"), ("12 V", "12"), ("1 hour", "60 minutes"),
+                                            ("0.33 hours", "20 minutes"), ("7 ab", "7"), ("1 day", "1 hour")])
 def test_two_plain_answers_compare_the_same_either_way_round(one, other):
     assert math_equal(one, other) is math_equal(other, one)

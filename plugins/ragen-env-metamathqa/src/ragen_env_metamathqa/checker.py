@@ -23,18 +23,28 @@ is the same number or expression as the label:
    A word of two or more letters after a number is a unit or a counted noun and is dropped
    (``5 apples`` is 5); a single letter is dropped only when it is a unit symbol in its own case
    (``m g s h l L V W J N K C F``): any other letter is a variable, so ``4 b`` is the product
-   4b and matches neither ``4`` nor ``4 c``. Degree marks (``°``, ``^\\circ``, ``^{\\circ}``,
-   ``\\degree``, ``℃``) after a number that ends the answer are spelt ``degrees`` (step 3), so
-   every spelling is one unit. When both sides state a common unit (:func:`unit_of`) it must be
-   the same one: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
+   4b and matches neither ``4`` nor ``4 c``. Two lower-case letters that end the answer are two
+   variables too (``7 ab`` is 7ab), unless a unit, an abbreviation or a short word
+   (``5 ft``, ``7 am``, ``5 of``; :data:`_TWO_LETTER_WORDS`); ``A`` is a variable, not amperes
+   (an area, a matrix, a point or an option far more often than a current). Degree marks
+   (``°``, ``^\\circ``, ``^{\\circ}``, ``\\degree``, ``℃``) after a number that ends the answer are
+   spelt ``degrees`` (step 3), so every spelling is one unit. When both sides state a common
+   unit (:func:`unit_of`) it must be the same quantity: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
    scale counts (``15 °F`` is not ``15^\\circ C``; a degree without a scale takes either).
-   Units are never converted: ``3 hours and 20 minutes`` is not ``200`` (the label does not
-   say its unit, so a conversion would be a guess, and each reading of an answer in other units
-   (200, 3 1/3, 12000) would be one more label it is paid for), and ``1 hour`` is not
-   ``60 minutes``. Equal values match. A decimal with ``d >= 2`` decimals also matches a
-   non-decimal value (a fraction, or in step 5 an irrational) that rounds to it at ``d``
-   decimals: ``0.33`` is 1/3 and
-   ``1.41`` is sqrt(2), but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
+   Two stated units of one scale are converted, exactly (``Fraction``): ``1 hour`` is
+   ``60 minutes``, ``2 km`` is ``2000 m``, ``1 m^2`` is ``10000 cm^2``; metric and imperial units
+   do not convert into each other, nor the clock into the calendar (:data:`_UNIT_SIZES`), and
+   temperatures are never converted. A side without a unit is never converted:
+   ``3 hours and 20 minutes`` is not ``200`` (the label does not say its unit, so a conversion
+   would be a guess, and each reading of an answer in other units (200, 3 1/3, 12000) would be
+   one more label it is paid for); for the same reason degrees are not converted to radians
+   (a radian is never written as a unit, so ``\\frac{\\pi}{4}`` states none and ``45^\\circ`` is
+   not it). A comma between digits is a thousands separator only before groups of three digits
+   (``1,500``); ``1,5`` is not read as a decimal comma, since it is also the pair 1, 5 (MATH
+   labels list their answers so) and ``1,500`` would then be 1.5 or 1500. Equal values match.
+   A decimal with ``d >= 2`` decimals also matches a non-decimal value (a fraction, or in step 5
+   an irrational) that rounds to it at ``d`` decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2),
+   but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
    (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
    matches the bare pair ``3, -3`` in either order, and the other way round; anything else
@@ -57,7 +67,7 @@ is the same number or expression as the label:
    least 30``, ``\\pm 30``, ``about 30``; an approximation of a decimal is read) or joins it to another
    number as an alternative (``29 and 30``, ``29; 30``, ``x = 29, x = 30``), ends a compound
    quantity (``3 hours and 20 minutes``, ``5 feet 3 inches``) or is followed by a variable
-   (``so it is 4 b``): a policy must not be paid for naming two answers, or for an answer that
+   (``so it is 4 b``, ``so it is 7 ab``): a policy must not be paid for naming two answers, or for an answer that
    is not one value. Numbers earlier in a
    sentence do not matter (``In 5 years, Tom will be 18``). A label of several boxes (a MATH
    solution with two answers) wants all of them, in any order.
@@ -308,14 +318,29 @@ _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\
 #: Common units by their spellings (plural, spelt out, abbreviated): two answers that state
 #: different ones of these state different values (``4 s`` is not ``4 h``); other words (``apples``,
 #: ``mph``) are not compared.
-_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "g", "kg", "lb", "l", "ml")}
+_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "day", "week", "month",
+                                           "year", "g", "mg", "kg", "lb", "oz", "l", "ml")}
 for _canon, _spellings in {
     "m": "meter meters metre metres", "cm": "centimeter centimeters centimetre centimetres", "mm": "millimeter millimeters millimetre millimetres",
     "km": "kilometer kilometers kilometre kilometres", "in": "inch inches", "ft": "foot feet", "yd": "yard yards", "mi": "mile miles",
-    "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "g": "gram grams",
-    "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "l": "liter liters litre litres", "ml": "milliliter milliliters millilitre millilitres",
+    "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "day": "days", "week": "weeks wk wks",
+    "month": "months mo mos", "year": "years yr yrs", "g": "gram grams", "mg": "milligram milligrams mgs",
+    "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "oz": "ounce ounces", "l": "liter liters litre litres",
+    "ml": "milliliter milliliters millilitre millilitres",
 }.items():
     _UNIT_NAMES.update(dict.fromkeys(_spellings.split(), _canon))
+#: Each common unit's scale and size: two stated units of one scale convert exactly (``1 hour`` is
+#: ``60 minutes``, ``2 km`` is ``2000 m``). Scales do not convert into each other: metric and imperial
+#: units (exact by definition, but a reply in the other system is a rounded decimal the question did
+#: not ask for), and the clock and the calendar (a year is 365 or 366 days, a month 28 to 31).
+_UNIT_SIZES: dict[str, tuple[str, Fraction]] = {
+    "mm": ("metre", Fraction(1, 1000)), "cm": ("metre", Fraction(1, 100)), "m": ("metre", Fraction(1)), "km": ("metre", Fraction(1000)),
+    "in": ("inch", Fraction(1)), "ft": ("inch", Fraction(12)), "yd": ("inch", Fraction(36)), "mi": ("inch", Fraction(63_360)),
+    "s": ("second", Fraction(1)), "min": ("second", Fraction(60)), "h": ("second", Fraction(3_600)), "day": ("second", Fraction(86_400)),
+    "week": ("second", Fraction(604_800)), "month": ("month", Fraction(1)), "year": ("month", Fraction(12)),
+    "mg": ("gram", Fraction(1, 1000)), "g": ("gram", Fraction(1)), "kg": ("gram", Fraction(1000)),
+    "oz": ("ounce", Fraction(1)), "lb": ("ounce", Fraction(16)), "ml": ("litre", Fraction(1, 1000)), "l": ("litre", Fraction(1)),
+}
 #: Lengths, whose power is an area or a volume (``18 m^2``); a time's power only ends a compound
 #: unit (``9.8 m/s^2``). Anything else with a power is a variable (``4 a^2``) or a number word.
 _LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi")) | {"unit", "units"}
@@ -328,6 +353,11 @@ _NOT_UNITS = frozenset({"pi", "sqrt", "and", "or", "to", "by", "mod"})
 #: a number is a variable: ``4 b`` is the product 4b, never 4 of a unit b (it was dropped, so ``4 b``
 #: matched ``4`` and ``4 c``). ``C``, ``F`` and ``K`` are temperature scales (below).
 _UNIT_SYMBOLS = frozenset({"m", "g", "s", "h", "l", "L", "V", "W", "J", "N", "K", "C", "F"})
+#: Two lower-case letters that end an answer after a number are two variables (``7 ab`` is the product
+#: 7ab; it was read as 7 of a unit "ab"), unless they are one of these: a common unit, an abbreviation
+#: or a short word. A word with a capital is a unit symbol (``4 Hz``, ``2 kW``, ``5 MB``).
+_TWO_LETTER_WORDS = frozenset(word for word in _UNIT_NAMES if len(word) == 2) | frozenset(
+    "am pm pt qt gb mb kb tb hp kw hz ea pc ct st nd rd th ok yo is as at be by do go he if it me my no of on or so to up us we".split())
 #: The degree unit (``°``, ``^\\circ``, ``\\degree`` are spelt ``degrees`` by :func:`normalize`), and the
 #: temperature scales that may follow it in any case (``15 degrees c``). A degree without a scale
 #: is either scale; two different scales are different temperatures (15 °C is 59 °F).
@@ -376,7 +406,7 @@ def _one_value_in_prose(pred: str) -> str | None:
     unless the prose does not state it as the one value: a relation, bound or sign choice right
     before it, or another number joined to it as an alternative (see :data:`_JOINS`). Other
     numbers earlier in a sentence ("In 5 years, Tom will be 18") do not matter. Nor is it read when a
-    variable follows it (``so it is 4 b``), or when it ends a compound quantity with the number
+    variable follows it (``so it is 4 b``, ``so it is 7 ab``), or when it ends a compound quantity with the number
     before it (``3 hours and 20 minutes``, ``5 feet 3 inches``: a unit of :data:`_MEASURES`, then a join or nothing).
     A common unit after it is read with it (``It is 18 cm long`` is not ``18 m``)."""
     found = list(_LAST_NUMBER.finditer(pred))
@@ -388,6 +418,9 @@ def _one_value_in_prose(pred: str) -> str | None:
         return None
     letter = re.match(r"\s+([a-zA-Z])(?![a-zA-Z'’]|\.[a-zA-Z])", pred[last.end():])  # not 5 o'clock, 3 p.m., 5 i.e.
     if letter and letter.group(1) not in _UNIT_SYMBOLS | {"a", "A", "I"}:  # an article or "I" is prose, not a variable
+        return None
+    pair = re.match(r"\s+([a-z]{2})(?:\s*\^|\s+[a-zA-Z](?![a-zA-Z])|[.!?]?\s*$)", pred[last.end():])  # 7 ab, 7 ab^2, 7 ab c (not 5 of them)
+    if pair and _two_variables(pair.group(1)):
         return None
     if len(found) > 1:
         gap = _ASSIGNED.sub(",", pred[found[-2].end():last.start()])
@@ -429,17 +462,44 @@ def _unit_words(unit: str, *, keep_case: bool = False) -> list[str]:
 
 
 def _names_a_variable(unit: str) -> bool:
-    """Whether the words after a number hold a letter that is no unit symbol (``4 b``, ``4 b c``): a
-    variable, so the answer is a product, not a number with a unit (``15 degrees C`` is a unit)."""
+    """Whether the words after a number hold a letter that is no unit symbol (``4 b``, ``4 b c``), or
+    are two lower-case letters that are no word of :data:`_TWO_LETTER_WORDS` (``7 ab``): variables, so the
+    answer is a product, not a number with a unit (``15 degrees C`` and ``5 ft`` are units)."""
     words = _unit_words(unit, keep_case=True)
+    if len(words) == 1 and _two_variables(words[0]):
+        return True
     return any(len(word) == 1 and word not in _UNIT_SYMBOLS
                and not (i and words[i - 1].lower() in _DEGREE_WORDS and word.lower() in _SCALE_NAMES)
                for i, word in enumerate(words))
 
 
+def _two_variables(word: str) -> bool:
+    """``ab`` after a number: two lower-case letters that are no unit, abbreviation or short word."""
+    return len(word) == 2 and word.isascii() and word.isalpha() and word.islower() and word not in _TWO_LETTER_WORDS
+
+
 def _same_unit(one: tuple[str, int], other: tuple[str, int]) -> bool:
     """Two stated common units are the same one; a degree without a scale is any temperature scale."""
     return one == other or {one[0], other[0]} <= {"°", "°C", "°F", "K"} and "°" in (one[0], other[0])
+
+
+def _unit_ratio(one: tuple[str, int], other: tuple[str, int]) -> Fraction | None:
+    """How many of unit ``one`` make one of unit ``other`` (``("min", 1)``, ``("h", 1)`` -> 60), exactly;
+    None when they are not of one scale and power (:data:`_UNIT_SIZES`): such quantities differ."""
+    (name, power), (other_name, other_power) = one, other
+    if name not in _UNIT_SIZES or other_name not in _UNIT_SIZES or power != other_power:
+        return None
+    (scale, size), (other_scale, other_size) = _UNIT_SIZES[name], _UNIT_SIZES[other_name]
+    return (other_size / size) ** power if scale == other_scale else None
+
+
+def _converted_equal(a: _Num, b: _Num, ratio: Fraction) -> bool:
+    """:func:`_num_equal` of ``a`` and ``b``, where one of ``b``'s unit is ``ratio`` of ``a``'s. The
+    exact side is converted into the unit of a written decimal, so the rounding rule reads a
+    decimal in its own unit (``0.33 hours`` is ``20 minutes``)."""
+    if b.decimals is not None and a.decimals is None:
+        return _num_equal(_Num(a.value / ratio, None), b)
+    return _num_equal(a, _Num(b.value * ratio, b.decimals))
 
 
 def unit_of(text: str) -> tuple[str, int] | None:
@@ -890,7 +950,9 @@ def _compare(pred: str, gold: str, depth: int = 0) -> bool | None:
     if pred_num is not None and gold_num is not None:
         pred_unit, gold_unit = unit_of(pred), unit_of(gold)
         if pred_unit and gold_unit and not _same_unit(pred_unit, gold_unit):  # 4 s is not 4 h, 18 cm not 18 m (a bare side takes either)
-            return False  # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
+            # (only common units are compared: 18 centimeters is 18 \text{ cm}, 5 apples is 5 apple)
+            ratio = _unit_ratio(pred_unit, gold_unit)  # 60 minutes is 1 hour: converted when both sides state the unit
+            return ratio is not None and any(_converted_equal(a, b, ratio) for a in pred_num for b in gold_num)
         return any(_num_equal(a, b) for a in pred_num for b in gold_num)
     pred_seq, gold_seq = _split_sequence(pred), _split_sequence(gold)
     if gold_seq is not None:  # a tuple or interval: same length, same brackets, equal items
