@@ -165,8 +165,16 @@ if dist.get_rank() == 1:  # a NaN in rank 1's shard only
     with torch.no_grad():
         model[0].weight.to_local().view(-1)[0] = float("nan")
 verdict = weights_finite(model)
+uneven = torch.nn.Linear(4, 1)  # one row over two ranks: rank 1 holds no element of either parameter
+fully_shard(uneven)
+assert [p.to_local().numel() for p in uneven.parameters()] == ([4, 1] if dist.get_rank() == 0 else [0, 0])
+even = weights_finite(uneven)
+if dist.get_rank() == 0:  # a NaN on the one rank that holds the weights
+    with torch.no_grad():
+        uneven.weight.to_local().view(-1)[0] = float("nan")
+uneven_verdict = weights_finite(uneven)
 with open(f"{sys.argv[1]}/rank{dist.get_rank()}.txt", "w") as fh:  # a file per rank: their stdout lines interleave
-    fh.write(f"{first} {verdict}")
+    fh.write(f"{first} {verdict} {even} {uneven_verdict}")
 dist.barrier()  # neither rank leaves while the other is still in a collective (gloo aborts then)
 dist.destroy_process_group()
 """
@@ -184,4 +192,5 @@ def test_sharded_weights_are_judged_alike_on_every_rank(tmp_path):
     launcher = torchrun_command(2)[:-2]  # without its "-m ragen_core.cli.main": this script instead
     done = subprocess.run([*launcher, str(script), str(tmp_path)], env=distributed_child_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["True False", "True False"]  # rank 0 agrees with rank 1's NaN
+    # rank 0 agrees with rank 1's NaN; rank 1, holding nothing of the uneven model, agrees with rank 0's
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)] == ["True False True False"] * 2

@@ -181,7 +181,8 @@ def test_a_stall_after_finished_steps_checkpoints_the_last_one_before_exiting(tm
 @pytest.mark.parametrize("rollout", [[], ["rollout.async_rollout=true"]], ids=["sync", "async"])
 def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path, rollout):
     """Async (the hung step is the rollout prefetched in the background): nothing was saved, and
-    closing waited forever for that rollout, so the second SIGTERM did not end the run."""
+    closing waited forever for that rollout, so the second SIGTERM did not end the run. That rollout
+    is left behind (a daemon thread: the process still exits), and the run says where it is stuck."""
     import signal
 
     run_dir = tmp_path / "run"
@@ -202,6 +203,9 @@ def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path, 
     assert child.returncode != 0, err[-3000:]
     assert "step 2 aborted: saved checkpoints/step_1, the last finished step; continue with 'ragen run --resume" in err, err[-3000:]
     assert (run_dir / "checkpoints" / "step_1").is_dir()
+    left = ("the async rollout the aborted step waited for did not end: left behind, stuck in the step of env "
+            f"'{SLOW_TOY_ENV_NAME}' (turn 1 of a train rollout)")
+    assert (left in err) is bool(rollout), err[-3000:]
 
 
 def test_call_all_stops_starting_calls_once_one_raises():

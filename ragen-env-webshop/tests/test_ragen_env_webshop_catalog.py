@@ -180,8 +180,17 @@ def test_an_attribute_file_of_the_wrong_shape_is_refused_in_one_line(tmp_path, a
     ({"attributes": [], "instruction": "a rug", "instruction_attributes": 5},  # a TypeError traceback
      "'instruction_attributes' is a JSON number, not a list of strings"),
     ({"attributes": [], "instruction": ["a rug"], "instruction_attributes": ["soft"]}, "'instruction' is a JSON list, not a string"),
+    # one goal field without the other gave the product no goal, and nothing said so
+    ({"attributes": ["soft"], "instruction": "a soft rug"},
+     "'instruction' is set but 'instruction_attributes' is missing or empty: a goal needs both (or neither, for no goal)"),
+    ({"attributes": ["soft"], "instruction": "a soft rug", "instruction_attributes": []},
+     "'instruction' is set but 'instruction_attributes' is missing or empty: a goal needs both (or neither, for no goal)"),
+    ({"attributes": ["soft"], "instruction": None, "instruction_attributes": ["soft"]},
+     "'instruction_attributes' is set but 'instruction' is missing or empty: a goal needs both (or neither, for no goal)"),
+    ({"attributes": ["soft"], "instruction": "  ", "instruction_attributes": ["soft"]},
+     "'instruction_attributes' is set but 'instruction' is missing or empty: a goal needs both (or neither, for no goal)"),
 ])
-def test_an_attribute_entry_with_a_field_of_the_wrong_type_is_refused_in_one_line(tmp_path, entry, said):
+def test_an_attribute_entry_with_a_mistyped_or_lone_goal_field_is_refused_in_one_line(tmp_path, entry, said):
     products = tmp_path / "items.json"
     products.write_text(json.dumps([{"asin": "B000000001", "name": "A lamp"}, {"asin": "B000000002", "name": "A rug"}]))
     attrs = tmp_path / "attrs.json"
@@ -192,6 +201,9 @@ def test_an_attribute_entry_with_a_field_of_the_wrong_type_is_refused_in_one_lin
     assert "a JSON object mapping each ASIN to an object of its attributes" in err.value.hints[0]
     attrs.write_text(json.dumps({"B000000001": {"attributes": ["a"], "instruction": None}, "B000000002": {"attributes": ["b"], "x": 1}}))
     assert [p.attributes for p in load_products(str(products), str(attrs))] == [("a",), ("b",)]  # null and other keys are fine
+    attrs.write_text(json.dumps({"B000000001": {"attributes": ["a"], "instruction": "", "instruction_attributes": []},
+                                 "B000000002": {"attributes": ["b"], "instruction": "a b rug", "instruction_attributes": ["b"]}}))
+    assert [g.asin for g in make_goals(load_products(str(products), str(attrs)))] == ["B000000002"]  # both, or neither
 
 def test_a_catalog_folder_is_refused_by_the_availability_check_and_a_bad_file_by_the_server(tmp_path, capsys):
     """A folder passed the check ("takes an existing file or folder") and failed at load; the shop

@@ -25,6 +25,7 @@ member index; the pool does not know about groups.
 from __future__ import annotations
 
 import numbers
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,19 @@ from pydantic import ConfigDict, Field
 
 from ragen_core.interfaces.env import check_reset_args
 from ragen_core.specs import CheckedModel, PluginConfig, with_overrides
+
+#: Environment variables a run sets in the trainer's process for the envs wherever they run (a
+#: plugin's "already said" marker: DeepCoder prints its sandbox line once per run) are named with
+#: this prefix. Worker processes the trainer starts inherit them; a pool whose workers do not
+#: inherit the trainer's environment (Ray actors on other machines) passes them on with
+#: :func:`run_variables`.
+RUN_VARIABLE_PREFIX = "RAGEN_RUN_"
+
+
+def run_variables() -> dict[str, str]:
+    """This process's environment variables named with :data:`RUN_VARIABLE_PREFIX`, by name."""
+    return {name: value for name, value in os.environ.items() if name.startswith(RUN_VARIABLE_PREFIX)}
+
 
 #: Why a pool ended an episode: ``"done"`` (the env said so), ``"timeout"`` (no answer within the
 #: pool's step timeout), ``"failed"`` (the env worker crashed or the env raised; see ``error``).
@@ -242,7 +256,9 @@ class EnvPool(ABC):
       ``reset_env`` and ``run_actions``, where the env runs;
     * warnings logged where the envs run reach the trainer's process, under their own logger and
       prefixed with the worker: ``WorkerLogs.install()`` there (with ``forward`` set, each sent as
-      it is logged) and ``replay_worker_logs`` here.
+      it is logged) and ``replay_worker_logs`` here;
+    * the trainer's ``RAGEN_RUN_*`` variables are set where the envs run: inherited by processes it
+      starts, given explicitly (``run_variables()``) to workers that do not inherit its environment.
 
     The runner checks the replies: one per request, for that request's episode, in request order
     (a :class:`~ragen_core.errors.PluginError` naming the pool otherwise).

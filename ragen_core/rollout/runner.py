@@ -30,10 +30,11 @@ In ``full`` mode an episode whose next prompt would not fit ends there, truncate
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from pydantic import Field
@@ -117,6 +118,9 @@ class RolloutRunner:
         self.seeds = SeedSchedule(self.config.seed_train, self.config.seed_val)
         self.progress: Callable[[str], None] | None = None
         """Called with a short description after every reset and every turn (the trainer's watchdog)."""
+        self.waiting_on: str | None = None
+        """The call the rollout is in now ("the step of env 'sokoban' (turn 3 of a train rollout)"; None:
+        none): read from another thread to say where a rollout that does not end is stuck."""
 
     def state_dict(self) -> dict[str, int]:
         """Checkpointable state (the seed counter)."""
@@ -171,7 +175,7 @@ class RolloutRunner:
     def _play(self, mode: str, sampling: SamplingParams, n_groups: int, size: int, seed: int | None) -> list[Trajectory]:
         """The rollout of :meth:`run`, its arguments resolved."""
         requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
-        with plugin_call(self.pool, "reset"):
+        with self._waiting_on(f"the reset of env {self.env.name!r} (a {mode} rollout)"), plugin_call(self.pool, "reset"):
             starts = self.pool.reset(requests)
         _replies_match(self.pool, "reset", requests, starts, EpisodeStart)
         self._say_if_members_start_apart(requests, starts)
@@ -198,7 +202,7 @@ class RolloutRunner:
             if not live:
                 break
             seeds = [derive_seed("rollout", mode, ep.traj.seed, ep.traj.member, turn_no) for ep in live]
-            with plugin_call(self.engine, "generate"):
+            with self._waiting_on(f"the engine's generate (turn {turn_no} of a {mode} rollout)"), plugin_call(self.engine, "generate"):
                 gens = self.engine.generate(batch, sampling, seeds)
             if not isinstance(gens, list) or len(gens) != len(batch) or not all(isinstance(getattr(g, "token_ids", None), list) for g in gens):
                 raise PluginError(f"{plugin_label(self.engine)}: generate returned {_counted(gens)} for {len(batch)} prompts",
@@ -211,7 +215,7 @@ class RolloutRunner:
             ]
             plans = [plan_turn(parsed, ep.facts, ep.actions_left, self.config.format_penalty) for ep, parsed in zip(live, parses)]
             step_requests = [StepRequest(ep.traj.env_id, plan.actions) for ep, plan in zip(live, plans)]
-            with plugin_call(self.pool, "step"):
+            with self._waiting_on(f"the step of env {self.env.name!r} (turn {turn_no} of a {mode} rollout)"), plugin_call(self.pool, "step"):
                 outcomes = self.pool.step(step_requests)
             _replies_match(self.pool, "step", step_requests, outcomes, StepOutcome)
             self._progress(f"turn {turn_no} of a {mode} rollout")
@@ -242,6 +246,15 @@ class RolloutRunner:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
         return [ep.traj for ep in episodes]
+
+    @contextlib.contextmanager
+    def _waiting_on(self, what: str) -> Iterator[None]:
+        """:attr:`waiting_on` is ``what`` while the block runs."""
+        self.waiting_on = what
+        try:
+            yield
+        finally:
+            self.waiting_on = None
 
     def _progress(self, what: str) -> None:
         if self.progress is not None:

@@ -25,13 +25,20 @@ with one episode per worker (the check uses two episodes).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ragen_core.interfaces.env_pool import EnvPool, EnvRef, ResetRequest, StepOutcome, StepRequest
-from ragen_core.testing.toy_env import SLOW_TOY_FACTORY, UNSAID_TOY_FACTORY, UnsaidCorridorEnv
+from ragen_core.testing.toy_env import (
+    MARKED_TOY_FACTORY,
+    SLOW_TOY_FACTORY,
+    TOY_MARK_VARIABLE,
+    UNSAID_TOY_FACTORY,
+    UnsaidCorridorEnv,
+)
 
 DOC = "see the contract in ragen_core/interfaces/env_pool.py"
 
@@ -47,6 +54,9 @@ TOY = EnvRef(name="toy-slow-corridor", factory=SLOW_TOY_FACTORY, config={"length
 
 #: An env that never reports ``info["success"]`` (two cells: one move ends an episode).
 UNSAID = EnvRef(name="unsaid", factory=UNSAID_TOY_FACTORY, config={"length": 2})
+
+#: An env whose instruction ends with the value of :data:`~ragen_core.testing.toy_env.TOY_MARK_VARIABLE` where it runs.
+MARKED = EnvRef(name="marked", factory=MARKED_TOY_FACTORY, config={"length": 2})
 
 MakePool = Callable[[EnvRef, "float | None"], EnvPool]
 
@@ -250,6 +260,26 @@ def check_env_warnings_reach_this_process(make: MakePool) -> str:
     return found[0]
 
 
+def check_run_variables_reach_the_envs(make: MakePool) -> None:
+    """A run variable (``RAGEN_RUN_*``) set in this process before the pool is built is set where
+    its envs run, with this process's value, also where workers do not inherit this process's
+    environment (Ray actors on other machines: DeepCoder's once-per-run sandbox line came once more
+    from each)."""
+    value = f"{os.getpid()}-{time.time_ns()}"  # no worker could have it from an earlier run
+    before = os.environ.get(TOY_MARK_VARIABLE)
+    os.environ[TOY_MARK_VARIABLE] = value
+    try:
+        with make(MARKED, None) as pool:  # two episodes: in two workers of a pool that has them
+            starts = pool.reset([ResetRequest(0, 1, 0), ResetRequest(1, 2, 0)])
+    finally:
+        if before is None:
+            del os.environ[TOY_MARK_VARIABLE]
+        else:
+            os.environ[TOY_MARK_VARIABLE] = before
+    marks = [s.instruction.rpartition("Mark: ")[2] for s in starts]
+    assert marks == [value, value], f"{TOY_MARK_VARIABLE}={value!r} here, but the envs saw {marks} ({DOC})"
+
+
 POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "reset-determinism": check_reset_determinism,
     "group-members-share-first-observation": check_group_members_share_first_observation,
@@ -262,6 +292,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "one-request-per-episode": check_one_request_per_episode,
     "refuses-what-it-cannot-run": check_refuses_what_it_cannot_run,
     "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
+    "run-variables-reach-the-envs": check_run_variables_reach_the_envs,
 }
 
 

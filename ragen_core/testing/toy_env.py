@@ -3,7 +3,8 @@
 Not installed as an entry point; tests register it in-process with :func:`register_toy_env`
 so core tests never depend on env packages. :class:`SlowCorridorEnv` adds an action that blocks,
 for env-pool timeout checks; pools in other processes build it from :data:`SLOW_TOY_FACTORY`.
-:class:`UnsaidCorridorEnv` (:data:`UNSAID_TOY_FACTORY`) never reports ``info["success"]``.
+:class:`UnsaidCorridorEnv` (:data:`UNSAID_TOY_FACTORY`) never reports ``info["success"]``;
+:class:`MarkedCorridorEnv` (:data:`MARKED_TOY_FACTORY`) shows a run variable of its process.
 """
 
 from __future__ import annotations
@@ -112,6 +113,21 @@ class UnsaidCorridorEnv(CorridorEnv):
 
 #: Import string of :class:`UnsaidCorridorEnv` for ``EnvRef(factory=...)``.
 UNSAID_TOY_FACTORY = "ragen_core.testing.toy_env:UnsaidCorridorEnv"
+
+#: The run variable :class:`MarkedCorridorEnv` reads where it runs.
+TOY_MARK_VARIABLE = "RAGEN_RUN_TOY_MARK"
+
+
+class MarkedCorridorEnv(CorridorEnv):
+    """The corridor whose instruction ends with ``Mark: <value>``: the value of :data:`TOY_MARK_VARIABLE`
+    in the process it runs in (for checks that a pool's workers see the trainer's run variables)."""
+
+    def instruction(self) -> str:
+        return f"{super().instruction()} Mark: {os.environ.get(TOY_MARK_VARIABLE, '')}"
+
+
+#: Import string of :class:`MarkedCorridorEnv` for ``EnvRef(factory=...)``.
+MARKED_TOY_FACTORY = "ragen_core.testing.toy_env:MarkedCorridorEnv"
 
 
 class DyingCorridorConfig(CorridorConfig):

@@ -84,6 +84,8 @@ class AsyncRollout:
         """The runner's state from before the rollout started and not yet taken (None: none such):
         what a checkpoint saves, so a resume plays that rollout's seeds again."""
         self._pending: Future[tuple[list[Any], TrainBatch]] | None = None
+        self._abandoned: Future[tuple[list[Any], TrainBatch]] | None = None
+        """The rollout :meth:`take` was waiting for when it was interrupted (a second Ctrl-C / SIGTERM)."""
 
     @property
     def behaviour(self) -> Any:
@@ -99,7 +101,14 @@ class AsyncRollout:
         """This step's episodes and batch: the rollout in flight, or one made now (nothing in flight)."""
         pending, self._pending = self._pending, None
         self.unplayed_state = None
-        return pending.result() if pending is not None else self.collect(self.behaviour)
+        if pending is None:
+            return self.collect(self.behaviour)
+        try:
+            return pending.result()
+        except BaseException:
+            if not pending.done():  # interrupted while waiting: the rollout's thread goes on
+                self._abandoned = pending
+            raise
 
     def start(self, model: Any, version: int, engine: Any) -> None:
         """Copy ``model``'s weights (policy ``version``) into the behaviour copy and start the next rollout."""
@@ -133,17 +142,24 @@ class AsyncRollout:
         if self._pending is not None:
             self._pending.exception()  # waits; an error is raised by take()
 
+    @property
+    def abandoned(self) -> bool:
+        """:meth:`take` was interrupted while waiting for a rollout, and it has not ended since."""
+        return self._abandoned is not None and not self._abandoned.done()
+
     def close(self, timeout_s: float | None = None) -> bool:
         """Drop a rollout in flight after waiting for it, at most ``timeout_s`` seconds (None: as
-        long as it takes). Idempotent. False when it had not ended by then: its thread is left
-        behind (a daemon thread, stuck in an env that does not return)."""
+        long as it takes); one :meth:`take` stopped waiting for is not waited for again. Idempotent.
+        False when it had not ended by then: its thread is left behind (a daemon thread, so it
+        does not keep the process from exiting; stuck in an env that does not return)."""
         pending, self._pending = self._pending, None
+        abandoned, self._abandoned = self.abandoned, None
         if pending is not None:
             try:
                 pending.exception(timeout=timeout_s)
             except FutureTimeout:
                 return False
-        return True
+        return not abandoned
 
 
 def policy_lag(trajectories: list[Any], version: int) -> float:

@@ -542,12 +542,16 @@ class Trainer(CheckpointMixin):
         A rollout in flight (after an early stop, an error, a second Ctrl-C) is not trained on: its
         env pool is closed under it first, so it ends at once instead of running to its end (or
         never, in an env that hangs: a second SIGTERM then waited forever), then it is given
-        :data:`IN_FLIGHT_WAIT_S` to notice."""
-        if self.overlap is not None and self.overlap.in_flight:
+        :data:`IN_FLIGHT_WAIT_S` to notice; one the step stopped waiting for (a second Ctrl-C) is not
+        waited for again. One left behind is named by the call it is stuck in (env, reset or step, turn)."""
+        if self.overlap is not None and (self.overlap.in_flight or self.overlap.abandoned):
+            waited = self.overlap.in_flight
             self.runner.close()
             if not self.overlap.close(timeout_s=IN_FLIGHT_WAIT_S):
-                report(f"the async rollout in flight did not end within {IN_FLIGHT_WAIT_S:g} s of its env pool closing "
-                       "(an env that does not return): left behind")
+                where = self.runner.waiting_on or "an env that does not return"
+                what = (f"the async rollout in flight did not end within {IN_FLIGHT_WAIT_S:g} s of its env pool closing" if waited
+                        else "the async rollout the aborted step waited for did not end")
+                report(f"{what}: left behind, stuck in {where}")
         self.runner.close()
 
     def shutdown(self) -> None:

@@ -77,6 +77,21 @@ def test_a_level_a_parent_process_reported_is_not_reported_again(capsys, monkeyp
     assert os.environ[sb.REPORTED_ENV] == f"unshare:{os.getpid()}"  # for the processes this one starts
 
 
+def test_the_said_level_is_among_the_run_variables_pools_pass_to_remote_workers(capsys, monkeypatch):
+    """Ray actors on other machines do not inherit the trainer's environment: each printed the line
+    once more. Pools set the trainer's run variables where the envs run (the pool conformance
+    check "run-variables-reach-the-envs")."""
+    from ragen_core.interfaces.env_pool import run_variables
+
+    monkeypatch.setattr(sb, "_probe", lambda level, python: None)
+    monkeypatch.setattr(sb, "_reported", set())
+    monkeypatch.delenv(sb.REPORTED_ENV, raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert sb.choose_level(SandboxConfig(isolation="bwrap")) == "bwrap"
+    assert "sandbox isolation 'bwrap'" in capsys.readouterr().err
+    assert run_variables()[sb.REPORTED_ENV] == f"bwrap:{os.getpid()}"
+
+
 def test_under_torchrun_only_rank_0_says_the_isolation_line(capsys, monkeypatch):
     """Every rank checks the sandbox before it trains: each printed the line (helper-83's review)."""
     monkeypatch.setattr(sb, "_probe", lambda level, python: None)

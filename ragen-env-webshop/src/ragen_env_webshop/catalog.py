@@ -276,7 +276,8 @@ def product_from_raw(raw: dict[str, Any], attrs: dict[str, Any] | None, seed: in
 def _entry_problem(entry: dict[str, Any]) -> str | None:
     """What is wrong with one attribute-file entry's fields (None: nothing). ``attributes`` and
     ``instruction_attributes`` are lists of strings, ``instruction`` is a string; each may be
-    absent or null, and other keys are ignored."""
+    absent or null, and other keys are ignored. ``instruction`` and ``instruction_attributes``
+    come together: a product's goal needs both."""
     for name in ("attributes", "instruction_attributes"):
         value = entry.get(name)
         if value is None:
@@ -289,6 +290,10 @@ def _entry_problem(entry: dict[str, Any]) -> str | None:
     value = entry.get("instruction")
     if value is not None and not isinstance(value, str):
         return f"'instruction' is a JSON {json_kind(value)}, not a string"
+    has_text, has_attrs = bool((value or "").strip()), bool(entry.get("instruction_attributes"))
+    if has_text != has_attrs:  # either alone gave the product no goal, and nothing said so
+        given, lacking = ("instruction", "instruction_attributes") if has_text else ("instruction_attributes", "instruction")
+        return f"{given!r} is set but {lacking!r} is missing or empty: a goal needs both (or neither, for no goal)"
     return None
 
 

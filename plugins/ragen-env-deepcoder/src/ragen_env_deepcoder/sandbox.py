@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen_core.errors import EnvError
+from ragen_core.interfaces.env_pool import RUN_VARIABLE_PREFIX
 from ragen_env_deepcoder.config import SandboxConfig
 
 LEVELS = ("bwrap", "unshare", "limits")
@@ -371,10 +372,12 @@ def available_levels(python: str | None = None) -> dict[str, str | None]:
 _reported: set[str] = set()
 _report_lock = threading.Lock()
 #: Set to ``"<level>:<pid>"`` by the process that printed the isolation line. Processes it starts
-#: afterwards (the process pool's workers, a local Ray cluster's) inherit it and stay quiet about
-#: the same level: the line is printed once per run, by the trainer's availability check
+#: afterwards (the process pool's workers, a local Ray cluster's) inherit it, and the ray pool
+#: passes it to actors on other machines (a run variable:
+#: :data:`~ragen_core.interfaces.env_pool.RUN_VARIABLE_PREFIX`); they stay quiet about the same
+#: level: the line is printed once per run, by the trainer's availability check
 #: (:func:`ragen_env_deepcoder.plugin.check_available`), not once per worker.
-REPORTED_ENV = "RAGEN_DEEPCODER_SANDBOX_REPORTED"
+REPORTED_ENV = RUN_VARIABLE_PREFIX + "DEEPCODER_SANDBOX_REPORTED"
 
 
 #: How to get a named level's missing tool.

@@ -23,7 +23,9 @@ pools: :class:`~ragen_core.errors.EnvError` with env, seed and member.
 
 Ray itself: with no address (and no ``RAY_ADDRESS``), a Ray already started in this process is
 used as it is; otherwise the pool starts a local one (no dashboard) and shuts it down when the
-last pool using it closes. Envs must be installed where the actors run (or given by an
+last pool using it closes. The trainer's run variables (``RAGEN_RUN_*``, see
+:data:`~ragen_core.interfaces.env_pool.RUN_VARIABLE_PREFIX`) are set in every actor as it starts,
+wherever it runs. Envs must be installed where the actors run (or given by an
 importable ``EnvRef.factory``); an env registered in this process only is refused.
 """
 
@@ -49,6 +51,7 @@ from ragen_core.interfaces.env_pool import (
     ResetRequest,
     StepOutcome,
     StepRequest,
+    run_variables,
 )
 from ragen_core.rollout.env_pool import replay_worker_logs
 from ragen_core.specs import EnvResources
@@ -288,9 +291,19 @@ class RayEnvPool(EnvPool):
             options["memory"] = int(r.memory_gb * self.config.envs_per_actor * 2**30)
         return options
 
+    def _actor_runtime_env(self) -> dict[str, Any]:
+        """The trainer's run variables (``RAGEN_RUN_*``, read now) for the actors' environment.
+
+        An actor on another machine does not inherit the trainer's environment: DeepCoder's
+        "sandbox isolation" line, printed once per run, came once more from every remote actor.
+        Ray merges these ``env_vars`` into the job's ``runtime_env`` (these win a name both set).
+        """
+        passed = run_variables()
+        return {"runtime_env": {"env_vars": passed}} if passed else {}
+
     def _start(self, indices: list[int]) -> None:
         """Start the actors ``indices`` (at once) and wait until each answers."""
-        remote = ray.remote(EnvActor).options(**self._actor_options())
+        remote = ray.remote(EnvActor).options(**self._actor_options(), **self._actor_runtime_env())
         env_json = self.env.model_dump_json()
         if self._said is None:
             from ray.util.queue import Queue
