@@ -213,19 +213,20 @@ BUILT_BY_STRICT = ("estimator", "algorithm", "filter", "diagnostic")
 
 def _build(reg: Any, entry: Any, spec: Any) -> None:
     """Build a plugin of a :data:`BUILT_BY_STRICT` kind with its default settings, as a run would
-    (an algorithm's ``agg_kwargs`` checked as the trainer checks them); nothing for other kinds or
+    (an algorithm's ``agg_kwargs`` and ``metric_names`` checked as the trainer checks them); nothing for other kinds or
     for a plugin with settings that have no default (a run names them).
 
     Raises:
-        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs are refused.
+        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs or metric_names are refused.
     """
     if entry.kind not in BUILT_BY_STRICT or any(f.is_required() for f in spec.config_model.model_fields.values()):
         return
     built = reg.make(entry.kind, entry.qualified)
     if entry.kind == "algorithm":
-        from ragen_core.interfaces.algorithm import check_agg_kwargs
+        from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 
         check_agg_kwargs(built)
+        check_metric_names(built)
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:

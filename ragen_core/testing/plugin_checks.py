@@ -105,12 +105,14 @@ def check_algorithm(algorithm: Any) -> None:
     per-token loss the trainer accepts (checked as in a run), finite, with finite gradients
     through ``log_probs``, deterministic, and without changing its inputs; ``shape_rewards``
     keeps the shape and its input; ``keep_mask`` gives one bool per row, or None. The last row
-    has no trained token, as rows of real batches may."""
+    has no trained token, as rows of real batches may. Its ``metric_names`` are checked as the
+    trainer checks them, and each call must return exactly those metrics."""
     import torch
 
-    from ragen_core.interfaces.algorithm import PolicyLossInputs
+    from ragen_core.interfaces.algorithm import PolicyLossInputs, check_metric_names
     from ragen_core.trainer.update import algorithm_policy_loss
 
+    check_metric_names(algorithm)
     g = torch.Generator().manual_seed(0)
     B, T = 5, 7
     mask = torch.zeros(B, T)
