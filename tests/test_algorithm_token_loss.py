@@ -20,9 +20,11 @@ from ragen_core.config import load_config
 from ragen_core.errors import PluginError
 from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig, PolicyLossInputs, PolicyLossOutputs, check_metric_names
 from ragen_core.masked import masked_mean
+from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.specs import AlgorithmSpec
 from ragen_core.testing import check_algorithm
 from ragen_core.testing.run_helpers import TOY_RUN, one_line_error, toy_run_config
+from ragen_core.trainer.batch import build_batch
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.distributed import ONE, World
 from ragen_core.trainer.loggers import read_metrics
@@ -58,6 +60,7 @@ class Answers(Algorithm):
             "detached": PolicyLossOutputs(loss.detach()),
             "unknown-flag": PolicyLossOutputs(loss, {"clip_ratio": mask > 0}),
             "flag-shape": PolicyLossOutputs(loss, {"pg_clipfrac": mask[0] > 0}),
+            "float-flag": PolicyLossOutputs(loss, {"pg_clipfrac": mask.float()}),
             "raises": None,
         }[self.answer] if self.answer != "raises" else 1 / 0
 
@@ -132,6 +135,7 @@ def test_a_plugin_token_loss_is_aggregated_by_the_trainer():
     ("detached", "the loss token_loss returned does not depend on log_probs, so it trains nothing"),
     ("unknown-flag", "token_loss returned flags ['clip_ratio']; known flags: pg_clipfrac, pg_clipfrac_lower"),
     ("flag-shape", "the 'pg_clipfrac' flags token_loss returned has shape (6,), expected a tensor of shape (3, 6)"),
+    ("float-flag", "the 'pg_clipfrac' flags token_loss returned are torch.float32, not bool"),  # the kit passed it (helper-87's brief)
     ("raises", "raised in token_loss: ZeroDivisionError: division by zero"),
 ])
 def test_a_malformed_token_loss_is_one_line_naming_the_plugin(answer, says):
@@ -210,6 +214,35 @@ def test_metric_names_must_be_distinct_names(names):
         check_algorithm(algorithm)
 
 
+class LastTurnOnly(Algorithm):
+    """REINFORCE on each row's last turn only: the tokens after the row's second-to-last turn end."""
+
+    def token_loss(self, inputs):
+        width = inputs.log_probs.shape[1]
+        start = torch.tensor([ends[-2] + 1 if len(ends) > 1 else 0 for ends in inputs.turn_ends])
+        last = torch.tensor([ends[-1] for ends in inputs.turn_ends])  # every row has a turn: a run's rows do
+        keep = (torch.arange(width) >= start[:, None]) & (torch.arange(width) <= last[:, None])
+        return PolicyLossOutputs(-inputs.advantages * inputs.log_probs * keep)
+
+
+def test_the_kits_row_without_trained_tokens_has_its_turn_end_as_a_runs_has():
+    """The kit's empty row had no turn end, which no row of a run lacks (the run test below): an
+    algorithm that reads each row's last turn end failed the kit only (helper-87's brief)."""
+    check_algorithm(LastTurnOnly())
+    seen = []
+    probe = LastTurnOnly()
+    probe.token_loss = lambda inputs: seen.append(inputs) or LastTurnOnly.token_loss(probe, inputs)
+    check_algorithm(probe)
+    mask, turn_ends = seen[0].response_mask, seen[0].turn_ends
+    for row in range(len(mask) - 1):  # one turn each: its end is the row's last trained token
+        (end,) = turn_ends[row]
+        assert mask[row, end] == 1 and not mask[row, end + 1:].any()
+    # the empty row: what build_batch gives a turn that generated nothing after a prompt as long as the others'
+    prompt = list(range(int(mask[0].nonzero().min()) + 1))
+    rows = [Trajectory(env="e", tag="t", group_id=0, member=0, seed=0, env_id=0, turns=[Turn(prompt, reply, "")]) for reply in ([7, 8], [])]
+    assert not mask[-1].any() and turn_ends[-1] == build_batch(rows, 0).turn_ends[1]
+
+
 class SequenceRatio(Algorithm):
     """GSPO's sequence ratio: the mean log-ratio over each row's trained tokens (``clamp=False``:
     divided by the raw token count, 0/0 on a row with none)."""
@@ -284,6 +317,7 @@ def test_a_run_trains_with_the_plugins_token_loss_in_the_update_and_the_gradient
     assert SEEN and all(i.ref_log_probs is None for i in SEEN)  # use_kl_loss is off: none computed
     for inputs in SEEN:
         assert inputs.group_ids.shape == inputs.episode_ids.shape == (len(inputs.response_mask),) == (len(inputs.turn_ends),)
+        assert all(inputs.turn_ends)  # every row has at least one turn (an episode without one is not trained)
         assert set(inputs.group_ids.tolist()) <= {0, 1} and inputs.episode_ids.max() < 4  # rollout.env_groups=2 x group_size=2
         width = inputs.response_mask.shape[1]
         assert all(0 <= end < width for ends in inputs.turn_ends for end in ends)  # positions inside the micro-batch's rows

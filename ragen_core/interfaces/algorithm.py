@@ -78,8 +78,8 @@ class PolicyLossOutputs:
     loss: torch.Tensor
     """``[B, T]`` loss per token, computed from ``inputs.log_probs`` (the trainer aggregates it)."""
     flags: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Per-token bool tensors logged as their masked means, among ``pg_clipfrac`` and
-    ``pg_clipfrac_lower`` (each left out is logged as 0)."""
+    """Per-token bool tensors (another dtype is refused) logged as their masked means, among
+    ``pg_clipfrac`` and ``pg_clipfrac_lower`` (each left out is logged as 0)."""
     metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)
     """The algorithm's own scalars over this micro-batch (a float or a one-element tensor, e.g. a
     masked mean), exactly the names in :attr:`Algorithm.metric_names`. Logged as

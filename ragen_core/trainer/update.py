@@ -423,6 +423,8 @@ def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: st
     checked, then aggregated with ``agg_mode`` and the mini-batch's normalisers ``agg``
     (:func:`~ragen_core.trainer.losses.aggregate_policy_loss`): ``(loss, policy metrics)``, the
     algorithm's own metrics among them as ``algo/<name>`` (floats)."""
+    import torch
+
     from ragen_core.interfaces.algorithm import PolicyLossOutputs
     from ragen_core.trainer.losses import POLICY_LOSS_FLAGS, aggregate_policy_loss
 
@@ -443,6 +445,10 @@ def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: st
         raise PluginError(f"{plugin_label(algorithm)}: token_loss returned flags {unknown}; known flags: {', '.join(POLICY_LOSS_FLAGS)}", [hint])
     for name, flag in flags.items():
         _check_shape(flag, log_probs, algorithm, f"the {name!r} flags token_loss returned", "token_loss")
+        if flag.dtype != torch.bool:  # a float 'flag' (a ratio, a 0/1 float mask) was logged as a fraction it is not
+            raise PluginError(f"{plugin_label(algorithm)}: the {name!r} flags token_loss returned are {flag.dtype}, not bool",
+                              ["flags mark tokens (e.g. ratio > 1 + clip_high): return a bool tensor; a scalar of the algorithm's own "
+                               "goes in metrics (metric_names)"])
     own = _own_metrics(algorithm, out.metrics)
     loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, inputs.old_log_probs, mask, agg_mode, **agg)
     metrics.update({f"algo/{name}": value for name, value in own.items()})
