@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from ragen_core.interfaces.algorithm import Algorithm, PolicyLossOutputs
+from ragen_core.specs import AlgorithmSpec
 from ragen_core.testing import fake_entry_points
 
 HEAVY = ("torch", "transformers", "vllm", "ray")
@@ -249,6 +251,41 @@ def test_plugins_show_takes_a_name_one_kind_alone_has_and_algo_for_algorithm(cap
         err = capsys.readouterr().err
         assert "'grpo' is the name of an estimator and an algorithm" in err.splitlines()[0] or \
             "'grpo' is the name of an algorithm and an estimator" in err.splitlines()[0]
+
+
+class OwnLoss(Algorithm):
+    """REINFORCE: reads none of the clip_ratio_* settings, logs a metric of its own."""
+
+    metric_names = ("mean_log_prob",)
+
+    def token_loss(self, inputs):
+        return PolicyLossOutputs(-inputs.advantages * inputs.log_probs, metrics={"mean_log_prob": 0.0})
+
+
+def test_plugins_show_says_an_algorithm_has_its_own_token_loss_and_metrics(capsys):
+    """`plugins show` listed a REINFORCE plugin's clip_ratio_* settings as any algorithm's, and setting
+    them did nothing; nor did it say the plugin's own loss or metrics (helper-87's brief)."""
+    from ragen_core import registry
+    from ragen_core.cli.main import main
+
+    specs = [AlgorithmSpec(name="test-own-loss", summary="REINFORCE", factory=f"{__name__}:OwnLoss"),
+             AlgorithmSpec(name="test-surrogate", summary="the clipped surrogate", factory="ragen_core:Algorithm")]
+    for spec in specs:
+        registry.register(spec)
+    try:
+        assert main(["plugins", "show", "algorithm", "test-own-loss"]) == 0
+        own = capsys.readouterr().out
+        assert main(["plugins", "show", "algorithm", "test-surrogate"]) == 0
+        builtin = capsys.readouterr().out
+    finally:
+        for spec in specs:
+            registry.unregister("algorithm", spec.name)
+    notes = own.split("\nconfig fields:")[0].splitlines()[2:]
+    assert notes == ["token_loss: its own, not the built-in clipped surrogate; clip_ratio_low, clip_ratio_high and clip_ratio_c are read "
+                     "only by that surrogate, so they do nothing unless its token_loss reads them",
+                     "metrics of its own: actor/algo/mean_log_prob"]
+    assert "clip_ratio_low" in own.split("\nconfig fields:")[1]  # (still its settings: a token_loss may call the surrogate)
+    assert builtin.split("\nconfig fields:")[0].splitlines()[2:] == []  # the built-in surrogate reads them: nothing to say
 
 
 @pytest.mark.parametrize(("name", "needle"), [("grid-", "not at the end, not doubled"), ("my--grid", "not at the end, not doubled"),

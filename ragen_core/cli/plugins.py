@@ -7,7 +7,9 @@ importing the implementation; defaults; presets; recipes); a name that two distr
 is a failure too (``ragen run`` would refuse it). Any failure exits 1. ``--strict`` (or
 ``RAGEN_STRICT_PLUGINS=1``) also imports every implementation, as a run would (heavier: torch and
 the env's own dependencies), and builds the estimators, algorithms, filters and diagnostics with
-their default settings (:data:`BUILT_BY_STRICT`), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields.
+their default settings (:data:`BUILT_BY_STRICT`), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields
+(and of an algorithm, built with its default settings, whether it has a ``token_loss`` of its own and which metrics of its
+own it logs).
 """
 
 from __future__ import annotations
@@ -213,19 +215,20 @@ BUILT_BY_STRICT = ("estimator", "algorithm", "filter", "diagnostic")
 
 def _build(reg: Any, entry: Any, spec: Any) -> None:
     """Build a plugin of a :data:`BUILT_BY_STRICT` kind with its default settings, as a run would
-    (an algorithm's ``agg_kwargs`` checked as the trainer checks them); nothing for other kinds or
+    (an algorithm's ``agg_kwargs`` and ``metric_names`` checked as the trainer checks them); nothing for other kinds or
     for a plugin with settings that have no default (a run names them).
 
     Raises:
-        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs are refused.
+        RagenError: the factory raised, built the wrong thing, or the algorithm's agg_kwargs or metric_names are refused.
     """
     if entry.kind not in BUILT_BY_STRICT or any(f.is_required() for f in spec.config_model.model_fields.values()):
         return
     built = reg.make(entry.kind, entry.qualified)
     if entry.kind == "algorithm":
-        from ragen_core.interfaces.algorithm import check_agg_kwargs
+        from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 
         check_agg_kwargs(built)
+        check_metric_names(built)
 
 
 def _unavailable(reg: Any, entry: Any, spec: Any) -> str | None:
@@ -429,12 +432,37 @@ def show_plugin(args: argparse.Namespace) -> int:
     for name, recipe in getattr(spec, "recipes", {}).items():
         print(f"recipe {name}: {recipe.summary}" + (f" (measured: {recipe.measured})" if recipe.measured else ""))
         print(f"  ragen run --env {spec.name} --recipe {name}")
+    if spec.kind == "algorithm":
+        for line in algorithm_notes(entry):
+            print(line)
     if not spec.config_model.model_fields:  # an empty FIELD/TYPE/DEFAULT/DESCRIPTION table said nothing
         print(f"\nconfig fields: none ({spec.kind} {spec.name} takes no settings)")
         return 0
     print("\nconfig fields:")
     print_fields(spec.config_model)
     return 0
+
+
+def algorithm_notes(entry: Any) -> list[str]:
+    """What ``plugins show`` says of an algorithm besides its settings: that it has a ``token_loss``
+    of its own (the ``clip_ratio_*`` settings are read only by the built-in clipped surrogate, so
+    for it they may do nothing), and the metrics it logs. Read from the algorithm built with its
+    default settings, as ``check --strict`` builds it; nothing when it cannot be built (a run says why)."""
+    from ragen_core import registry
+    from ragen_core.interfaces.algorithm import Algorithm
+
+    try:
+        built = registry.make("algorithm", entry.qualified)
+    except RagenError:
+        return []
+    notes = []
+    if type(built).token_loss is not Algorithm.token_loss:
+        notes.append("token_loss: its own, not the built-in clipped surrogate; clip_ratio_low, clip_ratio_high and clip_ratio_c are read "
+                     "only by that surrogate, so they do nothing unless its token_loss reads them")
+    names = getattr(built, "metric_names", ())
+    if names:
+        notes.append(f"metrics of its own: {', '.join(f'actor/algo/{n}' for n in names)}")
+    return notes
 
 
 #: Terminal width from which ``ragen plugins show`` prints settings as a table: the width alone

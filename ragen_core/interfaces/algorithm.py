@@ -17,6 +17,10 @@ which the trainer calls unconditionally (:mod:`ragen_core.trainer.selection`,
   REINFORCE or a sequence-level ratio override it);
 * :attr:`Algorithm.agg_kwargs` -- extra keywords of the loss aggregation (Dr.GRPO's
   ``norm_constant``).
+
+An algorithm with metrics of its own (GSPO's mean sequence ratio) names them in
+:attr:`Algorithm.metric_names` and returns them from every ``token_loss`` call in
+:attr:`PolicyLossOutputs.metrics`; the run logs them as ``actor/algo/<name>``.
 """
 
 from __future__ import annotations
@@ -74,8 +78,13 @@ class PolicyLossOutputs:
     loss: torch.Tensor
     """``[B, T]`` loss per token, computed from ``inputs.log_probs`` (the trainer aggregates it)."""
     flags: dict[str, torch.Tensor] = field(default_factory=dict)
-    """Per-token bool tensors logged as their masked means, among ``pg_clipfrac`` and
-    ``pg_clipfrac_lower`` (each left out is logged as 0)."""
+    """Per-token bool tensors (another dtype is refused) logged as their masked means, among
+    ``pg_clipfrac`` and ``pg_clipfrac_lower`` (each left out is logged as 0)."""
+    metrics: dict[str, float | torch.Tensor] = field(default_factory=dict)
+    """The algorithm's own scalars over this micro-batch (a float or a one-element tensor, e.g. a
+    masked mean), exactly the names in :attr:`Algorithm.metric_names`. Logged as
+    ``actor/algo/<name>``, averaged over micro-batches as the flags are: weighted by each
+    micro-batch's share of the mini-batch's trained tokens, then over mini-batches."""
 
 
 class AlgorithmConfig(PluginConfig):
@@ -142,6 +151,11 @@ class Algorithm:
     """An estimator plus loss settings. Plugins usually subclass only to change defaults."""
 
     config_class: type[AlgorithmConfig] = AlgorithmConfig
+    metric_names: tuple[str, ...] = ()
+    """Names of the metrics every :meth:`token_loss` call returns in
+    :attr:`PolicyLossOutputs.metrics` (none by default), logged as ``actor/algo/<name>``. Fixed
+    up front because data-parallel ranks reduce the same keys in the same order; a call that
+    returns another set stops the run naming the algorithm and the key."""
 
     def __init__(self, config: AlgorithmConfig | None = None, **overrides: Any) -> None:
         self.config = with_overrides(self.config_class, config, overrides)
@@ -186,7 +200,8 @@ class Algorithm:
 
         Returns:
             :class:`PolicyLossOutputs`: the loss shaped like ``inputs.log_probs`` and
-            differentiable through it, and optional per-token flags for the clip-fraction metrics.
+            differentiable through it, optional per-token flags for the clip-fraction metrics, and
+            the scalars named in :attr:`metric_names` (none by default).
         """
         from ragen_core.trainer.losses import clipped_token_loss
 
@@ -202,6 +217,24 @@ class Algorithm:
         The trainer reads ``norm_constant`` (``seq-mean-token-sum-norm``'s divisor).
         """
         return {}
+
+
+def check_metric_names(algorithm: Algorithm) -> None:
+    """Refuse :attr:`Algorithm.metric_names` that is not a tuple or list of distinct non-empty
+    strings without spaces (the ends of metric keys), before a model loads (where
+    :func:`check_agg_kwargs` is called). A bare string would declare one metric per character.
+
+    Raises:
+        PluginError: naming the algorithm and the value.
+    """
+    from ragen_core.errors import PluginError
+    from ragen_core.registry import plugin_label
+
+    names = getattr(algorithm, "metric_names", ())
+    if (not isinstance(names, (tuple, list)) or not all(isinstance(n, str) and n.split() == [n] for n in names)
+            or len(set(names)) != len(names)):
+        raise PluginError(f"{plugin_label(algorithm)}: metric_names = {names!r}; it names the metrics token_loss returns, a tuple of "
+                          "distinct non-empty strings without spaces", ["e.g. metric_names = ('seq_ratio',) (or () for none)"])
 
 
 def check_agg_kwargs(algorithm: Algorithm) -> None:

@@ -102,15 +102,17 @@ def check_filter(filter_obj: Any, *, seed: int = 0) -> None:
 
 def check_algorithm(algorithm: Any) -> None:
     """An algorithm's hooks, as the trainer calls them, on a small batch: ``token_loss`` gives a
-    per-token loss the trainer accepts (checked as in a run), finite, with finite gradients
-    through ``log_probs``, deterministic, and without changing its inputs; ``shape_rewards``
-    keeps the shape and its input; ``keep_mask`` gives one bool per row, or None. The last row
-    has no trained token, as rows of real batches may."""
+    per-token loss the trainer accepts (checked as in a run: bool flags, exactly the metrics
+    ``metric_names`` declares), finite, with finite gradients through ``log_probs``,
+    deterministic, and without changing its inputs; ``shape_rewards`` keeps the shape and its
+    input; ``keep_mask`` gives one bool per row, or None. The last row has no trained token, as
+    rows of real batches may (a turn that generated nothing, which has its turn end all the same)."""
     import torch
 
-    from ragen_core.interfaces.algorithm import PolicyLossInputs
+    from ragen_core.interfaces.algorithm import PolicyLossInputs, check_metric_names
     from ragen_core.trainer.update import algorithm_policy_loss
 
+    check_metric_names(algorithm)
     g = torch.Generator().manual_seed(0)
     B, T = 5, 7
     mask = torch.zeros(B, T)
@@ -122,7 +124,9 @@ def check_algorithm(algorithm: Any) -> None:
     rewards[torch.arange(B), mask.cumsum(1).argmax(1)] = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.0])
     groups, episodes = torch.tensor([0, 0, 1, 1, 1]), torch.arange(B)
     ref = old - 0.1 * torch.rand(B, T, generator=g)
-    turn_ends = [[int(mask[i].nonzero().max())] if mask[i].any() else [] for i in range(B)]
+    # one turn a row, its reply after a two-token prompt; the empty row's turn generated nothing and
+    # ends, as build_batch gives it, at the position before its reply would start
+    turn_ends = [[int(mask[i].nonzero().max())] if mask[i].any() else [1] for i in range(B)]
     snapshot = (old.clone(), advantages.clone(), mask.clone(), rewards.clone(), ref.clone())
     losses, grads = [], []
     for _ in range(2):

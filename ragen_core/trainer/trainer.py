@@ -60,7 +60,7 @@ from typing import Any
 from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
 from ragen_core.hookspecs import METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
-from ragen_core.interfaces.algorithm import check_agg_kwargs
+from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
 from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
@@ -263,6 +263,7 @@ class Trainer(CheckpointMixin):
         torch.manual_seed(cfg.seed)
         self.algorithm = registry.make("algorithm", cfg.algo, cfg.algo_config, preset=cfg.algo_preset)
         check_agg_kwargs(self.algorithm)
+        check_metric_names(self.algorithm)
         acfg = self.algorithm.config
         self.estimator = registry.make("estimator", acfg.estimator, acfg.estimator_config, preset=acfg.estimator_preset)
         self.filter = registry.make("filter", cfg.filter, cfg.filter_config, preset=cfg.filter_preset)

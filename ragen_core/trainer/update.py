@@ -247,7 +247,8 @@ def update_critic(prepared: PreparedBatch, *, critic: Any, optimizer: Any, algor
 def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorithm: Any, optim: Any, temperature: float,
                  world: World = ONE) -> dict[str, float]:
     """The PPO actor update: the algorithm's token loss (the clipped surrogate by default), minus
-    ``entropy_coeff`` x entropy, plus ``kl_loss_coef`` x KL to the reference; returns the ``actor/...`` metrics (means over mini-batches).
+    ``entropy_coeff`` x entropy, plus ``kl_loss_coef`` x KL to the reference; returns the ``actor/...`` metrics (means over mini-batches),
+    with the algorithm's own metrics as ``actor/algo/<name>`` (weighted by their micro-batch's tokens, as the clip fractions are).
 
     Args:
         prepared: From :func:`prepare`.
@@ -272,7 +273,9 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
     lead = prepared.old_from_update_rows
     with_entropy = acfg.entropy_coeff != 0 or lead > 0
     old_policy = _OldPolicyRecord(batch, prepared.rest_entropy, prepared.rest_engine_diff) if lead else None
-    stats: dict[str, list[float]] = {k: [] for k in ACTOR_KEYS}
+    algo_keys = algorithm_metric_keys(algorithm)
+    summed = (*ACTOR_KEYS[:-1], *algo_keys)  # every key but grad_norm: summed over ranks, the same keys in the same order on each
+    stats: dict[str, list[float]] = {k: [] for k in (*ACTOR_KEYS, *algo_keys)}
     skipped = 0
     for epoch in range(optim.ppo_epochs):
         for mini_no, mini in enumerate(micro_batches(range(len(batch)), optim.mini_batch_size)):
@@ -287,7 +290,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
             # normalised by the mini-batch: micro-batch losses add up; else average the micro-batch means
             loss_w = 1.0 if agg_kw else 1.0 / len(micros)
             mini_tokens = max(float(m_mini.sum()), 1.0)
-            acc = dict.fromkeys(ACTOR_KEYS, 0.0)
+            acc = dict.fromkeys(stats, 0.0)
             mine = _my_micros(world, micros)
             optimizer.zero_grad(set_to_none=True)
             with shared_prefix(model, batch, [i for idx, _ in mine for i in idx]) as session:
@@ -305,7 +308,7 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                     loss, pm = algorithm_policy_loss(algorithm, policy_loss_inputs(sub, logp, old, mask), mode, **kw)
                     acc["actor/pg_loss"] += pm["pg_loss"] * w
                     share = float(mask.sum()) / mini_tokens * trains  # token-weighted means of the per-token metrics
-                    for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+                    for k in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", *(k.removeprefix("actor/") for k in algo_keys)):
                         acc[f"actor/{k}"] += pm[k] * share
                     if with_entropy:
                         assert entropy is not None  # asked for with with_entropy
@@ -317,11 +320,11 @@ def update_actor(prepared: PreparedBatch, *, model: Any, optimizer: Any, algorit
                         loss = loss + acfg.kl_loss_coef * kl
                         acc["actor/kl_loss"] += float(kl.detach()) * w
                     (loss * w).backward()
-            acc.update(zip(ACTOR_KEYS[:-1], world.sum_floats([acc[k] for k in ACTOR_KEYS[:-1]])))  # every key but grad_norm
+            acc.update(zip(summed, world.sum_floats([acc[k] for k in summed])))
             world.sum_grads(params)
             acc["actor/grad_norm"] = clip_and_step(params, optimizer, optim.grad_clip)
             skipped += int(not math.isfinite(acc["actor/grad_norm"]))
-            for k in ACTOR_KEYS:
+            for k in stats:
                 stats[k].append(acc[k])
     out = {k: _mean(v) for k, v in stats.items()}
     out["actor/kl_coef"] = float(acfg.kl_loss_coef if acfg.use_kl_loss else 0.0)
@@ -410,18 +413,27 @@ def episode_row_weights(episode_ids: Any) -> Any:
     return 1.0 / counts[inverse].double()
 
 
+def algorithm_metric_keys(algorithm: Any) -> tuple[str, ...]:
+    """``actor/algo/<name>`` for each of the algorithm's :attr:`~ragen_core.interfaces.algorithm.Algorithm.metric_names`."""
+    return tuple(f"actor/algo/{name}" for name in getattr(algorithm, "metric_names", ()))
+
+
 def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: str, **agg: Any) -> tuple[torch.Tensor, dict[str, float]]:
     """``algorithm.token_loss(inputs)`` (:meth:`~ragen_core.interfaces.algorithm.Algorithm.token_loss`),
     checked, then aggregated with ``agg_mode`` and the mini-batch's normalisers ``agg``
-    (:func:`~ragen_core.trainer.losses.aggregate_policy_loss`): ``(loss, policy metrics)``."""
+    (:func:`~ragen_core.trainer.losses.aggregate_policy_loss`): ``(loss, policy metrics)``, the
+    algorithm's own metrics among them as ``algo/<name>`` (floats)."""
+    import torch
+
     from ragen_core.interfaces.algorithm import PolicyLossOutputs
     from ragen_core.trainer.losses import POLICY_LOSS_FLAGS, aggregate_policy_loss
 
     with plugin_call(algorithm, "token_loss"):
         out = algorithm.token_loss(inputs)
     log_probs, mask = inputs.log_probs, inputs.response_mask
-    hint = "token_loss returns PolicyLossOutputs(loss=..., flags=...): a per-token loss tensor and per-token bool tensors (none by default)"
-    if not isinstance(out, PolicyLossOutputs) or not isinstance(out.flags, dict):
+    hint = ("token_loss returns PolicyLossOutputs(loss=..., flags=..., metrics=...): a per-token loss tensor, per-token bool tensors "
+            "and the scalars named in metric_names (none by default)")
+    if not isinstance(out, PolicyLossOutputs) or not isinstance(out.flags, dict) or not isinstance(out.metrics, dict):
         raise PluginError(f"{plugin_label(algorithm)}: token_loss returned a {type(out).__name__}, not PolicyLossOutputs", [hint])
     per_token, flags = out.loss, out.flags
     _check_shape(per_token, log_probs, algorithm, "the loss tensor token_loss returned", "token_loss")
@@ -433,10 +445,44 @@ def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: st
         raise PluginError(f"{plugin_label(algorithm)}: token_loss returned flags {unknown}; known flags: {', '.join(POLICY_LOSS_FLAGS)}", [hint])
     for name, flag in flags.items():
         _check_shape(flag, log_probs, algorithm, f"the {name!r} flags token_loss returned", "token_loss")
+        if flag.dtype != torch.bool:  # a float 'flag' (a ratio, a 0/1 float mask) was logged as a fraction it is not
+            raise PluginError(f"{plugin_label(algorithm)}: the {name!r} flags token_loss returned are {flag.dtype}, not bool",
+                              ["flags mark tokens (e.g. ratio > 1 + clip_high): return a bool tensor; a scalar of the algorithm's own "
+                               "goes in metrics (metric_names)"])
+    own = _own_metrics(algorithm, out.metrics)
     loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, inputs.old_log_probs, mask, agg_mode, **agg)
+    metrics.update({f"algo/{name}": value for name, value in own.items()})
     if not math.isfinite(metrics["pg_loss"]):
         _refuse_non_finite_loss(algorithm, per_token, (log_probs, inputs.old_log_probs, inputs.advantages), mask)
     return loss, metrics
+
+
+def _own_metrics(algorithm: Any, metrics: dict[Any, Any]) -> dict[str, float]:
+    """The metrics ``token_loss`` returned as floats, in :attr:`metric_names` order; refused (one
+    line naming the algorithm) unless they are exactly the declared names, each one number."""
+    import torch
+
+    names = tuple(getattr(algorithm, "metric_names", ()))
+    missing = [n for n in names if n not in metrics]
+    extra = [k for k in metrics if k not in names]
+    if missing or extra:
+        said = ([f"lack {', '.join(map(repr, missing))}, declared in its metric_names"] if missing else []) + \
+               ([f"hold {', '.join(map(repr, extra))}, not in its metric_names ({', '.join(names) or 'none declared'})"] if extra else [])
+        raise PluginError(f"{plugin_label(algorithm)}: the metrics token_loss returned {' and '.join(said)}",
+                          ["declare every metric token_loss returns in the algorithm's metric_names and return each on every call "
+                           "(data-parallel ranks reduce the same keys)"])
+    out = {}
+    for name in names:
+        value = metrics[name]
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            out[name] = float(value.detach())
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+        else:
+            got = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+            raise PluginError(f"{plugin_label(algorithm)}: the metric {name!r} token_loss returned is {got}, not one number",
+                              ["return each metric as a float or a one-element tensor (e.g. a masked mean over the micro-batch)"])
+    return out
 
 
 def policy_loss_inputs(sub: TrainBatch, log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor) -> PolicyLossInputs:
