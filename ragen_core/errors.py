@@ -51,6 +51,10 @@ class RagenError(Exception):
 class ConfigError(RagenError, ValueError):
     """A configuration value, key, or file is invalid. The message names the field path."""
 
+    #: The pydantic ValidationError the message words, when a model's constructor raised this one
+    #: (the registry reads its model and field when a plugin's module fails that way as it loads).
+    validation: object = None
+
 
 class RegistryError(RagenError):
     """Something went wrong finding or loading a plugin."""

@@ -158,11 +158,14 @@ def _one_line_error(cls: type[BaseModel], exc: ValidationError) -> Exception:
     errors = exc.errors()
     if errors and errors[0]["type"] == "frozen_instance":  # the value is fine: the object cannot change
         field = ".".join(str(p) for p in errors[0]["loc"])
-        return ConfigError(f"{cls.__name__} cannot be changed once built (setting {field})",
+        made = ConfigError(f"{cls.__name__} cannot be changed once built (setting {field})",
                            [f"build a new one: {cls.__name__}(...), or .model_copy(update={{{field!r}: ...}})"])
-    error = config_error_from_validation(exc, model_cls=cls, show=None)
-    kind = type(error) if issubclass(cls, PluginConfig) else ConfigError
-    return kind(f"{cls.__name__}: {error.message}", error.hints)
+    else:
+        error = config_error_from_validation(exc, model_cls=cls, show=None)
+        kind = type(error) if issubclass(cls, PluginConfig) else ConfigError
+        made = kind(f"{cls.__name__}: {error.message}", error.hints)
+    made.validation = exc
+    return made
 
 
 class PluginConfig(CheckedModel):
