@@ -6,10 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import Field
 
+from ragen_core import registry
 from ragen_core.cli.main import main
 from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
+from ragen_core.interfaces.advantage import AdvantageEstimator
+from ragen_core.specs import EstimatorSpec, PluginConfig
 from ragen_core.testing.run_helpers import one_line_error
 from ragen_core.trainer.config import RunConfig
 
@@ -192,3 +196,34 @@ def test_eval_config_files_read_their_data_paths_beside_the_file_as_run_does(tmp
     monkeypatch.setattr("ragen_core.trainer.config.check_run_available", lambda config: [])
     config = _eval_config(monkeypatch, ["eval", "--model", "tiny", "--config", str(folder / "eval.yaml")])
     assert config.env_config["dataset_path"] == str(folder / "problems.jsonl")
+
+
+class _Weighted(PluginConfig):
+    weights: dict[str, float] = Field(default_factory=dict)
+    """A number per tag, nested in a dict."""
+    scales: list[dict[str, int]] = Field(default_factory=list)
+
+
+class _WeightedEstimator(AdvantageEstimator):
+    config_class = _Weighted
+
+    def __call__(self, inputs):
+        raise AssertionError("not called: --print-config only")
+
+
+def test_a_boolean_for_a_number_nested_in_a_dict_is_refused_naming_the_field(capsys):
+    """rollout.group_size=true was refused, a number of a dict[str, float] setting was not: an
+    estimator_config entry 'weights.a=true' was taken as 1.0."""
+    spec = EstimatorSpec(name="test-weighted", config_model=_Weighted, factory=f"{__name__}:_WeightedEstimator")
+    registry.register(spec)
+    try:
+        for override, field in (("algo_config.estimator_config.weights.a=true", "weights"),
+                                ("algo_config.estimator_config.scales=[{a: 1}, {b: false}]", "scales")):
+            rc, _, err = _print_config(capsys, "algo_config.estimator=test-weighted", override)
+            assert rc == 2
+            assert one_line_error(err).startswith(f"PluginConfigError: invalid config: algo_config.estimator_config.{field}: "
+                                                  "takes a number, not true/false")
+        rc, out, _ = _print_config(capsys, "algo_config.estimator=test-weighted", "algo_config.estimator_config.weights.a=2")
+        assert rc == 0 and "a: 2.0" in out  # numbers still pass
+    finally:
+        registry.unregister("estimator", "test-weighted")
