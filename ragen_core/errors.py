@@ -26,13 +26,31 @@ def shell_word(value: object) -> str:
     """``value`` as one word of a suggested command (``ragen run --resume DIR``): quoted when it holds
     spaces or shell characters, so the line can be pasted as printed. Double quotes, with ``$ ` " \\``
     escaped (hints put whole commands in single quotes, which a single-quoted word inside would end),
-    except for a ``!``, which only the shell's single-quote form keeps from history expansion."""
+    except for a ``!``, which only the shell's single-quote form keeps from history expansion. A word
+    holding a character that does not print (a newline, a tab) is written in bash's ``$'...'`` form
+    with that character escaped, so the suggestion stays on one line and still pastes."""
     text = str(value)
     if shlex.quote(text) == text:
         return text
+    if not text.isprintable():
+        return "$'" + "".join(_ansi_c_escaped(c) for c in text) + "'"
     if "!" in text:  # history expansion in an interactive shell: only single quotes keep it out
         return shlex.quote(text)
     return '"' + "".join("\\" + c if c in '"$`\\' else c for c in text) + '"'  # \$ \` \" \\ inside double quotes
+
+
+_C_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'", "!": "\\x21"}
+"""Characters ``$'...'`` writes escaped: its own quote and backslash, ``!`` (no history expansion), common controls."""
+
+
+def _ansi_c_escaped(char: str) -> str:
+    """``char`` inside bash's ``$'...'``: itself when it prints, else its UTF-8 bytes as ``\\xHH``
+    escapes (a byte of a file name that is not UTF-8, which Python holds as a lone surrogate, as that byte)."""
+    if char in _C_ESCAPES:
+        return _C_ESCAPES[char]
+    if char.isprintable():
+        return char
+    return "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8", "surrogateescape"))
 
 
 class RagenError(Exception):
@@ -50,6 +68,10 @@ class RagenError(Exception):
 
 class ConfigError(RagenError, ValueError):
     """A configuration value, key, or file is invalid. The message names the field path."""
+
+    #: The pydantic ValidationError the message words, when a model's constructor raised this one
+    #: (the registry reads its model and field when a plugin's module fails that way as it loads).
+    validation: object = None
 
 
 class RegistryError(RagenError):

@@ -48,7 +48,8 @@ def ragen_on_rollout_end(trajectories: Any, step: int, context: Any) -> dict[str
         context: The trainer context (current policy model, tokenizer, config).
 
     Returns:
-        Metrics to log this step, named ``family/metric``, or ``None``.
+        Metrics to log this step, named ``family/metric``, or ``None``. A key the run logs
+        itself (``actor/entropy``) is not logged: the run's value stays.
     """
 
 

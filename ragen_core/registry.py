@@ -269,6 +269,9 @@ class Registry:
             try:
                 spec = entry.entry_point.load()
             except Exception as exc:  # any import-time failure of the requested plugin is fatal for it
+                invalid = _invalid_at_load(entry, exc)
+                if invalid is not None:  # its module imported, but a model it builds as it loads refused a value
+                    raise invalid from exc
                 raise PluginLoadError(
                     f"{entry.kind} {entry.name!r} from {entry.origin} failed to import: {type(exc).__name__}: {exc}",
                     [f"{_import_hint(exc, entry.value, entry.dist_name)}   (entry point: {entry.value})"],
@@ -552,6 +555,28 @@ def dist_location(dist: Any) -> str:
         return str(dist.locate_file(""))
     except Exception:  # noqa: BLE001 - some finders cannot locate files; the path is only informative
         return ""
+
+
+def _invalid_at_load(entry: PluginEntry, exc: BaseException) -> PluginLoadError | None:
+    """The error for a plugin module whose spec (or another pydantic model it builds at module
+    level) fails validation as the module loads: one line naming the plugin, its distribution,
+    the model and the field, not "failed to import" with a hint to reinstall. None for any other failure."""
+    from pydantic import ValidationError
+
+    from ragen_core.config import validation_message
+
+    found = exc if isinstance(exc, ValidationError) else getattr(exc, "validation", None)
+    if not isinstance(found, ValidationError) or not found.errors():
+        return None
+    known = entry.dist_name != "unknown"
+    origin = f" from {entry.origin}" if known else ""
+    module = entry.value.partition(":")[0]
+    dist, hide = (entry.dist_name, entry.dist_name) if known else ("the plugin", entry.name)
+    what = validation_message(found, found.title).removeprefix("invalid config: ")
+    return PluginLoadError(
+        f"{entry.kind} {entry.name!r}{origin} fails validation as module {module} loads: {what}",
+        [f"fix {found.title}(...) in {module}, or upgrade {dist}; meanwhile RAGEN_DISABLE_PLUGINS={hide} hides it"],
+    )
 
 
 def _factory_hint(exc: BaseException, factory: str, dist: str) -> str:

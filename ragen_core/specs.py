@@ -136,19 +136,38 @@ class CheckedModel(BaseModel):
 
 def _bool_for_a_number(annotation: Any, value: Any) -> bool:
     """``value`` holds a boolean where ``annotation`` asks for an int or a float (no bool among its
-    options), directly or as an item of a list or tuple of numbers."""
+    options): directly, or at any depth as an item of a list or tuple, or a value of a dict, whose
+    declared type there is a number (``dict[str, float]``, ``list[dict[str, int]]``). A nested
+    model is left to its own validator; where several options could hold the value, each must refuse it."""
     import types
     import typing
+    from collections.abc import Mapping, Sequence
 
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
-    if bool in options:
+    options = tuple(typing.get_args(o)[0] if typing.get_origin(o) is typing.Annotated else o for o in options)
+    if bool in options or Any in options:
         return False
     if isinstance(value, bool):
         return any(option in (int, float) for option in options)
+    if isinstance(value, Mapping):
+        kinds = [o for o in options if typing.get_origin(o) in (dict, Mapping) and len(typing.get_args(o)) == 2]
+        return bool(kinds) and all(any(_bool_for_a_number(typing.get_args(o)[1], v) for v in value.values()) for o in kinds)
     if isinstance(value, (list, tuple)):
-        items = [arg for option in options if typing.get_origin(option) in (list, tuple) for arg in typing.get_args(option)]
-        return bool not in items and any(item in (int, float) for item in items) and any(isinstance(v, bool) for v in value)
+        kinds = [o for o in options if typing.get_origin(o) in (list, tuple, Sequence) and typing.get_args(o)]
+        return bool(kinds) and all(any(_bool_for_a_number(_item_type(o, i), v) for i, v in enumerate(value)) for o in kinds)
     return False
+
+
+def _item_type(annotation: Any, index: int) -> Any:
+    """The declared type of item ``index`` of a list, sequence or tuple annotation (Any past a fixed tuple's end)."""
+    import typing
+
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is not tuple or (len(args) == 2 and args[1] is Ellipsis):
+        return args[0]
+    return args[index] if index < len(args) else Any
 
 
 def _one_line_error(cls: type[BaseModel], exc: ValidationError) -> Exception:
@@ -158,11 +177,14 @@ def _one_line_error(cls: type[BaseModel], exc: ValidationError) -> Exception:
     errors = exc.errors()
     if errors and errors[0]["type"] == "frozen_instance":  # the value is fine: the object cannot change
         field = ".".join(str(p) for p in errors[0]["loc"])
-        return ConfigError(f"{cls.__name__} cannot be changed once built (setting {field})",
+        made = ConfigError(f"{cls.__name__} cannot be changed once built (setting {field})",
                            [f"build a new one: {cls.__name__}(...), or .model_copy(update={{{field!r}: ...}})"])
-    error = config_error_from_validation(exc, model_cls=cls, show=None)
-    kind = type(error) if issubclass(cls, PluginConfig) else ConfigError
-    return kind(f"{cls.__name__}: {error.message}", error.hints)
+    else:
+        error = config_error_from_validation(exc, model_cls=cls, show=None)
+        kind = type(error) if issubclass(cls, PluginConfig) else ConfigError
+        made = kind(f"{cls.__name__}: {error.message}", error.hints)
+    made.validation = exc
+    return made
 
 
 class PluginConfig(CheckedModel):

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import Field
 
+from ragen_core import registry
 from ragen_core.cli.main import main
 from ragen_core.config import load_config
 from ragen_core.errors import ConfigError
+from ragen_core.interfaces.advantage import AdvantageEstimator
+from ragen_core.specs import EstimatorSpec, PluginConfig
 from ragen_core.testing.run_helpers import one_line_error
 from ragen_core.trainer.config import RunConfig
 
@@ -228,3 +232,34 @@ def test_run_with_a_recipe_reads_a_config_pipe_once(capsys, pipe_with):
     assert main(["run", "--print-config", "--recipe", "learn", "--config", pipe_with("env: bandit\nrollout:\n  group_size: 3\n")]) == 0
     data = yaml.safe_load(capsys.readouterr().out)
     assert data["env"] == "bandit" and data["rollout"]["group_size"] == 3
+
+
+class _Weighted(PluginConfig):
+    weights: dict[str, float] = Field(default_factory=dict)
+    """A number per tag, nested in a dict."""
+    scales: list[dict[str, int]] = Field(default_factory=list)
+
+
+class _WeightedEstimator(AdvantageEstimator):
+    config_class = _Weighted
+
+    def __call__(self, inputs):
+        raise AssertionError("not called: --print-config only")
+
+
+def test_a_boolean_for_a_number_nested_in_a_dict_is_refused_naming_the_field(capsys):
+    """rollout.group_size=true was refused, a number of a dict[str, float] setting was not: an
+    estimator_config entry 'weights.a=true' was taken as 1.0."""
+    spec = EstimatorSpec(name="test-weighted", config_model=_Weighted, factory=f"{__name__}:_WeightedEstimator")
+    registry.register(spec)
+    try:
+        for override, field in (("algo_config.estimator_config.weights.a=true", "weights"),
+                                ("algo_config.estimator_config.scales=[{a: 1}, {b: false}]", "scales")):
+            rc, _, err = _print_config(capsys, "algo_config.estimator=test-weighted", override)
+            assert rc == 2
+            assert one_line_error(err).startswith(f"PluginConfigError: invalid config: algo_config.estimator_config.{field}: "
+                                                  "takes a number, not true/false")
+        rc, out, _ = _print_config(capsys, "algo_config.estimator=test-weighted", "algo_config.estimator_config.weights.a=2")
+        assert rc == 0 and "a: 2.0" in out  # numbers still pass
+    finally:
+        registry.unregister("estimator", "test-weighted")

@@ -171,7 +171,7 @@ def test_a_run_stopped_while_drawing_its_plots_says_how_to_draw_them(monkeypatch
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GRPO))
 
-    def terminated(run_dir, out=None):
+    def terminated(run_dir, out=None, rows=None):
         raise Terminated
 
     monkeypatch.setattr(plot_mod, "plot_run", terminated)
@@ -327,3 +327,18 @@ def test_a_torn_last_metrics_line_is_named_as_a_damaged_one_is(tmp_path, caplog)
         with caplog.at_level("WARNING", logger="ragen_core.trainer.loggers"):
             assert main(["plot", str(run), "--out", str(tmp_path / "plots")]) == 0
         assert [r.getMessage() for r in caplog.records] == ([said] if said else [])
+
+
+def test_a_damaged_metrics_file_is_warned_about_once_when_a_run_draws_its_plots(monkeypatch, tmp_path, caplog):
+    """The run's end read metrics.jsonl to see it had rows, then plot_run read it again: the same
+    "not JSON rows, skipped" warning twice."""
+    from ragen_core.trainer.loggers import JsonlLogger
+
+    metrics = tmp_path / "metrics.jsonl"
+    whole = [json.dumps(r) + "\n" for r in GRPO]
+    metrics.write_text(whole[0] + "{not json\n" + "".join(whole[1:]))
+    monkeypatch.setenv("RAGEN_PLOTS", "1")
+    with caplog.at_level("WARNING", logger="ragen_core.trainer.loggers"):
+        JsonlLogger(tmp_path).ragen_on_train_end()
+    assert [r.getMessage() for r in caplog.records] == [f"{metrics}: 1 line(s) not JSON rows, skipped (line 2)"]
+    assert list((tmp_path / "plots").glob("*.png"))  # and the plots are drawn from the rows read

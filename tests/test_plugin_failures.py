@@ -94,6 +94,8 @@ class OddReturn:
     def ragen_on_rollout_end(self, trajectories, step, context):
         if self.kind == "bare":  # keys without a family: 'step' would overwrite the step of metrics.jsonl's row
             return {"mi": 0.5, "step": 99.0, "/x": 1.0, "odd/fine": 1.0}
+        if self.kind == "core":  # names the run logs itself, before, after and around this hook
+            return {"actor/lr_factor": 123.0, "actor/entropy": 123.0, "timing_s/total": 123.0, "odd/fine": 1.0}
         return [1.0] if self.kind == "list" else {"odd/value": "high", "odd/fine": 1.0, "odd/nan": math.nan}
 
 
@@ -593,3 +595,19 @@ def test_a_diagnostic_metric_named_without_a_family_is_said_once_and_not_logged_
                                              r"as a run logs only those"):
         check_diagnostic(bare, [traj], context=None)
 
+
+
+def test_a_diagnostic_metric_named_as_a_metric_of_the_run_is_said_once_and_not_logged(tmp_path, capsys):
+    """A diagnostic returning 'actor/entropy' (or 'actor/lr_factor', written before its hook ran) lost
+    to, or overwrote, the run's own value in the metrics row, saying nothing."""
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-odd-return]", "diagnostics_config.test-odd-return.kind=core", steps=2)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    for row in (*history, *rows):
+        assert row["odd/fine"] == 1.0
+        assert row["actor/lr_factor"] == 1.0 and row["actor/entropy"] != 123.0 and row["timing_s/total"] != 123.0
+    said = [line for line in capsys.readouterr().err.splitlines() if "logs itself" in line]
+    assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end, a metric the run logs "
+                    "itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
+                    for key in ("actor/lr_factor", "actor/entropy", "timing_s/total")]  # once each, not every step

@@ -109,6 +109,23 @@ def test_broken_import_names_dist_version_and_missing_module(sandbox):
     assert hints and hints[0].startswith("hint: pip install selenium_not_installed_xyz")
 
 
+@pytest.mark.parametrize("model", ["EnvSpec(name='badspec', summary=3, factory='x:y')",  # ragen's own model: a ConfigError
+                                   "Plain(summary=3)"])  # a plain pydantic model: its ValidationError
+def test_a_spec_failing_validation_as_its_module_loads_is_named_as_invalid_not_unimportable(sandbox, model):
+    tmp, reg = sandbox
+    source = ("from pydantic import BaseModel\nfrom ragen_core import EnvSpec\n"
+              f"class Plain(BaseModel):\n    summary: str\nSPEC = {model}\n")
+    fake_entry_points(tmp, "fake-badspec", {GROUP: {"badspec": "fakeplug_badspec:SPEC"}}, version="1.2.0",
+                      modules={"fakeplug_badspec.py": source}, add_to_path=False)
+    importlib.invalidate_caches()
+    with pytest.raises(PluginLoadError) as err:
+        reg.get_spec("env", "badspec")
+    first, *hints = str(err.value).splitlines()
+    title, says = model.partition("(")[0], "Input should be a valid string"
+    assert first == f"env 'badspec' from fake-badspec 1.2.0 fails validation as module fakeplug_badspec loads: {title}.summary: {says} (got 3)"
+    assert hints == [f"hint: fix {title}(...) in fakeplug_badspec, or upgrade fake-badspec; meanwhile RAGEN_DISABLE_PLUGINS=fake-badspec hides it"]
+
+
 def test_duplicate_names_need_dist_qualification(sandbox):
     tmp, reg = sandbox
     _add(tmp, "fake-one", "grid", "fakeplug_one")

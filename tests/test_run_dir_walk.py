@@ -76,6 +76,23 @@ def test_a_resume_says_which_metrics_rows_it_replaces(tmp_path, capsys):
     assert not [line for line in capsys.readouterr().out.splitlines() if "metrics.jsonl" in line]
 
 
+def test_a_resume_says_why_it_falls_back_before_which_rows_it_replaces(tmp_path):
+    """A damaged newest checkpoint: "rows of steps 2..2 (after checkpoints/step_1) are replaced" came
+    before the line saying step_2 is damaged, which is why step_1 is the one resumed."""
+    from ragen_core.trainer.checkpoint import resume_checkpoint
+
+    run_dir = tmp_path / "run"
+    _train(run_dir, steps=2)
+    weights = run_dir / "checkpoints" / "step_2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    said: list[str] = []
+    assert resume_checkpoint(run_dir, log=said.append)[0] == 1
+    assert len(said) == 2, said
+    assert said[0].startswith("resume: checkpoint ") and "step_2: model.safetensors is damaged" in said[0]
+    assert said[0].endswith("; resuming from step_1")
+    assert said[1] == "resume: metrics.jsonl rows of steps 2..2 (after checkpoints/step_1) are replaced; resuming from step_1 recomputes from step 2"
+
+
 def test_resume_of_a_checkpoint_folder_names_its_run_folder(tmp_path, capsys, monkeypatch):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "step_4" / "adapter").mkdir(parents=True)

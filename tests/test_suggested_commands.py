@@ -26,8 +26,34 @@ def bash_words(command: str) -> list[str]:
     """The words bash makes of ``command`` (shlex does not undo bash's escapes inside double quotes)."""
     if shutil.which("bash") is None:
         return shlex.split(command)
-    done = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, text=True, check=True, env={})
-    return done.stdout.split("\0")[:-1]
+    done = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True, check=True, env={})
+    return done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]  # bytes: text mode reads a \r as \n
+
+
+@pytest.mark.parametrize("path", ["/runs/a\nb", "/runs/tab\there", "/runs/it's\nwow! $HOME `x` \\y \"q\"", "/runs/bell\x07",
+                                  "/runs/line\u2028sep", "/runs/caf\u00e9\r", "/runs/not-utf8-\udcff"])
+def test_a_suggested_path_with_a_newline_stays_one_line_and_one_shell_word(path):
+    """A run folder named with a newline split the suggested command over two lines (the shell then
+    ran its first half)."""
+    if shutil.which("bash") is None:
+        pytest.skip("$'...' is bash's quoting: shlex does not read it")
+    word = shell_word(path)
+    assert len(f"ragen run --resume {word}".splitlines()) == 1 and word.isprintable()
+    assert word.startswith("$'")
+    assert bash_words(f"ragen run --resume {word}") == ["ragen", "run", "--resume", path]
+
+
+def test_the_resume_hint_of_a_used_folder_named_with_a_newline_is_one_line(tmp_path):
+    if shutil.which("bash") is None:
+        pytest.skip("$'...' is bash's quoting: shlex does not read it")
+    run_dir = tmp_path / "sokoban\n1"
+    (run_dir / "checkpoints" / "step_1").mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        claim_run_dir(run_dir)
+    hint = info.value.hints[0]
+    assert len(hint.splitlines()) == 1
+    command = hint.removeprefix("continue that run with '").split("', choose", 1)[0]
+    assert bash_words(command) == ["ragen", "run", "--resume", str(run_dir)]
 
 
 def test_a_plain_path_is_printed_unquoted():

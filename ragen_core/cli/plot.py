@@ -186,18 +186,19 @@ def _save_png(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Write the PNG files; returns their paths."""
+def plot_run(run_dir: str | Path, out: str | Path | None = None, *, rows: list[dict[str, Any]] | None = None) -> list[Path]:
+    """Write the PNG files; returns their paths. ``rows`` are ``run_dir``'s metrics rows when the
+    caller has read them already (a second :func:`read_metrics` would repeat its warnings)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     with plt.rc_context({"text.parse_math": False}):  # titles name the run: a folder 'tr_$^$' is text, not mathtext
-        return _plot_run(run_dir, out)
+        return _plot_run(run_dir, out, rows)
 
 
-def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
+def _plot_run(run_dir: str | Path, out: str | Path | None, rows: list[dict[str, Any]] | None) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from ragen_core.errors import ConfigError
@@ -210,7 +211,8 @@ def _plot_run(run_dir: str | Path, out: str | Path | None) -> list[Path]:
         raise ConfigError(f"{run_dir} is a file, not a run directory", [hint])
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist", ["pass the folder a 'ragen run' wrote (it holds metrics.jsonl)"])
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    if rows is None:
+        rows = read_metrics(run_dir / "metrics.jsonl")
     if not rows:
         if run_dir.parent.name == "checkpoints" and (run_dir.parent.parent / "metrics.jsonl").is_file():
             raise ConfigError(f"{run_dir} is a checkpoint; the metrics are its run's",

@@ -4,7 +4,8 @@ Diagnostics receive lifecycle events through pluggy hooks (:mod:`ragen_core.hook
 diagnostic plugin object implements any of the ``ragen_on_*`` hooks with ``@hookimpl``; the
 dict it returns from ``ragen_on_rollout_end`` is merged into the step's metrics with its keys as
 they are, so name them ``family/metric`` with a family of the diagnostic's own (``collapse/mi``,
-``replylen/mean``); a key in another form is said once and not logged.
+``replylen/mean``); a key in another form, or one the run logs itself (``actor/entropy``), is
+said once and not logged.
 """
 
 from __future__ import annotations

@@ -393,22 +393,24 @@ def resume_checkpoint(run_dir: str | Path, log: Callable[[str], Any] = print) ->
             chosen = (step, path, verified)
             break
         ahead.append((step, path, verified))
-    if chosen is None and ahead:
+    gap = chosen is None and bool(ahead)
+    if gap:
         chosen = ahead[0]
-        log(f"resume: metrics.jsonl has no rows for steps {logged + 1}..{chosen[0]} and no older intact checkpoint can recompute them; "
-            f"continuing from {chosen[1].name} with that gap")
-    elif chosen is not None and (torn or ahead or logged > chosen[0]):
-        reasons = [f"ends in a torn line after step {logged} (cut off)" if torn else f"ends at step {logged}"] if torn or ahead else []
-        if logged > chosen[0]:  # rows of steps the resume computes again: their new rows take their place
-            reasons.append(f"rows of steps {chosen[0] + 1}..{logged} (after checkpoints/{chosen[1].name}) are replaced")
-        log(f"resume: metrics.jsonl {' and its '.join(reasons)}; resuming from {chosen[1].name} recomputes from step {chosen[0] + 1}")
     if chosen is None:
         listing = "; ".join(msg for _, msg in damaged)
         raise CheckpointError(f"--resume: no intact checkpoint under {run_dir / 'checkpoints'}: {listing}",
                               [f"start the run again with 'ragen run --overwrite --run-dir {shell_word(run_dir)} ...'"])
     step, path, verified = chosen
-    for _, message in damaged:
+    for _, message in damaged:  # first: why the run goes on from an older checkpoint than its newest
         log(f"resume: {message}; resuming from {path.name}")
+    if gap:
+        log(f"resume: metrics.jsonl has no rows for steps {logged + 1}..{step} and no older intact checkpoint can recompute them; "
+            f"continuing from {path.name} with that gap")
+    elif torn or ahead or logged > step:
+        reasons = [f"ends in a torn line after step {logged} (cut off)" if torn else f"ends at step {logged}"] if torn or ahead else []
+        if logged > step:  # rows of steps the resume computes again: their new rows take their place
+            reasons.append(f"rows of steps {step + 1}..{logged} (after checkpoints/{path.name}) are replaced")
+        log(f"resume: metrics.jsonl {' and its '.join(reasons)}; resuming from {path.name} recomputes from step {step + 1}")
     if not verified:
         log(f"resume: checkpoints/{path.name} has no manifest (written by an older RAGEN): its files cannot be verified")
     return step, path

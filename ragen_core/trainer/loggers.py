@@ -196,11 +196,12 @@ class JsonlLogger:
         if os.environ.get("RAGEN_PLOTS", "1") == "0":
             return
         try:
-            if not read_metrics(self.path):  # stopped before its first step
+            rows = read_metrics(self.path)  # read once: its warnings about a damaged file are said once
+            if not rows:  # stopped before its first step
                 return
             from ragen_core.cli.plot import plot_run
 
-            written = plot_run(self.path.parent)
+            written = plot_run(self.path.parent, rows=rows)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM once training is over: metrics and checkpoints are on disk
             print(f"plots not drawn (stopped while drawing them; metrics.jsonl and the checkpoints are kept): draw them with "
                   f"'ragen plot {shell_word(self.path.parent)}'", file=sys.stderr)

@@ -148,7 +148,11 @@ class Trainer(CheckpointMixin):
         self._in_update = False
         """True while a step's critic / actor update runs (a second interrupt then waits for its end)."""
         self._said_not_numbers: set[tuple[str, str]] = set()
-        """(observer, metric key) pairs whose key or non-number value was reported (once each)."""
+        """(observer, metric key) pairs whose key, non-number value or clash with the run's own metric was reported (once each)."""
+        self._plugin_metrics: list[tuple[str, str, float]] = []
+        """This step's ``(observer, key, value)`` metrics from ``ragen_on_rollout_end``, added to its row at its end."""
+        self._core_metric_keys: set[str] = {"timing_s/total"}  # train() adds it to each step's row after the step
+        """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
@@ -782,6 +786,24 @@ class Trainer(CheckpointMixin):
     # ------------------------------------------------------------------ one step
     def train_step(self, step: int) -> dict[str, float]:
         """One StarPO step; returns its metrics (the data flow is in the module docstring)."""
+        self._plugin_metrics = []
+        return self._with_plugin_metrics(self._train_step(step))
+
+    def _with_plugin_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` (the run's own) with this step's plugin metrics added, except one named as a
+        metric the run logs itself: that one would overwrite the run's value or be overwritten by
+        it, depending on which came last (``actor/lr_factor``, ``actor/entropy``), and is said once."""
+        self._core_metric_keys.update(metrics)
+        for label, key, value in self._plugin_metrics:
+            if key not in self._core_metric_keys:
+                metrics[key] = value
+            elif (label, key) not in self._said_not_numbers:
+                report(f"{label} returned {key!r} from ragen_on_rollout_end, a metric the run logs itself: not logged "
+                       "(name it in a family of the plugin's own, e.g. 'mine/...')")
+                self._said_not_numbers.add((label, key))
+        return metrics
+
+    def _train_step(self, step: int) -> dict[str, float]:
         cfg = self.config
         metrics: dict[str, float] = {}
         timer = _Timer(metrics)
@@ -796,7 +818,8 @@ class Trainer(CheckpointMixin):
             self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
             for label, result in hook_metrics(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
-                metrics.update({k: float(v) for k, v in result.items() if is_metric_key(k) and is_number(v)})
+                # added at the step's end, where the run's own metrics are known (_with_plugin_metrics)
+                self._plugin_metrics += [(label, k, float(v)) for k, v in result.items() if is_metric_key(k) and is_number(v)]
                 for key in [k for k in result if (label, k) not in self._said_not_numbers]:
                     if not is_metric_key(key):  # a bare key could overwrite the run's own ('step')
                         report(f"{label} returned {short_repr(key, 40)} from ragen_on_rollout_end: {METRIC_KEY_RULE}: not logged")
@@ -965,7 +988,7 @@ class Trainer(CheckpointMixin):
             if self.overlap is not None:  # the engine and pool are free again, and sample the newest weights
                 self.overlap.sync(self.model, self.policy_version, self.engine)
             if self.world.main:  # the update is done: a validation that fails keeps it (_save_unvalidated)
-                self._validating = (step, dict(metrics), self.resume_point())
+                self._validating = (step, self._with_plugin_metrics(dict(metrics)), self.resume_point())
             val = self.validate(step)
             self._validating = None
             metrics.update(val)
