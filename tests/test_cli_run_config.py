@@ -67,6 +67,8 @@ def test_plugin_setting_errors_name_the_key_as_typed_and_the_plugin_to_look_up(c
 @pytest.mark.parametrize("argv,needle", [
     (["run", "--env", "bandit", "rollout.group_size=-1"], "rollout.group_size"),
     (["run", "--env", "bandit", "optim.micro_batch_size=64"], "micro_batch_size"),
+    # spec 17 L32: a turn window in full mode was silently ignored
+    (["run", "--env", "bandit", "rollout.extra.max_context_turns=2", "--print-config"], "max_context_turns=2 has no effect"),
     (["run"], "--env"),
     (["run", "--resume", "/nonexistent/run"], "config.yaml"),
     (["plot", "/nonexistent/run"], "run directory /nonexistent/run does not exist"),

@@ -269,6 +269,14 @@ def test_windowed_modes_give_one_sample_per_turn(tok, mode):
         episode_layout(t)
 
 
+def test_a_turn_window_is_refused_where_it_would_be_ignored(tok):
+    """Spec 17 L32: the reference ignores its context window in full mode without a word."""
+    with pytest.raises(ValueError, match="max_context_turns=2 has no effect with context_window='full'"):
+        RolloutConfig(max_context_turns=2)
+    assert RolloutConfig(context_window="last-k", max_context_turns=2).max_context_turns == 2
+    assert RolloutConfig(context_window="full").max_context_turns is None
+
+
 def test_windowed_mode_drops_history_to_fit(tok):
     eng = ScriptedEngine(["plan</think><answer>Up</answer>"], tok)
     (probe,) = make_runner(tok, eng, context_window="last-k", max_context_turns=1, max_turns=2).run()

@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ragen_core.errors import PluginError
 from ragen_core.interfaces.engine import Engine, SamplingParams
@@ -81,6 +81,14 @@ class RolloutConfig(PluginConfig):
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
     """Fixed base seed of validation rollouts."""
+
+    @model_validator(mode="after")
+    def _turn_window_needs_a_windowed_mode(self) -> RolloutConfig:
+        # The reference ignores its max_context_window in full mode without a word (spec 17 L32).
+        if self.context_window == "full" and self.max_context_turns is not None:
+            raise ValueError(f"max_context_turns={self.max_context_turns} has no effect with context_window='full' (every prompt "
+                             "carries the whole episode): set context_window=last-k or single-turn, or max_context_turns=null")
+        return self
 
 
 def with_overrides(env: EnvRef, config: RolloutConfig) -> EnvRef:

@@ -70,6 +70,20 @@ def test_free_form_wrong_and_empty_actions(env):
     assert env.step("search[anything]")[1:3] == (0.0, True)  # after the end: no-op
 
 
+def test_free_form_text_can_be_an_invalid_action_instead_of_an_answer(cfg):
+    """Spec 17.5 (SearchQA): any unrecognised text ended the episode as an answer attempt."""
+    with SearchQAEnv(cfg, free_form_answers=False, max_steps=3) as e:
+        e.reset(1)
+        gold = e.question.answers[0]
+        obs, reward, done, info = e.step(f"I believe **{gold}** is it.")
+        assert (reward, done, info["success"], info["action_is_valid"], info["action_type"]) == (0.0, False, False, False, "invalid")
+        assert obs.startswith("Invalid action (neither search[...] nor finish[...])")
+        assert e.step(f"finish[{gold}]")[1:3] == (1.0, True)  # the episode went on; finish still answers
+        e.reset(1)
+        assert e.step("just a thought")[2] is False and e.step("another")[2] is False
+        assert e.step("and a third")[2] is True  # the step budget still ends it
+
+
 def test_step_budget_ends_the_episode(cfg):
     with SearchQAEnv(cfg, max_steps=2) as e:
         e.reset(0)

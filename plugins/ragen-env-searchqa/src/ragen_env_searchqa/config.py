@@ -66,6 +66,11 @@ class SearchQAConfig(EnvConfig):
     reference's rule. Partial credit can be gamed: k one-word guesses score 2/(k+1) against a
     one-word answer (0.33 for five, a success), "A or B" 0.67 on a comparison question. 1.0 pays
     exact answers only."""
+    free_form_answers: bool = True
+    """Text that is neither ``search[...]`` nor ``finish[...]`` is an answer attempt: an answer is
+    extracted from it, scored, and the episode ends (the reference). False: such text is an invalid
+    action, as an empty one is (reward 0, the episode goes on), so a stray sentence does not end
+    the episode (spec 17.5)."""
     mock_mode: bool = False
     """Answer searches with two placeholder documents; no server (for wiring tests)."""
 

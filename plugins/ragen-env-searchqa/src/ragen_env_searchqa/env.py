@@ -11,7 +11,8 @@ Each ``step`` counts one step, then:
   :mod:`ragen_env_searchqa.answer`); the episode ends;
 * any other non-empty text: an answer attempt in free form; the answer is extracted from it
   (:func:`~ragen_env_searchqa.answer.extract_answer`), scored, and the episode ends, with
-  ``action_is_valid`` False;
+  ``action_is_valid`` False (with ``free_form_answers=False`` it is an invalid action instead, as an
+  empty one is);
 * an empty action (or ``search[]``): invalid, reward 0, not done unless the budget is used up.
 
 The server: with ``server.url`` the env only connects. Otherwise the first *search* (not
@@ -100,6 +101,11 @@ class SearchQAEnv(Env):
         parsed = parse_action(action)
         self._steps += 1
         out_of_steps = self._steps >= self.step_budget
+        if parsed.kind == "answer" and not self.config.free_form_answers:
+            self._done = out_of_steps
+            self._observation = f"Invalid action (neither search[...] nor finish[...]). {AVAILABLE}"
+            return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
+                                                                 "action_is_effective": False, "action_type": "invalid"})
         if parsed.kind in ("finish", "answer"):
             answer = parsed.text if parsed.kind == "finish" else extract_answer(parsed.text)
             c = self.config
