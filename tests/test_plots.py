@@ -35,6 +35,19 @@ def test_a_series_equal_to_another_is_drawn_once_and_aggregates_win():
     assert _panels(two_envs)["success"] == ["train/a/success", "train/b/success", "train/success"]  # different: all kept
 
 
+def test_series_equal_up_to_rounding_are_drawn_once():
+    """On Bandit (one turn, every group with its own prompt) the first-turn and trajectory collapse
+    estimates are the same numbers summed in another order (0.558496828114148 vs 0.5584968281141481):
+    collapse.png drew each of them twice."""
+    mi = [0.558496828114148, 0.32020802898611356, 0.719]
+    rows = _rows(collapse_first_turn_sample__mi_estimate=mi,
+                 collapse_trajectory_sample__mi_estimate=[v * (1 + 2e-16) for v in mi[:2]] + [mi[2]])
+    assert rows[0]["collapse_trajectory_sample/mi_estimate"] != mi[0]  # differs in its last bit
+    assert _panels(rows)["collapse"] == ["collapse_first_turn_sample/mi_estimate"]
+    apart = _rows(collapse_first_turn_sample__mi_estimate=mi, collapse_trajectory_sample__mi_estimate=[v + 1e-6 for v in mi])
+    assert len(_panels(apart)["collapse"]) == 2  # a real difference is still drawn
+
+
 def test_a_grpo_run_has_no_critic_panel_and_a_ppo_run_has_one():
     assert "critic" not in _panels(GRPO)
     ppo = [dict(row, **{"critic/vf_loss": 0.5 / row["step"]}) for row in GRPO]

@@ -131,3 +131,13 @@ def test_a_topk_count_that_keeps_every_group_is_warned_about():
     assert any("groups (but those of zero spread), so snr-topk-abs" in w for w in dropping)
     assert not [w for w in run_warnings(toy_run_config(None, "filter=snr-topk-abs", "rollout.env_groups=8")) if "snr-topk-abs" in w]
     assert registry.make_config("filter", "snr-topp").rollout_warnings(4, 2) == []  # the base class says nothing
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_a_topk_abs_count_below_one_is_refused_naming_the_key(value):
+    """snr-topk-abs value=0 was accepted and then kept 1 group a step (top-k keeps at least one)."""
+    with pytest.raises(PluginConfigError) as info:
+        registry.make_config("filter", "snr-topk-abs", {"value": value})
+    line = str(info.value).splitlines()[0]
+    assert "filter.snr-topk-abs.value: is the number of groups to keep, at least 1" in line
+    assert registry.make_config("filter", "top-k-abs", {"value": 1}).value == 1

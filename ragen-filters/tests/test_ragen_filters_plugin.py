@@ -97,7 +97,7 @@ def test_property_filters_are_pure_subsets_in_first_appearance_order(data, name,
     before = copy.deepcopy(batch)
     if name in ("snr-minp", "snr-topk"):
         value = min(value, 1.0)  # a min-p cut above 1 is refused (keeps nothing); a top-k fraction above 1 too
-    overrides = {} if name in ("none", "snr-soft") else {"value": value if name != "snr-topk-abs" else int(value * 4)}
+    overrides = {} if name in ("none", "snr-soft") else {"value": value if name != "snr-topk-abs" else max(int(value * 4), 1)}
     filt = registry.make("filter", name, overrides)
     first, second = filt.select(batch), filt.select(batch)
     assert batch == before

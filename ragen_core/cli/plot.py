@@ -104,12 +104,15 @@ def nonfinite_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
 def distinct(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     """``keys`` without those whose series equals an earlier one's (aggregates win over per-env
     copies; among equals at one depth, the order of :data:`LABELS`: an all-zero policy loss is drawn,
-    not the all-zero KL loss it equals)."""
+    not the all-zero KL loss it equals). Values are compared to 12 significant digits: the same
+    quantity summed in another order (a single-turn env's first-turn and trajectory collapse
+    estimates) differs in its last bits and is still one series."""
     seen: set[tuple[tuple[int, float], ...]] = set()
     kept: set[str] = set()
     order = list(LABELS)
     for key in sorted(keys, key=lambda k: (k.count("/"), order.index(k) if k in order else len(order), k)):
-        points = tuple(zip(*series(rows, key)))
+        steps, values = series(rows, key)
+        points = tuple(zip(steps, (float(f"{v:.12g}") for v in values)))
         if points not in seen:
             seen.add(points)
             kept.add(key)

@@ -310,3 +310,53 @@ def test_one_measurement_draws_no_regime_dividers(tmp_path: Path, monkeypatch: p
     drawn.clear()
     assert _regime_plot([], [offline(10, 0.1), offline(20, 0.02)], tmp_path / "two.png", 0.5, 0.5)
     assert drawn == ["axvline:0.5", "axhline:0.05", "set_title:Reasoning regimes (dividers at 50% / 50% of the first measurement)"]
+
+
+def test_diagnose_prints_where_the_run_ended_and_its_collapse_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ragen diagnose printed only the paths it wrote: what the run's MI, H(Z|X) and retrieval did,
+    and whether it collapsed, was in the HTML alone."""
+    run = tmp_path / "run"
+    write_metrics(run)  # MI decays toward 0 while H(Z|X) holds
+    assert ragen_main(["diagnose", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    mi0, mi1 = 0.4 * math.exp(-1 / 12), 0.4 * math.exp(-50 / 12)
+    for label in ("trajectory sample", "first-turn sample"):
+        line = next(x for x in out if x.startswith(f"{label} (steps 1 -> 50): "))
+        assert f"I(X;Z) {mi0:.3f} -> {mi1:.3f} nats/token (at most log N = {math.log(8):.3f})" in line
+        assert f"retrieval {0.125 + mi1:.3f} (chance 0.125)" in line
+        assert "step 50: template collapse" in line
+    warned = [x for x in out if x.startswith("template-collapse warning")]
+    assert len(warned) == 1 and "at steps 10, 15, 20" in warned[0]
+
+
+def test_the_summary_names_each_regime_and_retrieval_at_chance() -> None:
+    from ragen_diagnostics.report import summary_lines
+
+    fam = "collapse_trajectory_sample"
+    first = {"step": 1, f"{fam}/mi_estimate": 0.4, f"{fam}/conditional_entropy_est": 1.0}
+    for mi, h, regime in ((0.3, 0.9, "diverse & grounded"), (0.3, 0.2, "compressed & grounded"),
+                          (0.1, 0.9, "template collapse"), (0.1, 0.2, "low-entropy collapse")):
+        last = {"step": 5, f"{fam}/mi_estimate": mi, f"{fam}/conditional_entropy_est": h,
+                f"{fam}/retrieval_accuracy": 0.25, f"{fam}/retrieval_chance_level": 0.25}
+        (line,) = summary_lines([first, last])
+        assert line.startswith("trajectory sample (steps 1 -> 5)") and f"step 5: {regime} (" in line
+        assert "at chance: the reasoning does not tell its prompt" in line
+    (single,) = summary_lines([first])  # one measurement: nothing to compare with, no regime
+    assert single.startswith("trajectory sample (step 1)") and "step 1:" not in single
+    assert summary_lines([{"step": 1, "train/reward": 0.5}]) == []
+
+
+def test_the_readme_names_every_metric_the_diagnostic_logs():
+    """The README listed the namespaces only (`collapse_trajectory_sample/<m>`): no metric name a
+    researcher finds in metrics.jsonl, nor what it means, was in the docs."""
+    import numpy as np
+    from ragen_diagnostics.estimators import EmaTracker, collapse_metrics
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    estimate = collapse_metrics(np.array([[-1.0, -3.0], [-2.5, -0.5], [-1.2, -2.0]]), np.array([2, 2, 3]),
+                                np.array([0, 1, 0]), [(1,), (2,)], std_eps=1e-3, ema=EmaTracker(decay=0.9))
+    names = {re.sub(r"@\d+$", "@k", key) for key in estimate.metrics}
+    assert "mi_estimate" in names and "retrieval_accuracy@k" in names
+    assert [name for name in sorted(names) if f"`{name}`" not in readme] == []
+    for key in ("valid_thinking_rate", "skipped_no_reasoning", "warning_template", "warning_low_entropy"):
+        assert f"`{key}`" in readme

@@ -151,8 +151,16 @@ class TopKConfig(OrderedConfig):
 class TopKAbsConfig(OrderedConfig):
     """``snr-topk-abs``: keep a fixed number of groups (at least 1)."""
 
-    value: int = Field(default=4, ge=0)
-    """Number of groups to keep (clamped to the candidates, at least 1)."""
+    value: int = Field(default=4)
+    """Number of groups to keep, at least 1 (clamped to the candidates)."""
+
+    @field_validator("value")
+    @classmethod
+    def _count(cls, value: int) -> int:
+        if value < 1:  # top-k keeps at least one group (spec 9.3): 0 or less would keep 1, silently
+            raise ValueError(f"is the number of groups to keep, at least 1 (top-k keeps at least one group, so {value} "
+                             "would keep 1)")
+        return value
 
     def rollout_warnings(self, env_groups: int, group_size: int) -> list[str]:
         if self.value < env_groups:

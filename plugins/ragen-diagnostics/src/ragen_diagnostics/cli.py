@@ -222,18 +222,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"offline metrics of step {step} appended to {written_to}")
     if args.checkpoint or args.rollouts:
         print(f"diagnose [5/5] drawing the report in {run_dir} ...", file=sys.stderr, flush=True)
-    metrics = report.load_rows(run_dir)
+    logged = report.load_rows(run_dir)  # (training rows, offline rows)
     try:
-        written = report.build_report(run_dir, metrics=metrics)
+        written = report.build_report(run_dir, metrics=logged)
     except OSError as exc:  # a read-only run folder, a folder where a file goes: one line, not a traceback
         raise RagenError(f"cannot write the report into {run_dir} ({exc.strerror or exc}: {exc.filename})",
                          ["make the run folder writable (and remove what is in the way), or copy it and diagnose the copy"]) from None
     for path in written:
         print(path)
     if any(path.name == "collapse_regimes.png" for path in written):
+        for line in report.summary_lines(logged[0] or logged[1]):  # the training rows, else the offline ones
+            print(line)
         return 0
-    rows, offline = metrics
-    skipped = report.skipped_no_reasoning_steps(rows + offline)
+    rows, offline_rows = logged
+    skipped = report.skipped_no_reasoning_steps(rows + offline_rows)
     undefined = sorted({int(r["step"]) for r in rows
                         if any(k.endswith("/mi_defined") and v == 0 for k, v in r.items()) and isinstance(r.get("step"), (int, float))})
     if skipped:

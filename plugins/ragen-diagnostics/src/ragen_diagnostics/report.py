@@ -207,6 +207,52 @@ def _summary_table(rows: list[dict[str, Any]], caption: str) -> str:
             + "".join(body) + "</table>")
 
 
+def _regime(h: float, mi: float, h_first: float, mi_first: float, mi_ratio: float, entropy_ratio: float) -> str | None:
+    """The quadrant of :data:`QUADRANTS` that (H(Z|X), MI) falls in, by the regime plot's rule
+    (dividers at ``entropy_ratio`` / ``mi_ratio`` of the first measurement); None without a
+    positive first measurement to compare with."""
+    if h_first <= 0 or mi_first <= 0:
+        return None
+    grounded, diverse = mi >= mi_ratio * mi_first, h >= entropy_ratio * h_first
+    return QUADRANTS[0 if grounded and diverse else 1 if grounded else 2 if diverse else 3]
+
+
+def summary_lines(rows: list[dict[str, Any]], mi_ratio: float = 0.5, entropy_ratio: float = 0.5) -> list[str]:
+    """What ``ragen diagnose`` prints under the file list: per family, MI, H(Z|X) and retrieval at
+    the first and last measured step with the last step's regime, then the steps at which the
+    diagnostic warned of a collapse. Empty when ``rows`` hold no MI estimate."""
+    lines = []
+    for fam, label in FAMILIES.items():
+        steps = [r for r in rows if isinstance(r.get(f"{fam}/mi_estimate"), (int, float))
+                 and isinstance(r.get(f"{fam}/conditional_entropy_est"), (int, float))]
+        if not steps:
+            continue
+        first, last = steps[0], steps[-1]
+        mi0, mi1 = first[f"{fam}/mi_estimate"], last[f"{fam}/mi_estimate"]
+        h0, h1 = first[f"{fam}/conditional_entropy_est"], last[f"{fam}/conditional_entropy_est"]
+        span = f"step {last['step']}" if len(steps) == 1 else f"steps {first['step']} -> {last['step']}"
+        line = f"{label} ({span}): I(X;Z) {mi0:.3f} -> {mi1:.3f} nats/token"
+        bound = last.get(f"{fam}/mi_upper_bound")
+        if isinstance(bound, (int, float)):
+            line += f" (at most log N = {bound:.3f})"
+        line += f", H(Z|X) {h0:.3f} -> {h1:.3f}"
+        acc, chance = last.get(f"{fam}/retrieval_accuracy"), last.get(f"{fam}/retrieval_chance_level")
+        if isinstance(acc, (int, float)) and isinstance(chance, (int, float)):
+            line += f", retrieval {acc:.3f} (chance {chance:.3f}{'; at chance: the reasoning does not tell its prompt' if acc <= chance else ''})"
+        regime = _regime(h1, mi1, h0, mi0, mi_ratio, entropy_ratio) if len(steps) > 1 else None
+        if regime is not None:
+            line += (f"; step {last['step']}: {regime} (regime dividers at {entropy_ratio:.0%} of step {first['step']}'s H(Z|X) "
+                     f"and {mi_ratio:.0%} of its MI)")
+        lines.append(line)
+    for key, what in (("collapse/warning_template", "template-collapse warning (MI fell while H(Z|X) held: diverse-looking "
+                                                    "reasoning that ignores the input)"),
+                      ("collapse/warning_low_entropy", "low-entropy-collapse warning (MI and H(Z|X) both fell)")):
+        flagged = _flag_steps(rows, key)
+        if flagged:
+            lines.append(f"{what} at steps {_step_list(flagged)}")
+    return lines
+
+
 def _sources_table(offline: list[dict[str, Any]]) -> str:
     """Which weights scored which rollouts for each offline row (a step filed by guess says so)."""
     body = []
