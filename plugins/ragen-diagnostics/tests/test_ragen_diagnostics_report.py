@@ -360,3 +360,18 @@ def test_the_readme_names_every_metric_the_diagnostic_logs():
     assert [name for name in sorted(names) if f"`{name}`" not in readme] == []
     for key in ("valid_thinking_rate", "skipped_no_reasoning", "warning_template", "warning_low_entropy"):
         assert f"`{key}`" in readme
+
+
+def test_equal_family_curves_are_drawn_once_under_both_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single-turn env's first-turn and trajectory estimates are one series: the second line was drawn
+    exactly over the first, hidden but listed in the legend; now one line names both. Unequal ones stay two."""
+    from matplotlib.axes import Axes
+    from ragen_diagnostics.report import _curves
+
+    labels: list[str] = []
+    real = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, *a, **k: (labels.append(k.get("label")), real(self, *a, **k))[1])
+    rows = [{"step": s, "a/acc": 0.5 + s / 10, "b/acc": 0.5 + s / 10 + 1e-16, "c/acc": 0.1} for s in (1, 2, 3)]
+    keys = [("a/acc", "accuracy (first turn)", "-"), ("b/acc", "accuracy (trajectory)", "-"), ("c/acc", "chance", ":")]
+    assert _curves(rows, tmp_path / "r.png", "Retrieval", "top-1 accuracy", keys)
+    assert labels == ["accuracy (first turn) = accuracy (trajectory)", "chance"]

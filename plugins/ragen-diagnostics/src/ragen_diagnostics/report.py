@@ -143,9 +143,23 @@ def _regime_plot(rows: list[dict[str, Any]], offline: list[dict[str, Any]], out:
 
 
 def _curves(rows: list[dict[str, Any]], out: Path, title: str, ylabel: str, keys: list[tuple[str, str, str]]) -> bool:
-    """One line per (metric key, label, line style) that has data; False when none has."""
-    data = [(series(rows, key), label, style) for key, label, style in keys]
-    data = [d for d in data if d[0][0]]
+    """One line per (metric key, label, line style) that has data; False when none has. A series
+    equal to an earlier one (to 12 significant digits, as ``ragen plot`` compares them: the first-turn
+    and trajectory estimates of a single-turn env) is not drawn under it, hidden but in the legend:
+    the earlier line's label names both (``accuracy (first turn) = accuracy (trajectory)``)."""
+    data: list[tuple[tuple[list[float], list[float]], str, str]] = []
+    seen: dict[tuple[tuple[float, float], ...], int] = {}
+    for key, label, style in keys:
+        xs, ys = series(rows, key)
+        if not xs:
+            continue
+        points = tuple(zip(xs, (float(f"{v:.12g}") for v in ys)))
+        if points in seen:
+            (xs0, ys0), label0, style0 = data[seen[points]]
+            data[seen[points]] = ((xs0, ys0), f"{label0} = {label}", style0)
+            continue
+        seen[points] = len(data)
+        data.append(((xs, ys), label, style))
     if not data:
         return False
     plt = _plt()
