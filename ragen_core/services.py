@@ -27,8 +27,8 @@ Lifecycle:
     4. Before talking to the server, an env calls ``handle.ensure_ready()``, which returns the
        URL. It is cheap when the child is alive (no request is made). When the child has died,
        it is restarted after an exponential back-off (``backoff_s`` doubling up to
-       ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s``; past
-       that, ``ensure_ready`` raises. Other threads calling it meanwhile wait for the restart.
+       ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s`` (a restart
+       that dies before it is ready is one more death); past that, ``ensure_ready`` raises. Other threads calling it meanwhile wait for the restart.
        The port is kept when it is still free, so URLs mostly stay valid, but read the URL
        from ``ensure_ready()`` rather than caching it.
     5. Children are stopped on the last release, by ``stop_all()``, at interpreter exit
@@ -153,6 +153,10 @@ def _exit_text(code: int) -> str:
 
 class ServiceError(RagenError):
     """A service could not be started, did not become ready, or died too often."""
+
+
+class _DiedStarting(ServiceError):
+    """The child exited on its own before it was ready (not killed by us for a 500 or a timeout)."""
 
 
 class ServiceSpec(CheckedModel):
@@ -547,10 +551,10 @@ class _Service:
         lines = lines[starts[-1] + 1 :] if starts else lines  # earlier runs' output is in the log
         return " | ".join(lines[-_TAIL_LINES:]) or "(none)"
 
-    def error(self, reason: str, hints: tuple[str, ...] = ()) -> ServiceError:
+    def error(self, reason: str, hints: tuple[str, ...] = (), kind: type[ServiceError] = ServiceError) -> ServiceError:
         # a long argument (a child's JSON settings) is cut: the error stays one readable line; the log holds it whole
         where = f"service {self.spec.name!r} ({shlex.join(a if len(a) <= 80 else a[:60] + '...' for a in self.argv)})"
-        return ServiceError(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
+        return kind(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
 
     def start(self) -> None:
         """Start the child and wait until it is ready; retry on a lost port race. Lock held."""
@@ -620,7 +624,7 @@ class _Service:
                     raise self.error(f"exited with status 0 before it was ready, and a process it left listens on port {port}: "
                                      "a command that puts itself in the background cannot be watched, restarted or stopped",
                                      ("run the server in the foreground (no daemon or fork option), and stop the one it left",))
-                raise self.error(f"exited with status {code} before it was ready")
+                raise self.error(f"exited with status {code} before it was ready", kind=_DiedStarting)
             if why is None:
                 return False
             if status == _FAILED_STATUS:  # it says it failed (503 is "still loading"): no use waiting
@@ -695,7 +699,10 @@ class _Service:
                 time.sleep(delay)
                 self.restarts.append(time.monotonic())
                 self.restarted = True
-                self.start()
+                try:
+                    self.start()
+                except _DiedStarting:
+                    continue  # a restart that dies before it is ready is one more death, counted like the others
             assert self.url is not None
             return self.url
 

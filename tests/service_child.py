@@ -6,7 +6,8 @@ value of an environment variable) and ``/exit`` (answers, then exits with status
 Flags shape its behaviour: ``--ready-after S`` answers 503 on /health for S seconds (alive but
 not ready), ``--never-ready`` always answers 503, ``--failed-load`` answers 500 (it stays up but
 could not load what it serves), ``--exit-code N`` fails at once with a message
-on stderr, ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
+on stderr, ``--exit-if-file PATH`` fails that way (status 5) while PATH exists, and with
+``--once`` removes PATH as it does (the next start comes up), ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
 starts a helper process (in the child's process group, as a real server's workers are) and
 writes its pid.
 """
@@ -29,6 +30,8 @@ def main() -> None:
     ap.add_argument("--never-ready", action="store_true")
     ap.add_argument("--failed-load", action="store_true")
     ap.add_argument("--exit-code", type=int)
+    ap.add_argument("--exit-if-file")
+    ap.add_argument("--once", action="store_true")
     ap.add_argument("--pid-file")
     ap.add_argument("--helper-pid-file")
     args = ap.parse_args()
@@ -39,6 +42,10 @@ def main() -> None:
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         with open(args.helper_pid_file, "w") as f:
             f.write(str(helper.pid))
+    if args.exit_if_file and os.path.exists(args.exit_if_file):
+        if args.once:
+            os.remove(args.exit_if_file)
+        args.exit_code = 5
     if args.exit_code is not None:
         print(f"service_child: failing on purpose with status {args.exit_code}", file=sys.stderr, flush=True)
         sys.exit(args.exit_code)

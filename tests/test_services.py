@@ -309,6 +309,35 @@ def test_restart_limit_gives_a_clear_error():
         assert "\n" not in msg
 
 
+def test_a_restart_that_dies_before_it_is_ready_is_restarted_again(tmp_path, caplog):
+    """A server killed mid-run whose restart died before it was ready failed the run at once,
+    after one of its max_restarts=3: that death counts as one more, and the next restart serves."""
+    crash = tmp_path / "crash"
+    with acquire(child_spec("--exit-if-file", str(crash), "--once"), fast(max_restarts=3)) as handle:
+        crash.touch()  # the next start fails once
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with caplog.at_level("WARNING", logger="ragen_core.services"):
+            url = handle.ensure_ready()
+        assert get(url, "/pid") == (200, str(handle.pid))
+    lines = [r.getMessage() for r in caplog.records if r.name == "ragen_core.services"]
+    assert len(lines) == 2 and "(restart 1 of max_restarts=3" in lines[0]
+    assert "died (exit status 5)" in lines[1] and "(restart 2 of max_restarts=3" in lines[1]
+
+
+def test_restarts_that_keep_dying_before_they_are_ready_give_up_after_max_restarts(tmp_path):
+    crash = tmp_path / "crash"
+    with acquire(child_spec("--exit-if-file", str(crash), name="sandbox"), fast(max_restarts=2)) as handle:
+        crash.touch()  # every later start fails
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with pytest.raises(ServiceError) as info:
+            handle.ensure_ready()
+    msg = info.value.message
+    assert "died (exit status 5) after 2 restart(s)" in msg and "giving up" in msg
+    assert "failing on purpose with status 5" in msg and "\n" not in msg
+
+
 def test_restarts_older_than_the_window_are_forgotten():
     with acquire(child_spec(), fast(max_restarts=1, restart_window_s=0.5)) as handle:
         for _ in range(3):  # three deaths, but never two within 0.5 s of each other
