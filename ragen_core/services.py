@@ -624,7 +624,8 @@ class _Service:
                     raise self.error(f"exited with status 0 before it was ready, and a process it left listens on port {port}: "
                                      "a command that puts itself in the background cannot be watched, restarted or stopped",
                                      ("run the server in the foreground (no daemon or fork option), and stop the one it left",))
-                raise self.error(f"exited with status {code} before it was ready", kind=_DiedStarting)
+                ended = f"exited with status {code}" if code >= 0 else f"was {_exit_text(code)}"  # not 'status -9'
+                raise self.error(f"{ended} before it was ready", kind=_DiedStarting)
             if why is None:
                 return False
             if status == _FAILED_STATUS:  # it says it failed (503 is "still loading"): no use waiting

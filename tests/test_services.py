@@ -362,6 +362,22 @@ def test_child_exiting_at_once_reports_its_stderr():
     assert services._services == {}  # the failed start holds no share
 
 
+def test_a_child_killed_before_it_is_ready_names_the_signal_not_a_negative_status(tmp_path):
+    pid_file = tmp_path / "pid"
+
+    def kill_it() -> None:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), "the child to write its pid")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_it)
+    killer.start()
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--never-ready", "--pid-file", str(pid_file), name="shop"), fast())
+    killer.join()
+    assert "'shop'" in info.value.message and "was killed by SIGKILL before it was ready" in info.value.message
+    assert "status -9" not in info.value.message
+
+
 def test_silent_child_shows_no_output_rather_than_the_log_header():
     spec = ServiceSpec(name="quiet", command=(sys.executable, "-c", "import sys; sys.exit(4)", "{port}"))
     with pytest.raises(ServiceError, match=r"exited with status 4 before it was ready; last output: \(none\) \(log: "):
