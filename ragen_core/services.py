@@ -630,8 +630,10 @@ class _Service:
                 return False
             if status == _FAILED_STATUS:  # it says it failed (503 is "still loading"): no use waiting
                 self.kill(self.config.stop_timeout_s)
+                said = self.output_tail() != "(none)"  # a silent server's hint may not point at its output
                 raise self.error(f"failed while starting (last probe: {why}); the child was killed",
-                                 ("its last output says why; fix that and start again",))
+                                 ("its last output says why; fix that and start again" if said else
+                                  f"it wrote nothing: run its command by hand to see why {spec.health_path} answers {status}",))
             if time.monotonic() >= deadline:
                 self.kill(self.config.stop_timeout_s)
                 raise self.error(

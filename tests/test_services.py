@@ -237,6 +237,13 @@ def test_a_child_that_answers_500_while_starting_fails_at_once_with_its_output()
     assert "could not load the index: corpus.jsonl:1: bad line" in msg and "raise ready_timeout_s" not in msg
 
 
+def test_a_silent_child_that_answers_500_gets_a_hint_that_does_not_point_at_its_output():
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--failed-load", "--quiet", name="calc"), fast())
+    assert "last output: (none)" in info.value.message
+    assert info.value.hints == ["it wrote nothing: run its command by hand to see why /health answers 500"]
+
+
 def test_a_long_argument_of_the_child_is_cut_in_its_error(tmp_path):
     """WebShop's server gets its settings as one JSON argument: the one-line error quoted all of it."""
     long_file = str(tmp_path / ("x" * 150))
