@@ -28,9 +28,10 @@ Lifecycle:
        URL. It is cheap when the child is alive (no request is made). When the child has died,
        it is restarted after an exponential back-off (``backoff_s`` doubling up to
        ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s`` (a restart
-       that dies before it is ready is one more death); past that, ``ensure_ready`` raises. Other threads calling it meanwhile wait for the restart.
-       The port is kept when it is still free, so URLs mostly stay valid, but read the URL
-       from ``ensure_ready()`` rather than caching it.
+       that dies before it is ready is one more death); past that, ``ensure_ready`` raises.
+       Other threads calling it meanwhile wait for the restart. The port is kept when it is
+       still free, so URLs mostly stay valid, but read the URL from ``ensure_ready()`` rather
+       than caching it.
     5. Children are stopped on the last release, by ``stop_all()``, at interpreter exit
        (atexit, which also covers Ctrl-C: Python turns SIGINT into KeyboardInterrupt and exits
        normally; the child, in its own session, does not get the terminal's Ctrl-C itself) and
@@ -48,11 +49,14 @@ it, one probe of at most 3 s any later time, so a server that went away mid-run 
 env at once), ``ensure_ready()`` returns the URL without further checks, and releasing the
 handle does nothing to the remote server.
 
-Example (an env package)::
+Example (an env package; the conformance kit's ``picklable`` check passes: a handle holds a lock
+and belongs to its process, so a pickled copy drops it and acquires its own share)::
 
     import sys
+    from typing import Any
     from pydantic import Field
-    from ragen_core.services import ServiceConfig, ServiceSpec, acquire
+    from ragen_core import Env, EnvConfig, EnvSpec
+    from ragen_core.services import ServiceConfig, ServiceHandle, ServiceSpec, acquire
 
     RETRIEVER = ServiceSpec(
         name="retriever",
@@ -64,15 +68,32 @@ Example (an env package)::
         retriever: ServiceConfig = Field(default_factory=lambda: ServiceConfig(ready_timeout_s=600))
 
     class SearchEnv(Env):
-        def __init__(self, config: SearchConfig) -> None:
-            self._retriever = acquire(RETRIEVER, config.retriever)
+        config_class = SearchConfig
+
+        def __init__(self, config: SearchConfig | None = None, **overrides: Any) -> None:
+            super().__init__(config, **overrides)
+            self._retriever: ServiceHandle | None = acquire(RETRIEVER, self.config.retriever)
+
+        def _url(self) -> str:
+            if self._retriever is None:  # a pickled copy, say in a worker process
+                self._retriever = acquire(RETRIEVER, self.config.retriever)
+            return self._retriever.ensure_ready()
 
         def step(self, action):
-            url = self._retriever.ensure_ready()
-            ...  # POST {url}/retrieve
+            url = self._url()
+            ...  # POST {url}/retrieve, with a timeout of its own
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {**self.__dict__, "_retriever": None}
 
         def close(self) -> None:
-            self._retriever.release()
+            if self._retriever is not None:
+                self._retriever.release()
+                self._retriever = None
+
+    # plugin.py: step waits on the server, so the local pool may step episodes in threads
+    SPEC = EnvSpec(name="search", summary="...", config_model=SearchConfig, factory="my_env.env:SearchEnv",
+                   async_step=True)
 
 Limits: ``ensure_ready`` checks liveness only, so a child that is alive but hung is left to the
 env's own request timeout. The readiness probe connects directly (no HTTP proxy).
