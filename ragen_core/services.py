@@ -27,10 +27,11 @@ Lifecycle:
     4. Before talking to the server, an env calls ``handle.ensure_ready()``, which returns the
        URL. It is cheap when the child is alive (no request is made). When the child has died,
        it is restarted after an exponential back-off (``backoff_s`` doubling up to
-       ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s``; past
-       that, ``ensure_ready`` raises. Other threads calling it meanwhile wait for the restart.
-       The port is kept when it is still free, so URLs mostly stay valid, but read the URL
-       from ``ensure_ready()`` rather than caching it.
+       ``backoff_max_s``), at most ``max_restarts`` times within ``restart_window_s`` (a restart
+       that dies before it is ready is one more death); past that, ``ensure_ready`` raises.
+       Other threads calling it meanwhile wait for the restart. The port is kept when it is
+       still free, so URLs mostly stay valid, but read the URL from ``ensure_ready()`` rather
+       than caching it.
     5. Children are stopped on the last release, by ``stop_all()``, at interpreter exit
        (atexit, which also covers Ctrl-C: Python turns SIGINT into KeyboardInterrupt and exits
        normally; the child, in its own session, does not get the terminal's Ctrl-C itself) and
@@ -48,11 +49,14 @@ it, one probe of at most 3 s any later time, so a server that went away mid-run 
 env at once), ``ensure_ready()`` returns the URL without further checks, and releasing the
 handle does nothing to the remote server.
 
-Example (an env package)::
+Example (an env package; the conformance kit's ``picklable`` check passes: a handle holds a lock
+and belongs to its process, so a pickled copy drops it and acquires its own share)::
 
     import sys
+    from typing import Any
     from pydantic import Field
-    from ragen_core.services import ServiceConfig, ServiceSpec, acquire
+    from ragen_core import Env, EnvConfig, EnvSpec
+    from ragen_core.services import ServiceConfig, ServiceHandle, ServiceSpec, acquire
 
     RETRIEVER = ServiceSpec(
         name="retriever",
@@ -64,15 +68,32 @@ Example (an env package)::
         retriever: ServiceConfig = Field(default_factory=lambda: ServiceConfig(ready_timeout_s=600))
 
     class SearchEnv(Env):
-        def __init__(self, config: SearchConfig) -> None:
-            self._retriever = acquire(RETRIEVER, config.retriever)
+        config_class = SearchConfig
+
+        def __init__(self, config: SearchConfig | None = None, **overrides: Any) -> None:
+            super().__init__(config, **overrides)
+            self._retriever: ServiceHandle | None = acquire(RETRIEVER, self.config.retriever)
+
+        def _url(self) -> str:
+            if self._retriever is None:  # a pickled copy, say in a worker process
+                self._retriever = acquire(RETRIEVER, self.config.retriever)
+            return self._retriever.ensure_ready()
 
         def step(self, action):
-            url = self._retriever.ensure_ready()
-            ...  # POST {url}/retrieve
+            url = self._url()
+            ...  # POST {url}/retrieve, with a timeout of its own
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {**self.__dict__, "_retriever": None}
 
         def close(self) -> None:
-            self._retriever.release()
+            if self._retriever is not None:
+                self._retriever.release()
+                self._retriever = None
+
+    # plugin.py: step waits on the server, so the local pool may step episodes in threads
+    SPEC = EnvSpec(name="search", summary="...", config_model=SearchConfig, factory="my_env.env:SearchEnv",
+                   async_step=True)
 
 Limits: ``ensure_ready`` checks liveness only, so a child that is alive but hung is left to the
 env's own request timeout. The readiness probe connects directly (no HTTP proxy).
@@ -153,6 +174,10 @@ def _exit_text(code: int) -> str:
 
 class ServiceError(RagenError):
     """A service could not be started, did not become ready, or died too often."""
+
+
+class _DiedStarting(ServiceError):
+    """The child exited on its own before it was ready (not killed by us for a 500 or a timeout)."""
 
 
 class ServiceSpec(CheckedModel):
@@ -547,10 +572,10 @@ class _Service:
         lines = lines[starts[-1] + 1 :] if starts else lines  # earlier runs' output is in the log
         return " | ".join(lines[-_TAIL_LINES:]) or "(none)"
 
-    def error(self, reason: str, hints: tuple[str, ...] = ()) -> ServiceError:
+    def error(self, reason: str, hints: tuple[str, ...] = (), kind: type[ServiceError] = ServiceError) -> ServiceError:
         # a long argument (a child's JSON settings) is cut: the error stays one readable line; the log holds it whole
         where = f"service {self.spec.name!r} ({shlex.join(a if len(a) <= 80 else a[:60] + '...' for a in self.argv)})"
-        return ServiceError(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
+        return kind(f"{where} {reason}; last output: {self.output_tail()} (log: {self.log_path})", hints)
 
     def start(self) -> None:
         """Start the child and wait until it is ready; retry on a lost port race. Lock held."""
@@ -620,13 +645,16 @@ class _Service:
                     raise self.error(f"exited with status 0 before it was ready, and a process it left listens on port {port}: "
                                      "a command that puts itself in the background cannot be watched, restarted or stopped",
                                      ("run the server in the foreground (no daemon or fork option), and stop the one it left",))
-                raise self.error(f"exited with status {code} before it was ready")
+                ended = f"exited with status {code}" if code >= 0 else f"was {_exit_text(code)}"  # not 'status -9'
+                raise self.error(f"{ended} before it was ready", kind=_DiedStarting)
             if why is None:
                 return False
             if status == _FAILED_STATUS:  # it says it failed (503 is "still loading"): no use waiting
                 self.kill(self.config.stop_timeout_s)
+                said = self.output_tail() != "(none)"  # a silent server's hint may not point at its output
                 raise self.error(f"failed while starting (last probe: {why}); the child was killed",
-                                 ("its last output says why; fix that and start again",))
+                                 ("its last output says why; fix that and start again" if said else
+                                  f"it wrote nothing: run its command by hand to see why {spec.health_path} answers {status}",))
             if time.monotonic() >= deadline:
                 self.kill(self.config.stop_timeout_s)
                 raise self.error(
@@ -695,7 +723,10 @@ class _Service:
                 time.sleep(delay)
                 self.restarts.append(time.monotonic())
                 self.restarted = True
-                self.start()
+                try:
+                    self.start()
+                except _DiedStarting:
+                    continue  # a restart that dies before it is ready is one more death, counted like the others
             assert self.url is not None
             return self.url
 

@@ -5,8 +5,9 @@ value of an environment variable) and ``/exit`` (answers, then exits with status
 
 Flags shape its behaviour: ``--ready-after S`` answers 503 on /health for S seconds (alive but
 not ready), ``--never-ready`` always answers 503, ``--failed-load`` answers 500 (it stays up but
-could not load what it serves), ``--exit-code N`` fails at once with a message
-on stderr, ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
+could not load what it serves; with ``--quiet`` it prints nothing), ``--exit-code N`` fails at once with a message
+on stderr, ``--exit-if-file PATH`` fails that way (status 5) while PATH exists, and with
+``--once`` removes PATH as it does (the next start comes up), ``--pid-file PATH`` writes the pid before anything else, ``--helper-pid-file PATH``
 starts a helper process (in the child's process group, as a real server's workers are) and
 writes its pid.
 """
@@ -28,7 +29,10 @@ def main() -> None:
     ap.add_argument("--ready-after", type=float, default=0.0)
     ap.add_argument("--never-ready", action="store_true")
     ap.add_argument("--failed-load", action="store_true")
+    ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--exit-code", type=int)
+    ap.add_argument("--exit-if-file")
+    ap.add_argument("--once", action="store_true")
     ap.add_argument("--pid-file")
     ap.add_argument("--helper-pid-file")
     args = ap.parse_args()
@@ -39,12 +43,16 @@ def main() -> None:
         helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         with open(args.helper_pid_file, "w") as f:
             f.write(str(helper.pid))
+    if args.exit_if_file and os.path.exists(args.exit_if_file):
+        if args.once:
+            os.remove(args.exit_if_file)
+        args.exit_code = 5
     if args.exit_code is not None:
         print(f"service_child: failing on purpose with status {args.exit_code}", file=sys.stderr, flush=True)
         sys.exit(args.exit_code)
     if args.never_ready:
         print("service_child: loading index (this never finishes)", flush=True)
-    if args.failed_load:
+    if args.failed_load and not args.quiet:
         print("service_child: could not load the index: corpus.jsonl:1: bad line", flush=True)
     ready_at = time.monotonic() + args.ready_after
 
@@ -77,7 +85,8 @@ def main() -> None:
             pass  # keep the log to the lines the tests look for
 
     server = HTTPServer((args.host, args.port), Handler)
-    print(f"service_child: listening on {args.host}:{args.port}", flush=True)
+    if not args.quiet:
+        print(f"service_child: listening on {args.host}:{args.port}", flush=True)
     server.serve_forever()
 
 

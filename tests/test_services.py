@@ -237,6 +237,13 @@ def test_a_child_that_answers_500_while_starting_fails_at_once_with_its_output()
     assert "could not load the index: corpus.jsonl:1: bad line" in msg and "raise ready_timeout_s" not in msg
 
 
+def test_a_silent_child_that_answers_500_gets_a_hint_that_does_not_point_at_its_output():
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--failed-load", "--quiet", name="calc"), fast())
+    assert "last output: (none)" in info.value.message
+    assert info.value.hints == ["it wrote nothing: run its command by hand to see why /health answers 500"]
+
+
 def test_a_long_argument_of_the_child_is_cut_in_its_error(tmp_path):
     """WebShop's server gets its settings as one JSON argument: the one-line error quoted all of it."""
     long_file = str(tmp_path / ("x" * 150))
@@ -309,6 +316,35 @@ def test_restart_limit_gives_a_clear_error():
         assert "\n" not in msg
 
 
+def test_a_restart_that_dies_before_it_is_ready_is_restarted_again(tmp_path, caplog):
+    """A server killed mid-run whose restart died before it was ready failed the run at once,
+    after one of its max_restarts=3: that death counts as one more, and the next restart serves."""
+    crash = tmp_path / "crash"
+    with acquire(child_spec("--exit-if-file", str(crash), "--once"), fast(max_restarts=3)) as handle:
+        crash.touch()  # the next start fails once
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with caplog.at_level("WARNING", logger="ragen_core.services"):
+            url = handle.ensure_ready()
+        assert get(url, "/pid") == (200, str(handle.pid))
+    lines = [r.getMessage() for r in caplog.records if r.name == "ragen_core.services"]
+    assert len(lines) == 2 and "(restart 1 of max_restarts=3" in lines[0]
+    assert "died (exit status 5)" in lines[1] and "(restart 2 of max_restarts=3" in lines[1]
+
+
+def test_restarts_that_keep_dying_before_they_are_ready_give_up_after_max_restarts(tmp_path):
+    crash = tmp_path / "crash"
+    with acquire(child_spec("--exit-if-file", str(crash), name="sandbox"), fast(max_restarts=2)) as handle:
+        crash.touch()  # every later start fails
+        os.kill(handle.pid, signal.SIGKILL)
+        wait_until(lambda: not handle.alive, "the killed child to be seen dead")
+        with pytest.raises(ServiceError) as info:
+            handle.ensure_ready()
+    msg = info.value.message
+    assert "died (exit status 5) after 2 restart(s)" in msg and "giving up" in msg
+    assert "failing on purpose with status 5" in msg and "\n" not in msg
+
+
 def test_restarts_older_than_the_window_are_forgotten():
     with acquire(child_spec(), fast(max_restarts=1, restart_window_s=0.5)) as handle:
         for _ in range(3):  # three deaths, but never two within 0.5 s of each other
@@ -331,6 +367,22 @@ def test_child_exiting_at_once_reports_its_stderr():
     assert "service_child.py --port" in msg and "\n" not in msg
     assert isinstance(info.value, RagenError)
     assert services._services == {}  # the failed start holds no share
+
+
+def test_a_child_killed_before_it_is_ready_names_the_signal_not_a_negative_status(tmp_path):
+    pid_file = tmp_path / "pid"
+
+    def kill_it() -> None:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), "the child to write its pid")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_it)
+    killer.start()
+    with pytest.raises(ServiceError) as info:
+        acquire(child_spec("--never-ready", "--pid-file", str(pid_file), name="shop"), fast())
+    killer.join()
+    assert "'shop'" in info.value.message and "was killed by SIGKILL before it was ready" in info.value.message
+    assert "status -9" not in info.value.message
 
 
 def test_silent_child_shows_no_output_rather_than_the_log_header():

@@ -270,12 +270,16 @@ def test_demo_options_spaced_replies_chosen_thoughts_and_fewer_turns(tmp_path):
         assert turn.valid and turn.response_text == f"<think> go {action} </think> <answer> {action} </answer>"
 
 
-def test_cache_key_ignores_batch_shape_but_not_prompt_layout(tmp_path):
+def test_cache_key_ignores_batch_shape_and_env_pool_but_not_prompt_layout(tmp_path):
     from ragen_core.trainer.warmstart import cache_key
 
     cfg = _cfg(tmp_path)
     reshaped = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"env_groups": 7, "group_size": 3})})
     assert cache_key(reshaped) == cache_key(cfg)
+    # where the envs run is no prompt layout: a local warm start serves a run with --workers process
+    moved = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"pool": "process",
+                                                                             "pool_config": {"workers": 2, "step_timeout_s": 5.0}})})
+    assert cache_key(moved) == cache_key(cfg)
     for change in ({"max_turns": 2}, {"enable_think": False}, {"max_model_len": 512}):
         other = cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update=change)})
         assert cache_key(other) != cache_key(cfg), change

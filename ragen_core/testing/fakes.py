@@ -21,8 +21,9 @@ def fake_entry_points(
 
     Yields real ``importlib.metadata`` entry points with ``.dist`` set, without installing
     anything. ``modules`` maps ``"pkg/mod.py"`` to source text written next to the dist-info.
-    The folder is prepended to ``sys.path`` (remove it in the test's teardown, e.g. with
-    ``monkeypatch.syspath_prepend`` instead by passing ``add_to_path=False``).
+    The folder is prepended to ``sys.path``, and stays there until the test removes it; with
+    ``add_to_path=False`` it is not, so ``monkeypatch.syspath_prepend(root)`` can add it and undo
+    that at teardown.
     """
     root = Path(root)
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"

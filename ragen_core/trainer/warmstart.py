@@ -223,8 +223,10 @@ def cache_payload(config: RunConfig, shipped: Any = _LOOK_UP) -> dict[str, Any]:
         "env_config": changed_env_settings(config),
         "model": config.model,
         # Batch shape (groups x group size) never reaches the demonstrations (one episode per
-        # group) nor the check, so changing it keeps the cached warm start.
-        "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size"}),
+        # group) nor the check, so changing it keeps the cached warm start; nor does where the envs
+        # run (the pool: --workers process / ray, its workers and timeouts), so a run moved to Ray
+        # does not warm-start again.
+        "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size", "pool", "pool_config"}),
         "max_new_tokens": config.sampling.train.max_new_tokens,
         # (how a run reacts to a missed gate and how a batch is split for memory do not change the model)
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss", "micro_batch_size"}),
