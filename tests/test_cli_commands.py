@@ -124,3 +124,18 @@ def test_diagnose_without_its_distribution_names_the_distribution_to_install():
     lines = out.stderr.strip().splitlines()
     assert lines[0] == "PluginNotFoundError: 'ragen diagnose' comes with the ragen-diagnostics distribution, which is not installed (or is disabled)"
     assert lines[1].startswith("hint: pip install ragen-diagnostics")
+
+
+def test_python_dash_m_ragen_core_is_the_ragen_command():
+    """Where the ``ragen`` script is not on PATH (a second venv seeing this one's packages), ``python -m
+    ragen_core`` is the same command: its output and exit status (there was no ``__main__``: 'No module named
+    ragen_core.__main__')."""
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "ragen_core", "plugins", "show", "filter", "none"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("filter none")
+    bad = subprocess.run([sys.executable, "-m", "ragen_core", "run", "--env", "no-such-env", "--print-config"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "no-such-env" in bad.stderr
