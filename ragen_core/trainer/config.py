@@ -172,7 +172,8 @@ class OptimSection(_Section):
     of an episode share one sequence's weight (``1/turns`` each), as one row per episode does in
     ``full`` mode. No effect in ``full`` mode or with ``token-mean``."""
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
-    """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
+    """Multiply advantages by 1, kept ratio, or its square root (spec 9.7). Only the policy-gradient
+    term scales: the entropy and KL terms are not scaled (spec 17 L20)."""
     peft: PeftSection | None = None
     """LoRA settings, or ``None`` for full fine-tuning."""
     float32_weights: bool = False
