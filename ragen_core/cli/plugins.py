@@ -435,12 +435,27 @@ def show_plugin(args: argparse.Namespace) -> int:
     if spec.kind == "algorithm":
         for line in algorithm_notes(entry):
             print(line)
+    if spec.kind == "filter":
+        print(filter_signal_note())
     if not spec.config_model.model_fields:  # an empty FIELD/TYPE/DEFAULT/DESCRIPTION table said nothing
         print(f"\nconfig fields: none ({spec.kind} {spec.name} takes no settings)")
         return 0
     print("\nconfig fields:")
     print_fields(spec.config_model)
     return 0
+
+
+def filter_signal_note() -> str:
+    """What ``plugins show`` says of every filter: the run setting that picks the rewards it ranks
+    (``filter_signal``, a setting of the run, not of the filter: it is not among the fields)."""
+    from typing import get_args
+
+    from ragen_core.trainer.config import RunConfig
+
+    field = RunConfig.model_fields["filter_signal"]
+    choices = " | ".join(map(str, get_args(field.annotation)))
+    return (f"rewards it sees: the run's filter_signal ({choices}; default {field.default}): the episode score "
+            "(env reward + format penalty, after reward.normalization) or the env reward alone")
 
 
 def algorithm_notes(entry: Any) -> list[str]:

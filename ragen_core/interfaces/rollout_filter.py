@@ -23,7 +23,8 @@ class GroupedRollouts:
 
     group_ids: Sequence[int]
     rewards: Sequence[float]
-    """Episode reward (task reward plus format penalty, after any normalisation)."""
+    """Episode reward, by the run's ``filter_signal``: the score (task reward plus format penalty,
+    after any normalisation; the default) or the task reward alone (``env_reward``)."""
     entropies: Sequence[float] | None = None
     """Mean per-token policy entropy of the episode's generated tokens."""
     lengths: Sequence[float] | None = None

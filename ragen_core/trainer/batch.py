@@ -53,6 +53,9 @@ class TrainBatch:
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     tags: list[str] = field(default_factory=list)
+    env_rewards: torch.Tensor | None = None
+    """``[B]`` float64 env reward of each row's episode: the task reward alone, before the format
+    penalty and normalisation (the rewards the filter sees with ``filter_signal=env_reward``)."""
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -64,7 +67,7 @@ class TrainBatch:
         idx = torch.as_tensor(list(rows), dtype=torch.long)
         out: dict[str, Any] = {}
         for name in ("input_ids", "attention_mask", "response_mask", "token_rewards", "group_ids", "episode_ids", "scores",
-                     "engine_logprobs", "old_log_probs", "ref_log_probs", "values", "advantages", "returns"):
+                     "engine_logprobs", "old_log_probs", "ref_log_probs", "values", "advantages", "returns", "env_rewards"):
             value = getattr(self, name)
             out[name] = None if value is None else value.index_select(0, idx)
         out["turn_ends"] = [self.turn_ends[i] for i in idx.tolist()]
@@ -211,6 +214,7 @@ def _tensors(
         turn_ends=turn_ends,
         engine_logprobs=engine_lp if (have_engine_lp and n > 0) else None,
         tags=[t.tag for t in trajectories],
+        env_rewards=torch.as_tensor([t.env_reward for t in trajectories], dtype=torch.float64),
     )
 
 

@@ -172,7 +172,8 @@ class OptimSection(_Section):
     of an episode share one sequence's weight (``1/turns`` each), as one row per episode does in
     ``full`` mode. No effect in ``full`` mode or with ``token-mean``."""
     filter_loss_scaling: Literal["none", "linear", "sqrt"] = "none"
-    """Multiply advantages by 1, kept ratio, or its square root (spec 9.7)."""
+    """Multiply advantages by 1, kept ratio, or its square root (spec 9.7). Only the policy-gradient
+    term scales: the entropy and KL terms are not scaled (spec 17 L20)."""
     peft: PeftSection | None = None
     """LoRA settings, or ``None`` for full fine-tuning."""
     float32_weights: bool = False
@@ -349,6 +350,12 @@ class RunConfig(_Section):
     filter_preset: str | None = None
     """Named preset of the filter."""
     filter_config: dict[str, Any] = Field(default_factory=dict)
+    filter_signal: Literal["score", "env_reward"] = "score"
+    """The episode rewards the filter ranks groups by. ``score`` (reference): env reward plus format
+    penalty, after ``reward.normalization`` (what the update trains on), so format penalties alone
+    can give a group spread. ``env_reward``: the task reward alone, before the penalty and the
+    normalisation (spec 17 L19). The ``rollout/in_group_reward_*`` metrics and the
+    reward-variance early stop read the same rewards; the update always trains on the score."""
     model: str = "tiny"
     """``tiny`` (the small local model: runs start from its shipped warm policy, see ``warm_start``)
     or a local HF model folder."""

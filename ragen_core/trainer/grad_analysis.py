@@ -283,7 +283,7 @@ def separate_batch(trainer: Any, source: AnalysisRollout, step: int) -> tuple[An
     entropies = None
     if source.filter.needs_entropies:
         entropies = mean_entropies(trainer.model, batch, cfg.optim.micro_batch_size, trainer.train_sampling.temperature)
-    selection = select(batch, source.filter, trainer.algorithm, entropies=entropies)
+    selection = select(batch, source.filter, trainer.algorithm, entropies=entropies, signal=cfg.filter_signal)
     metrics.update({"grad_analysis/" + k.split("/", 1)[-1]: v for k, v in selection.metrics.items()})
     metrics["grad_analysis/empty_after_filter"] = float(selection.empty)
     if selection.empty:

@@ -6,7 +6,8 @@ the filter's per-group loss weights, the kept ratio (for ``optim.filter_loss_sca
 in-group reward std (for the variance-collapse early stop) and the ``rollout/...`` metrics.
 
 1. One entry per *episode* goes to the filter (turn rows of one episode are merged, spec 9.2):
-   its score, its generated-token count and, only for filters that declare
+   its reward signal (``signal``, the run's ``filter_signal``: the episode score the update
+   trains on, or the env reward alone; :data:`FILTER_SIGNALS`), its generated-token count and, only for filters that declare
    :attr:`~ragen_core.interfaces.rollout_filter.RolloutFilter.needs_entropies`, its mean policy
    entropy (:func:`mean_entropies`, an extra no-grad forward the caller runs).
 2. The filter returns kept groups and weights (:meth:`RolloutFilter.select`).
@@ -28,6 +29,12 @@ from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.trainer.batch import TrainBatch
 from ragen_core.trainer.metrics import group_reward_std, is_number
 
+#: What :attr:`GroupedRollouts.rewards` holds, by the run's ``filter_signal``: ``score`` (default,
+#: the reference's: env reward plus format penalty, after ``reward.normalization``, as the update
+#: trains on it) or ``env_reward`` (the task reward alone, before penalty and normalisation: format
+#: penalties then give a group no spread of its own, spec 17 L19).
+FILTER_SIGNALS = ("score", "env_reward")
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -47,7 +54,8 @@ class Selection:
     """Kept groups / groups in the batch."""
     reward_std: float
     """``rollout/in_group_reward_std`` when the filter reports it, else the mean in-group std of
-    the episode scores (fed to the variance-collapse early stop)."""
+    the filter's rewards (the episode scores, or the env rewards with ``filter_signal=env_reward``;
+    fed to the variance-collapse early stop)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """``rollout/...`` metrics: the filter's, drop reasons, kept count/ratio, dynamic sampling."""
 
@@ -57,12 +65,18 @@ class Selection:
         return not self.kept_groups
 
 
-def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) -> GroupedRollouts:
-    """One entry per episode of ``batch`` (its first row's group and score, its summed token count).
+def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None, signal: str = "score") -> GroupedRollouts:
+    """One entry per episode of ``batch`` (its first row's group and reward signal, its summed token count).
 
     ``entropies`` are per row; an episode takes the mean of its rows' values (spec 9.2: in the
-    windowed context modes an episode has a row per turn).
+    windowed context modes an episode has a row per turn). ``signal`` (:data:`FILTER_SIGNALS`)
+    picks the rewards: ``batch.scores`` or ``batch.env_rewards``.
     """
+    if signal not in FILTER_SIGNALS:
+        raise ValueError(f"filter_signal={signal!r} is not one of {', '.join(FILTER_SIGNALS)}")
+    values = batch.scores if signal == "score" else batch.env_rewards
+    if values is None:
+        raise ValueError("filter_signal=env_reward needs a batch with env_rewards (build it with build_batch)")
     first: dict[int, int] = {}
     lengths: dict[int, float] = {}
     rows_of: dict[int, list[int]] = {}
@@ -71,7 +85,7 @@ def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None) ->
         lengths[e] = lengths.get(e, 0.0) + n_tok
         rows_of.setdefault(e, []).append(row)
     order = list(first)
-    gids, scores = batch.group_ids.tolist(), batch.scores.tolist()
+    gids, scores = batch.group_ids.tolist(), values.tolist()
     return GroupedRollouts(
         group_ids=[gids[first[e]] for e in order],
         rewards=[scores[first[e]] for e in order],
@@ -127,7 +141,7 @@ def mean_entropies(model: Any, batch: TrainBatch, micro_batch_size: int, tempera
 
 
 def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies: Sequence[float] | None = None,
-           lost_groups: Collection[int] = ()) -> Selection:
+           lost_groups: Collection[int] = (), signal: str = "score") -> Selection:
     """Run the filter and the algorithm's keep mask on ``batch`` (see the module docstring).
 
     Args:
@@ -140,8 +154,12 @@ def select(batch: TrainBatch, rollout_filter: Any, algorithm: Any, *, entropies:
             episode's score is not the policy's (it stops collecting format penalties: such
             episodes scored above healthy ones and got positive advantages). Counted in
             ``rollout/env_lost_groups``; a step with no other group is an empty step.
+        signal: The rewards the filter sees (:data:`FILTER_SIGNALS`, the run's ``filter_signal``);
+            the filter's ``rollout/in_group_reward_*`` metrics and :attr:`Selection.reward_std`
+            (the variance-collapse early stop) follow it. The algorithm's keep mask and the
+            update always read the scores.
     """
-    grouped = episode_view(batch, entropies)
+    grouped = episode_view(batch, entropies, signal)
     lost = set(lost_groups) & set(grouped.group_ids)
     n_all = len(set(grouped.group_ids))
     if lost:

@@ -845,7 +845,8 @@ class Trainer(CheckpointMixin):
                 entropies = mean_entropies(self.model, batch, cfg.optim.micro_batch_size, self.train_sampling.temperature, self.world)
             # rank 0 selects for all: a filter drawing random numbers cannot pick differently per rank
             lost = {t.group_id for t in trajs if t.end_reason in LOST_END_REASONS}  # not the policy's scores: never trained
-            selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies, lost_groups=lost)
+            selection = self.world.broadcast(select(batch, self.filter, self.algorithm, entropies=entropies, lost_groups=lost,
+                                                    signal=cfg.filter_signal)
                                              if self.world.main else None)
         metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0

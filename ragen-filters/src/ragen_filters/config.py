@@ -51,7 +51,8 @@ class ScoreConfig(FilterConfig):
     and the kept ratio. None = the number of groups present in the batch."""
     loss_scaling: LossScaling = "none"
     """Scale kept groups' weights by the kept ratio (``linear``) or its square root (``sqrt``);
-    the trainer multiplies advantages by the group weight (spec 9.7)."""
+    the trainer multiplies advantages by the group weight (spec 9.7), so only the policy-gradient
+    term scales, not the entropy or KL terms (spec 17 L20)."""
     flat_rtol: float = Field(default=1e-9, ge=0.0)
     """Relative tolerance under which a group's values count as identical (spread exactly 0)."""
 
