@@ -131,6 +131,7 @@ def test_early_stopper_rules():
     assert s.observe_reward_std(1.0) is None and s.observe_reward_std(1.0) is None
     assert s.observe_reward_std(0.05) is None
     assert s.observe_reward_std(0.05) == "early_stopped/reward_variance_collapse"
+    assert "early_stop.reward_variance_collapse=false" in s.explain("early_stopped/reward_variance_collapse")
     assert s.observe_validation({"val-env/Toy/success": 0.0}) is None
     assert s.observe_validation({"val-env/Toy/success": 0.0}) == "early_stopped/low_validation_success"
     s2 = EarlyStopper(patience=2)

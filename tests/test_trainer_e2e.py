@@ -152,10 +152,12 @@ def drop_all_filter():
     registry.unregister("filter", DROP_ALL.name)
 
 
-def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter):
+def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter, capsys):
     cfg = make_config(tmp_path, f"filter={drop_all_filter}", "filter_config.empty_stop_steps=2", "steps=5", "test_freq=0")
     trainer = Trainer(cfg)
     history = trainer.train()
+    assert "training stopped early at step 2: early_stopped/empty_filtered_steps: the filter kept no group in 2 steps in a row " \
+        "(filter_config.empty_stop_steps=2; 0 turns this stop off)\n" in capsys.readouterr().out
     assert len(history) == 2
     assert all(h["rollout/empty_after_filter"] == 1.0 for h in history)
     assert [h["rollout/consecutive_empty_after_filter_steps"] for h in history] == [1.0, 2.0]
@@ -477,3 +479,20 @@ def test_the_memory_refusal_of_a_lora_run_does_not_advise_lora(tmp_path, monkeyp
     text = str(info.value)
     assert "(frozen weights, LoRA adapters with grads and AdamW)" in text, text  # no reference copy: the base with adapters off
     assert "enable LoRA" not in text and "hint: use a smaller model" in text
+
+
+def test_low_validation_success_stop_names_the_settings_that_turn_it_off(tmp_path, capsys):
+    """The stop said only 'early_stopped/low_validation_success': a hard task that starts at 0
+    success was stopped with no word on how to keep training it."""
+    # slip=1: no move ever happens, so no episode succeeds
+    cfg = make_config(tmp_path, "env_config.slip=1.0", "test_freq=1", "steps=4", "early_stop.low_val_success_patience=2")
+    trainer = Trainer(cfg)
+    history = trainer.train()
+    assert trainer.stop_reason == "early_stopped/low_validation_success" and len(history) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("training stopped early")]
+    assert lines == ["training stopped early at step 2: early_stopped/low_validation_success: val-env/toy-corridor/success stayed below 0.01 "
+                     "in 2 validations in a row (early_stop.low_val_success_patience=2); set early_stop.low_val_success=false "
+                     "to keep training a task that starts at 0 success"]
+    off = Trainer(make_config(tmp_path, "env_config.slip=1.0", "test_freq=1", "steps=3", "early_stop.low_val_success_patience=2",
+                              "early_stop.low_val_success=false", name="off"))
+    assert len(off.train()) == 3 and off.stop_reason is None

@@ -67,6 +67,7 @@ class EarlyStopper:
         self.window = window
         self.rv_history: list[float] = []
         self.val_counters: dict[str, int] = {}
+        self.low_keys: list[str] = []  # the success keys that tripped rule 3 (for the stop message)
 
     def observe_reward_std(self, value: float) -> str | None:
         """Feed ``rollout/in_group_reward_std`` of a non-empty step; returns a stop key or None."""
@@ -85,13 +86,26 @@ class EarlyStopper:
         if not self.low_val:
             return None
         stop = None
+        self.low_keys = []
         for key, value in metrics.items():
             if key.startswith("val-env/") and key.endswith("/success") and key.count("/") == 2:
                 count = self.val_counters.get(key, 0) + 1 if value < 0.01 else 0
                 self.val_counters[key] = count
                 if count >= self.patience:
                     stop = "early_stopped/low_validation_success"
+                    self.low_keys.append(key)
         return stop
+
+    def explain(self, reason: str) -> str | None:
+        """One line for a stop of rule 2 or 3: what tripped it and the settings that change it (None: another stop)."""
+        if reason == "early_stopped/reward_variance_collapse":
+            return (f"the in-group reward std of the last {self.window} non-empty steps stayed below 0.1 x its mean over the "
+                    "first ones; early_stop.reward_variance_collapse=false turns this stop off")
+        if reason == "early_stopped/low_validation_success":
+            keys = ", ".join(self.low_keys) or "validation success"
+            return (f"{keys} stayed below 0.01 in {self.patience} validations in a row (early_stop.low_val_success_patience="
+                    f"{self.patience}); set early_stop.low_val_success=false to keep training a task that starts at 0 success")
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {"rv_history": list(self.rv_history), "val_counters": dict(self.val_counters)}

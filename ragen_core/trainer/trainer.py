@@ -537,7 +537,11 @@ class Trainer(CheckpointMixin):
         if self.stop_reason == DIVERGED:
             raise self.skips.stop(step, self.run_dir)
         if self.stop_reason and self.world.main:
-            print(f"training stopped early at step {step}: {self.stop_reason}")
+            why = self.stopper.explain(self.stop_reason)
+            if self.stop_reason == "early_stopped/empty_filtered_steps":
+                n = self.filter.config.empty_stop_steps
+                why = f"the filter kept no group in {n} steps in a row (filter_config.empty_stop_steps={n}; 0 turns this stop off)"
+            print(f"training stopped early at step {step}: {self.stop_reason}" + (f": {why}" if why else ""))
         return self.history
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from ragen_env_countdown.arith import (
 from ragen_env_countdown.env import CountdownEnv
 
 from ragen_core import registry
+from ragen_core.errors import ConfigError
 from ragen_core.seeding import make_rng
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "countdown-sample"
@@ -28,20 +29,28 @@ needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared Countdown samp
 
 @pytest.fixture()
 def task_file(tmp_path):
+    """Training rows; a validation file beside it (``file_env``) keeps all three for training."""
     rows = [{"target": 22, "nums": [3, 5, 7]}, {"target": 6, "nums": [3, 3, 6]}, {"target": 13, "nums": [2, 3, 5]}]
     path = tmp_path / "tasks.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    (tmp_path / "val.jsonl").write_text(json.dumps({"target": 24, "nums": [4, 6, 1]}) + "\n", encoding="utf-8")
     return str(path)
 
 
+def file_env(task_file, **config):
+    """The env on ``task_file``'s rows, validating on its neighbour ``val.jsonl`` (without one it
+    would hold a row out of training)."""
+    return CountdownEnv(data_path=task_file, val_data_path=str(Path(task_file).with_name("val.jsonl")), **config)
+
+
 def answer(task_file, seed, text, **config):
-    env = CountdownEnv(data_path=task_file, **config)
+    env = file_env(task_file, **config)
     env.reset(seed)
     return env.step(text)
 
 
 def test_reset_observation_uses_the_reference_wording(task_file):
-    env = CountdownEnv(data_path=task_file)
+    env = file_env(task_file)
     assert env.reset(0) == "Target: 22, nums: [3, 5, 7]"
     assert env.reset(4) == "Target: 6, nums: [3, 3, 6]"  # index = seed mod #rows
 
@@ -93,7 +102,7 @@ def test_scores_are_configurable(task_file):
 
 
 def test_one_answer_per_episode(task_file):
-    env = CountdownEnv(data_path=task_file)
+    env = file_env(task_file)
     env.reset(0)
     env.step("3 * 5 + 7")
     obs, reward, done, info = env.step("3 * 5 + 7")
@@ -170,10 +179,10 @@ def test_parquet_and_jsonl_layouts_load_the_same_rows():
     tinyzero = problems_mod.load_problems(DATA / "countdown_tinyzero_train_200.jsonl", max_instances=50)
     assert len(parquet) == len(tasks) == 200 and len(tinyzero) == 50
     assert parquet == tasks and tinyzero == tasks[:50]
-    first = json.loads((DATA / "countdown_tasks_3to4_200.jsonl").read_text().splitlines()[0])
+    train = problems_mod.task_splits(str(DATA / "countdown_tinyzero_train_200.parquet"), None).train
     env = CountdownEnv(data_path=str(DATA / "countdown_tinyzero_train_200.parquet"))
-    assert env.reset(0) == f"Target: {first['target']}, nums: {first['nums']}"
-    assert env.reset(200) == env.reset(0)
+    assert env.reset(0) == f"Target: {train[0].target}, nums: {list(train[0].nums)}"
+    assert env.reset(len(train)) == env.reset(0)  # row = seed mod #training rows
 
 
 @needs_data
@@ -200,6 +209,38 @@ def test_missing_pyarrow_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(ImportError, match="pip install pyarrow"):
         problems_mod._read_rows(DATA / "countdown_tinyzero_train_200.parquet", 10)
+
+
+def test_one_task_file_holds_problems_out_for_validation(tmp_path):
+    """Validation read the training file itself (spec 17 L28): it scored problems the run trained on."""
+    path = str(tmp_path / "tasks.jsonl")
+    generated = [problems_mod.generate(make_rng(i, "file")) for i in range(200)]
+    Path(path).write_text("".join(json.dumps({"target": p.target, "nums": list(p.nums)}) + "\n" for p in generated), encoding="utf-8")
+    rows = problems_mod.load_problems(path)
+    splits = problems_mod.task_splits(path, None)
+    train_keys = {problems_mod.problem_key(p) for p in splits.train}
+    val_keys = {problems_mod.problem_key(p) for p in splits.val}
+    assert not train_keys & val_keys and train_keys | val_keys == {problems_mod.problem_key(p) for p in rows}
+    assert 0.01 < len(splits.val) / len(rows) < 0.15  # about val_fraction (5 %)
+    env = CountdownEnv(data_path=path)
+    seen = {"train": set(), "val": set()}
+    for mode in seen:
+        for seed in range(123, 123 + 64):
+            env.reset(seed, mode=mode)
+            seen[mode].add(problems_mod.problem_key(env.problem))
+    assert seen["val"] == val_keys and seen["train"] <= train_keys
+    wider = problems_mod.task_splits(path, None, val_fraction=0.5)
+    assert len(rows) * 0.35 < len(wider.val) < len(rows) * 0.65
+
+
+def test_a_validation_file_is_dropped_from_training(tmp_path, task_file):
+    both = tmp_path / "both.jsonl"
+    both.write_text(json.dumps({"target": 6, "nums": [6, 3, 3]}) + "\n", encoding="utf-8")  # row 2, numbers reordered
+    env = CountdownEnv(data_path=task_file, val_data_path=str(both))
+    assert {env.reset(seed) for seed in range(4)} == {"Target: 22, nums: [3, 5, 7]", "Target: 13, nums: [2, 3, 5]"}
+    assert env.reset(123, mode="val") == "Target: 6, nums: [6, 3, 3]"
+    with pytest.raises(ConfigError, match="every one is also in env_config.val_data_path"):
+        CountdownEnv(data_path=task_file, val_data_path=task_file).reset(0)
 
 
 def test_bad_task_files(tmp_path):

@@ -23,7 +23,13 @@ class CountdownConfig(EnvConfig):
     """Task file (``.parquet`` with columns ``target`` and ``nums``, or ``.jsonl``); ``None``
     generates instances procedurally from the seed."""
     val_data_path: str | None = None
-    """Task file used when ``mode == "val"``; ``None`` uses ``data_path`` for both modes."""
+    """Task file used when ``mode == "val"`` (its problems are dropped from ``data_path``'s
+    training rows); ``None`` holds out ``val_fraction`` of ``data_path`` (procedural without one)."""
+    val_fraction: float = Field(default=0.05, gt=0, lt=1)
+    """Share of ``data_path``'s problems held out for validation when there is no
+    ``val_data_path``: a problem validates when the hash of its target and numbers falls below
+    this share, so training and validation never share a problem and the split does not depend
+    on row order (a file of a few problems still validates on one)."""
     max_instances: int = Field(default=20_000, ge=1)
     """Keep only the first this-many rows of a task file (before filtering)."""
     plus_minus_only: bool = False

@@ -16,8 +16,10 @@ never ``eval``. After the answer: ``done`` is True and the observation is
 ``action_is_effective`` (reward > 0) and ``action_is_valid`` (True: any text is an answer).
 
 Instances are procedural (seeded with :func:`ragen_core.seeding.make_rng`, always solvable with
-every number) or rows of a task file (``data_path``; row ``seed mod len``). All members of a
-group see the same instance; ``member`` does not matter (there is nothing stochastic).
+every number) or rows of a task file (``data_path``; row ``seed mod len`` of the mode's split).
+Validation reads ``val_data_path`` or, without one, the ``val_fraction`` (5 %) of ``data_path``'s
+problems held out of training (:func:`ragen_env_countdown.problems.task_splits`). All members of
+a group see the same instance; ``member`` does not matter (there is nothing stochastic).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ragen_env_countdown.arith import (
     uses_numbers_exactly,
 )
 from ragen_env_countdown.config import CountdownConfig
-from ragen_env_countdown.problems import Problem, generate, load_problems
+from ragen_env_countdown.problems import Problem, generate, task_splits
 
 
 class CountdownEnv(Env):
@@ -57,8 +59,10 @@ class CountdownEnv(Env):
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         """Pick the instance for ``seed`` (``member`` is ignored: nothing here is random)."""
         cfg = self.config
-        path = cfg.val_data_path if (mode == "val" and cfg.val_data_path) else cfg.data_path
-        if path is None:
+        splits = task_splits(cfg.data_path, cfg.val_data_path, max_instances=cfg.max_instances,
+                             plus_minus_only=cfg.plus_minus_only, val_fraction=cfg.val_fraction)
+        problems = splits.val if mode == "val" else splits.train
+        if problems is None:
             self._problem = generate(
                 make_rng(seed, "countdown", mode),
                 min_numbers=cfg.min_numbers,
@@ -69,7 +73,6 @@ class CountdownEnv(Env):
                 ops="+-" if cfg.plus_minus_only else "+-*/",
             )
         else:
-            problems = load_problems(path, cfg.max_instances, cfg.plus_minus_only)
             self._problem = problems[seed % len(problems)]
         self.seed = seed
         self._done = False

@@ -7,7 +7,10 @@ so the solution is known without search.
 
 Task files keep the original Countdown-Tasks-3to4 layout: parquet with columns ``target`` and
 ``nums`` (read with ``pyarrow``), or JSON lines with those keys (extra keys such as TinyZero's
-``prompt`` are ignored).
+``prompt`` are ignored). With one task file and no validation file, :func:`task_splits` holds out
+``val_fraction`` of its problems for validation (by hash, :func:`ragen_core.datafiles.hash_holdout`),
+so validation never scores a problem the run trained on; with a validation file, training drops
+the problems that file has.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ragen_core.datafiles import hash_holdout
+from ragen_core.errors import ConfigError
 from ragen_env_countdown.arith import Node, combine, plus_minus_solvable
 
 #: Procedural draws before giving up (the default ranges accept roughly one draw in three).
@@ -132,7 +137,54 @@ def load_problems(path: str | os.PathLike[str], max_instances: int = 20_000, plu
     Cached per process (keyed by path and modification time), so every env of a pool shares
     one copy.
     """
+    return _load_cached(*_file(path), int(max_instances), bool(plus_minus_only))
+
+
+def problem_key(problem: Problem) -> str:
+    """The identity of a problem: its target and its numbers in any order."""
+    return f"{problem.target}:{sorted(problem.nums)}"
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Training and validation problems of the task files (``None``: that side is procedural)."""
+
+    train: tuple[Problem, ...] | None
+    val: tuple[Problem, ...] | None
+
+
+@lru_cache(maxsize=8)
+def _splits(train_file: tuple[str, float] | None, val_file: tuple[str, float] | None, limit: int, plus_minus_only: bool,
+            val_fraction: float) -> Splits:
+    train_problems = _load_cached(*train_file, limit, plus_minus_only) if train_file else None
+    val_problems = _load_cached(*val_file, limit, plus_minus_only) if val_file else None
+    if train_problems is None or train_file is None:
+        return Splits(None, val_problems)
+    source = train_file[0]
+    if val_problems is None:
+        train, val = hash_holdout(train_problems, problem_key, val_fraction, source=source, what="problem",
+                                  val_setting="env_config.val_data_path")
+        return Splits(train, val)
+    held = {problem_key(p) for p in val_problems}
+    train = tuple(p for p in train_problems if problem_key(p) not in held)
+    if not train:
+        raise ConfigError(f"no Countdown training problems left in {source}: every one is also in env_config.val_data_path",
+                          ["name a validation file that is not the training one, or unset env_config.val_data_path to hold out "
+                           "env_config.val_fraction of env_config.data_path"])
+    return Splits(train, val_problems)
+
+
+def _file(path: str | os.PathLike[str]) -> tuple[str, float]:
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
         raise FileNotFoundError(f"Countdown task file not found: {resolved}")
-    return _load_cached(str(resolved), resolved.stat().st_mtime, int(max_instances), bool(plus_minus_only))
+    return str(resolved), resolved.stat().st_mtime
+
+
+def task_splits(data_path: str | None, val_data_path: str | None, *, max_instances: int = 20_000, plus_minus_only: bool = False,
+                val_fraction: float = 0.05) -> Splits:
+    """The problems of training and validation: ``data_path`` less the validation ones, which are
+    ``val_data_path``'s or, without one, the ``val_fraction`` of ``data_path`` held out by hash
+    (no problem, by target and numbers, on both sides). Cached per process, like :func:`load_problems`."""
+    return _splits(_file(data_path) if data_path else None, _file(val_data_path) if val_data_path else None,
+                   int(max_instances), bool(plus_minus_only), float(val_fraction))
