@@ -508,11 +508,11 @@ def _converted_equal(a: _Num, b: _Num, ratio: Fraction) -> bool:
     assert approx.decimals is not None
     if exact == approx.value:
         return True
-    return (not _terminates(exact) and abs(approx.value) >= Fraction(10, 10**approx.decimals)
+    return (not terminates(exact) and abs(approx.value) >= Fraction(10, 10**approx.decimals)
             and _num_equal(_Num(exact, None), approx))
 
 
-def _terminates(value: Fraction) -> bool:
+def terminates(value: Fraction) -> bool:
     """Whether ``value`` is a decimal with finitely many digits (its denominator has no prime but 2 and 5)."""
     den = value.denominator
     for prime in (2, 5):
