@@ -375,3 +375,23 @@ def test_equal_family_curves_are_drawn_once_under_both_names(tmp_path: Path, mon
     keys = [("a/acc", "accuracy (first turn)", "-"), ("b/acc", "accuracy (trajectory)", "-"), ("c/acc", "chance", ":")]
     assert _curves(rows, tmp_path / "r.png", "Retrieval", "top-1 accuracy", keys)
     assert labels == ["accuracy (first turn) = accuracy (trajectory)", "chance"]
+
+
+def test_diagnose_summarises_offline_measurements_of_a_run_trained_without_the_diagnostic(tmp_path: Path,
+                                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The usual offline route (a run trained without diagnostics, then diagnosed from its checkpoints):
+    its training rows hold no MI estimate, yet the summary read them instead of the offline rows and
+    printed nothing under the regime plot it had drawn from those."""
+    from ragen_diagnostics.offline import save_offline_metrics
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "train/reward": s / 20}) + "\n" for s in range(1, 21)))
+    for step, mi in ((10, 0.4), (20, 0.1)):
+        save_offline_metrics(run, step, {"collapse_trajectory_sample/mi_estimate": mi,
+                                         "collapse_trajectory_sample/conditional_entropy_est": 1.0}, "ckpt")
+    assert ragen_main(["diagnose", str(run)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.endswith("collapse_regimes.png") for line in out)
+    (line,) = [x for x in out if x.startswith("trajectory sample (steps 10 -> 20): ")]
+    assert "I(X;Z) 0.400 -> 0.100 nats/token" in line and "step 20: template collapse" in line

@@ -584,6 +584,16 @@ UNIT_TABLE = [
     ("1 lb", "16 oz", True),
     ("0.33 hours", "20 minutes", True),  # the rounding rule reads a decimal in its own unit
     ("0.3 hours", "20 minutes", False),  # ... and one decimal place is still too coarse
+    ("0.01 km", "14 m", False),  # ... but not a value the decimal's unit writes exactly (0.014 km)
+    ("0.33 km", "333 m", False),
+    ("0.13 km", "125 m", False),
+    ("0.01 l", "5 ml", False),
+    ("0.00 km", "4 m", False),  # ... nor to fewer than two significant digits (a rounding of a conversion)
+    ("0.00 hours", "10 seconds", False),
+    ("0.02 h", "1 minute", False),
+    ("0.08 ft", "1 inch", False),
+    ("0.017 h", "1 minute", True),
+    ("1.67 hours", "100 minutes", True),
     ("1 hour", "61 minutes", False),
     ("4 s", "4 min", False),
     ("1 day", "1 hour", False),  # a day, a week, a month, a year and a milligram are units too (each was dropped)
@@ -610,6 +620,13 @@ UNIT_TABLE = [
     ("5 ft", "5", True),
     ("5 oz", "5", True),
     ("7 am", "7", True),
+    ("5 cc", "5", True),  # metric units of two letters are units, not two variables
+    ("5 ms", "5", True),
+    ("5 nm", "5", True),
+    ("5 dm", "5", True),
+    ("5 cl", "5", True),
+    ("5 ha", "5", True),
+    ("The answer is 12 ms", "12", True),
     ("4 Hz", "4", True),  # a capital letter: a unit symbol, not two variables
     ("There are 5 of them", "5", True),  # prose is still read by its last number
     ("The answer is 5 in all.", "5", True),
@@ -627,6 +644,7 @@ def test_letters_units_and_degrees_after_a_number(answer, label, math):
 
 @pytest.mark.parametrize(("one", "other"), [("15 °F", "15^\\circ C"), ("15°C", "15 degrees"), ("4 b", "4"), ("4 b", "4 c"),
                                             ("15 degrees", "15 cm"), ("12 V", "12"), ("1 hour", "60 minutes"),
-                                            ("0.33 hours", "20 minutes"), ("7 ab", "7"), ("1 day", "1 hour")])
+                                            ("0.33 hours", "20 minutes"), ("7 ab", "7"), ("1 day", "1 hour"),
+                                            ("0.01 km", "14 m"), ("0.00 hours", "10 seconds")])
 def test_two_plain_answers_compare_the_same_either_way_round(one, other):
     assert math_equal(one, other) is math_equal(other, one)

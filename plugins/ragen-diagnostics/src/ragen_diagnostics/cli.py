@@ -231,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     if any(path.name == "collapse_regimes.png" for path in written):
-        for line in report.summary_lines(logged[0] or logged[1]):  # the training rows, else the offline ones
+        # the training rows, else the offline ones (a run trained without the diagnostic has rows, but no estimate in them)
+        for line in report.summary_lines(logged[0]) or report.summary_lines(logged[1]):
             print(line)
         return 0
     rows, offline_rows = logged

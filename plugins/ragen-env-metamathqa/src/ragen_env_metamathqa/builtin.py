@@ -16,25 +16,18 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from ragen_core.seeding import make_py_rng
+from ragen_env_metamathqa.checker import terminates
 
 _NAMES = ("Ana", "Ben", "Chidi", "Dana", "Emil", "Farah", "Goran", "Hana", "Ivo", "Jun", "Kira", "Luis", "Mei",
           "Nils", "Omar", "Priya", "Rosa", "Sven", "Tariq", "Uma", "Vera", "Wen", "Yusuf", "Zoe")
 _ITEMS = ("notebooks", "pencils", "apples", "stickers", "marbles", "cupcakes", "postcards", "candles")
 
 
-def _terminates(value: Fraction) -> bool:
-    den = value.denominator
-    for prime in (2, 5):
-        while den % prime == 0:
-            den //= prime
-    return den == 1
-
-
 def _label(value: Fraction, decimal: bool = True) -> str:
     """``12``, ``12.5`` (a terminating value, when ``decimal``), or ``\\frac{7}{3}`` / ``-\\frac{7}{3}``."""
     if value.denominator == 1:
         return str(value.numerator)
-    if decimal and _terminates(value):
+    if decimal and terminates(value):
         return f"{float(value):.6f}".rstrip("0")  # exact: the denominators here divide 10**6
     sign = "-" if value < 0 else ""
     return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"

@@ -32,7 +32,9 @@ is the same number or expression as the label:
    unit (:func:`unit_of`) it must be the same quantity: ``4 s`` is not ``4 h``, ``15 degrees`` is not ``15 cm``, and a temperature
    scale counts (``15 °F`` is not ``15^\\circ C``; a degree without a scale takes either).
    Two stated units of one scale are converted, exactly (``Fraction``): ``1 hour`` is
-   ``60 minutes``, ``2 km`` is ``2000 m``, ``1 m^2`` is ``10000 cm^2``; metric and imperial units
+   ``60 minutes``, ``2 km`` is ``2000 m``, ``1 m^2`` is ``10000 cm^2``; a decimal is rounded in its own unit (``0.33 hours`` is ``20 minutes``), only
+   for a value that unit cannot write exactly and to two significant digits or more (``0.33 km`` is
+   not ``333 m``, ``0.00 hours`` not ``10 seconds``); metric and imperial units
    do not convert into each other, nor the clock into the calendar (:data:`_UNIT_SIZES`), and
    temperatures are never converted. A side without a unit is never converted:
    ``3 hours and 20 minutes`` is not ``200`` (the label does not say its unit, so a conversion
@@ -357,7 +359,8 @@ _UNIT_SYMBOLS = frozenset({"m", "g", "s", "h", "l", "L", "V", "W", "J", "N", "K"
 #: 7ab; it was read as 7 of a unit "ab"), unless they are one of these: a common unit, an abbreviation
 #: or a short word. A word with a capital is a unit symbol (``4 Hz``, ``2 kW``, ``5 MB``).
 _TWO_LETTER_WORDS = frozenset(word for word in _UNIT_NAMES if len(word) == 2) | frozenset(
-    "am pm pt qt gb mb kb tb hp kw hz ea pc ct st nd rd th ok yo is as at be by do go he if it me my no of on or so to up us we".split())
+    "am pm pt qt gb mb kb tb hp kw hz ea pc ct cc ms ns nm dm cl dl ha bp px"
+    " st nd rd th ok yo is as at be by do go he if it me my no of on or so to up us we".split())
 #: The degree unit (``°``, ``^\\circ``, ``\\degree`` are spelt ``degrees`` by :func:`normalize`), and the
 #: temperature scales that may follow it in any case (``15 degrees c``). A degree without a scale
 #: is either scale; two different scales are different temperatures (15 °C is 59 °F).
@@ -496,10 +499,26 @@ def _unit_ratio(one: tuple[str, int], other: tuple[str, int]) -> Fraction | None
 def _converted_equal(a: _Num, b: _Num, ratio: Fraction) -> bool:
     """:func:`_num_equal` of ``a`` and ``b``, where one of ``b``'s unit is ``ratio`` of ``a``'s. The
     exact side is converted into the unit of a written decimal, so the rounding rule reads a
-    decimal in its own unit (``0.33 hours`` is ``20 minutes``)."""
-    if b.decimals is not None and a.decimals is None:
-        return _num_equal(_Num(a.value / ratio, None), b)
-    return _num_equal(a, _Num(b.value * ratio, b.decimals))
+    decimal in its own unit (``0.33 hours`` is ``20 minutes``), but only for a value that unit cannot
+    write exactly, rounded to two significant digits or more: ``333 m`` is ``0.333 km``, not
+    ``0.33 km``, and ``0.01 km`` (1 digit) is not ``14 m`` nor ``0.00 hours`` ``10 seconds``."""
+    if a.decimals is not None and b.decimals is not None or a.decimals is None and b.decimals is None:
+        return _num_equal(a, _Num(b.value * ratio, b.decimals))  # equality only
+    approx, exact = (b, a.value / ratio) if b.decimals is not None else (a, b.value * ratio)
+    assert approx.decimals is not None
+    if exact == approx.value:
+        return True
+    return (not terminates(exact) and abs(approx.value) >= Fraction(10, 10**approx.decimals)
+            and _num_equal(_Num(exact, None), approx))
+
+
+def terminates(value: Fraction) -> bool:
+    """Whether ``value`` is a decimal with finitely many digits (its denominator has no prime but 2 and 5)."""
+    den = value.denominator
+    for prime in (2, 5):
+        while den % prime == 0:
+            den //= prime
+    return den == 1
 
 
 def unit_of(text: str) -> tuple[str, int] | None:

@@ -102,10 +102,7 @@ class SearchQAEnv(Env):
         self._steps += 1
         out_of_steps = self._steps >= self.step_budget
         if parsed.kind == "answer" and not self.config.free_form_answers:
-            self._done = out_of_steps
-            self._observation = f"Invalid action (neither search[...] nor finish[...]). {AVAILABLE}"
-            return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
-                                                                 "action_is_effective": False, "action_type": "invalid"})
+            return self._invalid("neither search[...] nor finish[...]", out_of_steps)
         if parsed.kind in ("finish", "answer"):
             answer = parsed.text if parsed.kind == "finish" else extract_answer(parsed.text)
             c = self.config
@@ -120,16 +117,9 @@ class SearchQAEnv(Env):
                     "action_is_effective": True, "action_type": parsed.kind, "exact_match": score.exact, "f1": score.f1}
             return StepResult(self._observation, self.finite(score.reward), True, info)
         if parsed.kind == "empty" or not parsed.text:
-            self._done = out_of_steps
-            what = "empty search query" if parsed.kind == "search" else "empty action"
-            self._observation = f"Invalid action ({what}). {AVAILABLE}"
-            return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
-                                                                 "action_is_effective": False, "action_type": "invalid"})
+            return self._invalid("empty search query" if parsed.kind == "search" else "empty action", out_of_steps)
         if len(parsed.text) > MAX_QUERY_CHARS:  # the server would refuse it: no search, and not a valid one
-            self._done = out_of_steps
-            self._observation = f"Invalid action (a search query of {len(parsed.text)} characters; at most {MAX_QUERY_CHARS}). {AVAILABLE}"
-            return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
-                                                                 "action_is_effective": False, "action_type": "invalid"})
+            return self._invalid(f"a search query of {len(parsed.text)} characters; at most {MAX_QUERY_CHARS}", out_of_steps)
         docs, failure = self._search(parsed.text)
         info: dict[str, Any] = {"success": False, "action_is_valid": True, "action_is_effective": isinstance(docs, list),
                                 "action_type": "search"}
@@ -142,6 +132,13 @@ class SearchQAEnv(Env):
         tail = ("Maximum number of searches reached without an answer." if out_of_steps else AVAILABLE)
         self._observation = f"Search results for '{_shown(parsed.text)}':\n{text}\n\n{tail}"
         return StepResult(self._observation, 0.0, self._done, info)
+
+    def _invalid(self, what: str, out_of_steps: bool) -> StepResult:
+        """An invalid action (``what`` is wrong with it): reward 0, the episode ends only when out of steps."""
+        self._done = out_of_steps
+        self._observation = f"Invalid action ({what}). {AVAILABLE}"
+        return StepResult(self._observation, 0.0, self._done, {"success": False, "action_is_valid": False,
+                                                             "action_is_effective": False, "action_type": "invalid"})
 
     # ------------------------------------------------------------------ server
     def _server(self) -> ServiceHandle:
