@@ -96,6 +96,8 @@ class OddReturn:
             return {"mi": 0.5, "step": 99.0, "/x": 1.0, "odd/fine": 1.0}
         if self.kind == "core":  # names the run logs itself, before, after and around this hook
             return {"actor/lr_factor": 123.0, "actor/entropy": 123.0, "timing_s/total": 123.0, "odd/fine": 1.0}
+        if self.kind == "update":  # a key of the update, on steps whose update did not run
+            return {"actor/pg_loss": 123.0, "odd/fine": 1.0}
         return [1.0] if self.kind == "list" else {"odd/value": "high", "odd/fine": 1.0, "odd/nan": math.nan}
 
 
@@ -611,3 +613,16 @@ def test_a_diagnostic_metric_named_as_a_metric_of_the_run_is_said_once_and_not_l
     assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end, a metric the run logs "
                     "itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
                     for key in ("actor/lr_factor", "actor/entropy", "timing_s/total")]  # once each, not every step
+
+
+def test_a_diagnostic_metric_named_as_an_update_metric_is_not_logged_on_a_step_without_an_update(tmp_path, capsys):
+    """On a step the filter left nothing to train, the row has no actor/pg_loss of the run's: a plugin's stood in
+    its place (the clash was found only from the first step that updated)."""
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-odd-return]", "diagnostics_config.test-odd-return.kind=update",
+                         "filter=snr-topp", "filter_config.value=0", steps=1)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    assert history[0]["odd/fine"] == 1.0 and "actor/pg_loss" not in history[0]
+    assert history[0]["rollout/empty_after_filter"] == 1.0  # the step had no update
+    said = [line for line in capsys.readouterr().err.splitlines() if "logs itself" in line]
+    assert len(said) == 1 and "'actor/pg_loss'" in said[0]

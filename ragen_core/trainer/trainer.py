@@ -71,7 +71,7 @@ from ragen_core.trainer.distributed import World, rank_lost, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report, weights_finite
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
-from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
+from ragen_core.trainer.update import ACTOR_KEYS, PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
 
 #: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
@@ -151,7 +151,8 @@ class Trainer(CheckpointMixin):
         """(observer, metric key) pairs whose key, non-number value or clash with the run's own metric was reported (once each)."""
         self._plugin_metrics: list[tuple[str, str, float]] = []
         """This step's ``(observer, key, value)`` metrics from ``ragen_on_rollout_end``, added to its row at its end."""
-        self._core_metric_keys: set[str] = {"timing_s/total"}  # train() adds it to each step's row after the step
+        self._core_metric_keys: set[str] = {"timing_s/total", *ACTOR_KEYS}  # timing_s/total: train() adds it after the step;
+        # the update's keys: a step with nothing to train (an empty filter) logs none of them, and a plugin's would pass for them
         """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
