@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -188,6 +189,9 @@ class Declares(Algorithm):
     (("ratio", "spread"), {"ratio": torch.ones(3), "spread": 0.5}, "the metric 'ratio' token_loss returned is a tensor of shape (3,), "
                                                                    "not one number"),
     (("ratio", "spread"), {"ratio": "high", "spread": 0.5}, "the metric 'ratio' token_loss returned is a str, not one number"),
+    (("ratio", "spread"), {"ratio": torch.tensor(True), "spread": 0.5}, "the metric 'ratio' token_loss returned is a bool tensor, "
+                                                                        "not one number"),  # a flag: it was logged as 1.0
+    (("ratio", "spread"), {"ratio": True, "spread": 0.5}, "the metric 'ratio' token_loss returned is a bool, not one number"),
 ])
 def test_metrics_other_than_the_declared_ones_are_one_line_naming_the_plugin_and_the_key(names, answer, says):
     algorithm = Declares()
@@ -200,6 +204,8 @@ def test_metrics_other_than_the_declared_ones_are_one_line_naming_the_plugin_and
     algorithm.answer = {"ratio": torch.tensor(1.0), "spread": 0.5}
     if names:
         assert algorithm_policy_loss(algorithm, _inputs(*_tensors()), "token-mean")[1]["algo/ratio"] == 1.0  # a one-element tensor is one number
+        algorithm.answer = {"ratio": np.float32(0.5), "spread": np.int64(2)}  # numpy's numbers are numbers (np.float32 was refused)
+        assert algorithm_policy_loss(algorithm, _inputs(*_tensors()), "token-mean")[1]["algo/spread"] == 2.0
 
 
 @pytest.mark.parametrize("names", ["ratio", ("ratio", "ratio"), ("ratio", ""), ("seq ratio",), (1,)])

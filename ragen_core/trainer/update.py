@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -474,12 +475,13 @@ def _own_metrics(algorithm: Any, metrics: dict[Any, Any]) -> dict[str, float]:
     out = {}
     for name in names:
         value = metrics[name]
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype != torch.bool:
             out[name] = float(value.detach())
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy's floats too (np.float32 was refused)
             out[name] = float(value)
-        else:
-            got = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+        else:  # a bool (a tensor's too) is a flag, not a metric
+            got = (("a bool tensor" if value.dtype == torch.bool else f"a tensor of shape {tuple(value.shape)}")
+                   if isinstance(value, torch.Tensor) else f"a {type(value).__name__}")
             raise PluginError(f"{plugin_label(algorithm)}: the metric {name!r} token_loss returned is {got}, not one number",
                               ["return each metric as a float or a one-element tensor (e.g. a masked mean over the micro-batch)"])
     return out
