@@ -266,12 +266,18 @@ def validate(model_cls: type[M], data: dict[str, Any], prefix: str = "") -> M:
         raise ConfigError(validation_message(exc, prefix, model_cls), list_hints(exc, prefix) + (hints if unknown else [])) from None
 
 
+def merge_layers(layers: Iterable[dict[str, Any]], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with each layer merged over it in order (:func:`deep_merge`; not associative: a
+    layer's dict merges into the one below it, so layers are merged over ``base`` one by one)."""
+    data: dict[str, Any] = dict(base or {})
+    for layer in layers:
+        data = deep_merge(data, layer)
+    return data
+
+
 def merge_files(files: Iterable[str | Path], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """``base`` with each YAML file merged over it in order (unvalidated)."""
-    data: dict[str, Any] = dict(base or {})
-    for f in files:
-        data = deep_merge(data, read_yaml(f))
-    return data
+    return merge_layers((read_yaml(f) for f in files), base)
 
 
 def load_config(model_cls: type[M], files: Iterable[str | Path] = (), overrides: Iterable[str] = (), base: dict[str, Any] | None = None) -> M:

@@ -155,15 +155,11 @@ def read_config_files(files: list[str]) -> list[dict[str, Any]]:
 
 
 def merge_config_files(files: list[dict[str, Any]], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``base`` with the settings :func:`read_config_files` read merged over it, file by file (a
-    merge is not associative: a file's dict merges into the layer below it, so the files are merged
-    over ``base`` in order, not over each other first): what ``ragen run`` and ``ragen eval`` use."""
-    from ragen_core.config import deep_merge
+    """``base`` with the settings :func:`read_config_files` read merged over it, file by file
+    (:func:`ragen_core.config.merge_layers`): what ``ragen run`` and ``ragen eval`` use."""
+    from ragen_core.config import merge_layers
 
-    data: dict[str, Any] = dict(base or {})
-    for read in files:
-        data = deep_merge(data, read)
-    return data
+    return merge_layers(files, base)
 
 
 def absolute_file_paths(data: Any, beside: Path, key: str = "") -> Any:
