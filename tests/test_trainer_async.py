@@ -116,3 +116,51 @@ def test_a_failed_async_step_keeps_the_last_finished_step_and_says_how_to_resume
     monkeypatch.setattr(trainer_mod, "report_pool_failures", real)
     assert main(["run", "--resume", str(cfg.run_dir)]) == 0
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+def _interrupted_take(finish_after_s: float | None):
+    """An AsyncRollout whose rollout in flight was being waited for when a real SIGINT came (a second
+    Ctrl-C); the rollout ends ``finish_after_s`` after that (None: never)."""
+    import os
+    import signal
+    import threading
+
+    import torch
+
+    from ragen_core.trainer.async_rollout import AsyncRollout
+
+    release = threading.Event()
+
+    def collect(behaviour):
+        release.wait(None if finish_after_s is not None else 30)
+        return [], None
+
+    class Engine:
+        def sync_weights(self, state, version):
+            pass
+
+    overlap = AsyncRollout(torch.nn.Linear(2, 2), collect, lambda: {})
+    overlap.start(torch.nn.Linear(2, 2), 1, Engine())
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        overlap.take()
+    assert overlap.abandoned
+    if finish_after_s is not None:
+        threading.Timer(finish_after_s, release.set).start()
+    return overlap, release
+
+
+def test_a_rollout_the_aborted_step_waited_for_that_ends_soon_is_not_reported_left_behind():
+    """After a second Ctrl-C the rollout in a healthy env ends as its pool closes; close() said at once that it
+    was left behind, stuck in the call it was about to leave. It now waits ABANDONED_GRACE_S for it."""
+    import time
+
+    from ragen_core.trainer.async_rollout import ABANDONED_GRACE_S
+
+    overlap, _ = _interrupted_take(finish_after_s=0.3)
+    assert overlap.close(timeout_s=30) is True
+    overlap, release = _interrupted_take(finish_after_s=None)  # one that hangs is still left behind, after the grace only
+    began = time.monotonic()
+    assert overlap.close(timeout_s=30) is False
+    assert ABANDONED_GRACE_S <= time.monotonic() - began < ABANDONED_GRACE_S + 5  # not the 30 s given to one in flight
+    release.set()

@@ -65,6 +65,12 @@ class PolicyCopy:
         engine.sync_weights(self.model.state_dict(), version=self.version)  # an in-process engine shares the copy: no copy
 
 
+#: Seconds :meth:`AsyncRollout.close` gives the rollout a step stopped waiting for (a second Ctrl-C)
+#: to end before it counts as left behind (one in a healthy env ends as its pool closes; it was
+#: reported as stuck in a call it was about to leave).
+ABANDONED_GRACE_S = 2.0
+
+
 class AsyncRollout:
     """The behaviour copy, and the rollout in flight (at most one).
 
@@ -149,17 +155,22 @@ class AsyncRollout:
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Drop a rollout in flight after waiting for it, at most ``timeout_s`` seconds (None: as
-        long as it takes); one :meth:`take` stopped waiting for is not waited for again. Idempotent.
+        long as it takes); one :meth:`take` stopped waiting for is given :data:`ABANDONED_GRACE_S`. Idempotent.
         False when it had not ended by then: its thread is left behind (a daemon thread, so it
         does not keep the process from exiting; stuck in an env that does not return)."""
         pending, self._pending = self._pending, None
-        abandoned, self._abandoned = self.abandoned, None
+        abandoned, self._abandoned = self._abandoned, None
         if pending is not None:
             try:
                 pending.exception(timeout=timeout_s)
             except FutureTimeout:
                 return False
-        return not abandoned
+        if abandoned is not None:  # a healthy rollout ends soon after its env pool closed: not left behind
+            try:
+                abandoned.exception(timeout=ABANDONED_GRACE_S if timeout_s is None else min(timeout_s, ABANDONED_GRACE_S))
+            except FutureTimeout:
+                return False
+        return True
 
 
 def policy_lag(trajectories: list[Any], version: int) -> float:

@@ -552,8 +552,9 @@ class Trainer(CheckpointMixin):
         A rollout in flight (after an early stop, an error, a second Ctrl-C) is not trained on: its
         env pool is closed under it first, so it ends at once instead of running to its end (or
         never, in an env that hangs: a second SIGTERM then waited forever), then it is given
-        :data:`IN_FLIGHT_WAIT_S` to notice; one the step stopped waiting for (a second Ctrl-C) is not
-        waited for again. One left behind is named by the call it is stuck in (env, reset or step, turn)."""
+        :data:`IN_FLIGHT_WAIT_S` to notice; one the step stopped waiting for (a second Ctrl-C) is given
+        :data:`~ragen_core.trainer.async_rollout.ABANDONED_GRACE_S`. One left behind is named by the call
+        it is stuck in (env, reset or step, turn)."""
         if self.overlap is not None and (self.overlap.in_flight or self.overlap.abandoned):
             waited = self.overlap.in_flight
             self.runner.close()
