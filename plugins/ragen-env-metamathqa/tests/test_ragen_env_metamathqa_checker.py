@@ -627,6 +627,9 @@ UNIT_TABLE = [
     ("5 cl", "5", True),
     ("5 ha", "5", True),
     ("The answer is 12 ms", "12", True),
+    ("5 ms", "5 s", False),  # milliseconds are a unit of time: not 5 seconds (it matched)
+    ("500 ms", "0.5 s", True),
+    ("250 milliseconds", "1/4 s", True),
     ("4 Hz", "4", True),  # a capital letter: a unit symbol, not two variables
     ("There are 5 of them", "5", True),  # prose is still read by its last number
     ("The answer is 5 in all.", "5", True),

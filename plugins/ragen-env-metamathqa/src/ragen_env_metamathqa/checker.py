@@ -320,11 +320,12 @@ _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\
 #: Common units by their spellings (plural, spelt out, abbreviated): two answers that state
 #: different ones of these state different values (``4 s`` is not ``4 h``); other words (``apples``,
 #: ``mph``) are not compared.
-_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "s", "min", "h", "day", "week", "month",
+_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "ms", "s", "min", "h", "day", "week", "month",
                                            "year", "g", "mg", "kg", "lb", "oz", "l", "ml")}
 for _canon, _spellings in {
     "m": "meter meters metre metres", "cm": "centimeter centimeters centimetre centimetres", "mm": "millimeter millimeters millimetre millimetres",
     "km": "kilometer kilometers kilometre kilometres", "in": "inch inches", "ft": "foot feet", "yd": "yard yards", "mi": "mile miles",
+    "ms": "msec msecs millisecond milliseconds",
     "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "day": "days", "week": "weeks wk wks",
     "month": "months mo mos", "year": "years yr yrs", "g": "gram grams", "mg": "milligram milligrams mgs",
     "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "oz": "ounce ounces", "l": "liter liters litre litres",
@@ -338,6 +339,7 @@ for _canon, _spellings in {
 _UNIT_SIZES: dict[str, tuple[str, Fraction]] = {
     "mm": ("metre", Fraction(1, 1000)), "cm": ("metre", Fraction(1, 100)), "m": ("metre", Fraction(1)), "km": ("metre", Fraction(1000)),
     "in": ("inch", Fraction(1)), "ft": ("inch", Fraction(12)), "yd": ("inch", Fraction(36)), "mi": ("inch", Fraction(63_360)),
+    "ms": ("second", Fraction(1, 1000)),
     "s": ("second", Fraction(1)), "min": ("second", Fraction(60)), "h": ("second", Fraction(3_600)), "day": ("second", Fraction(86_400)),
     "week": ("second", Fraction(604_800)), "month": ("month", Fraction(1)), "year": ("month", Fraction(12)),
     "mg": ("gram", Fraction(1, 1000)), "g": ("gram", Fraction(1)), "kg": ("gram", Fraction(1000)),
