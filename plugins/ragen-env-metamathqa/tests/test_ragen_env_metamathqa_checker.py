@@ -165,6 +165,11 @@ TABLE = [
     ("\\fbox{5}", "5", False, True),
     ("I think it is 18", "18", False, True),  # prose: the last stand-alone number
     ("0.33", "\\frac{1}{3}", False, True),  # rounding rule: 1/3 to two decimals
+    ("0.0033", "\\frac{1}{300}", False, True),
+    ("0.13", "\\frac{1}{8}", False, False),  # 0.125 writes 1/8: a rounded 1/8 is not it (it matched)
+    ("0.125", "\\frac{1}{8}", False, True),
+    ("0.00", "\\frac{1}{300}", False, False),  # no significant digit left: 0 (it matched)
+    ("0.01", "\\frac{7}{500}", False, False),
     ("33.33%", "\\frac{1}{3}", False, True),
     ("1.41", "\\sqrt{2}", False, True),
     ("3.14", "\\pi", False, True),

@@ -44,9 +44,11 @@ is the same number or expression as the label:
    not it). A comma between digits is a thousands separator only before groups of three digits
    (``1,500``); ``1,5`` is not read as a decimal comma, since it is also the pair 1, 5 (MATH
    labels list their answers so) and ``1,500`` would then be 1.5 or 1500. Equal values match.
-   A decimal with ``d >= 2`` decimals also matches a non-decimal value (a fraction, or in step 5
-   an irrational) that rounds to it at ``d`` decimals: ``0.33`` is 1/3 and ``1.41`` is sqrt(2),
-   but ``0.3`` is not 1/3. Two decimals, or two exact values, must be equal.
+   A decimal with ``d >= 2`` decimals also matches a value no decimal writes exactly (a fraction
+   such as 1/3, or in step 5 an irrational) that rounds to it at ``d`` decimals, with two
+   significant digits or more: ``0.33`` is 1/3 and ``1.41`` is sqrt(2), but ``0.3`` is not 1/3,
+   ``0.13`` is not 1/8 (``0.125`` writes it) and ``0.00`` is not 1/300. Two decimals, or two exact
+   values, must be equal.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
    (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
    matches the bare pair ``3, -3`` in either order, and the other way round; anything else
@@ -507,11 +509,7 @@ def _converted_equal(a: _Num, b: _Num, ratio: Fraction) -> bool:
     if a.decimals is not None and b.decimals is not None or a.decimals is None and b.decimals is None:
         return _num_equal(a, _Num(b.value * ratio, b.decimals))  # equality only
     approx, exact = (b, a.value / ratio) if b.decimals is not None else (a, b.value * ratio)
-    assert approx.decimals is not None
-    if exact == approx.value:
-        return True
-    return (not terminates(exact) and abs(approx.value) >= Fraction(10, 10**approx.decimals)
-            and _num_equal(_Num(exact, None), approx))
+    return _num_equal(_Num(exact, None), approx)
 
 
 def terminates(value: Fraction) -> bool:
@@ -618,7 +616,10 @@ def _num_equal(a: _Num, b: _Num) -> bool:
         return False  # two decimals, or two exact values: only equality counts
     approx, exact = (a, b) if a.decimals is not None else (b, a)
     assert approx.decimals is not None
-    return approx.decimals >= 2 and abs(approx.value - exact.value) <= Fraction(1, 2 * 10**approx.decimals)
+    # a rounded decimal stands for a value no decimal writes exactly, to two significant digits or more:
+    # 0.33 is 1/3, but 0.13 is not 1/8 (0.125 writes it) and 0.00 is not 1/300
+    return (approx.decimals >= 2 and not terminates(exact.value) and abs(approx.value) >= Fraction(10, 10**approx.decimals)
+            and abs(approx.value - exact.value) <= Fraction(1, 2 * 10**approx.decimals))
 
 
 # ------------------------------------------------------------------ slow path: guarded mpmath
