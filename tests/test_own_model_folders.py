@@ -84,3 +84,25 @@ def test_the_cli_exits_2_with_one_line_for_a_tokenizer_without_chat_template(own
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert err.strip().splitlines()[0].startswith(f"RagenError: could not load model {str(folder)!r}: its tokenizer has no chat template")
+
+
+def test_resuming_a_lora_run_whose_base_folder_is_gone_says_so_in_one_line(own_model, tmp_path, capsys):
+    """It said "the folder does not exist" and to pass another model folder, which --resume refuses."""
+    pytest.importorskip("peft")
+    import shutil
+
+    from ragen_core.cli.main import main
+
+    folder = _copy(own_model, tmp_path / "base")
+    run = tmp_path / "run"
+    tiny_run = ["warm_start.enabled=false", "test_freq=0", "rollout.env_groups=2", "rollout.group_size=2", "optim.mini_batch_size=4",
+                "sampling.train.max_new_tokens=8", "optim.peft.rank=4", "progress=false"]
+    assert main(["run", "--env", "bandit", "--model", str(folder), "--steps", "1", "--run-dir", str(run), *tiny_run]) == 0
+    capsys.readouterr()
+    shutil.rmtree(folder)
+    assert main(["run", "--resume", str(run), "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-2] == f"CheckpointError: cannot resume this LoRA run: its base model folder {folder} is gone " \
+                                           "(the adapters in step_1/adapter apply to it)"
+    assert err.strip().splitlines()[-1].startswith(f"hint: put the model folder back at {folder}")

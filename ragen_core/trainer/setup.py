@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragen_core.errors import ConfigError, ResourceError
+from ragen_core.errors import CheckpointError, ConfigError, ResourceError
 from ragen_core.trainer.config import RunConfig
 
 
@@ -264,7 +264,8 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     returning ``(base reference, adapter folder)`` as the second item for :func:`wrap_lora`.
 
     Raises:
-        CheckpointError: The run's ``checkpoints/lora_base`` differs from its manifest.
+        CheckpointError: The run's ``checkpoints/lora_base`` differs from its manifest, or the
+            local base folder of a LoRA run is gone.
     """
     from ragen_core.trainer.checkpoint import lora_resume_source, resolve_lora_base, verify_checkpoint
 
@@ -276,6 +277,11 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     base = resolve_lora_base(run_dir, source[0])
     if Path(base).is_dir():
         verify_checkpoint(base)
+    elif Path(base).is_absolute():  # a local model folder (recorded as an absolute path) that was moved or deleted
+        raise CheckpointError(f"cannot resume this LoRA run: its base model folder {base} is gone (the adapters in "
+                              f"{Path(checkpoint).name}/{source[1].name} apply to it)",
+                              [f"put the model folder back at {base}; the merged {Path(checkpoint).name} needs no base for "
+                               "ragen eval, or as the model of a new run"])
     return base, source
 
 
@@ -350,8 +356,6 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
 
     if resume_from is not None:
         if not (resume_from[1] / ADAPTER_WEIGHTS).is_file():
-            from ragen_core.errors import CheckpointError
-
             raise CheckpointError(f"LoRA adapter {resume_from[1]} has no {ADAPTER_WEIGHTS} (adapters are loaded from safetensors only)")
         with peft_quiet():
             return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
