@@ -60,3 +60,19 @@ def test_an_observation_longer_than_the_context_is_blamed_on_the_env(short_model
     with pytest.raises(ResourceError) as err:
         preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert err.value.hints == ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"]
+
+
+def test_a_prompt_beyond_the_shrunk_cap_names_the_model_positions_not_the_setting(short_model):
+    """Left at its default, the cap shrank to the model's 1024 positions, and the error then said to
+    raise rollout.max_model_len, which the check above refuses: the model is what limits it."""
+    cfg = _config("env_config.length=1500")  # the corridor alone overflows 1024 positions
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.message.endswith("more than the model's 1024 positions (its max_position_embeddings; "
+                                      "rollout.max_model_len was lowered to it)")
+    assert err.value.hints[0].endswith("or use a model with more positions (max_position_embeddings)")
+    assert "raise rollout.max_model_len" not in " ".join(err.value.hints)
+    cfg = _config("env_config.length=700", "sampling.train.max_new_tokens=400")  # the reply is what does not fit
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.hints == ["use a model with more positions (max_position_embeddings) or lower sampling.train.max_new_tokens"]

@@ -226,8 +226,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.resume:  # a resume loads its checkpoint, not config.model
         from ragen_core.cli.evaluate import check_model_name
+        from ragen_core.models import check_tokenizer_files
 
         check_model_name(config.model)
+        check_tokenizer_files(config.model)  # before the run folder is made
     from ragen_core.trainer.trainer import Trainer
 
     if getattr(args, "recipe", None) and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 only

@@ -222,6 +222,24 @@ def check_model_folder(path: str) -> None:
         raise RagenError(f"could not load model {path!r}: it is {what}, not a model folder", hints=[hint])
 
 
+#: Files a local folder's tokenizer is read from (any one of them; sentencepiece files end in ``.model``).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tekken.json")
+
+
+def check_tokenizer_files(path: str) -> None:
+    """A local model folder must hold its tokenizer: without any tokenizer file, ``AutoTokenizer``
+    builds an empty one from ``config.json`` alone (one token), and the run samples nonsense.
+
+    Raises:
+        RagenError: ``path`` is a folder with none of the tokenizer files.
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir() or any((p / f).is_file() for f in _TOKENIZER_FILES) or any(p.glob("*.model")):
+        return
+    raise RagenError(f"could not load model {path!r}: the folder has no tokenizer files (tokenizer.json, tokenizer_config.json)",
+                     hints=["save the model's tokenizer into it: tokenizer.save_pretrained(FOLDER)"])
+
+
 def check_hub_model(name: str, cache_dir: str | Path | None = None, timeout: float = 3.0) -> None:
     """A model name that is no local folder is a Hugging Face hub id: it must be in the local hub
     cache, or the hub must answer. Said in one line at once, where ``from_pretrained`` would
@@ -322,8 +340,13 @@ def _load_model_and_tokenizer(name_or_path: str, *, device: str, dtype: Any, cac
             kwargs["cache_dir"] = str(cache_dir)
         check_model_folder(path)
         check_hub_model(path, kwargs.get("cache_dir"))
+        check_tokenizer_files(path)
     with _load_errors(name_or_path):
         tokenizer = AutoTokenizer.from_pretrained(path, **({"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}))
+    if not getattr(tokenizer, "chat_template", None):  # every prompt is rendered with it: say so before the weights load
+        raise RagenError(f"could not load model {name_or_path!r}: its tokenizer has no chat template (a base model's often has none)",
+                         hints=["set tokenizer.chat_template to a template (say, the instruct model's) and save it with "
+                                "tokenizer.save_pretrained(FOLDER); or use that model's instruct version"])
     model = load_weights(path, safetensors_only=safetensors_only, name=name_or_path, **kwargs)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

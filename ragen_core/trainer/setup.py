@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragen_core.errors import ConfigError, ResourceError
+from ragen_core.errors import CheckpointError, ConfigError, ResourceError
 from ragen_core.trainer.config import RunConfig
 
 
@@ -196,6 +196,8 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
 
     r = config.rollout
     positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    cap = "rollout.max_model_len"
+    raise_cap = f"raise {cap}"
     if isinstance(positions, int) and 0 < positions < r.max_model_len:
         if "max_model_len" in r.model_fields_set:
             raise ResourceError(
@@ -203,11 +205,15 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
                 [f"set rollout.max_model_len={positions} or less"],
             )
         r.max_model_len = positions  # the default cap, shrunk to what the model can attend over
+        # raising the cap is refused above: the model's positions are the limit to name
+        cap = f"the model's {positions} positions (its max_position_embeddings; rollout.max_model_len was lowered to it)"
+        raise_cap = "use a model with more positions (max_position_embeddings)"
     budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
     if r.max_model_len <= budget:
+        shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
-            f"rollout.max_model_len={r.max_model_len} leaves no room for a prompt before max_new_tokens={budget}",
-            ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"],
+            f"{shown} leaves no room for a prompt before max_new_tokens={budget}",
+            [f"{raise_cap} or lower sampling.train.max_new_tokens"],
         )
     from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
     from ragen_core.rollout.env_pool import episode_label, reset_env
@@ -224,13 +230,13 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         env.close()
     prompt_len = len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])  # no "longer than the maximum" warning
     if prompt_len + budget > r.max_model_len:
-        hints = ["raise rollout.max_model_len or lower sampling.train.max_new_tokens"]
+        hints = [f"{raise_cap} or lower sampling.train.max_new_tokens"]
         if prompt_len + 64 > r.max_model_len:  # the env's own text leaves no room for a reply: that is what to change
             hints = [f"env {config.env!r}'s instruction and first observation alone take ~{prompt_len} tokens: make them shorter "
-                     "(its env_config, or the env's render) or raise rollout.max_model_len"]
+                     f"(its env_config, or the env's render) or {raise_cap}"]
+        shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
-            f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, "
-            f"more than rollout.max_model_len={r.max_model_len}", hints)
+            f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, more than {shown}", hints)
     import torch
 
     n_params = sum(p.numel() for p in model.parameters())
@@ -258,7 +264,8 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     returning ``(base reference, adapter folder)`` as the second item for :func:`wrap_lora`.
 
     Raises:
-        CheckpointError: The run's ``checkpoints/lora_base`` differs from its manifest.
+        CheckpointError: The run's ``checkpoints/lora_base`` differs from its manifest, or the
+            local base folder of a LoRA run is gone.
     """
     from ragen_core.trainer.checkpoint import lora_resume_source, resolve_lora_base, verify_checkpoint
 
@@ -270,6 +277,11 @@ def model_source(config: RunConfig, run_dir: str | Path, checkpoint: str | Path 
     base = resolve_lora_base(run_dir, source[0])
     if Path(base).is_dir():
         verify_checkpoint(base)
+    elif Path(base).is_absolute():  # a local model folder (recorded as an absolute path) that was moved or deleted
+        raise CheckpointError(f"cannot resume this LoRA run: its base model folder {base} is gone (the adapters in "
+                              f"{Path(checkpoint).name}/{source[1].name} apply to it)",
+                              [f"put the model folder back at {base}; the merged {Path(checkpoint).name} needs no base for "
+                               "ragen eval, or as the model of a new run"])
     return base, source
 
 
@@ -344,8 +356,6 @@ def wrap_lora(config: RunConfig, model: Any, tokenizer: Any, run_dir: str | Path
 
     if resume_from is not None:
         if not (resume_from[1] / ADAPTER_WEIGHTS).is_file():
-            from ragen_core.errors import CheckpointError
-
             raise CheckpointError(f"LoRA adapter {resume_from[1]} has no {ADAPTER_WEIGHTS} (adapters are loaded from safetensors only)")
         with peft_quiet():
             return peft.PeftModel.from_pretrained(model, str(resume_from[1]), is_trainable=True), resume_from[0]
