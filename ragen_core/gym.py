@@ -11,7 +11,9 @@ The ``module:env-id`` form makes Gymnasium import this module, which registers `
 for every installed env from entry-point metadata only (no plugin is imported until ``make``).
 ``terminated`` is the env's ``done``; ``truncated`` becomes True when the per-episode action cap
 (``max_actions_per_episode``) is exhausted without ``done``. Integer actions index into the env's
-``action_names`` when it has a fixed vocabulary.
+``action_names`` when it has a fixed vocabulary. Render modes: ``ansi`` (the observation text) for
+every env, ``rgb_array`` only for an env with :meth:`~ragen_core.Env.render_image` (Sokoban); the
+instance's ``metadata`` lists the modes its env has, and a mode it lacks is refused at ``make``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ except ImportError:  # an optional extra: say which one
     raise ConfigError("ragen_core.gym needs the 'gymnasium' package", ["pip install 'ragen-core[gym]'"]) from None
 
 from ragen_core import registry
+from ragen_core.errors import UsageError
+from ragen_core.interfaces.env import Env
+from ragen_core.seeding import is_int
 
 CHARSET = string.printable + "√✓·█░▒▓←↑→↓"
 
@@ -35,10 +40,17 @@ CHARSET = string.printable + "√✓·█░▒▓←↑→↓"
 class RagenGymEnv(gymnasium.Env):
     """Wraps a :class:`ragen_core.Env` built by name as a ``gymnasium.Env``."""
 
-    metadata = {"render_modes": ["ansi", "rgb_array"]}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    """Every mode some env has (what ``gymnasium.make`` checks); an instance lists its own env's."""
 
     def __init__(self, env_name: str, preset: str | None = None, render_mode: str | None = None, **config: Any) -> None:
         self.inner = registry.make_env(env_name, preset=preset, **config)
+        images = type(self.inner).render_image is not Env.render_image
+        self.metadata = {"render_modes": ["ansi", "rgb_array"] if images else ["ansi"], "render_fps": 4}
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            self.inner.close()
+            modes = ", ".join(repr(m) for m in self.metadata["render_modes"])
+            raise UsageError(f"ragen/{env_name} has no render_mode {render_mode!r}: it renders {modes}")
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=1_000_000, charset=CHARSET)
         self.action_space = spaces.Text(max_length=10_000, charset=CHARSET)
@@ -56,8 +68,12 @@ class RagenGymEnv(gymnasium.Env):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not isinstance(action, str):
             names = self.inner.action_names
-            if names is None:
-                raise TypeError(f"{type(self.inner).__name__} takes text actions, got {type(action).__name__}")
+            if names is None or not is_int(action):
+                takes = "text actions" if names is None else f"text actions or an int from 0 to {len(names) - 1}"
+                raise UsageError(f"{type(self.inner).__name__} takes {takes}, not {type(action).__name__} {action!r}")
+            if not 0 <= int(action) < len(names):  # a negative index took an action from the end
+                raise UsageError(f"{type(self.inner).__name__}: action {int(action)} is not an index of its "
+                                 f"{len(names)} action_names (0 to {len(names) - 1}: {', '.join(names)})")
             action = names[int(action)]
         obs, reward, done, info = self.inner.step(action)
         self._actions += 1

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragen_core import registry
 from ragen_core.config import apply_overrides, load_config, parse_override
-from ragen_core.errors import ConfigError
+from ragen_core.errors import ConfigError, UsageError
 from ragen_core.testing import check_env
 from ragen_core.testing.toy_env import register_toy_env
 
@@ -53,6 +54,34 @@ def test_gymnasium_truncates_at_action_cap(toy):
     env.reset(seed=1)
     results = [env.step("Jump") for _ in range(2)]
     assert [r[3] for r in results] == [False, True]
+
+
+def test_gymnasium_integer_actions_outside_action_names_are_refused(toy):
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}")
+    env.reset(seed=1)
+    for action in (-1, 2, True, 1.0):  # -1 took the last action, 2 raised a bare IndexError
+        with pytest.raises(UsageError, match=r"Left, Right|an int from 0 to 1"):
+            env.step(action)
+    assert env.step(1)[2] is False  # an index in range still steps
+
+
+def test_gymnasium_render_modes_are_the_envs_own(toy):
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+    from gymnasium.utils.env_checker import check_env as gym_check_env
+
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}")
+    assert env.unwrapped.metadata["render_modes"] == ["ansi"]  # the toy env has no render_image
+    with pytest.raises(UsageError, match=r"no render_mode 'rgb_array': it renders 'ansi'"):
+        gymnasium.make(f"ragen/{toy}", render_mode="rgb_array")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # also the checker's warnings (no render_fps, a declared mode that fails)
+        gym_check_env(env.unwrapped)
+    assert isinstance(gymnasium.make(f"ragen/{toy}", render_mode="ansi").unwrapped.render(), str)
 
 
 class Inner(BaseModel):

@@ -108,6 +108,27 @@ def test_installed_env_has_a_gymnasium_face(name):
 
 
 @pytest.mark.parametrize("name", ENVS)
+def test_installed_env_renders_in_each_gymnasium_mode_it_declares(name):
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+
+    import ragen_core.gym  # noqa: F401
+
+    if _refusal(name) is not None:
+        pytest.skip(f"env {name} cannot run here")
+    modes = gymnasium.make(f"ragen/{name}").unwrapped.metadata["render_modes"]
+    assert "ansi" in modes
+    for mode in modes:  # what gymnasium's env checker renders: every declared mode must work
+        env = gymnasium.make(f"ragen/{name}", render_mode=mode)
+        env.reset(seed=3)
+        frame = env.render()
+        if mode == "ansi":
+            assert isinstance(frame, str) and frame
+        else:
+            assert frame.ndim == 3 and frame.shape[2] == 3
+        env.close()
+
+
+@pytest.mark.parametrize("name", ENVS)
 def test_installed_env_plays_in_the_terminal_with_a_random_agent(name):
     import subprocess
     import sys
