@@ -290,3 +290,16 @@ def test_lora_settings_without_a_rank_are_warned_about():
     assert run_warnings(both)[0].startswith("optim.peft.alpha and optim.peft.target_modules are set but optim.peft.rank is 0")
     on = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "optim.peft.alpha=32", "optim.peft.rank=4"])
     assert run_warnings(on) == []
+
+
+def test_the_hf_engine_model_is_not_the_runs_model_and_another_one_is_warned_about():
+    """A run of another model wrote engine_config.model: tiny in its config.yaml (the hf engine's default, never
+    read in a run: the trainer attaches its policy), and engine_config.model=X was silently not trained."""
+    from ragen_core.trainer.config import resolved_config, run_warnings
+
+    register_toy_env()
+    assert resolved_config(load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "model=tiny-qwen-tok"]))["engine_config"]["model"] == ""
+    config = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "engine_config.model=tiny-qwen-tok"])
+    assert run_warnings(config) == ["engine_config.model=tiny-qwen-tok is not read in a run: the hf engine samples the run's policy "
+                                    "(model=tiny); to train tiny-qwen-tok, set model=tiny-qwen-tok"]
+    assert run_warnings(load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "engine_config.model=tiny"])) == []

@@ -10,8 +10,11 @@ from ragen_core.specs import PluginConfig
 class HFEngineConfig(PluginConfig):
     """Settings of the in-process Hugging Face ``transformers`` engine."""
 
-    model: str = "tiny"
-    """Model to load when none is attached: ``tiny``, ``tiny-qwen-tok``, a Hub id or a folder."""
+    model: str = ""
+    """Model the engine loads when none is attached (a standalone engine): ``tiny``,
+    ``tiny-qwen-tok``, a Hub id or a folder; empty = ``tiny``. In a run the trainer attaches its
+    policy (the run's ``model``), so this is not read there: a run's config.yaml said ``tiny`` for
+    a run of another model."""
     device: str = "cpu"
     """Torch device of the model the engine loads itself (an attached model stays where it is)."""
     dtype: str | None = None

@@ -108,12 +108,12 @@ class HFEngine(Engine):
             self.tokenizer = tokenizer
 
     def load(self) -> None:
-        """Load ``config.model`` if no model is attached yet."""
+        """Load ``config.model`` (empty: ``tiny``) if no model is attached yet."""
         if self.model is not None and self.tokenizer is not None:
             return
         from ragen_core.models import load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(self.config.model, device=self.config.device, dtype=self.config.dtype)
+        model, tokenizer = load_model_and_tokenizer(self.config.model or "tiny", device=self.config.device, dtype=self.config.dtype)
         if self.model is None:
             self.model = model
         if self.tokenizer is None:

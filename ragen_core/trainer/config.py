@@ -598,6 +598,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
+    * ``engine_config.model`` of the hf engine naming another model than ``model``: the trainer
+      attaches its policy, so the engine never loads it.
     """
     from ragen_core import registry
 
@@ -623,6 +625,10 @@ def run_warnings(config: RunConfig) -> list[str]:
                        f"{'it is' if len(unused) == 1 else 'they are'} unused; to train adapters: optim.peft.rank=8 (or another rank)")
     chosen = registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
     out += chosen.rollout_warnings(config.rollout.env_groups, config.rollout.group_size)  # type: ignore[attr-defined]
+    engine_model = config.engine_config.get("model") if registry.get_spec("engine", config.engine).name == "hf" else None
+    if engine_model and engine_model != config.model:  # the trainer attaches its policy: the engine never loads this one
+        out.append(f"engine_config.model={engine_model} is not read in a run: the hf engine samples the run's policy "
+                   f"(model={config.model}); to train {engine_model}, set model={engine_model}")
     for key in _unlisted_diagnostic_settings(config):
         turned_on = ",".join([*config.diagnostics, key])
         out.append(f"diagnostics_config.{key} is set but diagnostics does not list {key!r}, so these settings are unused; "
