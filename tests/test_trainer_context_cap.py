@@ -53,7 +53,7 @@ def test_an_observation_longer_than_the_context_is_blamed_on_the_env(short_model
     with pytest.raises(ResourceError) as err:
         preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert err.value.message.startswith(f"the first prompt of env {cfg.env!r} needs ~")
-    assert err.value.hints == [f"env {cfg.env!r}'s instruction and first observation alone take ~{err.value.message.split('~')[1].split()[0]} "
+    assert err.value.hints == [f"the instruction and first observation of env {cfg.env!r} alone take ~{err.value.message.split('~')[1].split()[0]} "
                                "tokens: make them shorter (its env_config, or the env's render) or raise rollout.max_model_len"]
     assert "Token indices sequence length" not in capfd.readouterr().err
     cfg = _config("rollout.max_model_len=600", "env_config.length=300", "sampling.train.max_new_tokens=300")  # the reply is what does not fit

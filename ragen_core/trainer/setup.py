@@ -232,7 +232,7 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     if prompt_len + budget > r.max_model_len:
         hints = [f"{raise_cap} or lower sampling.train.max_new_tokens"]
         if prompt_len + 64 > r.max_model_len:  # the env's own text leaves no room for a reply: that is what to change
-            hints = [f"env {config.env!r}'s instruction and first observation alone take ~{prompt_len} tokens: make them shorter "
+            hints = [f"the instruction and first observation of env {config.env!r} alone take ~{prompt_len} tokens: make them shorter "
                      f"(its env_config, or the env's render) or {raise_cap}"]
         shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
