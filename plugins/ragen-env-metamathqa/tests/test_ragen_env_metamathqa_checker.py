@@ -170,6 +170,17 @@ TABLE = [
     ("0.125", "\\frac{1}{8}", False, True),
     ("0.00", "\\frac{1}{300}", False, False),  # no significant digit left: 0 (it matched)
     ("0.01", "\\frac{7}{500}", False, False),
+    ("0.13", "\\frac{1}{2^3}", False, False),  # the same rule for a label written as an expression (it matched)
+    ("0.13", "2^{-3}", False, False),
+    ("\\frac{1}{2^3}", "0.13", False, False),
+    ("0.125", "2^{-3}", False, True),
+    ("0.00", "\\frac{1}{3^5}", False, False),
+    ("0.037", "\\frac{1}{3^3}", False, True),
+    ("-0.33", "-\\frac{2}{6}+0", False, True),
+    ("0.00", "\\frac{\\sqrt{2}}{1000}", False, False),  # an irrational, rounded to no significant digit (it matched)
+    ("0.01", "\\frac{\\sqrt{2}}{100}", False, False),
+    ("0.014", "\\frac{\\sqrt{2}}{100}", False, True),
+    ("2.00", "\\sqrt{4}", False, True),
     ("33.33%", "\\frac{1}{3}", False, True),
     ("1.41", "\\sqrt{2}", False, True),
     ("3.14", "\\pi", False, True),

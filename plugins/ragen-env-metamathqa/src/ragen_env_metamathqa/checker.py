@@ -48,7 +48,8 @@ is the same number or expression as the label:
    such as 1/3, or in step 5 an irrational) that rounds to it at ``d`` decimals, with two
    significant digits or more: ``0.33`` is 1/3 and ``1.41`` is sqrt(2), but ``0.3`` is not 1/3,
    ``0.13`` is not 1/8 (``0.125`` writes it) and ``0.00`` is not 1/300. Two decimals, or two exact
-   values, must be equal.
+   values, must be equal. Step 5 applies the same rule to a label written as an expression: one
+   of rationals is computed exactly (``0.13`` is not ``2^{-3}``), and ``0.00`` is not ``\\frac{\\sqrt{2}}{1000}``.
 5. **Expressions** (:func:`expression_value`): tuples and intervals compare item by item
    (brackets must agree; ``x \\in [2, 5]`` is the interval ``[2, 5]``); a sign choice ``\\pm 3``
    matches the bare pair ``3, -3`` in either order, and the other way round; anything else
@@ -904,6 +905,34 @@ def expression_value(text: str) -> _V | None:
         return None
 
 
+#: Bits of a power's result above which :func:`_rational` gives up (the float path compares it).
+_MAX_RATIONAL_BITS = 4_096
+
+
+def _rational(tree: Tree) -> Fraction | None:
+    """The exact value of an expression of rationals, ``+ - * /``, integer powers and ``| |``;
+    None for anything else (pi, a root, a function, a symbol) or a power too large to compute."""
+    head = tree[0]
+    if head == "n":
+        return Fraction(tree[1], tree[2])
+    if head in ("neg", "abs"):
+        inner = _rational(tree[1])
+        return None if inner is None else -inner if head == "neg" else abs(inner)
+    if head not in ("+", "-", "*", "/", "^"):
+        return None
+    left, right = _rational(tree[1]), _rational(tree[2])
+    if left is None or right is None:
+        return None
+    if head == "^":
+        size = max(left.numerator.bit_length(), left.denominator.bit_length())
+        if right.denominator != 1 or (left == 0 and right < 0) or size * abs(right.numerator) > _MAX_RATIONAL_BITS:
+            return None
+        return left ** int(right)
+    if head == "/":
+        return None if right == 0 else left / right
+    return left + right if head == "+" else left - right if head == "-" else left * right
+
+
 def _values_close(a: Any, b: Any, decimals: int | None) -> bool:
     tolerance = REL_TOL * max(abs(a), abs(b)) + ABS_TOL
     if decimals is not None and decimals >= 2:
@@ -924,6 +953,15 @@ def _expression_equal(
     for num in (pred_num, gold_num):
         if num is not None and len(num) == 1 and num[0].decimals is not None:
             decimals = num[0].decimals if decimals is None else None
+    if decimals is not None and decimals >= 2:  # step 4's rule: the expression is the exact side
+        nums = pred_num if pred_num is not None else gold_num  # (step 4 took two plain numbers: one side is an expression)
+        assert nums is not None
+        written = nums[0]
+        exact = _rational((b if pred_num is not None else a).tree)
+        if exact is not None:  # 2^{-3} is 1/8, which 0.125 writes: 0.13 is not it
+            return _num_equal(_Num(exact, None), written)
+        if abs(written.value) < Fraction(10, 10**decimals):  # one significant digit: 0.00 is not \frac{\sqrt2}{1000}
+            decimals = None
     if not all(_values_close(x, y, decimals) for x, y in zip(a.values, b.values)):
         return False  # a point where they differ by more than the tolerance: sound
     limit = getattr(_state, "symbolic", None)
