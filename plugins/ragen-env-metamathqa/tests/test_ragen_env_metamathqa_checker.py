@@ -646,6 +646,16 @@ UNIT_TABLE = [
     ("5 ms", "5 s", False),  # milliseconds are a unit of time: not 5 seconds (it matched)
     ("500 ms", "0.5 s", True),
     ("250 milliseconds", "1/4 s", True),
+    ("5 ns", "5 s", False),  # the other metric units of two letters are units of their scale too (they matched)
+    ("5 nm", "5 m", False),
+    ("5 dm", "5 m", False),
+    ("5 cl", "5 l", False),
+    ("5 dl", "5 ml", False),
+    ("5 cc", "5 l", False),
+    ("5 cc", "5 ml", True),
+    ("50 cl", "0.5 l", True),
+    ("50 cm", "5 dm", True),
+    ("3 nanoseconds", "3 ns", True),
     ("4 Hz", "4", True),  # a capital letter: a unit symbol, not two variables
     ("There are 5 of them", "5", True),  # prose is still read by its last number
     ("The answer is 5 in all.", "5", True),

@@ -323,16 +323,19 @@ _RE_UNITS = re.compile(r"(.*?[\d%}])\s+([a-zA-Z][a-zA-Z.\s/]*(?:\^\s*\{?\s*[23]\
 #: Common units by their spellings (plural, spelt out, abbreviated): two answers that state
 #: different ones of these state different values (``4 s`` is not ``4 h``); other words (``apples``,
 #: ``mph``) are not compared.
-_UNIT_NAMES = {canon: canon for canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi", "ms", "s", "min", "h", "day", "week", "month",
-                                           "year", "g", "mg", "kg", "lb", "oz", "l", "ml")}
+_UNIT_NAMES = {canon: canon for canon in ("m", "nm", "mm", "cm", "dm", "km", "in", "ft", "yd", "mi", "ns", "ms", "s", "min", "h", "day",
+                                           "week", "month", "year", "g", "mg", "kg", "lb", "oz", "l", "ml", "cl", "dl")}
 for _canon, _spellings in {
-    "m": "meter meters metre metres", "cm": "centimeter centimeters centimetre centimetres", "mm": "millimeter millimeters millimetre millimetres",
+    "m": "meter meters metre metres", "nm": "nanometer nanometers nanometre nanometres",
+    "dm": "decimeter decimeters decimetre decimetres", "cm": "centimeter centimeters centimetre centimetres",
+    "mm": "millimeter millimeters millimetre millimetres",
     "km": "kilometer kilometers kilometre kilometres", "in": "inch inches", "ft": "foot feet", "yd": "yard yards", "mi": "mile miles",
-    "ms": "msec msecs millisecond milliseconds",
+    "ns": "nsec nsecs nanosecond nanoseconds", "ms": "msec msecs millisecond milliseconds",
     "s": "sec secs second seconds", "min": "mins minute minutes", "h": "hr hrs hour hours", "day": "days", "week": "weeks wk wks",
     "month": "months mo mos", "year": "years yr yrs", "g": "gram grams", "mg": "milligram milligrams mgs",
     "kg": "kilogram kilograms kgs", "lb": "lbs pound pounds", "oz": "ounce ounces", "l": "liter liters litre litres",
-    "ml": "milliliter milliliters millilitre millilitres",
+    "ml": "milliliter milliliters millilitre millilitres cc", "cl": "centiliter centiliters centilitre centilitres",
+    "dl": "deciliter deciliters decilitre decilitres",
 }.items():
     _UNIT_NAMES.update(dict.fromkeys(_spellings.split(), _canon))
 #: Each common unit's scale and size: two stated units of one scale convert exactly (``1 hour`` is
@@ -340,17 +343,19 @@ for _canon, _spellings in {
 #: units (exact by definition, but a reply in the other system is a rounded decimal the question did
 #: not ask for), and the clock and the calendar (a year is 365 or 366 days, a month 28 to 31).
 _UNIT_SIZES: dict[str, tuple[str, Fraction]] = {
-    "mm": ("metre", Fraction(1, 1000)), "cm": ("metre", Fraction(1, 100)), "m": ("metre", Fraction(1)), "km": ("metre", Fraction(1000)),
+    "nm": ("metre", Fraction(1, 10**9)), "mm": ("metre", Fraction(1, 1000)), "cm": ("metre", Fraction(1, 100)),
+    "dm": ("metre", Fraction(1, 10)), "m": ("metre", Fraction(1)), "km": ("metre", Fraction(1000)),
     "in": ("inch", Fraction(1)), "ft": ("inch", Fraction(12)), "yd": ("inch", Fraction(36)), "mi": ("inch", Fraction(63_360)),
-    "ms": ("second", Fraction(1, 1000)),
+    "ns": ("second", Fraction(1, 10**9)), "ms": ("second", Fraction(1, 1000)),
     "s": ("second", Fraction(1)), "min": ("second", Fraction(60)), "h": ("second", Fraction(3_600)), "day": ("second", Fraction(86_400)),
     "week": ("second", Fraction(604_800)), "month": ("month", Fraction(1)), "year": ("month", Fraction(12)),
     "mg": ("gram", Fraction(1, 1000)), "g": ("gram", Fraction(1)), "kg": ("gram", Fraction(1000)),
-    "oz": ("ounce", Fraction(1)), "lb": ("ounce", Fraction(16)), "ml": ("litre", Fraction(1, 1000)), "l": ("litre", Fraction(1)),
+    "oz": ("ounce", Fraction(1)), "lb": ("ounce", Fraction(16)), "ml": ("litre", Fraction(1, 1000)), "cl": ("litre", Fraction(1, 100)),
+    "dl": ("litre", Fraction(1, 10)), "l": ("litre", Fraction(1)),
 }
 #: Lengths, whose power is an area or a volume (``18 m^2``); a time's power only ends a compound
 #: unit (``9.8 m/s^2``). Anything else with a power is a variable (``4 a^2``) or a number word.
-_LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("m", "cm", "mm", "km", "in", "ft", "yd", "mi")) | {"unit", "units"}
+_LENGTHS = frozenset(word for word, canon in _UNIT_NAMES.items() if _UNIT_SIZES[canon][0] in ("metre", "inch")) | {"unit", "units"}
 _TIMES = frozenset(word for word, canon in _UNIT_NAMES.items() if canon in ("s", "min", "h"))
 #: A unit's power (``m^2``, ``cm^{3}``): part of the unit, not of the number.
 _RE_UNIT_POWER = re.compile(r"\^\s*\{?\s*[23]\s*\}?$")
