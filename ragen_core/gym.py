@@ -50,7 +50,8 @@ class RagenGymEnv(gymnasium.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             self.inner.close()
             modes = ", ".join(repr(m) for m in self.metadata["render_modes"])
-            raise UsageError(f"ragen/{env_name} has no render_mode {render_mode!r}: it renders {modes}")
+            human = "; gymnasium.make's render_mode='human' asks for 'rgb_array' to draw its frames" if render_mode == "rgb_array" else ""
+            raise UsageError(f"ragen/{env_name} has no render_mode {render_mode!r}: it renders {modes}{human}")
         self.render_mode = render_mode
         self.observation_space = spaces.Text(max_length=1_000_000, charset=CHARSET)
         self.action_space = spaces.Text(max_length=10_000, charset=CHARSET)

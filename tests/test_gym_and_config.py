@@ -78,6 +78,10 @@ def test_gymnasium_render_modes_are_the_envs_own(toy):
     assert env.unwrapped.metadata["render_modes"] == ["ansi"]  # the toy env has no render_image
     with pytest.raises(UsageError, match=r"no render_mode 'rgb_array': it renders 'ansi'"):
         gymnasium.make(f"ragen/{toy}", render_mode="rgb_array")
+    with warnings.catch_warnings(), pytest.raises(UsageError, match=r"no render_mode 'rgb_array': it renders 'ansi'; "
+                                                                    r"gymnasium.make's render_mode='human' asks for 'rgb_array'"):
+        warnings.simplefilter("ignore")  # gymnasium's note that it wraps the env in HumanRendering
+        gymnasium.make(f"ragen/{toy}", render_mode="human")  # the refusal named only 'rgb_array', which was not asked for
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # also the checker's warnings (no render_fps, a declared mode that fails)
         gym_check_env(env.unwrapped)
