@@ -71,8 +71,12 @@ from ragen_core.trainer.distributed import World, rank_lost, rollout_share
 from ragen_core.trainer.divergence import DIVERGED, SkipMonitor, report, weights_finite
 from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
-from ragen_core.trainer.update import ACTOR_KEYS, PreparedBatch, prepare, update_actor, update_critic
+from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
+
+#: Metric families of the update (``actor/pg_loss``, ``actor/lr``, ``critic/vf_loss``, an algorithm's own
+#: ``actor/...``): a plugin's metric in them is not logged, on steps without an update too.
+UPDATE_FAMILIES = ("actor/", "critic/")
 
 #: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
 #: process or Ray pool ends it at once; an in-process env stuck in a step never does).
@@ -151,9 +155,10 @@ class Trainer(CheckpointMixin):
         """(observer, metric key) pairs whose key, non-number value or clash with the run's own metric was reported (once each)."""
         self._plugin_metrics: list[tuple[str, str, float]] = []
         """This step's ``(observer, key, value)`` metrics from ``ragen_on_rollout_end``, added to its row at its end."""
-        self._core_metric_keys: set[str] = {"timing_s/total", *ACTOR_KEYS}  # timing_s/total: train() adds it after the step;
-        # the update's keys: a step with nothing to train (an empty filter) logs none of them, and a plugin's would pass for them
-        """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it."""
+        self._core_metric_keys: set[str] = {"timing_s/total"}  # train() adds it to each step's row after the step
+        """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it. The
+        update's families (:data:`UPDATE_FAMILIES`) are the run's from the start: a step with nothing to train (an
+        empty filter) logs none of their keys, and a plugin's would pass for them."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
@@ -801,7 +806,7 @@ class Trainer(CheckpointMixin):
         it, depending on which came last (``actor/lr_factor``, ``actor/entropy``), and is said once."""
         self._core_metric_keys.update(metrics)
         for label, key, value in self._plugin_metrics:
-            if key not in self._core_metric_keys:
+            if key not in self._core_metric_keys and not key.startswith(UPDATE_FAMILIES):
                 metrics[key] = value
             elif (label, key) not in self._said_not_numbers:
                 report(f"{label} returned {key!r} from ragen_on_rollout_end, a metric the run logs itself: not logged "
