@@ -76,3 +76,14 @@ def test_a_prompt_beyond_the_shrunk_cap_names_the_model_positions_not_the_settin
     with pytest.raises(ResourceError) as err:
         preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert err.value.hints == ["use a model with more positions (max_position_embeddings) or lower sampling.train.max_new_tokens"]
+
+
+@pytest.mark.parametrize(("which", "other"), [("val", "train"), ("train", "val")])
+def test_the_hint_names_the_larger_reply_budget(which, other, short_model):
+    """The budget checked is the larger of the train and val max_new_tokens; the hint always said to lower the
+    train one, which with a larger val budget changed nothing."""
+    cfg = _config("rollout.max_model_len=400", f"sampling.{which}.max_new_tokens=390", f"sampling.{other}.max_new_tokens=50")
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.message.startswith("the first prompt of env") and "plus max_new_tokens=390" in err.value.message
+    assert err.value.hints == [f"raise rollout.max_model_len or lower sampling.{which}.max_new_tokens"]

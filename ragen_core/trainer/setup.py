@@ -209,11 +209,12 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         cap = f"the model's {positions} positions (its max_position_embeddings; rollout.max_model_len was lowered to it)"
         raise_cap = "use a model with more positions (max_position_embeddings)"
     budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
+    lower = "sampling.train.max_new_tokens" if config.sampling.train.max_new_tokens == budget else "sampling.val.max_new_tokens"
     if r.max_model_len <= budget:
         shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
             f"{shown} leaves no room for a prompt before max_new_tokens={budget}",
-            [f"{raise_cap} or lower sampling.train.max_new_tokens"],
+            [f"{raise_cap} or lower {lower}"],
         )
     from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
     from ragen_core.rollout.env_pool import episode_label, reset_env
@@ -230,7 +231,7 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         env.close()
     prompt_len = len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])  # no "longer than the maximum" warning
     if prompt_len + budget > r.max_model_len:
-        hints = [f"{raise_cap} or lower sampling.train.max_new_tokens"]
+        hints = [f"{raise_cap} or lower {lower}"]
         if prompt_len + 64 > r.max_model_len:  # the env's own text leaves no room for a reply: that is what to change
             hints = [f"the instruction and first observation of env {config.env!r} alone take ~{prompt_len} tokens: make them shorter "
                      f"(its env_config, or the env's render) or {raise_cap}"]
