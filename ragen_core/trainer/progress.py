@@ -6,7 +6,9 @@ redraws with a carriage return: on a terminal that is one line that moves; in a 
 as a line each -- thousands in a long run. Where stderr is not a terminal (nor a notebook, whose
 tqdm draws a widget), :class:`LineProgress` prints plain lines instead: one per finished step, at
 most one every :data:`LINE_EVERY_S` seconds (the first and the last step always), and, in a step
-running longer than that, the phase it is in, so a slow step is not silence.
+running longer than that, the phase it is in, so a slow step is not silence. The warm start's bars
+(an SFT round's steps, a valid-rate check's turns) are drawn only where :func:`bars_drawn`: its
+round lines say the same in a log.
 """
 
 from __future__ import annotations
@@ -28,13 +30,18 @@ def stderr_is_terminal() -> bool:
         return False
 
 
-def step_progress(total: int, initial: int, desc: str) -> Any:
-    """The display of a run's steps: a tqdm bar on a terminal or in a notebook, else :class:`LineProgress`.
-
-    Both take ``update(n)``, ``set_postfix_str(text)`` and ``close()``."""
+def bars_drawn() -> bool:
+    """Whether a tqdm bar draws in place here: on a terminal, or as a notebook's widget."""
     from tqdm import autonotebook, std
 
-    if autonotebook.tqdm is not std.tqdm or stderr_is_terminal():
+    return autonotebook.tqdm is not std.tqdm or stderr_is_terminal()
+
+
+def step_progress(total: int, initial: int, desc: str) -> Any:
+    """The display of a run's steps: a tqdm bar where :func:`bars_drawn`, else :class:`LineProgress`.
+
+    Both take ``update(n)``, ``set_postfix_str(text)`` and ``close()``."""
+    if bars_drawn():
         from tqdm.auto import tqdm
 
         return tqdm(total=total, initial=initial, desc=desc, unit="step")
