@@ -9,6 +9,7 @@ Run: ``python bench/bench_filters.py``
 
 from __future__ import annotations
 
+import argparse
 import timeit
 
 import numpy as np
@@ -30,7 +31,8 @@ def baseline(rewards: np.ndarray, groups: int, value: float = 0.9, eps: float = 
     return sorted(kept) if acc >= threshold else []
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # --help, and unknown arguments refused
     rng = np.random.default_rng(0)
     print(f"{'batch':>10} {'filter':>18} {'us/call':>10} {'baseline us':>12} {'ratio':>7}")
     for groups, size in ((8, 16), (128, 16), (512, 8)):

@@ -340,6 +340,20 @@ def test_the_readme_names_the_shipped_chains_built_from_uncommitted_changes():
     assert named == dirty
 
 
+def test_a_build_ends_saying_where_the_policy_went(tmp_path, capsys):
+    """The folder was named only on the build's first line, minutes of round lines before its end."""
+    from ragen_core.cli.main import main
+    from ragen_core.errors import shell_word
+
+    env = register_toy_env()
+    out = tmp_path / "my policy"
+    assert main(["warm-policy", "build", "--out", str(out), "--envs", env, "--episodes", "4", "--demo-turns", "1", "--epochs", "1",
+                 "--max-rounds", "1", "--check-episodes", "2", "--no-recipes"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"wrote the warm policy to {out} (ragen eval --model {shell_word(str(out))} --env {env} plays it)"
+    assert (out / warm_policy.BUILD_FILE).is_file()
+
+
 def test_a_build_without_out_does_not_write_over_a_shipped_policy(capsys):
     """The README's rebuild commands had no --out: run by a user, they wrote over the shipped,
     git-tracked policy in the package."""

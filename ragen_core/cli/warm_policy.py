@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         missed = [t["label"] for t in record["targets"] if not t["reached_target"]]
         if missed:
             print(f"missed the valid-rate target: {', '.join(missed)} (runs of these check and warm-start further themselves)")
+        from ragen_core.errors import shell_word
+
+        # said last: the first line naming the folder is minutes of output back
+        print(f"wrote the warm policy to {out} (ragen eval --model {shell_word(str(out))} --env {envs[0]} plays it)")
         return 0
     if args.action == "show":
         policies = warm_policy.shipped_policies()

@@ -399,7 +399,8 @@ class RunConfig(_Section):
     device: str = Field(default="auto", pattern=DEVICE_PATTERN)
     """``auto`` = CUDA when available, else CPU; or ``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``xpu``, ``xpu:N``."""
     progress: bool = True
-    """Show a tqdm progress bar."""
+    """Show progress: a tqdm bar on a terminal; elsewhere (a log file, CI) plain lines, at most one
+    every 30 s (:mod:`ragen_core.trainer.progress`)."""
     watchdog_s: float | None = Field(default=1800.0, gt=0)
     """End the run (exit code 3) when nothing progresses for this many seconds -- no training
     step, checkpoint, or rollout turn completed -- after writing every thread's stack to stderr

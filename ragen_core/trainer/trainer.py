@@ -782,9 +782,9 @@ class Trainer(CheckpointMixin):
     def _progress(self) -> Any:
         if not self.config.progress or not self.world.main:
             return None
-        from tqdm.auto import tqdm
+        from ragen_core.trainer.progress import step_progress
 
-        return tqdm(total=self.config.steps, initial=self.start_step - 1, desc=f"ragen {self.config.env}/{self.config.algo}", unit="step")
+        return step_progress(self.config.steps, self.start_step - 1, f"ragen {self.config.env}/{self.config.algo}")
 
     def _beat(self, what: str) -> None:
         """Progress within a step: the watchdog's heartbeat, and the progress bar's note (every

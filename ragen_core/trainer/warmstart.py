@@ -666,7 +666,9 @@ def format_check(config: RunConfig, model: Any, tokenizer: Any, *, episodes: int
     check_cfg = config.model_copy(update={"seed": derive_seed(config.seed, "warm-start-check")})
     engine = make_engine(check_cfg, model, tokenizer)
     runner = make_runner(check_cfg, engine, tokenizer, "train", groups=n, group_size=1)
-    bar = tqdm(desc=progress, unit="turn", leave=False, disable=progress is None)
+    from ragen_core.trainer.progress import bars_drawn
+
+    bar = tqdm(desc=progress, unit="turn", leave=False, disable=progress is None or not bars_drawn())  # in a log: the round lines
     runner.progress = lambda what: bar.update(1) if what.startswith("turn ") else None
     try:
         trajs = runner.run(mode="train", sampling=config.sampling.train)
@@ -803,7 +805,9 @@ def sft(model: Any, tokenizer: Any, trajs: list[Any], *, epochs: int, lr: float,
     step = 0
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=progress, unit="step", leave=False, disable=progress is None)
+    from ragen_core.trainer.progress import bars_drawn
+
+    bar = tqdm(total=total, desc=progress, unit="step", leave=False, disable=progress is None or not bars_drawn())  # in a log: the round lines
     for _ in range(epochs):
         order = rng.permutation(len(batch)).tolist()
         for start in range(0, len(order), batch_size):

@@ -239,6 +239,18 @@ def test_diagnose_offline_matches_the_live_diagnostic(run_with_checkpoint: tuple
     assert offline["collapse_first_turn_sample/num_columns"] == 3.0
 
 
+def test_loading_the_checkpoint_prints_no_transformers_bar(run_with_checkpoint: tuple[Path, Any, list[Any]],
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """Between 'diagnose [2/5] loading checkpoint' and '[3/5]' transformers drew its 'Loading weights'
+    bar (carriage returns in a log), where a run's and ragen eval's loads of a local folder draw none."""
+    from ragen_diagnostics.offline import load_model
+
+    run, _, _ = run_with_checkpoint
+    load_model(run / "checkpoints" / "step_5")
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in out + err and "\r" not in err
+
+
 def test_cli_recomputes_offline_then_reports(run_with_checkpoint: tuple[Path, Any, list[Any]], capsys: pytest.CaptureFixture[str]) -> None:
     run, _, _ = run_with_checkpoint
     assert ragen_main(["diagnose", str(run), "--checkpoint", "step_5", "--num-samples", "all"]) == 0

@@ -95,13 +95,14 @@ def load_model(checkpoint_dir: str | Path, device: str = "cpu") -> tuple[Any, An
                          ["pass a folder under RUN_DIR/checkpoints/, e.g. --checkpoint step_100"])
     from transformers import AutoTokenizer
 
-    from ragen_core.models import load_weights
+    from ragen_core.models import load_weights, quiet_progress
     from ragen_core.trainer.checkpoint import verify_checkpoint, written_by_ragen
 
     ours = written_by_ragen(ckpt)
     if ours:
         verify_checkpoint(ckpt)
-    model = load_weights(str(ckpt), safetensors_only=ours).to(device).eval()
+    with quiet_progress():  # a local folder: no "Loading weights" bar (the stage line said what is loading)
+        model = load_weights(str(ckpt), safetensors_only=ours).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(ckpt))
     except Exception:  # noqa: BLE001 - a checkpoint without tokenizer files still scores token ids fine
