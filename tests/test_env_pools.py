@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from ragen_core import registry
-from ragen_core.errors import ConfigError, EnvError, PluginConfigError, PluginNotFoundError
+from ragen_core.errors import ConfigError, EnvError, PluginConfigError, PluginNotFoundError, UsageError
 from ragen_core.interfaces.env import EnvConfig
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
 from ragen_core.rollout.env_pool import ASYNC_STEP_THREADS, LocalEnvPool
@@ -45,14 +45,30 @@ def test_killed_process_worker_fails_its_episodes_and_is_replaced():
         assert outcomes[0].executed == ["Right"] and outcomes[1].executed == []
         assert f"worker 1 (pid {pids[1]}) died with exit code -{int(signal.SIGKILL)}" in outcomes[1].error
         assert "episode 3" in outcomes[3].error and "\n" not in outcomes[3].error
-        # The rollout goes on: a lost episode stays failed, and the next reset starts a fresh worker.
-        assert pool.step([StepRequest(3, ("Left",))])[0].end_reason == "failed"
+        # The rollout goes on: a failed episode has ended (a step for it is refused), and the next reset starts a fresh worker.
+        with pytest.raises(UsageError, match=r"^env 'toy-slow-corridor' \(seed 33, member 0\), episode 3, has ended \(failed\) and cannot"):
+            pool.step([StepRequest(0, ("Left",)), StepRequest(3, ("Left",))])
         starts = pool.reset(requests)
         assert [s.episode_id for s in starts] == [0, 1, 2, 3]
         new = pool.worker_pids()
         assert new[0] == pids[0] and new[1] != pids[1]
         assert [o.end_reason for o in pool.step([StepRequest(i, ("Right",)) for i in range(4)])] == ["", "", "", ""]
     assert pool.worker_pids() == {}
+
+
+def test_an_episode_of_a_replaced_worker_fails_at_its_next_step_and_is_refused_after():
+    """An episode whose worker was replaced while another episode's step ran has not been told it
+    ended: its next step says so (``"failed"``); only a step after that one is refused."""
+    requests = [ResetRequest(i, 30 + i, 0) for i in range(4)]
+    with ProcessEnvPool(TOY, workers=2, step_timeout_s=1.5) as pool:
+        pool.reset(requests)
+        assert pool.step([StepRequest(1, ("Wait",))])[0].end_reason == "timeout"  # worker 1 also held episode 3
+        (lost,) = pool.step([StepRequest(3, ("Right",))])
+        assert lost.end_reason == "failed" and "did not finish episode 1's step" in lost.error
+        with pytest.raises(UsageError, match=r"^env 'toy-slow-corridor' \(seed 33, member 0\), episode 3, has ended \(failed\)"):
+            pool.step([StepRequest(3, ("Right",))])
+        with pytest.raises(UsageError, match=r"\(seed 31, member 0\), episode 1, has ended \(timeout\)"):
+            pool.step([StepRequest(1, ())])
 
 
 def test_a_warning_logged_in_a_process_worker_names_the_worker():

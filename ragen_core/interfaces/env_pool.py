@@ -249,8 +249,9 @@ class EnvPool(ABC):
     :mod:`ragen_core.rollout.env_pool` that the shipped pools share to pass them:
 
     * a caller's mistake (a dict for a request, an episode named twice in one batch, a step for an
-      episode that is not running) is a :class:`~ragen_core.errors.UsageError` before anything
-      runs: ``check_resets(requests)`` and ``check_steps(requests, running_ids)``;
+      episode that is not running or has ended) is a :class:`~ragen_core.errors.UsageError` before
+      anything runs: ``check_resets(requests)`` and ``check_steps(requests, running_ids, ended)``,
+      ``ended`` kept by ``note_ended(ended, outcomes, label)`` after each step;
     * an env is reset and stepped as the other pools do (its rewards checked, the action budget and
       ``done`` honoured, an episode ending without ``info["success"]`` warned about):
       ``reset_env`` and ``run_actions``, where the env runs;
@@ -292,7 +293,14 @@ class EnvPool(ABC):
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
         """Step every requested episode once (all live episodes of a turn); outcomes in request order.
 
+        An episode ends with the outcome that says ``done`` or has ``end_reason`` ``"timeout"`` or
+        ``"failed"``; from then until the next reset a step for it is refused (an episode whose
+        worker was lost while another episode's step ran comes back ``"failed"`` at its next step).
+
         Raises:
+            UsageError: a request is not a :class:`StepRequest`, names an episode twice, or names
+                one that is not running or has ended (named by env, seed and member);
+                nothing is stepped.
             EnvError: an env raised or returned a non-finite reward (a bug in the env; the
                 message names env, seed and member). A worker that crashes or hangs is not an
                 env bug: its episodes come back with ``end_reason`` ``"failed"``/``"timeout"``.

@@ -18,7 +18,8 @@ Threads: the episodes of one turn step in ``threads`` threads (for envs whose ``
 server; default one, or 16 for envs whose spec sets ``async_step``). With a ``step_timeout_s`` every
 step runs in a worker thread; an episode whose step is not back in time comes back with
 ``end_reason="timeout"`` and its env instance is abandoned -- the thread cannot be stopped, so
-the instance is never touched again and its slot is rebuilt on the next reset.
+the instance is never touched again and its slot is rebuilt on the next reset. Like an episode
+whose env said ``done``, it has ended: a further step for it is refused (:func:`check_steps`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numbers
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -123,19 +124,35 @@ def check_resets(requests: Sequence[Any]) -> None:
     _requests_of(requests, ResetRequest, "reset", "give each episode of a batch its own id")
 
 
-def check_steps(requests: Sequence[Any], running: Container[int]) -> None:
+def check_steps(requests: Sequence[Any], running: Container[int], ended: Mapping[int, tuple[str, str]] | None = None) -> None:
     """Refuse a step batch every pool would misread: an item that is not a :class:`StepRequest`,
     an episode named twice (one request per episode per turn: the local pool ran both, the
-    process pool answered the second twice), or one that is not ``running`` (never reset, or
-    replaced by a later reset).
+    process pool answered the second twice), one that has ``ended`` (an outcome said ``done`` or
+    ended it ``"timeout"``/``"failed"``: its env was stepped again past its end), or one that is
+    not ``running`` (never reset, or replaced by a later reset). ``ended`` is what
+    :func:`note_ended` kept: one lookup per request.
 
     Raises:
-        UsageError: naming the item or the episode.
+        UsageError: naming the item or the episode (for an ended one: env, seed, member and how it ended).
     """
     _requests_of(requests, StepRequest, "step", "send one StepRequest per episode per turn, its actions together")
     for r in requests:
+        if ended and r.episode_id in ended:
+            label, how = ended[r.episode_id]
+            raise UsageError(f"{label}, episode {r.episode_id}, has ended ({how}) and cannot be stepped again",
+                             ["step only the episodes whose last outcome has done=False and no end_reason; reset to start new ones"])
         if r.episode_id not in running:
             raise UsageError(f"episode {r.episode_id} is not running in this pool (reset it first)")
+
+
+def note_ended(ended: dict[int, tuple[str, str]], outcomes: Iterable[StepOutcome], label: Callable[[int], str]) -> None:
+    """Keep in ``ended`` each episode one of ``outcomes`` ended (``done``, or ``end_reason``
+    ``"timeout"``/``"failed"``) for :func:`check_steps`, as ``(label(episode_id), how)``: the
+    :func:`episode_label` naming its env, and ``"done"``, ``"timeout"`` or ``"failed"``."""
+    for out in outcomes:
+        how = "done" if out.done else out.end_reason
+        if how:
+            ended[out.episode_id] = (label(out.episode_id), how)
 
 
 def _requests_of(requests: Sequence[Any], kind: type, call: str, once: str) -> None:
@@ -389,8 +406,9 @@ class LocalEnvPool(EnvPool):
         """Episode-id slot -> env instance (kept across resets)."""
         self._labels: dict[int, str] = {}
         """Live episode id -> how errors name it (env, seed, member)."""
-        self._lost: dict[int, str] = {}
-        """Episode id -> why it ended (its step timed out): stepped again, it comes back failed."""
+        self._ended: dict[int, tuple[str, str]] = {}
+        """Episode id -> (label, how) of each episode an outcome ended (done, or its step timed out):
+        a step for it is refused (:func:`check_steps`)."""
         self._threads: int | None = None
 
     @property
@@ -422,7 +440,7 @@ class LocalEnvPool(EnvPool):
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
         check_resets(requests)
-        self._labels, self._lost = {}, {}
+        self._labels, self._ended = {}, {}
         for r in requests:
             if r.episode_id not in self._envs:
                 self._envs[r.episode_id] = self._build()
@@ -436,21 +454,19 @@ class LocalEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        check_steps(requests, self._labels.keys() | self._lost.keys())
-        live = [r for r in requests if r.episode_id not in self._lost]
-        ran = dict(zip((r.episode_id for r in live), self._run([partial(self._step_one, r) for r in live], self.config.step_timeout_s)))
+        check_steps(requests, self._labels, self._ended)
+        ran = self._run([partial(self._step_one, r) for r in requests], self.config.step_timeout_s)
         outcomes: list[StepOutcome] = []
-        for r in requests:
-            if r.episode_id not in ran:  # timed out earlier: ended, as the process pool ends a lost worker's episodes
-                outcomes.append(StepOutcome(r.episode_id, observation="", end_reason="failed", error=self._lost[r.episode_id]))
-            elif ran[r.episode_id] is TIMED_OUT:
+        for r, out in zip(requests, ran):
+            if out is TIMED_OUT:
                 label = self._labels[r.episode_id]
                 self._abandon(r.episode_id)
                 error = f"{label} did not finish its step within step_timeout_s={self.config.step_timeout_s}; instance abandoned"
-                self._lost[r.episode_id] = error
+                self._ended[r.episode_id] = (label, "timeout")
                 outcomes.append(StepOutcome(r.episode_id, observation="", end_reason="timeout", error=error))
             else:
-                outcomes.append(ran[r.episode_id])
+                outcomes.append(out)
+                note_ended(self._ended, (out,), self._labels.__getitem__)
         return outcomes
 
     def _reset_one(self, r: ResetRequest) -> EpisodeStart:
@@ -470,6 +486,6 @@ class LocalEnvPool(EnvPool):
 
     # -------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        envs, self._envs, self._labels, self._lost = self._envs, {}, {}, {}
+        envs, self._envs, self._labels, self._ended = self._envs, {}, {}, {}
         for env in envs.values():
             env.close()

@@ -14,7 +14,10 @@ Failures stay local to the episodes they hit:
 * a worker whose current step takes longer than ``step_timeout_s``: it is killed, that episode
   comes back ``"timeout"`` and the worker's other unanswered episodes ``"failed"``.
 
-Either way the worker is replaced (a fresh process at the next reset) and the rollout goes on.
+Either way the worker is replaced (a fresh process at the next reset) and the rollout goes on; an
+episode of the replaced worker that was not stepped in that call comes back ``"failed"`` at its
+next step. An episode an outcome ended (``done``, ``"timeout"``, ``"failed"``) is not stepped
+again: a step for it is refused, as in every pool.
 An env that raises or returns a non-finite reward is a bug, as in the local pool:
 :class:`~ragen_core.errors.EnvError` with env, seed and member. ``close`` stops every worker.
 
@@ -183,7 +186,11 @@ class ProcessEnvPool(EnvPool):
         self._live: dict[int, int] = {}
         """Running episode id -> index of the worker holding its env."""
         self._lost: dict[int, str] = {}
-        """Episode id -> why its env is gone (its worker was replaced)."""
+        """Episode id -> why its env is gone (its worker was replaced): stepped again, it comes back failed."""
+        self._seeds: dict[int, tuple[int, int]] = {}
+        """Episode id -> (seed, member) of the last reset (what errors name it by)."""
+        self._ended: dict[int, tuple[str, str]] = {}
+        """Episode id -> (label, how) of each episode an outcome ended: a step for it is refused."""
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
 
     def _env_cpus(self) -> float:
@@ -232,7 +239,8 @@ class ProcessEnvPool(EnvPool):
         from ragen_core.rollout.env_pool import check_resets
 
         check_resets(requests)
-        self._live, self._lost = {}, {}
+        self._live, self._lost, self._ended = {}, {}, {}
+        self._seeds = {r.episode_id: (r.seed, r.member) for r in requests}
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
             groups.setdefault(r.episode_id % self.size, []).append(r)
@@ -292,9 +300,9 @@ class ProcessEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        from ragen_core.rollout.env_pool import check_steps
+        from ragen_core.rollout.env_pool import check_steps, note_ended
 
-        check_steps(requests, self._live.keys() | self._lost.keys())
+        check_steps(requests, self._live.keys() | self._lost.keys(), self._ended)
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[int]] = {}
         """Worker index -> its episodes still to answer, in the order it steps them."""
@@ -343,7 +351,14 @@ class ProcessEnvPool(EnvPool):
                     del queues[w.index]
         if errors:
             raise EnvError(errors[0])
-        return [outcomes[r.episode_id] for r in requests]
+        replies = [outcomes[r.episode_id] for r in requests]
+        note_ended(self._ended, replies, self._label)
+        return replies
+
+    def _label(self, episode_id: int) -> str:
+        from ragen_core.rollout.env_pool import episode_label
+
+        return episode_label(self.env, *self._seeds[episode_id])
 
     def _fail(self, w: _Worker, eids: list[int], outcomes: dict[int, StepOutcome], why: str, first_reason: str) -> None:
         """End ``eids`` (the worker's unanswered episodes, the current one first) and replace ``w``."""
@@ -357,7 +372,7 @@ class ProcessEnvPool(EnvPool):
     def close(self) -> None:
         """Stop every worker (asks first, kills after 5 s). Idempotent."""
         _stop_all(self._workers)
-        self._live, self._lost = {}, {}
+        self._live, self._lost, self._seeds, self._ended = {}, {}, {}, {}
 
 
 def _recv(w: _Worker) -> tuple[str, Any] | None:

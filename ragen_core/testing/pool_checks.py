@@ -134,7 +134,7 @@ def check_many_episodes_in_one_step(make: MakePool) -> None:
 
 def check_empty_actions_render(make: MakePool) -> None:
     """An empty action list executes nothing and returns the env's current rendering, reward 0."""
-    (request,) = _requests(1, 1, base=7)
+    (request,) = _requests(1, 1, base=9)  # "Left" does not end it: an ended episode is not stepped again
     env = _reference(request)
     with make(TOY, None) as pool:
         pool.reset([request])
@@ -175,7 +175,8 @@ def check_close_idempotent(make: MakePool) -> None:
 
 
 def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
-    """A step past ``step_timeout_s`` fails that episode (``"timeout"``); the others go on; a reset recovers."""
+    """A step past ``step_timeout_s`` fails that episode (``"timeout"``), which is then refused a
+    further step; the others go on; a reset recovers."""
     requests = _requests(2, 1, base=21)
     fast = _reference(requests[1])
     with make(TOY, TIMEOUT_S) as pool:
@@ -186,9 +187,9 @@ def check_timeout_fails_only_slow_episode(make: MakePool) -> None:
         assert elapsed < SLEEP_S, f"step waited {elapsed:.1f} s for a step that should time out after {TIMEOUT_S} s ({DOC})"
         assert slow_out.end_reason == "timeout" and slow_out.error and "\n" not in slow_out.error, f"{slow_out} ({DOC})"
         _same(fast_out, _expected(fast, 1, ["Right"]), "the fast episode")
-        ended, fast_again = pool.step([StepRequest(0, ("Right",)), StepRequest(1, ("Left",))])
-        assert ended.end_reason == "failed" and ended.error, f"a timed-out episode stepped again comes back failed: {ended} ({DOC})"
-        _same(fast_again, _expected(fast, 1, ["Left"]), "the fast episode, next turn")
+        _refused(lambda: pool.step([StepRequest(1, ("Left",)), StepRequest(0, ("Right",))]),
+                 "env 'toy-slow-corridor' (seed 21, member 0), episode 0, has ended (timeout)", "a step for the timed-out episode 0")
+        _same(pool.step([StepRequest(1, ("Left",))])[0], _expected(fast, 1, ["Left"]), "the fast episode, next turn")
         starts = pool.reset(requests)
         assert starts[0].observation == _reference(requests[0]).render(), "the timed-out episode's slot must work after a reset"
         env = _reference(requests[0])
@@ -219,6 +220,27 @@ def check_refuses_what_it_cannot_run(make: MakePool) -> None:
                  "a step given a dict")
         env = _reference(requests[0])
         _same(pool.step([StepRequest(0, ("Right",))])[0], _expected(env, 0, ["Right"]), "a step after the refused calls")
+
+
+def check_refuses_ended_episodes(make: MakePool) -> None:
+    """A step for an episode that has ended (an outcome said ``done``) is a one-line
+    :class:`~ragen_core.errors.UsageError` naming its env, seed and member, before anything runs:
+    an env is never stepped past its end, and the batch's other episodes are not stepped either.
+    They go on afterwards, and the next reset makes the episode steppable again."""
+    requests = _requests(1, 2, base=13)
+    envs = {r.episode_id: _reference(r) for r in requests}
+    solution = envs[0].oracle_actions()
+    with make(TOY, None) as pool:
+        pool.reset(requests)
+        finished, going = pool.step([StepRequest(0, tuple(solution)), StepRequest(1, ("Left",))])
+        _same(finished, _expected(envs[0], 0, solution), "the episode that ends")
+        _same(going, _expected(envs[1], 1, ["Left"]), "the episode that goes on")
+        said = "env 'toy-slow-corridor' (seed 13, member 0), episode 0, has ended (done)"
+        _refused(lambda: pool.step([StepRequest(1, ("Right",)), StepRequest(0, ("Left",))]), said, "a step for episode 0 after its done")
+        _refused(lambda: pool.step([StepRequest(0, ())]), said, "an empty step for episode 0 after its done")
+        _same(pool.step([StepRequest(1, ("Right",))])[0], _expected(envs[1], 1, ["Right"]), "the other episode after the refused steps")
+        pool.reset(requests)
+        _same(pool.step([StepRequest(0, ("Left",))])[0], _expected(_reference(requests[0]), 0, ["Left"]), "episode 0 after a new reset")
 
 
 def _refused(call: Callable[[], object], words: str, what: str) -> None:
@@ -291,6 +313,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "timeout-fails-only-slow-episode": check_timeout_fails_only_slow_episode,
     "one-request-per-episode": check_one_request_per_episode,
     "refuses-what-it-cannot-run": check_refuses_what_it_cannot_run,
+    "refuses-ended-episodes": check_refuses_ended_episodes,
     "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
     "run-variables-reach-the-envs": check_run_variables_reach_the_envs,
 }

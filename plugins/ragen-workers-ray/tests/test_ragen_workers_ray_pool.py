@@ -24,7 +24,7 @@ import ray  # noqa: E402 - after the skip: ray is this distribution's dependency
 from ragen_workers_ray.pool import RayEnvPool  # noqa: E402
 
 from ragen_core import registry  # noqa: E402
-from ragen_core.errors import ConfigError, EnvError  # noqa: E402
+from ragen_core.errors import ConfigError, EnvError, UsageError  # noqa: E402
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest  # noqa: E402
 from ragen_core.rollout.env_pool import LocalEnvPool  # noqa: E402
 from ragen_core.specs import EnvResources  # noqa: E402
@@ -66,9 +66,19 @@ def test_random_rollouts_match_the_local_pool():
         def check(seed, members, plan):
             requests = [ResetRequest(i, seed + i // members, i % members) for i in range(6)]
             assert remote.reset(requests) == here.reset(requests)
-            for turn in plan:  # each turn steps a random subset of the episodes, in a random order
-                steps = [StepRequest(eid, tuple(actions)) for eid, actions in turn.items()]
-                assert remote.step(steps) == here.step(steps)
+            ended: set[int] = set()
+            for turn in plan:  # each turn steps a random subset of the episodes still running, in a random order
+                steps = [StepRequest(eid, tuple(actions)) for eid, actions in turn.items() if eid not in ended]
+                outcomes = remote.step(steps)
+                assert outcomes == here.step(steps)
+                ended |= {o.episode_id for o in outcomes if o.done}
+            if ended:  # both refuse a step past an episode's end, in the same words
+                refusals = []
+                for pool in (remote, here):
+                    with pytest.raises(UsageError) as refused:
+                        pool.step([StepRequest(min(ended), ("Left",))])
+                    refusals.append(str(refused.value))
+                assert refusals[0] == refusals[1]
 
         check()
 
@@ -102,8 +112,10 @@ def test_actor_killed_mid_step_fails_its_episodes_and_is_replaced(caplog):
         assert all("\n" not in o.error for o in outcomes)
         assert any(f"replaced ray pool actor 1 (pid {pids[1]}): died (" in r.getMessage() and "episodes [1, 3] failed" in r.getMessage()
                    for r in caplog.records if r.name == "ragen_workers_ray")
-        # The rollout goes on: the other actor still steps, a lost episode stays failed ...
-        assert [o.end_reason for o in pool.step([StepRequest(0, ("Right",)), StepRequest(3, ("Left",))])] == ["", "failed"]
+        # The rollout goes on: the other actor still steps, a failed episode has ended (a step for it is refused) ...
+        with pytest.raises(UsageError, match=r"^env 'toy-slow-corridor' \(seed 33, member 0\), episode 3, has ended \(failed\) and cannot"):
+            pool.step([StepRequest(0, ("Right",)), StepRequest(3, ("Left",))])
+        assert [o.end_reason for o in pool.step([StepRequest(0, ("Right",))])] == [""]
         # ... and the next reset starts a fresh actor in its place.
         pool.reset(requests)
         new = pool.worker_pids()

@@ -17,8 +17,10 @@ Failures stay local to the episodes they hit, as in the core's ``process`` pool:
   comes back ``"timeout"`` and the actor's other unanswered episodes ``"failed"``.
 
 Either way the actor is replaced (a fresh one at the next reset), a warning is logged on the
-``ragen_workers_ray`` logger, and the rollout goes on; episodes of a replaced actor stay failed
-until the next reset. An env that raises or returns a non-finite reward is a bug, as in the other
+``ragen_workers_ray`` logger, and the rollout goes on; an episode of a replaced actor that was not
+stepped in that call comes back ``"failed"`` at its next step. An episode an outcome ended
+(``done``, ``"timeout"``, ``"failed"``) is not stepped again: a step for it is refused, as in
+every pool. An env that raises or returns a non-finite reward is a bug, as in the other
 pools: :class:`~ragen_core.errors.EnvError` with env, seed and member.
 
 Ray itself: with no address (and no ``RAY_ADDRESS``), a Ray already started in this process is
@@ -53,7 +55,7 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
     run_variables,
 )
-from ragen_core.rollout.env_pool import replay_worker_logs
+from ragen_core.rollout.env_pool import check_steps, episode_label, note_ended, replay_worker_logs
 from ragen_core.specs import EnvResources
 from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
@@ -224,6 +226,10 @@ class RayEnvPool(EnvPool):
         """Episode id -> why its env is gone (its actor was replaced)."""
         self._finished: set[int] = set()
         """Episodes of this rollout that are done (their outcome said so)."""
+        self._seeds: dict[int, tuple[int, int]] = {}
+        """Episode id -> (seed, member) of the last reset (what errors name it by)."""
+        self._ended: dict[int, tuple[str, str]] = {}
+        """Episode id -> (label, how) of each episode an outcome ended (done, timeout, failed): a step for it is refused."""
         self._said: Any = None
         """Ray queue the actors put their warnings in as they log them (started with the first actor)."""
 
@@ -381,7 +387,8 @@ class RayEnvPool(EnvPool):
 
         check_resets(requests)
         self._connect()
-        self._live, self._lost, self._finished = {}, {}, set()
+        self._live, self._lost, self._finished, self._ended = {}, {}, set(), {}
+        self._seeds = {r.episode_id: (r.seed, r.member) for r in requests}
         count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
@@ -434,9 +441,7 @@ class RayEnvPool(EnvPool):
 
     # ------------------------------------------------------------------- step
     def step(self, requests: list[StepRequest]) -> list[StepOutcome]:
-        from ragen_core.rollout.env_pool import check_steps
-
-        check_steps(requests, self._live.keys() | self._lost.keys())
+        check_steps(requests, self._live.keys() | self._lost.keys(), self._ended)
         outcomes: dict[int, StepOutcome] = {}
         queues: dict[int, list[tuple[int, Any]]] = {}
         """Actor index -> (episode id, result ref) still to answer, in the order the actor runs them."""
@@ -484,7 +489,12 @@ class RayEnvPool(EnvPool):
         self._hear()
         if errors:
             raise EnvError(errors[0])
-        return [outcomes[r.episode_id] for r in requests]
+        replies = [outcomes[r.episode_id] for r in requests]
+        note_ended(self._ended, replies, self._label)
+        return replies
+
+    def _label(self, episode_id: int) -> str:
+        return episode_label(self.env, *self._seeds[episode_id])
 
     def _fail(self, index: int, queue: list[tuple[int, Any]], outcomes: dict[int, StepOutcome], why: str, first_reason: str) -> None:
         """End ``queue``'s episodes (the actor's unanswered ones, the current one first) and replace the actor."""
@@ -500,7 +510,7 @@ class RayEnvPool(EnvPool):
         if ray.is_initialized():
             self._hear()  # what the envs logged last (while stepping; close's own are not waited for)
         actors, self._actors = self._actors, {}
-        self._live, self._lost, self._finished = {}, {}, set()
+        self._live, self._lost, self._finished, self._seeds, self._ended = {}, {}, set(), {}, {}
         if actors and ray.is_initialized():
             refs = [a.handle.close.remote() for a in actors.values()]
             ray.wait(refs, num_returns=len(refs), timeout=5.0)
