@@ -89,6 +89,9 @@ def test_greedy_training_with_a_group_baseline_is_warned_about(greedy, capsys):
     (["rollout.max_model_len=64", "sampling.val.max_new_tokens=64"],
      "ConfigError: invalid config: rollout.max_model_len=64 leaves no room for a prompt before sampling.val.max_new_tokens=64: "
      "raise the one or lower the other"),
+    (["rollout.max_model_len=40"],  # both at their default 48: lowering the train one alone was refused again
+     "ConfigError: invalid config: rollout.max_model_len=40 leaves no room for a prompt before sampling.train.max_new_tokens=48 "
+     "and sampling.val.max_new_tokens=48: raise the one or lower the others"),
     (["distributed.strategy=fsdp", "optim.peft.rank=8"],
      "ConfigError: invalid config: optim.peft.rank=8 (LoRA) is not supported with distributed.strategy=fsdp: set distributed.strategy=ddp "
      "(LoRA's adapters are small enough to replicate)"),

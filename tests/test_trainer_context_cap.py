@@ -87,3 +87,12 @@ def test_the_hint_names_the_larger_reply_budget(which, other, short_model):
         preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert err.value.message.startswith("the first prompt of env") and "plus max_new_tokens=390" in err.value.message
     assert err.value.hints == [f"raise rollout.max_model_len or lower sampling.{which}.max_new_tokens"]
+
+
+def test_tied_reply_budgets_are_both_named(short_model):
+    """With train and val max_new_tokens equal (their defaults are), the hint said to lower the train one:
+    the budget is the larger of the two, so that alone changed nothing and the next try was refused again."""
+    cfg = _config("rollout.max_model_len=400", "sampling.train.max_new_tokens=390", "sampling.val.max_new_tokens=390")
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert err.value.hints == ["raise rollout.max_model_len or lower sampling.train.max_new_tokens and sampling.val.max_new_tokens"]

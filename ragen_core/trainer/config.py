@@ -461,10 +461,11 @@ class RunConfig(_Section):
             raise ValueError("rollout.async_rollout cannot be combined with grad_analysis.every > 0 (analyse without async rollout)")
         # a reply budget that leaves no room for a prompt: no model can run it (the run also checks it against the model's
         # positions once it is loaded, ragen_core.trainer.setup.preflight, as a default max_model_len shrinks to those)
-        budget = max(("train", self.sampling.train.max_new_tokens), ("val", self.sampling.val.max_new_tokens), key=lambda m: m[1])
-        if self.rollout.max_model_len <= budget[1]:
+        budget = max(self.sampling.train.max_new_tokens, self.sampling.val.max_new_tokens)
+        if self.rollout.max_model_len <= budget:  # both named when they tie: lowering one alone changes nothing
+            tied = [f"sampling.{m}.max_new_tokens={budget}" for m in ("train", "val") if getattr(self.sampling, m).max_new_tokens == budget]
             raise ValueError(f"rollout.max_model_len={self.rollout.max_model_len} leaves no room for a prompt before "
-                             f"sampling.{budget[0]}.max_new_tokens={budget[1]}: raise the one or lower the other")
+                             f"{' and '.join(tied)}: raise the one or lower the other" + ("s" if len(tied) > 1 else ""))
         if self.distributed.strategy == "fsdp":  # FSDP runs on several ranks only, where these are refused (distributed.check_supported)
             if self.optim.lora:
                 raise ValueError(f"optim.peft.rank={self.optim.peft.rank} (LoRA) is not supported with distributed.strategy=fsdp: "  # type: ignore[union-attr]

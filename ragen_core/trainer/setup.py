@@ -209,7 +209,8 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         cap = f"the model's {positions} positions (its max_position_embeddings; rollout.max_model_len was lowered to it)"
         raise_cap = "use a model with more positions (max_position_embeddings)"
     budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
-    lower = "sampling.train.max_new_tokens" if config.sampling.train.max_new_tokens == budget else "sampling.val.max_new_tokens"
+    # the budget is the larger of the two: lowering one that ties with the other changes nothing
+    lower = " and ".join(f"sampling.{m}.max_new_tokens" for m in ("train", "val") if getattr(config.sampling, m).max_new_tokens == budget)
     if r.max_model_len <= budget:
         shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
