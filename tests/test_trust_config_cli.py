@@ -303,3 +303,13 @@ def test_the_hf_engine_model_is_not_the_runs_model_and_another_one_is_warned_abo
     assert run_warnings(config) == ["engine_config.model=tiny-qwen-tok is not read in a run: the hf engine samples the run's policy "
                                     "(model=tiny); to train tiny-qwen-tok, set model=tiny-qwen-tok"]
     assert run_warnings(load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "engine_config.model=tiny"])) == []
+
+
+def test_a_resumed_run_of_another_model_is_not_told_to_train_tiny():
+    """Every run's config.yaml recorded engine_config.model: tiny (the hf engine's old default); resumed, a run of another
+    model was warned that engine_config.model=tiny is not read and told to set model=tiny to train it."""
+    from ragen_core.trainer.config import run_warnings
+
+    register_toy_env()
+    old_yaml = load_config(RunConfig, [], [f"env={TOY_ENV_NAME}", "model=tiny-qwen-tok", "engine_config.model=tiny"])
+    assert run_warnings(old_yaml) == []

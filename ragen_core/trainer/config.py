@@ -601,7 +601,8 @@ def run_warnings(config: RunConfig) -> list[str]:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
     * ``engine_config.model`` of the hf engine naming another model than ``model``: the trainer
-      attaches its policy, so the engine never loads it.
+      attaches its policy, so the engine never loads it (``tiny``, the default a run's config.yaml
+      recorded until it was emptied, is not warned about: a resumed run holds it unasked).
     """
     from ragen_core import registry
 
@@ -628,7 +629,9 @@ def run_warnings(config: RunConfig) -> list[str]:
     chosen = registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
     out += chosen.rollout_warnings(config.rollout.env_groups, config.rollout.group_size)  # type: ignore[attr-defined]
     engine_model = config.engine_config.get("model") if registry.get_spec("engine", config.engine).name == "hf" else None
-    if engine_model and engine_model != config.model:  # the trainer attaches its policy: the engine never loads this one
+    # the trainer attaches its policy: the engine never loads this one. "tiny" is the old default that every run's config.yaml
+    # recorded before it was emptied: a resumed run of another model holds it without anyone having asked for it
+    if engine_model and engine_model not in (config.model, "tiny"):
         out.append(f"engine_config.model={engine_model} is not read in a run: the hf engine samples the run's policy "
                    f"(model={config.model}); to train {engine_model}, set model={engine_model}")
     for key in _unlisted_diagnostic_settings(config):
