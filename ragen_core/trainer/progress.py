@@ -56,16 +56,17 @@ class LineProgress:
     ``ragen bandit/grpo: 2/3 steps [00:02, 1.09 s/step] reward=0.125, success=0.25``.
     """
 
-    def __init__(self, total: int, initial: int, desc: str, *, every_s: float = LINE_EVERY_S,
+    def __init__(self, total: int, initial: int, desc: str, *, every_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.total, self.initial, self.n, self.desc = total, initial, initial, desc
-        self.every_s = every_s
+        self.every_s = LINE_EVERY_S if every_s is None else every_s  # (read when made: a test may set it)
         self._clock = clock
         self._start = self._last = clock()
         self._postfix = ""
         self._step_ended = False  # update() was called since the last set_postfix_str
         self._said = initial  # the step count of the last line printed
-        self._print(f"{desc}: steps {initial + 1} to {total} (a line per step, at most one every {every_s:g} s)")
+        self._print(f"{desc}: steps {initial + 1} to {total} (a line at the first and the last step, and at most one every "
+                    f"{self.every_s:g} s)")
 
     def update(self, n: int = 1) -> None:
         self.n += n
