@@ -55,3 +55,23 @@ def test_play_of_a_real_success_still_says_so(capsys, monkeypatch):
 def test_the_oracle_check_wants_the_episode_to_end(env_name):
     with pytest.raises(AssertionError, match=r"the oracle's last step \(seed \d+\) says success but not done"):
         check_oracle(env_name)
+
+
+def test_play_of_several_episodes_ends_with_what_they_add_up_to(capsys):
+    """'ragen env play NAME --agent random --episodes 200' ended after its last episode without a word on the
+    mean reward or the success rate over them."""
+    import re
+
+    assert main(["env", "play", "bandit", "--agent", "random", "--episodes", "6", "--seed", "40"]) == 0
+    out = capsys.readouterr().out
+    ends = re.findall(r"episode over: total reward ([+-]\d+\.\d\d), success (True|False)", out)
+    assert len(ends) == 6
+    wins = sum(success == "True" for _, success in ends)
+    mean = sum(float(reward) for reward, _ in ends) / 6
+    last = out.rstrip().splitlines()[-1]
+    found = re.fullmatch(r"6 episodes \(seeds 40 to 45\): mean reward ([+-]\d\.\d{3}), success (\d)/6 \((\d+)%\)", last)
+    assert found, last
+    assert abs(float(found.group(1)) - mean) <= 0.0051  # the per-episode totals are printed to 2 decimals
+    assert int(found.group(2)) == wins and int(found.group(3)) == round(100 * wins / 6)
+    assert main(["env", "play", "bandit", "--agent", "random"]) == 0  # one episode: its own line says it all
+    assert "episodes (seeds" not in capsys.readouterr().out

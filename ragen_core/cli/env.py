@@ -184,9 +184,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     env = registry.make("env", args.name, config)
     rng = make_rng(args.seed, "play")
+    played = []
     try:
         for episode in range(args.episodes):
-            play(env, seed=args.seed + episode, agent=args.agent, out=sys.stdout, inp=sys.stdin, rng=rng, name=args.name, preset=args.preset)
+            played.append(play(env, seed=args.seed + episode, agent=args.agent, out=sys.stdout, inp=sys.stdin, rng=rng, name=args.name,
+                               preset=args.preset))
     finally:
         env.close()
+    if len(played) > 1:  # hundreds of episodes ended without a word on what they add up to
+        wins = sum(bool(p["success"]) for p in played)
+        print(f"\n{len(played)} episodes (seeds {args.seed} to {args.seed + len(played) - 1}): mean reward "
+              f"{sum(p['reward'] for p in played) / len(played):+.3f}, success {wins}/{len(played)} ({wins / len(played):.0%})")
     return 0
