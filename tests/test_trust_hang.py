@@ -206,6 +206,8 @@ def test_a_second_sigterm_during_a_hung_step_keeps_the_finished_steps(tmp_path, 
     left = ("the async rollout the aborted step waited for did not end: left behind, stuck in the step of env "
             f"'{SLOW_TOY_ENV_NAME}' (turn 1 of a train rollout)")
     assert (left in err) is bool(rollout), err[-3000:]
+    stuck = f"step 2 was aborted in the step of env '{SLOW_TOY_ENV_NAME}' (turn 1 of a train rollout)"  # where a sync step hung
+    assert (stuck in err) is not bool(rollout), err[-3000:]
 
 
 def test_call_all_stops_starting_calls_once_one_raises():

@@ -257,12 +257,15 @@ class RolloutRunner:
 
     @contextlib.contextmanager
     def _waiting_on(self, what: str) -> Iterator[None]:
-        """:attr:`waiting_on` is ``what`` while the block runs."""
+        """:attr:`waiting_on` is ``what`` while the block runs, and after an interrupt (Ctrl-C, SIGTERM)
+        that ended it, so the trainer can say where the aborted step was."""
         self.waiting_on = what
         try:
             yield
-        finally:
+        except Exception:
             self.waiting_on = None
+            raise
+        self.waiting_on = None
 
     def _progress(self, what: str) -> None:
         if self.progress is not None:

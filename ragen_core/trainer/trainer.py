@@ -485,6 +485,9 @@ class Trainer(CheckpointMixin):
                         raise lost from exc
                     raise
                 except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM aborts the step: keep the steps before it
+                    stuck = next((r.waiting_on for r in (self.runner, self.val_runner) if r is not None and r.waiting_on), None)
+                    if stuck and self.overlap is None and self.world.main:  # (an async rollout's is said when it is closed)
+                        report(f"step {step} was aborted in {stuck}")  # the env that hung, for one
                     self._save_after_error(step, where["saved"], where["at"], "aborted")
                     raise
                 self._agree_on_interrupts()
