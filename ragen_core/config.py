@@ -212,6 +212,9 @@ def _near_key(model_cls: type[BaseModel] | None, loc: tuple[Any, ...], prefix: s
         nested = "".join(f"{{{part!r}: " for part in parts) + "..." + "}" * len(parts)
         return f" (in a mapping, nest it: {nested}; dotted keys are for command-line overrides)"
     typed = "" if "[" in prefix else prefix  # a path a user types (not a spec's presets['Short']): the suggestion pastes back
+    ours = getattr(cls, "OTHER_NAMES", {}).get(str(loc[-1]))  # another trainer's name for one of our settings
+    if ours:
+        return f" (did you mean {'.'.join(str(p) for p in (typed, *loc[:-1], ours) if p)!r}?)"
     close = difflib.get_close_matches(str(loc[-1]), list(cls.model_fields), n=1, cutoff=0.7)
     if close:  # its whole path, as the unknown key's is given
         return f" (did you mean {'.'.join(str(p) for p in (typed, *loc[:-1], close[0]) if p)!r}?)"

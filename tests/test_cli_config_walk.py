@@ -266,3 +266,14 @@ def test_a_boolean_for_a_number_nested_in_a_dict_is_refused_naming_the_field(cap
         assert rc == 0 and "a: 2.0" in out  # numbers still pass
     finally:
         registry.unregister("estimator", "test-weighted")
+
+
+@pytest.mark.parametrize(("theirs", "ours"), [("checkpoint_freq", "save_freq"), ("eval_freq", "test_freq"), ("max_steps", "steps"),
+                                              ("num_generations", "rollout.group_size"), ("model_name_or_path", "model"),
+                                              ("response_length", "sampling.train.max_new_tokens")])
+def test_another_trainers_name_for_a_setting_is_answered_with_ours(theirs, ours, capsys):
+    """'checkpoint_freq=1' (veRL's, and RAGEN's scripts') was an unknown key with no suggestion: its spelling is
+    nowhere near save_freq."""
+    assert main(["run", "--env", "bandit", f"{theirs}=1", "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert one_line_error(err) == f"ConfigError: invalid config: {theirs}: unknown key (did you mean {ours!r}?)"

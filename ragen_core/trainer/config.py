@@ -13,7 +13,7 @@ overrides (``rollout.group_size=16``).
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -334,6 +334,22 @@ class DistributedSection(_Section):
 
 class RunConfig(_Section):
     """Everything a training run needs; written to ``RUN_DIR/config.yaml``."""
+
+    OTHER_NAMES: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("checkpoint_freq", "save_steps", "save_interval"), "save_freq"),
+        **dict.fromkeys(("eval_freq", "val_freq", "eval_steps", "eval_interval"), "test_freq"),
+        **dict.fromkeys(("max_steps", "total_steps", "total_training_steps", "num_steps", "training_steps"), "steps"),
+        **dict.fromkeys(("lr", "learning_rate"), "optim.lr"),
+        **dict.fromkeys(("group_size", "num_generations", "rollout_n", "n_samples_per_prompt"), "rollout.group_size"),
+        **dict.fromkeys(("temperature",), "sampling.train.temperature"),
+        **dict.fromkeys(("max_new_tokens", "response_length", "max_response_length"), "sampling.train.max_new_tokens"),
+        **dict.fromkeys(("max_turns",), "rollout.max_turns"),
+        **dict.fromkeys(("model_name", "model_path", "model_name_or_path"), "model"),
+        **dict.fromkeys(("env_name",), "env"),
+    }
+    """Names other trainers (veRL, TRL, RAGEN's own scripts) give a setting, by the setting they mean
+    here: an unknown key among them is answered with ours (``checkpoint_freq`` -> ``save_freq``), which
+    spelling alone does not find."""
 
     env: str = "bandit"
     """Env plugin name (``ragen plugins`` lists them)."""
