@@ -132,7 +132,7 @@ def _interrupted_take(finish_after_s: float | None):
     release = threading.Event()
 
     def collect(behaviour):
-        release.wait(None if finish_after_s is not None else 30)
+        release.wait(30)  # at the latest: a failing test must not hang the suite
         return [], None
 
     class Engine:
@@ -141,9 +141,13 @@ def _interrupted_take(finish_after_s: float | None):
 
     overlap = AsyncRollout(torch.nn.Linear(2, 2), collect, lambda: {})
     overlap.start(torch.nn.Linear(2, 2), 1, Engine())
-    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
-    with pytest.raises(KeyboardInterrupt):
-        overlap.take()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own: whatever a test before left installed
+    try:
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            overlap.take()
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert overlap.abandoned
     if finish_after_s is not None:
         threading.Timer(finish_after_s, release.set).start()
