@@ -35,7 +35,7 @@ $(STAMP): $(PACKAGE_FILES)
 
 test: setup
 	$(BIN)/ragen plugins check --strict
-	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n 2 --timeout=900 $(PYTEST_ARGS)
 
 # Lint and types, settings in pyproject.toml: ruff over every package's sources, the tests and the
 # benches; mypy (strict) over ragen_core.
