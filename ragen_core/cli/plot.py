@@ -21,6 +21,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,18 +102,24 @@ def nonfinite_steps(rows: list[dict[str, Any]], key: str) -> list[int]:
             if isinstance(row.get(key), float) and not math.isfinite(row[key])]
 
 
+def same_series_key(steps: Sequence[float], values: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """A series' points with its values to 12 significant digits: two series with equal keys are
+    drawn once (``ragen plot``, ``ragen diagnose``): the same quantity summed in another order
+    differs in its last bits."""
+    return tuple(zip(steps, (float(f"{v:.12g}") for v in values)))
+
+
 def distinct(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     """``keys`` without those whose series equals an earlier one's (aggregates win over per-env
     copies; among equals at one depth, the order of :data:`LABELS`: an all-zero policy loss is drawn,
     not the all-zero KL loss it equals). Values are compared to 12 significant digits: the same
     quantity summed in another order (a single-turn env's first-turn and trajectory collapse
     estimates) differs in its last bits and is still one series."""
-    seen: set[tuple[tuple[int, float], ...]] = set()
+    seen: set[tuple[tuple[float, float], ...]] = set()
     kept: set[str] = set()
     order = list(LABELS)
     for key in sorted(keys, key=lambda k: (k.count("/"), order.index(k) if k in order else len(order), k)):
-        steps, values = series(rows, key)
-        points = tuple(zip(steps, (float(f"{v:.12g}") for v in values)))
+        points = same_series_key(*series(rows, key))
         if points not in seen:
             seen.add(points)
             kept.add(key)

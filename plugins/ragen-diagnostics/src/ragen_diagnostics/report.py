@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ragen_core.cli.plot import same_series_key
 from ragen_core.errors import RagenError
 
 FAMILIES = {"collapse_trajectory_sample": "trajectory sample", "collapse_first_turn_sample": "first-turn sample"}
@@ -153,7 +154,7 @@ def _curves(rows: list[dict[str, Any]], out: Path, title: str, ylabel: str, keys
         xs, ys = series(rows, key)
         if not xs:
             continue
-        points = tuple(zip(xs, (float(f"{v:.12g}") for v in ys)))
+        points = same_series_key(xs, ys)
         if points in seen:
             (xs0, ys0), label0, style0 = data[seen[points]]
             data[seen[points]] = ((xs0, ys0), f"{label0} = {label}", style0)
