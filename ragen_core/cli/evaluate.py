@@ -214,11 +214,12 @@ def run(args: argparse.Namespace) -> int:
         check_model_name(args.model)
     for warning in repeated_overrides(args.overrides):
         print(f"warning: {warning}", file=sys.stderr)
-    from ragen_core.cli.run import merge_config_files, read_config_files
+    from ragen_core.cli.run import read_config_files
+    from ragen_core.config import merge_layers
 
     run_settings = run_env_settings(args.model)
     read = read_config_files(args.config)  # once: a --config <(...) pipe has nothing left to read a second time
-    files = merge_config_files(read)  # (the env they name, if any; they are merged over the run's settings below)
+    files = merge_layers(read)  # (the env they name, if any; they are merged over the run's settings below)
     file_env = files.get("env") if isinstance(files.get("env"), str) else None
     if args.env is None and file_env is None and run_settings is None:
         check_model_name(args.model)  # a --model that does not exist is the thing to fix first, not the missing --env
@@ -265,11 +266,11 @@ def run(args: argparse.Namespace) -> int:
     if run_settings is not None and args.config:  # a file naming another preset or plugin: the run's settings for the old one go,
         from ragen_core.trainer.run_dir import stale_plugin_settings, without_settings  # as with --preset (they were kept silently)
 
-        stale = stale_plugin_settings(run_settings, load_config(RunConfig, [], given, base=merge_config_files(read, run_settings)))
+        stale = stale_plugin_settings(run_settings, load_config(RunConfig, [], given, base=merge_layers(read, run_settings)))
         for key, why in stale:
             print(f"config: {why}, so the run's {key} is dropped (set new values in the file or as overrides)", file=sys.stderr)
         run_settings = without_settings(run_settings, [key for key, _ in stale])
-    layers = merge_config_files(read, run_settings) if run_settings is not None else files
+    layers = merge_layers(read, run_settings) if run_settings is not None else files
     config = drop_stale_settings(load_config(RunConfig, [], given, base=layers), layers, given)
     if is_shipped_name(args.model) and config.model != "tiny":
         raise ConfigError(f"--model {args.model} is a shipped policy of the tiny model, but model={config.model} is set too",

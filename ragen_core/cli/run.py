@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> RunConfig:
     """Resolve files, flags and overrides into a validated :class:`RunConfig`."""
-    from ragen_core.config import load_config, repeated_overrides
+    from ragen_core.config import load_config, merge_layers, repeated_overrides
     from ragen_core.errors import ConfigError
     from ragen_core.trainer.config import RunConfig
     from ragen_core.trainer.run_dir import read_run_config
@@ -94,7 +94,7 @@ def build_config(args: argparse.Namespace) -> RunConfig:
     files = read_config_files(list(args.config))  # once: the recipe's env and the layers below come from the same read
     base = recipe_base(args, files) if getattr(args, "recipe", None) else resumed
     # the run's config.yaml or a recipe, then the --config files (their data paths made absolute)
-    layers = merge_config_files(files, base)
+    layers = merge_layers(files, base)
     args_ = absolute_paths(flags + list(args.overrides))
     config = load_config(RunConfig, [], args_, base=layers)
     if args.resume and config.run_dir is not None and Path(config.run_dir).resolve() != Path(args.resume).resolve():
@@ -154,14 +154,6 @@ def read_config_files(files: list[str]) -> list[dict[str, Any]]:
     return [absolute_file_paths(read_yaml(f), Path(f).expanduser().resolve().parent) for f in files]
 
 
-def merge_config_files(files: list[dict[str, Any]], base: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``base`` with the settings :func:`read_config_files` read merged over it, file by file
-    (:func:`ragen_core.config.merge_layers`): what ``ragen run`` and ``ragen eval`` use."""
-    from ragen_core.config import merge_layers
-
-    return merge_layers(files, base)
-
-
 def absolute_file_paths(data: Any, beside: Path, key: str = "") -> Any:
     """A ``--config`` file's settings with :func:`absolute_paths`' rule applied to every nested
     value; a relative path may name a file here or next to the config file."""
@@ -191,11 +183,12 @@ def recipe_base(args: argparse.Namespace, files: list[dict[str, Any]]) -> dict[s
     """The env's recipe ``args.recipe`` as the lowest config layer (env from --env or the files'
     settings, :func:`read_config_files`)."""
     from ragen_core import registry
+    from ragen_core.config import merge_layers
     from ragen_core.errors import ConfigError
 
     if args.resume:
         raise ConfigError("--recipe cannot be combined with --resume", ["the run's config.yaml already holds the recipe's settings; drop --recipe"])
-    env = args.env if args.env is not None else merge_config_files(files).get("env")
+    env = args.env if args.env is not None else merge_layers(files).get("env")
     if not env:
         raise ConfigError("--recipe needs an env", ["example: ragen run --env bandit --recipe learn"])
     return registry.get_spec("env", str(env)).recipe(args.recipe)
