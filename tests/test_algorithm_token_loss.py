@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 import threading
 from pathlib import Path
@@ -408,3 +409,41 @@ def test_data_parallel_ranks_reduce_the_algorithms_metrics_to_the_one_process_va
     for got in ranks:
         assert got is not None and got.keys() == one.keys()
         assert got["actor/algo/unlikely"] == pytest.approx(one["actor/algo/unlikely"], rel=1e-6)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), torch.tensor(float("nan"))])
+def test_a_non_finite_metric_from_finite_inputs_is_one_line_naming_the_plugin_and_the_key(value, tmp_path):
+    """A NaN metric was logged as null in a run's metrics.jsonl while the kit refused it: the run
+    now refuses it too, as it refuses a NaN loss from finite inputs."""
+    algorithm = Declares()
+    algorithm.answer = {"ratio": 1.0, "spread": value}
+    with pytest.raises(PluginError) as caught:
+        algorithm_policy_loss(algorithm, _inputs(*_tensors()), "token-mean")
+    assert caught.value.message == f"plugin Declares: the metric 'spread' token_loss returned is {float(value)}, from finite inputs"
+    with pytest.raises(PluginError, match="the metric 'spread' token_loss returned is"):
+        check_algorithm(algorithm)  # the kit says the same
+    log_probs, old, adv, mask = _tensors()  # from a NaN log-prob (a diverged model): the divergence guard's, not the plugin's
+    log_probs = log_probs.detach().clone()
+    log_probs[0, 2] = float("nan")
+    _, metrics = algorithm_policy_loss(algorithm, _inputs(log_probs.requires_grad_(True), old, adv, mask), "token-mean")
+    assert metrics["algo/ratio"] == 1.0 and not math.isfinite(metrics["algo/spread"])
+
+
+def test_a_run_stops_on_a_nan_metric_naming_the_algorithm(tmp_path, capsys):
+    registry.register(AlgorithmSpec(name="test-nan-metric", factory=f"{__name__}:NanMetric"))
+    try:
+        assert _run(tmp_path / "run", "algo=test-nan-metric") == 2
+    finally:
+        registry.unregister("algorithm", "test-nan-metric")
+    assert one_line_error(capsys.readouterr().err) == (
+        "PluginError: algorithm 'test-nan-metric' (<in-process>): the metric 'mean_ratio' token_loss returned is nan, from finite inputs")
+    assert not read_metrics(tmp_path / "run" / "metrics.jsonl")  # no row with a null actor/algo/mean_ratio
+
+
+class NanMetric(Algorithm):
+    """The clipped surrogate plus a metric that is a mean over no tokens (0 / 0)."""
+
+    metric_names = ("mean_ratio",)
+
+    def token_loss(self, inputs):
+        return PolicyLossOutputs(super().token_loss(inputs).loss, metrics={"mean_ratio": torch.tensor(0.0) / torch.tensor(0.0)})

@@ -155,7 +155,8 @@ class Algorithm:
     """Names of the metrics every :meth:`token_loss` call returns in
     :attr:`PolicyLossOutputs.metrics` (none by default), logged as ``actor/algo/<name>``. Fixed
     up front because data-parallel ranks reduce the same keys in the same order; a call that
-    returns another set stops the run naming the algorithm and the key."""
+    returns another set, or a NaN or infinite value from finite inputs, stops the run naming the
+    algorithm and the key (the conformance kit refuses them too)."""
 
     def __init__(self, config: AlgorithmConfig | None = None, **overrides: Any) -> None:
         self.config = with_overrides(self.config_class, config, overrides)

@@ -453,8 +453,14 @@ def algorithm_policy_loss(algorithm: Any, inputs: PolicyLossInputs, agg_mode: st
     own = _own_metrics(algorithm, out.metrics)
     loss, metrics = aggregate_policy_loss(per_token, flags, log_probs, inputs.old_log_probs, mask, agg_mode, **agg)
     metrics.update({f"algo/{name}": value for name, value in own.items()})
+    given = (log_probs, inputs.old_log_probs, inputs.advantages)
     if not math.isfinite(metrics["pg_loss"]):
-        _refuse_non_finite_loss(algorithm, per_token, (log_probs, inputs.old_log_probs, inputs.advantages), mask)
+        _refuse_non_finite_loss(algorithm, per_token, given, mask)
+    bad = [name for name, value in own.items() if not math.isfinite(value)]
+    if bad and all(bool(torch.isfinite(t.detach()).all()) for t in given):  # from non-finite inputs: the divergence guard's
+        raise PluginError(f"{plugin_label(algorithm)}: the metric {bad[0]!r} token_loss returned is {own[bad[0]]}, from finite inputs",
+                          ["a metric is logged as actor/algo/<name> and must be finite; a masked mean over a micro-batch without "
+                           "trained tokens divides by 0: clamp the count to at least 1"])
     return loss, metrics
 
 
@@ -499,8 +505,9 @@ def policy_loss_inputs(sub: TrainBatch, log_probs: torch.Tensor, old_log_probs: 
 
 def _refuse_non_finite_loss(algorithm: Any, per_token: torch.Tensor, inputs: tuple[torch.Tensor, ...], mask: torch.Tensor) -> None:
     """A NaN or infinite policy loss from finite inputs is the algorithm's own (one line naming
-    it); from inputs non-finite anywhere, trained tokens or not (NaN x 0 is NaN whatever the
-    algorithm does), it is the model's or the batch's, left to the divergence guard (a skipped
+    it; a NaN or infinite metric of its own likewise, in :func:`algorithm_policy_loss`); from
+    inputs non-finite anywhere, trained tokens or not (NaN x 0 is NaN whatever the algorithm
+    does), it is the model's or the batch's, left to the divergence guard (a skipped
     optimiser step)."""
     import torch
 
