@@ -343,6 +343,16 @@ def test_a_run_logs_the_algorithms_own_metrics_averaged_as_the_flags_are(tmp_pat
     assert 0 < row["actor/algo/unlikely"] < 1
 
 
+def test_the_gradient_analysis_logs_the_algorithms_own_metrics_per_bucket(tmp_path):
+    """The analysis' probes called token_loss and checked its metrics but dropped them. Before the
+    actor update, on the same weights and rows, the ``all`` bucket's metric is the update's."""
+    assert _run(tmp_path / "run", "algo=test-own-metric", "grad_analysis.every=1", "grad_analysis.buckets=2") == 0
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert row["grad_norm/all/algo/unlikely"] == pytest.approx(row["actor/algo/unlikely"], rel=1e-5)
+    buckets = [k for k in row if k.startswith("grad_norm/bucket_") and k.endswith("/algo/unlikely")]
+    assert len(buckets) == 2 and all(0 <= row[k] <= 1 for k in buckets)
+
+
 def test_a_malformed_token_loss_stops_the_run_naming_the_algorithm(tmp_path, capsys):
     registry.register(AlgorithmSpec(name="test-detached", factory=f"{__name__}:Detached"))
     try:

@@ -141,7 +141,7 @@ def test_component_norms_equal_a_manual_backward_of_each_component(tiny, mode, g
                            kl_loss_coef=0.1, kl_loss_type="k2")
     batch = _batch()
     # two micro-batches of 2 accumulate into one mini-batch of 4 = one forward over the whole batch
-    norms, losses = component_grad_norms(tiny, batch, Algorithm(acfg), mini_batch_size=4, micro_batch_size=2)
+    norms, losses, _ = component_grad_norms(tiny, batch, Algorithm(acfg), mini_batch_size=4, micro_batch_size=2)
     want = _manual_norms(tiny, batch, acfg)
     assert set(norms) == {"task", "entropy", "kl"}
     for comp in want:
@@ -159,7 +159,7 @@ def test_components_without_entropy_or_kl_are_left_out(tiny):
     from ragen_core.trainer.grad_analysis import component_grad_norms
 
     acfg = AlgorithmConfig(entropy_coeff=0.0, use_kl_loss=False)
-    norms, losses = component_grad_norms(tiny, _batch(), Algorithm(acfg), mini_batch_size=2, micro_batch_size=1)
+    norms, losses, _ = component_grad_norms(tiny, _batch(), Algorithm(acfg), mini_batch_size=2, micro_batch_size=1)
     assert set(norms) == {"task"} and set(losses) == {"policy", "total"}
 
 

@@ -14,7 +14,9 @@ Metrics (prefix ``grad_norm/<bucket>/``, buckets ``bucket_1`` .. ``bucket_B`` an
 ``sample_count``, ``sample_pct`` (percent of the batch's rows), ``reward_std_mean|min|max``,
 ``group_rv_count``, ``task|entropy|kl`` (norms, averaged over mini-batches),
 ``per_sample/<c>`` (norm / rows), ``per_token/<c>`` (norm / response tokens) and
-``loss/policy|entropy|kl|total`` (the component values; ``total`` is their sum). The ``all``
+``loss/policy|entropy|kl|total`` (the component values; ``total`` is their sum) and
+``algo/<name>``, each of the algorithm's own metrics (:attr:`~ragen_core.interfaces.algorithm.Algorithm.metric_names`)
+from the ``task`` probe, averaged as the update averages its ``actor/algo/<name>``. The ``all``
 bucket is mirrored as ``actor/grad_norm/<c>`` and ``actor/loss/<name>``. The per-group table
 (bucket, group id, reward std) goes to ``RUN_DIR/grad_analysis/step_<N>.csv``.
 
@@ -114,8 +116,10 @@ def component_grad_norms(
     micro_batch_size: int,
     temperature: float = 1.0,
     norm_constant: float | None = None,
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Probe the actor update on ``batch``: ``({component: grad norm}, {loss name: value})``.
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Probe the actor update on ``batch``: ``({component: grad norm}, {loss name: value}, {metric: value})``,
+    the last the algorithm's own metrics of the ``task`` probe (``algo/<name>``; weighted by each
+    micro-batch's trained tokens within a mini-batch, then averaged over mini-batches, as in the update).
 
     ``algorithm``: the run's :class:`~ragen_core.interfaces.algorithm.Algorithm` (its
     ``token_loss`` and ``config``). Norms and losses are means over mini-batches. No optimiser
@@ -126,7 +130,7 @@ def component_grad_norms(
     from ragen_core.trainer.batch import micro_batches
     from ragen_core.trainer.losses import agg_loss, kl_penalty, minibatch_normalisers
     from ragen_core.trainer.modeling import token_logprobs
-    from ragen_core.trainer.update import algorithm_policy_loss, policy_loss_inputs
+    from ragen_core.trainer.update import algorithm_metric_keys, algorithm_policy_loss, policy_loss_inputs
 
     acfg = algorithm.config
     mode = acfg.loss_agg_mode
@@ -136,14 +140,18 @@ def component_grad_norms(
     rows = list(range(len(batch)))
     norms: dict[str, list[float]] = {c: [] for c in comps}
     losses: dict[str, list[float]] = {_LOSS_NAMES[c]: [] for c in comps}
+    own_keys = [k.removeprefix("actor/") for k in algorithm_metric_keys(algorithm)]  # algo/<name>
+    own: dict[str, list[float]] = {k: [] for k in own_keys}
     for p in params:
         p.grad = None
     for mini in micro_batches(rows, mini_batch_size):
         micros = micro_batches(mini, micro_batch_size)
         agg_kw = minibatch_normalisers(mode, batch.response_mask[mini], global_norm=acfg.global_token_norm, norm_constant=norm_constant)
         loss_w = 1.0 if agg_kw else 1.0 / len(micros)
+        mini_tokens = max(float(batch.response_mask[mini].sum()), 1.0)
         for comp in comps:
             value = 0.0
+            mine = dict.fromkeys(own_keys, 0.0)
             for idx in micros:
                 sub = batch.select(idx)
                 mask = sub.response_mask.to(device)
@@ -151,7 +159,10 @@ def component_grad_norms(
                                                temperature=temperature, with_entropy=comp == "entropy", response_mask=mask)
                 if comp == "task":
                     old = sub.old_log_probs.to(device) if sub.old_log_probs is not None else logp.detach()
-                    loss, _ = algorithm_policy_loss(algorithm, policy_loss_inputs(sub, logp, old, mask), mode, **agg_kw)
+                    loss, pm = algorithm_policy_loss(algorithm, policy_loss_inputs(sub, logp, old, mask), mode, **agg_kw)
+                    share = float(mask.sum()) / mini_tokens  # token-weighted, as the update's
+                    for k in own_keys:
+                        mine[k] += pm[k] * share
                 elif comp == "entropy":
                     assert entropy is not None  # asked for with with_entropy=True
                     loss = -acfg.entropy_coeff * agg_loss(entropy, mask, mode, **agg_kw)
@@ -162,12 +173,15 @@ def component_grad_norms(
                 value += float(loss.detach()) * loss_w
             norms[comp].append(_global_norm(params))
             losses[_LOSS_NAMES[comp]].append(value)
+            if comp == "task":
+                for k in own_keys:
+                    own[k].append(mine[k])
             for p in params:
                 p.grad = None
     mean_norms = {c: sum(v) / len(v) for c, v in norms.items() if v}
     mean_losses = {k: sum(v) / len(v) for k, v in losses.items() if v}
     mean_losses["total"] = sum(mean_losses.values())
-    return mean_norms, mean_losses
+    return mean_norms, mean_losses, {k: sum(v) / len(v) for k, v in own.items() if v}
 
 
 def analyse(
@@ -211,7 +225,7 @@ def analyse(
         metrics[pre + "reward_std_max"] = max(bucket_stds)
         metrics[pre + "group_rv_count"] = float(len(groups))
         table += [(name, int(g), float(stds[g])) for g in groups]
-        norms, losses = component_grad_norms(model, sub, algorithm, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
+        norms, losses, own = component_grad_norms(model, sub, algorithm, mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size,
                                              temperature=temperature, norm_constant=norm_constant)
         for comp, norm in norms.items():
             metrics[pre + comp] = norm
@@ -219,6 +233,8 @@ def analyse(
             metrics[pre + f"per_token/{comp}"] = norm / tokens
         for key, value in losses.items():
             metrics[pre + f"loss/{key}"] = value
+        for key, value in own.items():
+            metrics[pre + key] = value
         if name == "all" and prefix == "grad_norm":
             metrics.update({f"actor/grad_norm/{c}": v for c, v in norms.items()})
             metrics.update({f"actor/loss/{k}": v for k, v in losses.items()})
