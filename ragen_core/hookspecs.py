@@ -49,7 +49,8 @@ def ragen_on_rollout_end(trajectories: Any, step: int, context: Any) -> dict[str
 
     Returns:
         Metrics to log this step, named ``family/metric``, or ``None``. A key the run logs
-        itself (``actor/entropy``) is not logged: the run's value stays.
+        itself (``actor/entropy``) is not logged: the run's value stays; nor is a key another
+        observer returned first (of two in one step, the one listed first in ``diagnostics``).
     """
 
 

@@ -88,7 +88,7 @@ class OddReturn:
     """Returns ``config.kind`` from the rollout hook: a list, or a dict with a text value."""
 
     def __init__(self, config):
-        self.kind = config.kind
+        self.kind, self.value = config.kind, config.value
 
     @hookimpl
     def ragen_on_rollout_end(self, trajectories, step, context):
@@ -96,6 +96,8 @@ class OddReturn:
             return {"mi": 0.5, "step": 99.0, "/x": 1.0, "odd/fine": 1.0}
         if self.kind == "core":  # names the run logs itself, before, after and around this hook
             return {"actor/lr_factor": 123.0, "actor/entropy": 123.0, "timing_s/total": 123.0, "odd/fine": 1.0}
+        if self.kind == "shared":  # a key another diagnostic returns too
+            return {"odd/shared": self.value, "odd/fine": 1.0}
         if self.kind == "update":  # keys of the update, on steps whose update did not run
             return {"actor/pg_loss": 123.0, "actor/lr": 123.0, "critic/vf_loss": 123.0, "odd/fine": 1.0}
         return [1.0] if self.kind == "list" else {"odd/value": "high", "odd/fine": 1.0, "odd/nan": math.nan}
@@ -103,6 +105,7 @@ class OddReturn:
 
 class OddConfig(PluginConfig):
     kind: str = "list"
+    value: float = 1.0
 
 
 class EndBoom:
@@ -140,6 +143,7 @@ SPECS = [
     DiagnosticSpec(name="test-end-boom", factory=f"{__name__}:EndBoom"),
     DiagnosticSpec(name="test-signal", config_model=SignalConfig, factory=f"{__name__}:SignalAtStep1"),
     DiagnosticSpec(name="test-odd-return", config_model=OddConfig, factory=f"{__name__}:OddReturn"),
+    DiagnosticSpec(name="test-odd-twin", config_model=OddConfig, factory=f"{__name__}:OddReturn"),
 ]
 
 
@@ -613,6 +617,21 @@ def test_a_diagnostic_metric_named_as_a_metric_of_the_run_is_said_once_and_not_l
     assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end, a metric the run logs "
                     "itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
                     for key in ("actor/lr_factor", "actor/entropy", "timing_s/total")]  # once each, not every step
+
+
+@pytest.mark.parametrize("order", [("test-odd-return", "test-odd-twin"), ("test-odd-twin", "test-odd-return")])
+def test_two_diagnostics_returning_one_metric_key_are_said_once_and_the_first_listed_is_logged(tmp_path, capsys, order):
+    """The observer pluggy called last silently overwrote the other's value of the key."""
+    first, second = order
+    settings = [f"diagnostics_config.{name}.{key}" for name in order for key in ("kind=shared", f"value={len(name)}")]
+    cfg = toy_run_config(tmp_path / "run", f"diagnostics=[{first},{second}]", *settings, steps=2)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    assert [row["odd/shared"] for row in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [float(len(first))] * 2
+    said = [line for line in capsys.readouterr().err.splitlines() if "odd/shared" in line]
+    assert said == [f"diagnostic {second!r} (<in-process>) returned 'odd/shared' from ragen_on_rollout_end, as diagnostic {first!r} "
+                    "(<in-process>) does: not logged (only the first observer's value of a key is; name the two metrics apart)"]
+    assert history[0]["odd/fine"] == 1.0
 
 
 def test_a_diagnostic_metric_named_as_an_update_metric_is_not_logged_on_a_step_without_an_update(tmp_path, capsys):

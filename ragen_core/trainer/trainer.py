@@ -154,7 +154,11 @@ class Trainer(CheckpointMixin):
         self._said_not_numbers: set[tuple[str, str]] = set()
         """(observer, metric key) pairs whose key, non-number value or clash with the run's own metric was reported (once each)."""
         self._plugin_metrics: list[tuple[str, str, float]] = []
-        """This step's ``(observer, key, value)`` metrics from ``ragen_on_rollout_end``, added to its row at its end."""
+        """This step's ``(observer, key, value)`` metrics from ``ragen_on_rollout_end`` (in the order ``diagnostics``
+        lists the observers), added to its row at its end."""
+        self._plugin_metric_owners: dict[str, str] = {}
+        """Metric key -> the observer whose value of it is logged: the first to return it (two returning one key
+        in one step: the one listed first); another observer's value of that key is said once and not logged."""
         self._core_metric_keys: set[str] = {"timing_s/total"}  # train() adds it to each step's row after the step
         """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it. The
         update's families (:data:`UPDATE_FAMILIES`) are the run's from the start: a step with nothing to train (an
@@ -806,14 +810,22 @@ class Trainer(CheckpointMixin):
     def _with_plugin_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """``metrics`` (the run's own) with this step's plugin metrics added, except one named as a
         metric the run logs itself: that one would overwrite the run's value or be overwritten by
-        it, depending on which came last (``actor/lr_factor``, ``actor/entropy``), and is said once."""
+        it, depending on which came last (``actor/lr_factor``, ``actor/entropy``), and is said once;
+        likewise a key another observer returned first (:attr:`_plugin_metric_owners`): the later
+        one silently won."""
         self._core_metric_keys.update(metrics)
         for label, key, value in self._plugin_metrics:
-            if key not in self._core_metric_keys and not key.startswith(UPDATE_FAMILIES):
+            owner = self._plugin_metric_owners.get(key, label)
+            if key in self._core_metric_keys or key.startswith(UPDATE_FAMILIES):
+                why = "a metric the run logs itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
+            elif owner != label:
+                why = f"as {owner} does: not logged (only the first observer's value of a key is; name the two metrics apart)"
+            else:
+                self._plugin_metric_owners[key] = label
                 metrics[key] = value
-            elif (label, key) not in self._said_not_numbers:
-                report(f"{label} returned {key!r} from ragen_on_rollout_end, a metric the run logs itself: not logged "
-                       "(name it in a family of the plugin's own, e.g. 'mine/...')")
+                continue
+            if (label, key) not in self._said_not_numbers:
+                report(f"{label} returned {key!r} from ragen_on_rollout_end, {why}")
                 self._said_not_numbers.add((label, key))
         return metrics
 
@@ -831,7 +843,8 @@ class Trainer(CheckpointMixin):
             report_pool_failures(step, trajs)
             self._save_rollouts(trajs, step)
         with timer("collapse_metrics"):
-            for label, result in hook_metrics(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context):
+            # in the order diagnostics lists them (pluggy calls the newest registered first): of two returning one key, the first's is logged
+            for label, result in reversed(hook_metrics(self.pm, "ragen_on_rollout_end", trajectories=trajs, step=step, context=self.context)):
                 # added at the step's end, where the run's own metrics are known (_with_plugin_metrics)
                 self._plugin_metrics += [(label, k, float(v)) for k, v in result.items() if is_metric_key(k) and is_number(v)]
                 for key in [k for k in result if (label, k) not in self._said_not_numbers]:
