@@ -96,6 +96,9 @@ class OddReturn:
             return {"mi": 0.5, "step": 99.0, "/x": 1.0, "odd/fine": 1.0}
         if self.kind == "core":  # names the run logs itself, before, after and around this hook
             return {"actor/lr_factor": 123.0, "actor/entropy": 123.0, "timing_s/total": 123.0, "odd/fine": 1.0}
+        if self.kind == "late":  # keys of families the run logs only on some steps (validation, analysis, a stop)
+            return {"val-env/success": 123.0, "val-env/mine": 123.0, "grad_norm/all/task": 123.0, "early_stopped/mine": 123.0,
+                    "timing_s/testing": 123.0, "odd/fine": 1.0}
         if self.kind == "shared":  # a key another diagnostic returns too
             return {"odd/shared": self.value, "odd/fine": 1.0}
         if self.kind == "update":  # keys of the update, on steps whose update did not run
@@ -617,6 +620,38 @@ def test_a_diagnostic_metric_named_as_a_metric_of_the_run_is_said_once_and_not_l
     assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end, a metric the run logs "
                     "itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
                     for key in ("actor/lr_factor", "actor/entropy", "timing_s/total")]  # once each, not every step
+
+
+def test_a_diagnostic_metric_in_a_family_the_run_logs_only_later_is_never_logged(tmp_path, capsys):
+    """'val-env/success' from a diagnostic was logged on the steps before the first validation (and
+    'val-env/mine' on every step): the run's families are its own from the start."""
+    cfg = toy_run_config(tmp_path / "run", "diagnostics=[test-odd-return]", "diagnostics_config.test-odd-return.kind=late", "test_freq=2",
+                         steps=2)
+    with Trainer(cfg) as trainer:
+        trainer.train()
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [row["odd/fine"] for row in rows] == [1.0, 1.0] and "val-env/success" in rows[1]  # the run's own, at its validation
+    assert not [(row["step"], k) for row in rows for k, v in row.items() if v == 123.0]
+    said = [line.split(" returned ")[1] for line in capsys.readouterr().err.splitlines() if "logs itself" in line]
+    tail = " the run logs itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
+    assert said == [f"{key!r} from ragen_on_rollout_end, {what}{tail}" for key, what in [
+        ("val-env/success", "in 'val-env/', a metric family"), ("val-env/mine", "in 'val-env/', a metric family"),
+        ("grad_norm/all/task", "in 'grad_norm/', a metric family"), ("early_stopped/mine", "in 'early_stopped/', a metric family"),
+        ("timing_s/testing", "a metric")]]  # once each, from step 1 on
+
+
+def test_every_metric_of_a_run_is_in_a_family_of_its_own_or_a_timing_it_names(tmp_path):
+    """CORE_FAMILIES and CORE_TIMINGS hold every key a run logs (validation, gradient analysis, an
+    early stop, a critic): a key the run adds later must be added there, or a plugin's could stand in for it."""
+    from ragen_core.trainer.trainer import CORE_FAMILIES, CORE_TIMINGS
+
+    cfg = toy_run_config(tmp_path / "run", "test_freq=1", "grad_analysis.every=1", "grad_analysis.log_prefilter=true", "algo=ppo",
+                         "early_stop.low_val_success_patience=1", steps=1)
+    with Trainer(cfg) as trainer:
+        history = trainer.train()
+    keys = {k for row in history for k in row if k != "step"}
+    assert {"val-env/success", "grad_norm/all/task", "grad_norm_prefilter/all/task", "critic/vf_loss", "timing_s/testing"} <= keys
+    assert [k for k in keys if not k.startswith(CORE_FAMILIES) and k not in CORE_TIMINGS] == []
 
 
 @pytest.mark.parametrize("order", [("test-odd-return", "test-odd-twin"), ("test-odd-twin", "test-odd-return")])

@@ -74,9 +74,17 @@ from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
 
-#: Metric families of the update (``actor/pg_loss``, ``actor/lr``, ``critic/vf_loss``, an algorithm's own
-#: ``actor/...``): a plugin's metric in them is not logged, on steps without an update too.
-UPDATE_FAMILIES = ("actor/", "critic/")
+#: Metric families the run logs itself (``actor/pg_loss``, ``critic/vf_loss``, ``train/success``, the filter's
+#: ``rollout/...``), some only on some steps (``val-env/`` on validation steps, ``grad_norm/`` on analysis
+#: steps, ``early_stopped/`` at a stop, none of the update's on a step the filter left empty): a plugin's
+#: metric in one is not logged, from the first step on (it was, until the run's own key first appeared).
+CORE_FAMILIES = ("actor/", "critic/", "rollout/", "train/", "val-env/", "response_length/", "grad_norm/", "grad_norm_prefilter/",
+                 "grad_analysis/", "trainer/", "warm_start/", "early_stopped/", "diverged/")
+
+#: The run's own ``timing_s/`` keys, logged on every step or only on some (``testing``, ``grad_analysis``). The
+#: family is shared: a diagnostic may time itself (``timing_s/collapse_first_turn_step``).
+CORE_TIMINGS = tuple(f"timing_s/{phase}" for phase in ("gen", "collapse_metrics", "filter", "old_log_prob", "ref", "values", "adv",
+                                                      "update_critic", "grad_analysis", "update_actor", "testing", "step", "total"))
 
 #: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
 #: process or Ray pool ends it at once; an in-process env stuck in a step never does).
@@ -159,10 +167,11 @@ class Trainer(CheckpointMixin):
         self._plugin_metric_owners: dict[str, str] = {}
         """Metric key -> the observer whose value of it is logged: the first to return it (two returning one key
         in one step: the one listed first); another observer's value of that key is said once and not logged."""
-        self._core_metric_keys: set[str] = {"timing_s/total"}  # train() adds it to each step's row after the step
-        """Keys the run has logged itself: a plugin's metric of that name is not logged over (or under) it. The
-        update's families (:data:`UPDATE_FAMILIES`) are the run's from the start: a step with nothing to train (an
-        empty filter) logs none of their keys, and a plugin's would pass for them."""
+        self._core_metric_keys: set[str] = set(CORE_TIMINGS)
+        """Keys the run logs itself: a plugin's metric of that name is not logged over (or under) it. Besides these
+        (its timings from the start, every other key it has logged), every key of :data:`CORE_FAMILIES` is the
+        run's from the start: a family may first appear late (``val-env/`` at the first validation), and a
+        plugin's key would pass for the run's until then."""
         self._abort_pending = False
         """A second interrupt came during an update: the step skips its validation and is saved as the last."""
         self._validating: tuple[int, dict[str, float], dict[str, Any]] | None = None
@@ -816,8 +825,9 @@ class Trainer(CheckpointMixin):
         self._core_metric_keys.update(metrics)
         for label, key, value in self._plugin_metrics:
             owner = self._plugin_metric_owners.get(key, label)
-            if key in self._core_metric_keys or key.startswith(UPDATE_FAMILIES):
-                why = "a metric the run logs itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
+            if key in self._core_metric_keys or key.startswith(CORE_FAMILIES):
+                what = "a metric" if key in self._core_metric_keys else f"in {key.split('/')[0] + '/'!r}, a metric family"
+                why = f"{what} the run logs itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
             elif owner != label:
                 why = f"as {owner} does: not logged (only the first observer's value of a key is; name the two metrics apart)"
             else:
