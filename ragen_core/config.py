@@ -19,7 +19,7 @@ messages echo a bad value in a bounded form (:func:`short_repr`), never whole.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -233,10 +233,10 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
     dozen characters of the line, not its whole size. With ``model_cls`` (the validated class),
     an unknown key that is close to a field's name suggests it.
     """
-    errors = exc.errors(include_url=False, include_context=False)
+    errors = exc.errors(include_url=False)
     parts = []
     for err in errors[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
+        loc = error_path(err)
         path = ".".join(p for p in (prefix, loc) if p) or "(root)"
         if err.get("type") == "extra_forbidden":
             parts.append(f"{path}: unknown key{_near_key(model_cls, tuple(err.get('loc', ())), prefix)}")
@@ -244,9 +244,25 @@ def validation_message(exc: ValidationError, prefix: str = "", model_cls: type[B
             text = short_text(str(err.get("msg")).removeprefix("Value error, "), 300)
             parts.append(f"{prefix}: {text}" if prefix else text)
         else:  # a field validator's own words, without pydantic's "Value error, " in front
-            parts.append(f"{path}: {short_text(str(err.get('msg')).removeprefix('Value error, '), 200)} (got {short_repr(err.get('input'))})")
+            got = err.get("input")
+            for key in _bool_at(err):  # the boolean itself, not the dict or list holding it
+                got = got[key]
+            parts.append(f"{path}: {short_text(str(err.get('msg')).removeprefix('Value error, '), 200)} (got {short_repr(got)})")
     extra = len(errors) - 3
     return "invalid config: " + "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
+
+
+def error_path(err: Mapping[str, Any]) -> str:
+    """The dotted path of one pydantic error (``weights.a``): its ``loc``, and for a boolean given
+    for a number inside a dict or list field the keys from the field to it (pydantic's loc ends at the field)."""
+    return ".".join(str(x) for x in (*err.get("loc", ()), *_bool_at(err)))
+
+
+def _bool_at(err: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The keys and indices from the field to a boolean given for a number (``()`` for other errors)."""
+    from ragen_core.specs import BOOL_FOR_A_NUMBER
+
+    return tuple((err.get("ctx") or {}).get("at", ())) if err.get("type") == BOOL_FOR_A_NUMBER else ()
 
 
 def list_hints(exc: ValidationError, prefix: str = "") -> list[str]:

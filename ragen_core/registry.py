@@ -663,11 +663,13 @@ def default_fault(model: type[PluginConfig], made: PluginConfig) -> tuple[str, s
     breaks its field's rule shows up only here. Other exceptions of the model's validators propagate."""
     from pydantic import ValidationError
 
+    from ragen_core.config import error_path
+
     try:
         model.model_validate(made.model_dump())
     except ValidationError as exc:
         errors = exc.errors()
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "?"
+        where = error_path(errors[0]) if errors else "?"
         return where, (errors[0]["msg"] if errors else str(exc).splitlines()[0])
     return None
 

@@ -128,17 +128,27 @@ class CheckedModel(BaseModel):
         """A number field refuses ``true``/``false``: pydantic's lax mode took ``group_size=true`` as
         1 and ``lr=true`` as 1.0 (YAML also reads ``on``/``off``/``yes``/``no`` as booleans). Strict
         mode would also refuse ``"8"`` and a YAML list for a tuple, so only booleans are singled out."""
+        from pydantic_core import PydanticCustomError
+
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and _bool_for_a_number(field.annotation, value):
-            raise ValueError("takes a number, not true/false")
+        at = _bool_for_a_number(field.annotation, value) if field is not None else None
+        if at is not None:  # the key or index inside the field, for the message's path (config.error_path)
+            raise PydanticCustomError(BOOL_FOR_A_NUMBER, "takes a number, not true/false", {"at": at})
         return value
 
 
-def _bool_for_a_number(annotation: Any, value: Any) -> bool:
-    """``value`` holds a boolean where ``annotation`` asks for an int or a float (no bool among its
-    options): directly, or at any depth as an item of a list or tuple, or a value of a dict, whose
+BOOL_FOR_A_NUMBER = "bool_for_a_number"
+"""The pydantic error type of a boolean given for a number; its context's ``at`` holds the keys
+and indices from the field to the boolean (``("a",)`` for ``weights.a=true``)."""
+
+
+def _bool_for_a_number(annotation: Any, value: Any) -> tuple[Any, ...] | None:
+    """Where ``value`` holds a boolean that ``annotation`` asks to be an int or a float (no bool
+    among its options), as the keys and indices that lead to it (``()``: ``value`` itself), else
+    None: directly, or at any depth as an item of a list or tuple, or a value of a dict, whose
     declared type there is a number (``dict[str, float]``, ``list[dict[str, int]]``). A nested
-    model is left to its own validator; where several options could hold the value, each must refuse it."""
+    model is left to its own validator; where several options could hold the value, each must
+    refuse it (the path is the first option's)."""
     import types
     import typing
     from collections.abc import Mapping, Sequence
@@ -148,16 +158,26 @@ def _bool_for_a_number(annotation: Any, value: Any) -> bool:
     options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
     options = tuple(typing.get_args(o)[0] if typing.get_origin(o) is typing.Annotated else o for o in options)
     if bool in options or Any in options:
-        return False
+        return None
     if isinstance(value, bool):
-        return any(option in (int, float) for option in options)
+        return () if any(option in (int, float) for option in options) else None
+    found: list[tuple[Any, ...] | None] = []
     if isinstance(value, Mapping):
         kinds = [o for o in options if typing.get_origin(o) in (dict, Mapping) and len(typing.get_args(o)) == 2]
-        return bool(kinds) and all(any(_bool_for_a_number(typing.get_args(o)[1], v) for v in value.values()) for o in kinds)
-    if isinstance(value, (list, tuple)):
+        found = [_first_bool(((k, typing.get_args(o)[1], v) for k, v in value.items())) for o in kinds]
+    elif isinstance(value, (list, tuple)):
         kinds = [o for o in options if typing.get_origin(o) in (list, tuple, Sequence) and typing.get_args(o)]
-        return bool(kinds) and all(any(_bool_for_a_number(_item_type(o, i), v) for i, v in enumerate(value)) for o in kinds)
-    return False
+        found = [_first_bool(((i, _item_type(o, i), v) for i, v in enumerate(value))) for o in kinds]
+    return found[0] if found and all(at is not None for at in found) else None
+
+
+def _first_bool(items: Any) -> tuple[Any, ...] | None:
+    """The path to the first boolean-for-a-number among ``(key, declared type, value)`` items, or None."""
+    for key, annotation, value in items:
+        at = _bool_for_a_number(annotation, value)
+        if at is not None:
+            return (key, *at)
+    return None
 
 
 def _item_type(annotation: Any, index: int) -> Any:

@@ -30,7 +30,7 @@ def _print_config(capsys, *overrides: str) -> tuple[int, str, str]:
     ("steps=on", "steps"),  # YAML 1.1 reads 'on' as true
     ("optim.lr=true", "optim.lr"),  # a float field: was taken as 1.0
     ("sampling.train.max_new_tokens=false", "sampling.train.max_new_tokens"),
-    ("optim.betas=[true, 0.9]", "optim.betas"),
+    ("optim.betas=[true, 0.9]", "optim.betas.0"),  # the item, not only the field
 ])
 def test_a_boolean_for_a_number_is_refused_naming_the_field(override, field, capsys):
     rc, _, err = _print_config(capsys, override)
@@ -256,12 +256,12 @@ def test_a_boolean_for_a_number_nested_in_a_dict_is_refused_naming_the_field(cap
     spec = EstimatorSpec(name="test-weighted", config_model=_Weighted, factory=f"{__name__}:_WeightedEstimator")
     registry.register(spec)
     try:
-        for override, field in (("algo_config.estimator_config.weights.a=true", "weights"),
-                                ("algo_config.estimator_config.scales=[{a: 1}, {b: false}]", "scales")):
+        for override, field, got in (("algo_config.estimator_config.weights.a=true", "weights.a", True),
+                                     ("algo_config.estimator_config.scales=[{a: 1}, {b: false}]", "scales.1.b", False)):
             rc, _, err = _print_config(capsys, "algo_config.estimator=test-weighted", override)
-            assert rc == 2
-            assert one_line_error(err).startswith(f"PluginConfigError: invalid config: algo_config.estimator_config.{field}: "
-                                                  "takes a number, not true/false")
+            assert rc == 2  # the key inside the field, as typed (it named the field only)
+            assert one_line_error(err) == (f"PluginConfigError: invalid config: algo_config.estimator_config.{field}: "
+                                           f"takes a number, not true/false (got {got})")
         rc, out, _ = _print_config(capsys, "algo_config.estimator=test-weighted", "algo_config.estimator_config.weights.a=2")
         assert rc == 0 and "a: 2.0" in out  # numbers still pass
     finally:
