@@ -137,3 +137,23 @@ def test_plugins_show_and_print_config_name_the_setting(capsys):
     assert "rewards it sees: the run's filter_signal (score | env_reward; default score)" in out
     assert main(["run", "--env", "bandit", "--print-config", "filter_signal=env_reward"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["filter_signal"] == "env_reward"
+
+
+@pytest.mark.parametrize("metric", ["entropy", "entropy_variance", "length"])
+def test_the_env_reward_signal_with_a_filter_scoring_without_rewards_is_warned_about(metric):
+    """The filter never reads the rewards filter_signal picks: the setting changed which groups train
+    only for reward metrics, and said nothing otherwise."""
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.config import RunConfig, run_warnings
+
+    base = [f"env={register_toy_env()}", "filter=snr-topp", f"filter_config.metric={metric}"]
+    warned = [w for w in run_warnings(load_config(RunConfig, [], [*base, "filter_signal=env_reward"])) if "filter_signal" in w]
+    assert warned == [f"filter_signal=env_reward picks the rewards a filter scores groups by, but filter 'snr-topp' scores them by "
+                      f"filter_config.metric={metric}: the setting changes only the reward-variance early stop, not which groups train; "
+                      f"leave filter_signal at score, or change filter_config.metric={metric} to a reward score"]
+    assert not [w for w in run_warnings(load_config(RunConfig, [], base)) if "filter_signal" in w]  # the default signal
+    for rewards in ("reward_variance", "reward", "reward_sum"):
+        cfg = load_config(RunConfig, [], [*base[:2], f"filter_config.metric={rewards}", "filter_signal=env_reward"])
+        assert not [w for w in run_warnings(cfg) if "filter_signal" in w]
+

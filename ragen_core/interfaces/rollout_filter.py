@@ -64,6 +64,13 @@ class FilterConfig(PluginConfig):
             ConfigError: naming the settings to change.
         """
 
+    def scores_without_rewards(self) -> str | None:
+        """The setting that makes :meth:`RolloutFilter.select` score groups by something else than
+        :attr:`GroupedRollouts.rewards` (``filter_config.metric=entropy``), so the run warns that its
+        ``filter_signal``, which picks those rewards, does not change which groups train. None (here):
+        it scores by the rewards."""
+        return None
+
     def rollout_warnings(self, env_groups: int, group_size: int) -> list[str]:
         """Settings that run but probably do not do what was meant for batches of ``env_groups``
         groups of ``group_size`` (one sentence each; the run prints them at its start). None here."""

@@ -613,6 +613,9 @@ def run_warnings(config: RunConfig) -> list[str]:
     * LoRA settings (``optim.peft.alpha`` / ``target_modules``) while ``optim.peft.rank`` is 0 (LoRA off).
     * The filter's own :meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.rollout_warnings`
       (``snr-topk-abs`` keeping every group of the batch).
+    * ``filter_signal=env_reward`` with a filter that scores groups by something else than their
+      rewards (:meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.scores_without_rewards`:
+      ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop.
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -644,6 +647,11 @@ def run_warnings(config: RunConfig) -> list[str]:
                        f"{'it is' if len(unused) == 1 else 'they are'} unused; to train adapters: optim.peft.rank=8 (or another rank)")
     chosen = registry.make_config("filter", config.filter, dict(config.filter_config), preset=config.filter_preset)
     out += chosen.rollout_warnings(config.rollout.env_groups, config.rollout.group_size)  # type: ignore[attr-defined]
+    scored_by = chosen.scores_without_rewards() if config.filter_signal != "score" else None  # type: ignore[attr-defined]
+    if scored_by:
+        out.append(f"filter_signal={config.filter_signal} picks the rewards a filter scores groups by, but filter {config.filter!r} "
+                   f"scores them by {scored_by}: the setting changes only the reward-variance early stop, not which groups "
+                   f"train; leave filter_signal at score, or change {scored_by} to a reward score")
     engine_model = config.engine_config.get("model") if registry.get_spec("engine", config.engine).name == "hf" else None
     # the trainer attaches its policy: the engine never loads this one. "tiny" is the old default that every run's config.yaml
     # recorded before it was emptied: a resumed run of another model holds it without anyone having asked for it

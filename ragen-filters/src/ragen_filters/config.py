@@ -60,6 +60,10 @@ class ScoreConfig(FilterConfig):
         """Whether groups scoring 0 can be kept (trained on with a non-zero weight)."""
         return False
 
+    def scores_without_rewards(self) -> str | None:
+        """The ``entropy*`` and ``length`` metrics score groups without their rewards."""
+        return None if self.metric.startswith("reward") else f"filter_config.metric={self.metric}"
+
     def check_group_size(self, group_size: int) -> None:
         """Groups of one episode have no spread: a spread metric scores every one of them 0, and a
         filter that drops zero-score groups would keep none (a run that trained nothing, exit 0)."""
