@@ -344,3 +344,42 @@ def test_log_prefilter_analyses_the_unfiltered_batch_without_disturbing_the_upda
     assert row["grad_norm/all/sample_count"] == 2 and row["train/batch_size"] == 2
     assert row["grad_norm/all/task"] == pytest.approx(row["actor/grad_norm"], rel=1e-4)  # as above: ~800 eps
     assert row["actor/grad_norm/task"] == row["grad_norm/all/task"]
+
+
+def test_groups_are_bucketed_by_the_rewards_filter_signal_picks(tiny):
+    """The filter ranked groups by filter_signal's rewards while the analysis bucketed them by the
+    scores: with env_reward, group 0's spread of format penalties alone made it the high-std bucket."""
+    import torch
+
+    from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+    from ragen_core.trainer.grad_analysis import analyse
+
+    batch = _batch(1)  # scores: group 0 [1, 0] (std 0.71), group 1 [3, 3] (std 0)
+    batch.env_rewards = torch.tensor([1.0, 1.0, 2.0, 0.0], dtype=torch.float64)  # group 0's spread was the penalty; group 1's task spread
+    tables = {signal: analyse(tiny, batch, Algorithm(AlgorithmConfig(entropy_coeff=0.0)), mini_batch_size=4, micro_batch_size=2,
+                              n_buckets=2, signal=signal)[1] for signal in ("score", "env_reward")}
+    assert [(b, g) for b, g, _ in tables["score"]] == [("bucket_1", 1), ("bucket_2", 0), ("all", 1), ("all", 0)]
+    assert tables["env_reward"] == [("bucket_1", 0, 0.0), ("bucket_2", 1, pytest.approx(math.sqrt(2))), ("all", 0, 0.0),
+                                    ("all", 1, pytest.approx(math.sqrt(2)))]
+
+
+def test_the_trainers_analysis_buckets_by_the_runs_filter_signal(tmp_path, tiny):
+    """run_for_trainer hands the run's filter_signal to the bucketing: its group table holds the env rewards' stds."""
+    import types
+
+    import torch
+
+    from ragen_core.config import load_config
+    from ragen_core.interfaces.algorithm import Algorithm, AlgorithmConfig
+    from ragen_core.trainer.config import RunConfig
+    from ragen_core.trainer.grad_analysis import run_for_trainer
+
+    batch = _batch(1)
+    batch.env_rewards = torch.tensor([1.0, 1.0, 2.0, 0.0], dtype=torch.float64)
+    for signal, want in (("score", "all,0,0.707107"), ("env_reward", "all,1,1.41421")):
+        config = load_config(RunConfig, [], ["grad_analysis.every=1", "optim.mini_batch_size=4", "optim.micro_batch_size=2",
+                                             f"filter_signal={signal}"])
+        trainer = types.SimpleNamespace(config=config, analysis_rollout=None, model=tiny, train_sampling=config.sampling.train,
+                                        algorithm=Algorithm(AlgorithmConfig(entropy_coeff=0.0)), run_dir=tmp_path / signal)
+        run_for_trainer(trainer, batch, 1)
+        assert (tmp_path / signal / "grad_analysis" / "step_1.csv").read_text().splitlines()[-1] == want

@@ -2,7 +2,8 @@
 
 At steps where ``(step - 1) % grad_analysis.every == 0`` -- after the critic update and before
 the actor update -- the prepared training batch (post-filter, advantages computed) is split into
-buckets of prompt groups by their in-group reward std, and for every bucket (plus ``all``, the
+buckets of prompt groups by their in-group reward std (of the rewards the filter ranks by, the
+run's ``filter_signal``: the episode scores, or the env rewards alone), and for every bucket (plus ``all``, the
 whole batch) the actor update is *probed* without an optimiser step: for each mini-batch and each
 loss component -- ``task`` (the clipped policy-gradient loss), ``entropy`` (``-entropy_coeff *
 entropy``, only when ``entropy_coeff != 0``) and ``kl`` (``kl_loss_coef * KL``, only with the KL
@@ -196,13 +197,18 @@ def analyse(
     n_buckets: int = 6,
     norm_constant: float | None = None,
     prefix: str = "grad_norm",
+    signal: str = "score",
 ) -> tuple[dict[str, float], list[tuple[str, int, float]]]:
     """All bucket probes of one batch: ``(metrics, group table rows (bucket, group id, std))``.
 
     Metric names start with ``prefix`` (``grad_norm_prefilter`` for the unfiltered batch; only
-    the ``grad_norm`` ``all`` bucket is mirrored to ``actor/``).
+    the ``grad_norm`` ``all`` bucket is mirrored to ``actor/``). ``signal`` (the run's
+    ``filter_signal``) picks the rewards whose in-group std buckets the groups: ``batch.scores``
+    or ``batch.env_rewards``, the ones the filter ranked the groups by.
     """
-    stds = group_reward_stds(batch.scores.tolist(), batch.group_ids.tolist(), batch.episode_ids.tolist())
+    from ragen_core.trainer.selection import signal_rewards
+
+    stds = group_reward_stds(signal_rewards(batch, signal).tolist(), batch.group_ids.tolist(), batch.episode_ids.tolist())
     buckets = bucket_groups(stds, bucketing, n_buckets)
     buckets.append(("all", sorted(stds, key=lambda g: (stds[g], g))))
     gids = batch.group_ids.tolist()
@@ -324,7 +330,8 @@ def run_for_trainer(trainer: Any, batch: Any, step: int, unfiltered: Any = None)
         batch, source, unfiltered = separate_batch(trainer, trainer.analysis_rollout, step)
     kwargs: dict[str, Any] = {"mini_batch_size": cfg.optim.mini_batch_size, "micro_batch_size": cfg.optim.micro_batch_size,
                               "temperature": trainer.train_sampling.temperature, "bucketing": ga.bucketing,
-                              "n_buckets": ga.buckets, "norm_constant": trainer.algorithm.agg_kwargs.get("norm_constant")}
+                              "n_buckets": ga.buckets, "norm_constant": trainer.algorithm.agg_kwargs.get("norm_constant"),
+                              "signal": cfg.filter_signal}
     metrics = dict(source)
     if ga.log_prefilter and unfiltered is not None and len(unfiltered) > 0:
         pre_metrics, _ = analyse(trainer.model, prepare_for_probe(trainer, unfiltered), trainer.algorithm,

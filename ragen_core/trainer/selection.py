@@ -72,11 +72,7 @@ def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None, si
     windowed context modes an episode has a row per turn). ``signal`` (:data:`FILTER_SIGNALS`)
     picks the rewards: ``batch.scores`` or ``batch.env_rewards``.
     """
-    if signal not in FILTER_SIGNALS:
-        raise ValueError(f"filter_signal={signal!r} is not one of {', '.join(FILTER_SIGNALS)}")
-    values = batch.scores if signal == "score" else batch.env_rewards
-    if values is None:
-        raise ValueError("filter_signal=env_reward needs a batch with env_rewards (build it with build_batch)")
+    values = signal_rewards(batch, signal)
     first: dict[int, int] = {}
     lengths: dict[int, float] = {}
     rows_of: dict[int, list[int]] = {}
@@ -92,6 +88,16 @@ def episode_view(batch: TrainBatch, entropies: Sequence[float] | None = None, si
         entropies=[sum(entropies[r] for r in rows_of[e]) / len(rows_of[e]) for e in order] if entropies is not None else None,
         lengths=[lengths[e] for e in order],
     )
+
+
+def signal_rewards(batch: TrainBatch, signal: str) -> Any:
+    """The per-row rewards ``signal`` (:data:`FILTER_SIGNALS`) names: ``batch.scores`` or ``batch.env_rewards``."""
+    if signal not in FILTER_SIGNALS:
+        raise ValueError(f"filter_signal={signal!r} is not one of {', '.join(FILTER_SIGNALS)}")
+    values = batch.scores if signal == "score" else batch.env_rewards
+    if values is None:
+        raise ValueError("filter_signal=env_reward needs a batch with env_rewards (build it with build_batch)")
+    return values
 
 
 def dropped_metric(reason: str) -> str:
