@@ -138,6 +138,13 @@ def test_early_stopper_rules():
     s2.load_state_dict(s.state_dict())
     assert s2.val_counters == {"val-env/Toy/success": 2}
 
+    empty = EarlyStopper(empty_stop_steps=3)  # rule 1 (it lived in the trainer loop, its line in Trainer.train)
+    assert [empty.observe_empty(n) for n in (1, 2, 3)] == [None, None, "early_stopped/empty_filtered_steps"]
+    assert empty.explain("early_stopped/empty_filtered_steps") == ("no group was left to train in 3 steps in a row "
+                                                                  "(filter_config.empty_stop_steps=3); filter_config.empty_stop_steps=0 "
+                                                                  "turns this stop off")
+    assert EarlyStopper().observe_empty(100) is None  # 0 (the default here): off
+
 
 def test_metrics_jsonl_truncation_and_plot(tmp_path: Path):
     from ragen_core.cli.plot import plot_run

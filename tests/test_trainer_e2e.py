@@ -156,8 +156,8 @@ def test_empty_after_filter_skips_update_and_stops(tmp_path, drop_all_filter, ca
     cfg = make_config(tmp_path, f"filter={drop_all_filter}", "filter_config.empty_stop_steps=2", "steps=5", "test_freq=0")
     trainer = Trainer(cfg)
     history = trainer.train()
-    assert "training stopped early at step 2: early_stopped/empty_filtered_steps: the filter kept no group in 2 steps in a row " \
-        "(filter_config.empty_stop_steps=2; 0 turns this stop off)\n" in capsys.readouterr().out
+    assert "training stopped early at step 2: early_stopped/empty_filtered_steps: no group was left to train in 2 steps in a row " \
+        "(filter_config.empty_stop_steps=2); filter_config.empty_stop_steps=0 turns this stop off\n" in capsys.readouterr().out
     assert len(history) == 2
     assert all(h["rollout/empty_after_filter"] == 1.0 for h in history)
     assert [h["rollout/consecutive_empty_after_filter_steps"] for h in history] == [1.0, 2.0]

@@ -55,19 +55,31 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
 
 
 class EarlyStopper:
-    """Spec 12 rules 2 and 3 (rule 1, empty-after-filter, lives in the trainer loop).
+    """The early-stopping rules of spec 12 and the line that explains each stop: 1, ``empty_stop_steps``
+    steps in a row with nothing to train (the trainer counts the streak: it is logged and
+    checkpointed with the step); 2, the in-group reward std collapsing; 3, validation success
+    staying near 0.
 
     State is a plain dict so it can be checkpointed.
     """
 
-    def __init__(self, reward_variance: bool = True, low_val: bool = True, patience: int = 5, window: int = 10) -> None:
+    def __init__(self, reward_variance: bool = True, low_val: bool = True, patience: int = 5, window: int = 10, *,
+                 empty_stop_steps: int = 0) -> None:
         self.reward_variance = reward_variance
         self.low_val = low_val
         self.patience = patience
         self.window = window
+        self.empty_stop_steps = empty_stop_steps
+        """The filter's ``empty_stop_steps`` (0: rule 1 is off)."""
         self.rv_history: list[float] = []
         self.val_counters: dict[str, int] = {}
         self.low_keys: list[str] = []  # the success keys that tripped rule 3 (for the stop message)
+
+    def observe_empty(self, streak: int) -> str | None:
+        """Feed the number of steps in a row with nothing to train (this one included); returns a stop key or None."""
+        if self.empty_stop_steps and streak >= self.empty_stop_steps:
+            return "early_stopped/empty_filtered_steps"
+        return None
 
     def observe_reward_std(self, value: float) -> str | None:
         """Feed ``rollout/in_group_reward_std`` of a non-empty step; returns a stop key or None."""
@@ -97,7 +109,11 @@ class EarlyStopper:
         return stop
 
     def explain(self, reason: str) -> str | None:
-        """One line for a stop of rule 2 or 3: what tripped it and the settings that change it (None: another stop)."""
+        """One line for a stop of these rules: what tripped it and the settings that change it (None: another stop)."""
+        if reason == "early_stopped/empty_filtered_steps":
+            n = self.empty_stop_steps
+            return (f"no group was left to train in {n} steps in a row (filter_config.empty_stop_steps={n}); "
+                    "filter_config.empty_stop_steps=0 turns this stop off")
         if reason == "early_stopped/reward_variance_collapse":
             return (f"the in-group reward std of the last {self.window} non-empty steps stayed below 0.1 x its mean over the "
                     "first ones; early_stop.reward_variance_collapse=false turns this stop off")

@@ -363,7 +363,8 @@ class Trainer(CheckpointMixin):
         self.empty_streak = 0
         self.policy_version = 0
         """Actor updates so far: the version the engine samples (``Generation.policy_version``)."""
-        self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience)
+        self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience,
+                                    empty_stop_steps=self.filter.config.empty_stop_steps)
         self.skips = SkipMonitor(cfg.optim.max_skipped_steps, cfg.optim.ppo_epochs)
         """Skipped optimiser steps in a row: reported, and the run stops past ``optim.max_skipped_steps``."""
         self.timing_totals: dict[str, float] = {}
@@ -560,9 +561,6 @@ class Trainer(CheckpointMixin):
             raise self.skips.stop(step, self.run_dir)
         if self.stop_reason and self.world.main:
             why = self.stopper.explain(self.stop_reason)
-            if self.stop_reason == "early_stopped/empty_filtered_steps":
-                n = self.filter.config.empty_stop_steps
-                why = f"the filter kept no group in {n} steps in a row (filter_config.empty_stop_steps={n}; 0 turns this stop off)"
             print(f"training stopped early at step {step}: {self.stop_reason}" + (f": {why}" if why else ""))
         return self.history
 
@@ -966,7 +964,7 @@ class Trainer(CheckpointMixin):
         self.empty_streak += 1
         metrics["rollout/empty_after_filter"] = 1.0
         if self.world.main:
-            stop_after = self.filter.config.empty_stop_steps
+            stop_after = self.stopper.empty_stop_steps
             limit = f"; the run stops after {stop_after} in a row (filter_config.empty_stop_steps)" if stop_after else ""
             lost = int(metrics.get("rollout/env_lost_groups", 0))
             why = f"the filter and the env pool (which lost {lost} group(s))" if lost else "the filter"
@@ -975,10 +973,10 @@ class Trainer(CheckpointMixin):
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics
         metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty_streak)
-        stop_after = self.filter.config.empty_stop_steps
-        if stop_after and self.empty_streak >= stop_after:
-            self.stop_reason = "early_stopped/empty_filtered_steps"
-            metrics[self.stop_reason] = 1.0
+        stop = self.stopper.observe_empty(self.empty_streak)
+        if stop and self.stop_reason is None:
+            self.stop_reason = stop
+            metrics[stop] = 1.0
         metrics["timing_s/step"] = time.perf_counter() - t_step
         self._maybe_validate(step, metrics)
         return metrics
