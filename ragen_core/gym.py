@@ -58,6 +58,8 @@ class RagenGymEnv(gymnasium.Env):
         self._actions = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        if is_int(seed):  # gymnasium's own seeding takes only a Python int: np.int64(3) raised its Error
+            seed = int(seed)  # type: ignore[arg-type]
         super().reset(seed=seed)
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31 - 1))

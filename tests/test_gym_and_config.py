@@ -68,6 +68,23 @@ def test_gymnasium_integer_actions_outside_action_names_are_refused(toy):
     assert env.step(1)[2] is False  # an index in range still steps
 
 
+def test_gymnasium_takes_numpy_integers_as_seeds_and_actions(toy):
+    """reset(seed=np.int64(4)) raised gymnasium's "Seed must be a python integer", and
+    step(np.array(1)) (a 0-d array) was refused as not an int."""
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+    import numpy as np
+
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}")
+    obs, _ = env.reset(seed=4)
+    assert env.reset(seed=np.int64(4))[0] == obs
+    env.reset(seed=4)
+    after_array = env.step(np.array(1))[0]
+    env.reset(seed=4)
+    assert after_array == env.step(1)[0]
+
+
 def test_gymnasium_render_modes_are_the_envs_own(toy):
     gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
     from gymnasium.utils.env_checker import check_env as gym_check_env
