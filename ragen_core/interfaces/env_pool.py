@@ -234,7 +234,9 @@ class EnvPoolConfig(PluginConfig):
     """Longest one episode's step may take: 600 s in a run (``ragen run`` sets it), none (wait
     forever) for a pool made in code. A step past it fails its episode with ``end_reason="timeout"``."""
     reset_timeout_s: float | None = Field(default=None, gt=0)
-    """Longest one reset may take; a reset that does not finish in time is an error."""
+    """Longest one reset may take (a worker's resets of one rollout, in the process and Ray pools):
+    600 s in a run, none for a pool made in code. A reset that does not finish in time is an
+    :class:`~ragen_core.errors.EnvError` naming the env and seed."""
 
 
 class EnvPool(ABC):

@@ -64,6 +64,15 @@ def episode_label(env: EnvRef, seed: int, member: int = 0) -> str:
     return f"env {env.name!r}{preset} (seed {seed}, member {member})"
 
 
+def reset_timeout_error(env: EnvRef, requests: Sequence[ResetRequest], limit: float | None, where: str = "") -> str:
+    """One line for ``requests`` not reset within ``reset_timeout_s`` (in the worker ``where``),
+    naming the env and the first episode's seed (a worker resets its episodes in turn, so which
+    one hung is not known)."""
+    first = episode_label(env, requests[0].seed, requests[0].member)
+    more = f" and {len(requests) - 1} more episode{'s' if len(requests) > 2 else ''}" if len(requests) > 1 else ""
+    return f"{first}{more} did not reset within reset_timeout_s={limit:g}" + (f" in {where}" if where else "")
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
@@ -449,7 +458,7 @@ class LocalEnvPool(EnvPool):
         for r, start in zip(requests, starts):
             if start is TIMED_OUT:
                 self._abandon(r.episode_id)
-                raise EnvError(f"{self._labels[r.episode_id]} did not reset within reset_timeout_s={self.config.reset_timeout_s}")
+                raise EnvError(reset_timeout_error(self.env, [r], self.config.reset_timeout_s))
         return starts
 
     # ------------------------------------------------------------------- step

@@ -259,6 +259,8 @@ class ProcessEnvPool(EnvPool):
                       *, retry_dead: bool) -> list[int]:
         """Reset each worker's group of episodes (starting missing workers); returns the workers
         that died doing it when ``retry_dead`` (else their deaths are ``errors``)."""
+        from ragen_core.rollout.env_pool import reset_timeout_error
+
         pending = {}
         for index, reqs in groups.items():
             w = self._worker(index)
@@ -270,9 +272,9 @@ class ProcessEnvPool(EnvPool):
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = set(wait([w.conn for w in pending.values()] + [w.process.sentinel for w in pending.values()], timeout))
             if not ready:
-                for w in list(pending.values()):
+                for index, w in list(pending.items()):
                     self._replace(w, "reset timed out")
-                    errors.append((f"{w.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}", []))
+                    errors.append((reset_timeout_error(self.env, groups[index], self.config.reset_timeout_s, w.describe()), []))
                 break
             for index, w in list(pending.items()):
                 if w.conn not in ready and w.process.sentinel not in ready:

@@ -55,7 +55,7 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
     run_variables,
 )
-from ragen_core.rollout.env_pool import check_steps, episode_label, note_ended, replay_worker_logs
+from ragen_core.rollout.env_pool import check_steps, episode_label, note_ended, replay_worker_logs, reset_timeout_error
 from ragen_core.specs import EnvResources
 from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
@@ -418,7 +418,7 @@ class RayEnvPool(EnvPool):
         for k, ref in refs.items():
             actor = self._actors[k]
             if ref not in ready:
-                errors.append(f"{actor.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}")
+                errors.append(reset_timeout_error(self.env, groups[k], self.config.reset_timeout_s, actor.describe()))
                 self._replace(k, "reset timed out")
                 continue
             try:
