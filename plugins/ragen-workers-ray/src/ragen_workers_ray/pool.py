@@ -298,14 +298,20 @@ class RayEnvPool(EnvPool):
         return options
 
     def _actor_runtime_env(self) -> dict[str, Any]:
-        """The trainer's run variables (``RAGEN_RUN_*``, read now) for the actors' environment.
+        """Each actor's ``runtime_env``: ``config.runtime_env`` plus the trainer's run variables
+        (``RAGEN_RUN_*``, read now; they win a name both set) in its ``env_vars``.
 
-        An actor on another machine does not inherit the trainer's environment: DeepCoder's
-        "sandbox isolation" line, printed once per run, came once more from every remote actor.
-        Ray merges these ``env_vars`` into the job's ``runtime_env`` (these win a name both set).
+        ``ray.init`` takes ``config.runtime_env`` only when this pool starts or joins Ray: with Ray
+        already running in the process it was ignored in silence, so every actor is given it too
+        (Ray lets an actor's fields replace the job's and merges ``env_vars``). An actor on another
+        machine does not inherit the trainer's environment either: DeepCoder's "sandbox isolation"
+        line, printed once per run, came once more from every remote actor.
         """
-        passed = run_variables()
-        return {"runtime_env": {"env_vars": passed}} if passed else {}
+        runtime_env = dict(self.config.runtime_env or {})
+        passed = {**runtime_env.get("env_vars", {}), **run_variables()}
+        if passed:
+            runtime_env["env_vars"] = passed
+        return {"runtime_env": runtime_env} if runtime_env else {}
 
     def _start(self, indices: list[int]) -> None:
         """Start the actors ``indices`` (at once) and wait until each answers."""
