@@ -11,13 +11,16 @@ The ``module:env-id`` form makes Gymnasium import this module, which registers `
 for every installed env from entry-point metadata only (no plugin is imported until ``make``).
 ``terminated`` is the env's ``done``; ``truncated`` becomes True when the per-episode action cap
 (``max_actions_per_episode``) is exhausted without ``done``. Integer actions index into the env's
-``action_names`` when it has a fixed vocabulary. Render modes: ``ansi`` (the observation text) for
-every env, ``rgb_array`` only for an env with :meth:`~ragen_core.Env.render_image` (Sokoban); the
-instance's ``metadata`` lists the modes its env has, and a mode it lacks is refused at ``make``.
+``action_names`` when it has a fixed vocabulary. ``reset(options=...)`` takes ``member`` and
+``mode`` (``"train"`` / ``"val"``), passed to the env's reset; any other key is refused. Render
+modes: ``ansi`` (the observation text) for every env, ``rgb_array`` only for an env with
+:meth:`~ragen_core.Env.render_image` (Sokoban); the instance's ``metadata`` lists the modes its env
+has, and a mode it lacks is refused at ``make``.
 """
 
 from __future__ import annotations
 
+import difflib
 import string
 from typing import Any
 
@@ -31,10 +34,12 @@ except ImportError:  # an optional extra: say which one
 
 from ragen_core import registry
 from ragen_core.errors import UsageError
-from ragen_core.interfaces.env import Env
+from ragen_core.interfaces.env import Env, check_reset_args
 from ragen_core.seeding import is_int
 
 CHARSET = string.printable + "√✓·█░▒▓←↑→↓"
+RESET_OPTIONS = ("member", "mode")
+"""The keys ``reset(options=...)`` takes: :meth:`ragen_core.Env.reset`'s ``member`` and ``mode``."""
 
 
 class RagenGymEnv(gymnasium.Env):
@@ -45,6 +50,7 @@ class RagenGymEnv(gymnasium.Env):
 
     def __init__(self, env_name: str, preset: str | None = None, render_mode: str | None = None, **config: Any) -> None:
         self.inner = registry.make_env(env_name, preset=preset, **config)
+        self._env_name = env_name
         images = type(self.inner).render_image is not Env.render_image
         self.metadata = {"render_modes": ["ansi", "rgb_array"] if images else ["ansi"], "render_fps": 4}
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -58,13 +64,32 @@ class RagenGymEnv(gymnasium.Env):
         self._actions = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        if is_int(seed):  # gymnasium's own seeding takes only a Python int: np.int64(3) raised its Error
+            seed = int(seed)  # type: ignore[arg-type]
         super().reset(seed=seed)
         if seed is None:
             seed = int(self.np_random.integers(0, 2**31 - 1))
-        options = options or {}
-        obs = self.inner.reset(seed, member=int(options.get("member", 0)), mode=str(options.get("mode", "train")))
+        options = self._check_options(seed, options)
+        obs = self.inner.reset(seed, member=options.get("member", 0), mode=options.get("mode", "train"))
         self._actions = 0
         return obs, {"instruction": self.inner.instruction(), "action_names": self.inner.action_names}
+
+    def _check_options(self, seed: int, options: dict[str, Any] | None) -> dict[str, Any]:
+        """``options`` when it holds only ``member`` and ``mode``, each as :meth:`ragen_core.Env.reset`
+        takes it (an unknown key was ignored, ``"2"`` and ``2.7`` were read as members 2)."""
+        if options is None:
+            return {}
+        where = f"ragen/{self._env_name} reset"
+        if not isinstance(options, dict):
+            raise UsageError(f"{where}: options takes a dict (keys 'member', 'mode') or None, not {type(options).__name__} {options!r}")
+        unknown = sorted(set(options) - set(RESET_OPTIONS), key=str)
+        if unknown:
+            close = difflib.get_close_matches(str(unknown[0]), RESET_OPTIONS, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"{where}: unknown option {unknown[0]!r}{hint}; options are 'member' (the env's index in "
+                             "its group, default 0) and 'mode' ('train' or 'val', default 'train')")
+        check_reset_args(f"{where} options: ", seed, options.get("member", 0), options.get("mode", "train"))
+        return options
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not isinstance(action, str):

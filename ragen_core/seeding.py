@@ -33,7 +33,14 @@ def check_key(value: int, what: str = "seed") -> int:
 
 
 def is_int(value: object) -> bool:
-    """An integer of any kind (numpy's too), not a bool: what a seed, a member or a key may be."""
+    """An integer of any kind, not a bool: what a seed, a member or a key may be.
+
+    Python's ints, numpy's integer scalars (``np.int64(3)``) and 0-d numpy integer arrays
+    (``np.array(3)``, what ``np.asarray`` and reductions over arrays give) all count; a bool,
+    ``np.bool_`` and a float (``3.0``) do not.
+    """
+    if isinstance(value, np.ndarray):
+        return value.shape == () and value.dtype.kind in "iu"
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -206,6 +206,20 @@ def test_a_process_worker_that_dies_while_resetting_is_replaced_and_its_episodes
     assert info.value.hints == []  # it started: the spawn hint is for a worker that could not
 
 
+def test_a_reset_past_reset_timeout_s_names_the_env_and_the_seed():
+    """The process pool said only "process pool worker 0 (pid N) did not reset its episodes", with no env or seed."""
+    from ragen_core.testing.toy_env import SLOW_TOY_FACTORY
+
+    slow = EnvRef(name="slow", factory=SLOW_TOY_FACTORY, config={"reset_sleep_s": 60})
+    with LocalEnvPool(slow, reset_timeout_s=0.5) as pool, pytest.raises(EnvError) as info:
+        pool.reset([ResetRequest(0, 7, 1)])
+    assert info.value.message == "env 'slow' (seed 7, member 1) did not reset within reset_timeout_s=0.5"
+    with ProcessEnvPool(slow, workers=1, reset_timeout_s=1) as pool, pytest.raises(EnvError) as info:
+        pool.reset([ResetRequest(0, 7, 0), ResetRequest(1, 7, 1), ResetRequest(2, 8, 0)])
+    assert re.fullmatch(r"env 'slow' \(seed 7, member 0\) and 2 more episodes did not reset within reset_timeout_s=1 "
+                        r"in process pool worker 0 \(pid \d+\)", info.value.message), info.value.message
+
+
 KILLED_TRAINER = """
 from ragen_core.interfaces.env_pool import EnvRef, ResetRequest, StepRequest
 from ragen_core.rollout.process_pool import ProcessEnvPool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import warnings
 
 import pytest
@@ -66,6 +67,46 @@ def test_gymnasium_integer_actions_outside_action_names_are_refused(toy):
         with pytest.raises(UsageError, match=r"Left, Right|an int from 0 to 1"):
             env.step(action)
     assert env.step(1)[2] is False  # an index in range still steps
+
+
+def test_gymnasium_reset_options_reach_the_env_and_unknown_ones_are_refused(toy):
+    """reset(options={"memer": 1}) reset member 0 in silence, and {"member": "2"} or 2.7 became member 2."""
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}")
+    inner = env.unwrapped.inner
+    calls = []
+    reset = inner.reset
+    inner.reset = lambda seed, **kw: calls.append((seed, kw)) or reset(seed, **kw)
+    env.reset(seed=4, options={"member": 2, "mode": "val"})
+    env.reset(seed=4, options={})
+    assert calls == [(4, {"member": 2, "mode": "val"}), (4, {"member": 0, "mode": "train"})]
+    for options, message in [({"memer": 1}, "unknown option 'memer' (did you mean 'member'?); options are 'member'"),
+                             ({"member": "2"}, "options: member takes an int, not str '2'"),
+                             ({"member": 2.7}, "options: member takes an int, not float 2.7"),
+                             ({"mode": "test"}, "options: mode takes 'train' or 'val', not 'test'"),
+                             ("val", "options takes a dict")]:
+        with pytest.raises(UsageError, match=rf"^ragen/{toy} reset.*{re.escape(message)}"):
+            env.reset(seed=4, options=options)
+    assert len(calls) == 2, "a refused reset must not reach the env"
+
+
+def test_gymnasium_takes_numpy_integers_as_seeds_and_actions(toy):
+    """reset(seed=np.int64(4)) raised gymnasium's "Seed must be a python integer", and
+    step(np.array(1)) (a 0-d array) was refused as not an int."""
+    gymnasium = pytest.importorskip("gymnasium", reason="the optional 'gym' extra (pip install ragen-core[gym])")
+    import numpy as np
+
+    import ragen_core.gym  # noqa: F401
+
+    env = gymnasium.make(f"ragen/{toy}")
+    obs, _ = env.reset(seed=4)
+    assert env.reset(seed=np.int64(4))[0] == obs
+    env.reset(seed=4)
+    after_array = env.step(np.array(1))[0]
+    env.reset(seed=4)
+    assert after_array == env.step(1)[0]
 
 
 def test_gymnasium_render_modes_are_the_envs_own(toy):

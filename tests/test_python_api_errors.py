@@ -64,6 +64,30 @@ def test_a_random_generator_key_is_an_int_or_a_str(key):
     assert make_rng(3, np.int64(5)).integers(2**62) == make_rng(3, 5).integers(2**62)  # numpy integers are integers
     assert make_rng(3, "map").integers(2**62) != make_rng(3, "slip").integers(2**62)
 
+def test_numpy_integers_are_ints_where_ints_are_taken():
+    """np.array(3) (a 0-d array, what np.asarray gives) was refused as a seed, a member and a key,
+    and np.int64 seeds reached the env as numpy values; np.int64 as an engine's base seed raised a
+    bare TypeError."""
+    import numpy as np
+
+    from ragen_core.interfaces.engine import per_prompt_seeds
+    from ragen_core.seeding import is_int, make_rng
+
+    assert all(is_int(v) for v in (3, np.int64(3), np.uint8(3), np.array(3), np.array(3, dtype=np.uint64)))
+    assert not any(is_int(v) for v in (True, np.bool_(True), np.array(True), np.array([3]), np.array(3.0), 3.0))
+    assert make_rng(3, np.array(5)).integers(2**62) == make_rng(3, 5).integers(2**62)
+    request = ResetRequest(np.array(2), np.int64(7), member=np.array(1))
+    assert (request.episode_id, request.seed, request.member) == (2, 7, 1)
+    assert {type(request.episode_id), type(request.seed), type(request.member)} == {int}
+    assert type(StepRequest(np.int64(2)).episode_id) is int
+    env = CorridorEnv()
+    assert env.reset(np.array(4), member=np.array(1)) == CorridorEnv().reset(4, member=1)
+    assert type(env.seed) is int  # the env stores and reports the seed it was given
+    with pytest.raises(UsageError, match=r"CorridorEnv.reset: seed takes an int, not ndarray array\(\[4\]\)"):
+        env.reset(np.array([4]))
+    assert per_prompt_seeds(np.int64(7), 2) == per_prompt_seeds(7, 2)
+
+
 def test_registry_calls_name_what_they_take():
     with pytest.raises(UsageError, match=r"cannot register an object: register takes a plugin spec \(EnvSpec, "):
         registry.register(object())  # type: ignore[arg-type]

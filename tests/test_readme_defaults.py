@@ -48,6 +48,7 @@ PROSE: dict[tuple[str, str], str] = {
     ("plugins/ragen-algo-ppo/README.md", "other fields"): "points at AlgorithmConfig",
     ("plugins/ragen-workers-ray/README.md", "`local_cpus`"): "None in the model: the pool then takes this machine's cores",
     ("plugins/ragen-workers-ray/README.md", "`step_timeout_s`"): "None in the model: the run's rollout.pool_config sets 600",
+    ("plugins/ragen-workers-ray/README.md", "`reset_timeout_s`"): "None in the model: the run's rollout.pool_config sets 600",
     ("plugins/ragen-env-sudoku/README.md", "`max_actions_per_episode`"): "derived from the blank count (checked below)",
     ("plugins/ragen-env-sudoku/README.md", "`max_turns`"): "derived from the action budget (checked below)",
     ("ragen-env-sokoban/README.md", "`grid_vocab`"): "abbreviated with '...'",
@@ -223,7 +224,7 @@ def test_the_tables_are_found_and_the_prose_list_is_current():
 
 def test_the_rows_left_to_prose_say_what_the_config_gives():
     ray = registry.get_spec("pool", "ray").make_config()
-    assert ray.local_cpus is None and ray.step_timeout_s is None  # type: ignore[attr-defined]
+    assert ray.local_cpus is None and ray.step_timeout_s is None and ray.reset_timeout_s is None  # type: ignore[attr-defined]
     sudoku = registry.get_spec("env", "sudoku").make_config()
     blanks = 32  # 9x9 easy: 0.4 of 81 cells
     assert sudoku.max_actions_per_episode == 2 * blanks  # type: ignore[attr-defined]

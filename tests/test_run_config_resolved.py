@@ -48,9 +48,10 @@ def test_config_yaml_spells_out_plugin_settings_and_a_resume_drops_the_old_filte
     printed = capsys.readouterr()
     assert "rollout.pool changed from 'local' to 'process', so the run's saved rollout.pool_config is dropped" in printed.err
     from ragen_core import registry
-    from ragen_core.trainer.config import DEFAULT_STEP_TIMEOUT_S
+    from ragen_core.trainer.config import DEFAULT_RESET_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
 
-    expected = registry.make_config("pool", "process", {"workers": 1, "step_timeout_s": DEFAULT_STEP_TIMEOUT_S}).model_dump(mode="json")
+    defaults = {"step_timeout_s": DEFAULT_STEP_TIMEOUT_S, "reset_timeout_s": DEFAULT_RESET_TIMEOUT_S}
+    expected = registry.make_config("pool", "process", {"workers": 1, **defaults}).model_dump(mode="json")
     assert yaml.safe_load(printed.out)["rollout"]["pool_config"] == expected
 
 def test_resume_of_a_run_whose_config_yaml_holds_only_overrides_reports_no_changes(tmp_path, capsys):

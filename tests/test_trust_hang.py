@@ -107,7 +107,7 @@ def test_call_all_returns_when_the_last_calls_time_out(threads):
     assert out == [[1, TIMED_OUT, TIMED_OUT, TIMED_OUT]]
 
 
-def test_run_configs_default_to_a_step_timeout_that_can_be_turned_off(capsys):
+def test_run_configs_default_to_step_and_reset_timeouts_that_can_be_turned_off(capsys):
     register_run_helpers()
 
     def pool_config(*overrides: str) -> dict:
@@ -115,10 +115,12 @@ def test_run_configs_default_to_a_step_timeout_that_can_be_turned_off(capsys):
         return yaml.safe_load(capsys.readouterr().out)["rollout"]["pool_config"]
 
     # --print-config shows the pool's resolved settings (every field of its config)
-    assert pool_config() == {"step_timeout_s": 600.0, "reset_timeout_s": None, "threads": None}
-    assert pool_config("rollout.pool_config.threads=2") == {"threads": 2, "step_timeout_s": 600.0, "reset_timeout_s": None}
-    assert pool_config("rollout.pool_config.step_timeout_s=null")["step_timeout_s"] is None
-    assert pool_config("rollout.pool_config.step_timeout_s=5")["step_timeout_s"] == 5
+    # a reset had no limit in runs: one that hung waited for the watchdog (30 min), which names no env or seed
+    assert pool_config() == {"step_timeout_s": 600.0, "reset_timeout_s": 600.0, "threads": None}
+    assert pool_config("rollout.pool_config.threads=2") == {"threads": 2, "step_timeout_s": 600.0, "reset_timeout_s": 600.0}
+    for key in ("step_timeout_s", "reset_timeout_s"):
+        assert pool_config(f"rollout.pool_config.{key}=null")[key] is None
+        assert pool_config(f"rollout.pool_config.{key}=5")[key] == 5
 
 
 def _child(code: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:

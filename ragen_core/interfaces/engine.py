@@ -19,7 +19,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 
@@ -58,13 +58,13 @@ def per_prompt_seeds(seeds: int | Sequence[int] | None, n: int) -> list[int] | N
     Raises:
         ValueError: a sequence of the wrong length.
     """
+    from ragen_core.seeding import derive_seed, is_int
+
     if seeds is None:
         return None
-    if isinstance(seeds, int):
-        from ragen_core.seeding import derive_seed
-
-        return [derive_seed(seeds, i) for i in range(n)]
-    out = [int(s) for s in seeds]
+    if is_int(seeds):  # numpy's integers too: np.int64(3) was iterated and raised a bare TypeError
+        return [derive_seed(int(seeds), i) for i in range(n)]  # type: ignore[arg-type]
+    out = [int(s) for s in cast("Sequence[int]", seeds)]
     if len(out) != n:
         raise ValueError(f"generate got {len(out)} seeds for {n} prompts (one seed per prompt)")
     return out

@@ -62,7 +62,8 @@ RESET_MODES = ("train", "val")
 
 def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train") -> None:
     """Refuse reset arguments an env would take silently: a seed that is not an int (``"3"`` and
-    ``3`` seed different episodes; ``3.5`` is no seed), one out of 64 bits, a negative or non-int
+    ``3`` seed different episodes; ``3.5`` is no seed; numpy integers are ints, see
+    :func:`~ragen_core.seeding.is_int`), one out of 64 bits, a negative or non-int
     member, a mode other than ``train`` / ``val`` (``"test"`` reset the training split).
 
     Raises:
@@ -91,13 +92,18 @@ def _checked_reset(reset: Any) -> Any:
     @functools.wraps(reset)
     def checked(self: Env, *args: Any, **kwargs: Any) -> Any:
         try:
-            given = signature.bind(self, *args, **kwargs).arguments
+            bound = signature.bind(self, *args, **kwargs)
         except TypeError:  # the call does not fit the signature: Python's own error says how
             return reset(self, *args, **kwargs)
+        given = bound.arguments
         seed = given.get("seed")
-        if seed is not None:
-            check_reset_args(f"{type(self).__name__}.reset: ", seed, given.get("member", 0), given.get("mode", "train"))
-        return reset(self, *args, **kwargs)
+        if seed is None:
+            return reset(self, *args, **kwargs)
+        check_reset_args(f"{type(self).__name__}.reset: ", seed, given.get("member", 0), given.get("mode", "train"))
+        for name in ("seed", "member"):  # numpy integers become ints: the env stores and logs them
+            if name in given:
+                given[name] = int(given[name])
+        return reset(*bound.args, **bound.kwargs)
 
     checked.__ragen_checked__ = True  # type: ignore[attr-defined]
     return checked

@@ -24,7 +24,6 @@ member index; the pool does not know about groups.
 
 from __future__ import annotations
 
-import numbers
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -145,13 +144,16 @@ def checked_action_names(names: Any) -> tuple[str, ...] | None:
 
 
 def _require_ints(request: Any, *names: str) -> None:
-    """Refuse a request whose fields ``names`` are not integers (a bool is not one)."""
+    """Refuse a request whose fields ``names`` are not integers (a bool is not one), and make a
+    numpy integer there a Python int (requests are pickled to workers and their ids logged)."""
     from ragen_core.errors import UsageError
+    from ragen_core.seeding import is_int
 
     for name in names:
         value = getattr(request, name)
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        if not is_int(value):
             raise UsageError(f"{type(request).__name__}.{name} takes an int, not {type(value).__name__} {value!r}")
+        object.__setattr__(request, name, int(value))  # the requests are frozen dataclasses
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ class ResetRequest:
     def __post_init__(self) -> None:
         _require_ints(self, "episode_id")
         check_reset_args("ResetRequest.", self.seed, self.member, self.mode)  # an env would be blamed for a seed it cannot take
+        _require_ints(self, "seed", "member")  # checked above; numpy integers become ints
 
 
 @dataclass
@@ -231,7 +234,9 @@ class EnvPoolConfig(PluginConfig):
     """Longest one episode's step may take: 600 s in a run (``ragen run`` sets it), none (wait
     forever) for a pool made in code. A step past it fails its episode with ``end_reason="timeout"``."""
     reset_timeout_s: float | None = Field(default=None, gt=0)
-    """Longest one reset may take; a reset that does not finish in time is an error."""
+    """Longest one reset may take (a worker's resets of one rollout, in the process and Ray pools):
+    600 s in a run, none for a pool made in code. A reset that does not finish in time is an
+    :class:`~ragen_core.errors.EnvError` naming the env and seed."""
 
 
 class EnvPool(ABC):

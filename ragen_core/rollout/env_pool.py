@@ -24,6 +24,7 @@ whose env said ``done``, it has ended: a further step for it is refused (:func:`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import numbers
@@ -62,6 +63,45 @@ def episode_label(env: EnvRef, seed: int, member: int = 0) -> str:
     """How errors name one episode's env: ``"env 'sokoban' preset 'CoordSokoban' (seed 3, member 1)"``."""
     preset = f" preset {env.preset!r}" if env.preset else ""
     return f"env {env.name!r}{preset} (seed {seed}, member {member})"
+
+
+def episode_labels(env: EnvRef, requests: Iterable[ResetRequest]) -> dict[int, str]:
+    """Episode id -> :func:`episode_label` of each of ``requests`` (how a pool's errors name them)."""
+    return {r.episode_id: episode_label(env, r.seed, r.member) for r in requests}
+
+
+def reset_slots(ref: EnvRef, envs: dict[int, Env], labels: dict[int, str], requests: Iterable[Mapping[str, Any]],
+                build: Callable[[], Env]) -> list[dict[str, Any]]:
+    """A pool worker's side of a reset (the process pool's workers, the Ray pool's actors): each
+    request (a :class:`ResetRequest` as a dict) resets the env of its episode slot in ``envs``,
+    built with ``build`` when the slot has none, and keeps its label in ``labels``. Returns the
+    :class:`EpisodeStart` of each as a dict (what crosses the pipe or the wire; see
+    :func:`episode_start_from_dict`)."""
+    starts = []
+    for data in requests:
+        req = ResetRequest(**data)
+        if req.episode_id not in envs:
+            envs[req.episode_id] = build()
+        labels[req.episode_id] = episode_label(ref, req.seed, req.member)
+        starts.append(dataclasses.asdict(reset_env(envs[req.episode_id], req, label=labels[req.episode_id])))
+    return starts
+
+
+def episode_start_from_dict(data: Mapping[str, Any]) -> EpisodeStart:
+    """The :class:`EpisodeStart` a worker sent as a dict (:func:`reset_slots`)."""
+    facts = dict(data["facts"])
+    if facts["action_names"] is not None:
+        facts["action_names"] = tuple(facts["action_names"])
+    return EpisodeStart(data["episode_id"], data["observation"], data["instruction"], EnvFacts(**facts))
+
+
+def reset_timeout_error(env: EnvRef, requests: Sequence[ResetRequest], limit: float | None, where: str = "") -> str:
+    """One line for ``requests`` not reset within ``reset_timeout_s`` (in the worker ``where``),
+    naming the env and the first episode's seed (a worker resets its episodes in turn, so which
+    one hung is not known)."""
+    first = episode_label(env, requests[0].seed, requests[0].member)
+    more = f" and {len(requests) - 1} more episode{'s' if len(requests) > 2 else ''}" if len(requests) > 1 else ""
+    return f"{first}{more} did not reset within reset_timeout_s={limit:g}" + (f" in {where}" if where else "")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -440,16 +480,15 @@ class LocalEnvPool(EnvPool):
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
         check_resets(requests)
-        self._labels, self._ended = {}, {}
+        self._labels, self._ended = episode_labels(self.env, requests), {}
         for r in requests:
             if r.episode_id not in self._envs:
                 self._envs[r.episode_id] = self._build()
-            self._labels[r.episode_id] = episode_label(self.env, r.seed, r.member)
         starts = self._run([partial(self._reset_one, r) for r in requests], self.config.reset_timeout_s)
         for r, start in zip(requests, starts):
             if start is TIMED_OUT:
                 self._abandon(r.episode_id)
-                raise EnvError(f"{self._labels[r.episode_id]} did not reset within reset_timeout_s={self.config.reset_timeout_s}")
+                raise EnvError(reset_timeout_error(self.env, [r], self.config.reset_timeout_s))
         return starts
 
     # ------------------------------------------------------------------- step

@@ -43,7 +43,6 @@ from pydantic import Field
 
 from ragen_core.errors import ConfigError, EnvError
 from ragen_core.interfaces.env_pool import (
-    EnvFacts,
     EnvPool,
     EnvPoolConfig,
     EnvRef,
@@ -64,7 +63,7 @@ class ProcessPoolConfig(EnvPoolConfig):
 # --------------------------------------------------------------------------- worker side
 def _worker_main(conn: Connection, env_json: str) -> None:
     """Loop of one worker: build envs per episode slot, answer resets and steps with dicts."""
-    from ragen_core.rollout.env_pool import WorkerLogs, episode_label, reset_env, run_actions
+    from ragen_core.rollout.env_pool import WorkerLogs, reset_slots, run_actions
     from ragen_core.services import die_with_parent
 
     die_with_parent(os.getppid())  # a trainer killed with SIGKILL closes no pipe: a worker mid-step would go on under init
@@ -98,14 +97,7 @@ def _worker_main(conn: Connection, env_json: str) -> None:
             break
         try:
             if kind == "reset":
-                starts = []
-                for data in payload:
-                    req = ResetRequest(**data)
-                    if req.episode_id not in envs:
-                        envs[req.episode_id] = _build(ref)
-                    labels[req.episode_id] = episode_label(ref, req.seed, req.member)
-                    starts.append(dataclasses.asdict(reset_env(envs[req.episode_id], req, label=labels[req.episode_id])))
-                send(("started", starts, logs.take()))
+                send(("started", reset_slots(ref, envs, labels, payload, lambda: _build(ref)), logs.take()))
             elif kind == "step":
                 for data in payload:
                     eid = data["episode_id"]
@@ -187,8 +179,8 @@ class ProcessEnvPool(EnvPool):
         """Running episode id -> index of the worker holding its env."""
         self._lost: dict[int, str] = {}
         """Episode id -> why its env is gone (its worker was replaced): stepped again, it comes back failed."""
-        self._seeds: dict[int, tuple[int, int]] = {}
-        """Episode id -> (seed, member) of the last reset (what errors name it by)."""
+        self._labels: dict[int, str] = {}
+        """Episode id -> how errors name it (env, seed, member), from the last reset."""
         self._ended: dict[int, tuple[str, str]] = {}
         """Episode id -> (label, how) of each episode an outcome ended: a step for it is refused."""
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
@@ -236,11 +228,11 @@ class ProcessEnvPool(EnvPool):
 
     # ------------------------------------------------------------------ reset
     def reset(self, requests: list[ResetRequest]) -> list[EpisodeStart]:
-        from ragen_core.rollout.env_pool import check_resets
+        from ragen_core.rollout.env_pool import check_resets, episode_labels
 
         check_resets(requests)
         self._live, self._lost, self._ended = {}, {}, {}
-        self._seeds = {r.episode_id: (r.seed, r.member) for r in requests}
+        self._labels = episode_labels(self.env, requests)
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
             groups.setdefault(r.episode_id % self.size, []).append(r)
@@ -259,6 +251,8 @@ class ProcessEnvPool(EnvPool):
                       *, retry_dead: bool) -> list[int]:
         """Reset each worker's group of episodes (starting missing workers); returns the workers
         that died doing it when ``retry_dead`` (else their deaths are ``errors``)."""
+        from ragen_core.rollout.env_pool import episode_start_from_dict, reset_timeout_error
+
         pending = {}
         for index, reqs in groups.items():
             w = self._worker(index)
@@ -270,9 +264,9 @@ class ProcessEnvPool(EnvPool):
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = set(wait([w.conn for w in pending.values()] + [w.process.sentinel for w in pending.values()], timeout))
             if not ready:
-                for w in list(pending.values()):
+                for index, w in list(pending.items()):
                     self._replace(w, "reset timed out")
-                    errors.append((f"{w.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}", []))
+                    errors.append((reset_timeout_error(self.env, groups[index], self.config.reset_timeout_s, w.describe()), []))
                 break
             for index, w in list(pending.items()):
                 if w.conn not in ready and w.process.sentinel not in ready:
@@ -294,7 +288,7 @@ class ProcessEnvPool(EnvPool):
                     errors.append((message[1], []))
                 else:
                     for data in message[1]:
-                        starts[data["episode_id"]] = _start(data)
+                        starts[data["episode_id"]] = episode_start_from_dict(data)
                         self._live[data["episode_id"]] = index
         return dead
 
@@ -352,13 +346,8 @@ class ProcessEnvPool(EnvPool):
         if errors:
             raise EnvError(errors[0])
         replies = [outcomes[r.episode_id] for r in requests]
-        note_ended(self._ended, replies, self._label)
+        note_ended(self._ended, replies, self._labels.__getitem__)
         return replies
-
-    def _label(self, episode_id: int) -> str:
-        from ragen_core.rollout.env_pool import episode_label
-
-        return episode_label(self.env, *self._seeds[episode_id])
 
     def _fail(self, w: _Worker, eids: list[int], outcomes: dict[int, StepOutcome], why: str, first_reason: str) -> None:
         """End ``eids`` (the worker's unanswered episodes, the current one first) and replace ``w``."""
@@ -372,7 +361,7 @@ class ProcessEnvPool(EnvPool):
     def close(self) -> None:
         """Stop every worker (asks first, kills after 5 s). Idempotent."""
         _stop_all(self._workers)
-        self._live, self._lost, self._seeds, self._ended = {}, {}, {}, {}
+        self._live, self._lost, self._labels, self._ended = {}, {}, {}, {}
 
 
 def _recv(w: _Worker) -> tuple[str, Any] | None:
@@ -390,9 +379,3 @@ def _recv(w: _Worker) -> tuple[str, Any] | None:
     replay_worker_logs(logs, w.describe())
     return kind, payload
 
-
-def _start(data: dict[str, Any]) -> EpisodeStart:
-    facts = dict(data["facts"])
-    if facts["action_names"] is not None:
-        facts["action_names"] = tuple(facts["action_names"])
-    return EpisodeStart(data["episode_id"], data["observation"], data["instruction"], EnvFacts(**facts))

@@ -78,13 +78,20 @@ class CorridorEnv(Env):
 class SlowCorridorConfig(CorridorConfig):
     sleep_s: float = Field(default=60.0, ge=0)
     """How long the action ``Wait`` blocks (longer than any step timeout it is meant to trip)."""
+    reset_sleep_s: float = Field(default=0.0, ge=0)
+    """How long each reset blocks first (0: not at all; for reset timeouts)."""
 
 
 class SlowCorridorEnv(CorridorEnv):
-    """The corridor plus ``Wait``, which blocks ``sleep_s`` seconds and then does nothing."""
+    """The corridor plus ``Wait``, which blocks ``sleep_s`` seconds and then does nothing, and a
+    reset that first blocks ``reset_sleep_s`` seconds."""
 
     config_class = SlowCorridorConfig
     config: SlowCorridorConfig
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        time.sleep(self.config.reset_sleep_s)
+        return super().reset(seed, member=member, mode=mode)
 
     @property
     def action_names(self) -> list[str]:

@@ -39,6 +39,11 @@ MAX_SEED = 2**63 - 1
 #: step we know of (a sandboxed test run, a Lean check, a web-shop request), far below "forever".
 DEFAULT_STEP_TIMEOUT_S = 600.0
 
+#: Env reset timeout of run configs (``rollout.pool_config.reset_timeout_s``): a worker's resets of
+#: one rollout, its envs' data loaded on the first; below ``watchdog_s`` (1800 s), so a hung reset
+#: is named (env, seed) in one line before the watchdog dumps stacks.
+DEFAULT_RESET_TIMEOUT_S = 600.0
+
 #: ``device`` values: ``auto``, ``cpu``, ``cuda`` / ``cuda:N``, ``mps``, ``xpu`` / ``xpu:N``.
 DEVICE_PATTERN = r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$"
 
@@ -91,8 +96,9 @@ class RolloutSection(_Section):
     """The pool's settings (e.g. ``{"step_timeout_s": 30, "workers": 8}``), validated by its config model.
     ``step_timeout_s`` defaults to :data:`DEFAULT_STEP_TIMEOUT_S` in runs (the pools' own default
     waits forever): an episode whose env step takes longer ends with ``end_reason="timeout"`` and
-    the run goes on. ``step_timeout_s: null`` waits forever (the run's ``watchdog_s`` still ends a
-    hang)."""
+    the run goes on. ``reset_timeout_s`` defaults to :data:`DEFAULT_RESET_TIMEOUT_S`: a reset that
+    takes longer stops the run in one line naming the env and seed. ``null`` for either waits
+    forever (the run's ``watchdog_s`` still ends a hang)."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further ``RolloutConfig`` fields passed through verbatim to the rollout runner."""
     async_rollout: bool = False
@@ -117,8 +123,8 @@ class RolloutSection(_Section):
 
     @field_validator("pool_config")
     @classmethod
-    def _default_step_timeout(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return value if "step_timeout_s" in value else {**value, "step_timeout_s": DEFAULT_STEP_TIMEOUT_S}
+    def _default_timeouts(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {"step_timeout_s": DEFAULT_STEP_TIMEOUT_S, "reset_timeout_s": DEFAULT_RESET_TIMEOUT_S, **value}
 
 
 class PeftSection(_Section):

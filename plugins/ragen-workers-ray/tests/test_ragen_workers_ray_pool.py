@@ -309,6 +309,15 @@ def test_an_actor_that_dies_keeps_the_warning_it_logged_first(caplog):
     assert messages.index(said[0]) < next(i for i, m in enumerate(messages) if "replaced ray pool actor 0" in m)
 
 
+def test_runtime_env_reaches_the_actors_of_a_ray_already_running():
+    """runtime_env went only to ray.init, which the pool skips when Ray is running (as here): ignored in silence."""
+    from ragen_core.testing.toy_env import MARKED_TOY_FACTORY, TOY_MARK_VARIABLE
+
+    marked = EnvRef(name="marked", factory=MARKED_TOY_FACTORY)
+    with RayEnvPool(marked, workers=1, runtime_env={"env_vars": {TOY_MARK_VARIABLE: "from-runtime-env"}}) as pool:
+        assert pool.reset([ResetRequest(0, 3)])[0].instruction.endswith("Mark: from-runtime-env")
+
+
 def test_workers_is_named_as_in_the_process_pool_and_the_older_name_still_reads():
     """``rollout.pool_config.workers`` means the same in the process and Ray pools, so switching
     ``rollout.pool`` keeps a config valid; a config written with ``num_workers`` still loads."""

@@ -38,8 +38,9 @@ class RayPoolConfig(EnvPoolConfig):
     """How long new actors may take to start (a cluster without the resources they ask for
     never starts them); past it the reset fails with a one-line error."""
     runtime_env: dict[str, Any] | None = None
-    """Ray ``runtime_env`` for ``ray.init`` (e.g. ``{"env_vars": {...}}``); the env's packages
-    must already be installed where the actors run."""
+    """Ray ``runtime_env`` of every actor (e.g. ``{"env_vars": {...}}``), also given to ``ray.init``
+    when the pool starts or joins Ray; the env's packages must already be installed where the
+    actors run."""
 
     @model_validator(mode="before")
     @classmethod

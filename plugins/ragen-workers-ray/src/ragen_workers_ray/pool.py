@@ -45,7 +45,6 @@ import ray
 
 from ragen_core.errors import ConfigError, EnvError
 from ragen_core.interfaces.env_pool import (
-    EnvFacts,
     EnvPool,
     EnvPoolConfig,
     EnvRef,
@@ -55,7 +54,14 @@ from ragen_core.interfaces.env_pool import (
     StepRequest,
     run_variables,
 )
-from ragen_core.rollout.env_pool import check_steps, episode_label, note_ended, replay_worker_logs
+from ragen_core.rollout.env_pool import (
+    check_steps,
+    episode_labels,
+    episode_start_from_dict,
+    note_ended,
+    replay_worker_logs,
+    reset_timeout_error,
+)
 from ragen_core.specs import EnvResources
 from ragen_workers_ray.address import check_reachable, resolve_address
 from ragen_workers_ray.config import RayPoolConfig
@@ -112,16 +118,10 @@ class EnvActor:
         return os.getpid()
 
     def reset(self, requests: list[dict[str, Any]]) -> tuple[str, Any, list[Any]]:
-        from ragen_core.rollout.env_pool import episode_label, reset_env
+        from ragen_core.rollout.env_pool import reset_slots
 
         try:
-            starts = []
-            for data in requests:
-                req = ResetRequest(**data)
-                if req.episode_id not in self.envs:
-                    self.envs[req.episode_id] = self._build()
-                self.labels[req.episode_id] = episode_label(self.ref, req.seed, req.member)
-                starts.append(dataclasses.asdict(reset_env(self.envs[req.episode_id], req, label=self.labels[req.episode_id])))
+            starts = reset_slots(self.ref, self.envs, self.labels, requests, self._build)
         except Exception as exc:  # noqa: BLE001 - reported to the pool, which raises it there
             return "error", _first_line(exc), self.logs.take()
         return "started", starts, self.logs.take()
@@ -226,8 +226,8 @@ class RayEnvPool(EnvPool):
         """Episode id -> why its env is gone (its actor was replaced)."""
         self._finished: set[int] = set()
         """Episodes of this rollout that are done (their outcome said so)."""
-        self._seeds: dict[int, tuple[int, int]] = {}
-        """Episode id -> (seed, member) of the last reset (what errors name it by)."""
+        self._labels: dict[int, str] = {}
+        """Episode id -> how errors name it (env, seed, member), from the last reset."""
         self._ended: dict[int, tuple[str, str]] = {}
         """Episode id -> (label, how) of each episode an outcome ended (done, timeout, failed): a step for it is refused."""
         self._said: Any = None
@@ -298,14 +298,20 @@ class RayEnvPool(EnvPool):
         return options
 
     def _actor_runtime_env(self) -> dict[str, Any]:
-        """The trainer's run variables (``RAGEN_RUN_*``, read now) for the actors' environment.
+        """Each actor's ``runtime_env``: ``config.runtime_env`` plus the trainer's run variables
+        (``RAGEN_RUN_*``, read now; they win a name both set) in its ``env_vars``.
 
-        An actor on another machine does not inherit the trainer's environment: DeepCoder's
-        "sandbox isolation" line, printed once per run, came once more from every remote actor.
-        Ray merges these ``env_vars`` into the job's ``runtime_env`` (these win a name both set).
+        ``ray.init`` takes ``config.runtime_env`` only when this pool starts or joins Ray: with Ray
+        already running in the process it was ignored in silence, so every actor is given it too
+        (Ray lets an actor's fields replace the job's and merges ``env_vars``). An actor on another
+        machine does not inherit the trainer's environment either: DeepCoder's "sandbox isolation"
+        line, printed once per run, came once more from every remote actor.
         """
-        passed = run_variables()
-        return {"runtime_env": {"env_vars": passed}} if passed else {}
+        runtime_env = dict(self.config.runtime_env or {})
+        passed = {**runtime_env.get("env_vars", {}), **run_variables()}
+        if passed:
+            runtime_env["env_vars"] = passed
+        return {"runtime_env": runtime_env} if runtime_env else {}
 
     def _start(self, indices: list[int]) -> None:
         """Start the actors ``indices`` (at once) and wait until each answers."""
@@ -388,7 +394,7 @@ class RayEnvPool(EnvPool):
         check_resets(requests)
         self._connect()
         self._live, self._lost, self._finished, self._ended = {}, {}, set(), {}
-        self._seeds = {r.episode_id: (r.seed, r.member) for r in requests}
+        self._labels = episode_labels(self.env, requests)
         count = min(self.size, max(1, math.ceil(len(requests) / self.config.envs_per_actor)))
         groups: dict[int, list[ResetRequest]] = {}
         for r in requests:
@@ -418,7 +424,7 @@ class RayEnvPool(EnvPool):
         for k, ref in refs.items():
             actor = self._actors[k]
             if ref not in ready:
-                errors.append(f"{actor.describe()} did not reset its episodes within reset_timeout_s={self.config.reset_timeout_s}")
+                errors.append(reset_timeout_error(self.env, groups[k], self.config.reset_timeout_s, actor.describe()))
                 self._replace(k, "reset timed out")
                 continue
             try:
@@ -435,7 +441,7 @@ class RayEnvPool(EnvPool):
                 errors.append(payload)
                 continue
             for data in payload:
-                starts[data["episode_id"]] = _episode_start(data)
+                starts[data["episode_id"]] = episode_start_from_dict(data)
                 self._live[data["episode_id"]] = k
         return dead
 
@@ -490,11 +496,8 @@ class RayEnvPool(EnvPool):
         if errors:
             raise EnvError(errors[0])
         replies = [outcomes[r.episode_id] for r in requests]
-        note_ended(self._ended, replies, self._label)
+        note_ended(self._ended, replies, self._labels.__getitem__)
         return replies
-
-    def _label(self, episode_id: int) -> str:
-        return episode_label(self.env, *self._seeds[episode_id])
 
     def _fail(self, index: int, queue: list[tuple[int, Any]], outcomes: dict[int, StepOutcome], why: str, first_reason: str) -> None:
         """End ``queue``'s episodes (the actor's unanswered ones, the current one first) and replace the actor."""
@@ -510,7 +513,7 @@ class RayEnvPool(EnvPool):
         if ray.is_initialized():
             self._hear()  # what the envs logged last (while stepping; close's own are not waited for)
         actors, self._actors = self._actors, {}
-        self._live, self._lost, self._finished, self._seeds, self._ended = {}, {}, set(), {}, {}
+        self._live, self._lost, self._finished, self._labels, self._ended = {}, {}, set(), {}, {}
         if actors and ray.is_initialized():
             refs = [a.handle.close.remote() for a in actors.values()]
             ray.wait(refs, num_returns=len(refs), timeout=5.0)
@@ -539,13 +542,6 @@ def _kill(handle: Any) -> None:
         ray.kill(handle, no_restart=True)
     except Exception:  # noqa: BLE001 - already gone: nothing left to kill
         pass
-
-
-def _episode_start(data: dict[str, Any]) -> EpisodeStart:
-    facts = dict(data["facts"])
-    if facts["action_names"] is not None:
-        facts["action_names"] = tuple(facts["action_names"])
-    return EpisodeStart(data["episode_id"], data["observation"], data["instruction"], EnvFacts(**facts))
 
 
 def _step_outcome(data: dict[str, Any]) -> StepOutcome:
