@@ -163,3 +163,23 @@ def test_a_declared_key_whose_value_is_no_number_is_refused(value, shown):
     message = caught.value.message
     assert message.startswith("env 'odd' (seed 4, member 0) returned info['max_v'] = ")
     assert (shown or "None of type NoneType") in message and "for action 'Go'" in message and "info_metrics" in message
+
+
+def test_a_shipped_env_logs_its_declared_metrics(tok):
+    """Bandit: the chosen arm's expected payout and whether it was the best arm reach the metrics."""
+    pytest.importorskip("ragen_env_bandit")
+    env = EnvRef(name="bandit")
+    pool = LocalEnvPool(env)
+
+    def pull_best(call: int, row: int, prompt: list[int]) -> str:  # one turn: row r is episode r
+        return f"a</think><answer>{pool.instance(row).best_arm}</answer>"
+
+    runner = RolloutRunner(env, ScriptedEngine(pull_best, tok), tok, RolloutConfig(env_groups=3, group_size=1), pool=pool)
+    try:
+        trajs = runner.run()
+        expected = [pool.instance(t.env_id).expected_rewards[t.turns[0].actions[0]] for t in trajs]
+    finally:
+        runner.close()
+    metrics = episode_metrics(trajs, "train")
+    assert metrics["train/bandit/info/chose_best_arm"] == 1.0
+    assert metrics["train/bandit/info/expected_reward"] == pytest.approx(sum(expected) / 3)
