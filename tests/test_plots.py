@@ -48,6 +48,18 @@ def test_series_equal_up_to_rounding_are_drawn_once():
     assert len(_panels(apart)["collapse"]) == 2  # a real difference is still drawn
 
 
+def test_an_envs_info_metrics_get_a_figure_of_their_own_and_stay_out_of_success(monkeypatch, tmp_path):
+    """``train/<tag>/info/<key>`` (an env's declared info_metrics): one axes each; an info key named
+    ``success`` is the env's per-action value, not the episode success rate."""
+    rows = [{**row, "train/bandit/info/expected_reward": 0.1 * row["step"], "val-env/bandit/info/chose_best_arm": 0.5,
+             "train/bandit/info/success": 0.2 * row["step"]} for row in GRPO]
+    panels = _panels(rows)
+    assert panels["success"] == ["train/success", "val-env/success"]
+    assert sorted(panels["env_info"]) == ["train/bandit/info/expected_reward", "train/bandit/info/success", "val-env/bandit/info/chose_best_arm"]
+    axes = _drawn_axes(monkeypatch, tmp_path, rows)
+    assert sorted(line for ax in axes["env_info.png"] for line in ax["lines"]) == sorted(panels["env_info"])
+
+
 def test_a_grpo_run_has_no_critic_panel_and_a_ppo_run_has_one():
     assert "critic" not in _panels(GRPO)
     ppo = [dict(row, **{"critic/vf_loss": 0.5 / row["step"]}) for row in GRPO]

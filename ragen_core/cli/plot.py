@@ -4,11 +4,12 @@ A run draws them itself when it ends (the JSONL logger's ``ragen_on_train_end``)
 draws them again for any run directory, finished or not.
 
 One figure per metric family that the run logged (success and reward of train and validation,
-actor losses, the critic's when it has one, filter statistics, timing), plus ``summary.png``
-with the four most telling (success, reward, valid actions, the policy loss). Every axis is labelled. Series that repeat another one exactly are drawn
-once (a single-env run's ``train/bandit/success`` is ``train/success``), and families whose
-members have different units or scales (losses, filter statistics) give each member its own
-axes. Runs with gradient analysis (``grad_analysis.every > 0``) also get ``grad_norms.png``:
+actor losses, the critic's when it has one, filter statistics, timing, the info metrics an env
+declares), plus ``summary.png`` with the four most telling (success, reward, valid actions, the
+policy loss). Every axis is labelled. Series that repeat another one exactly are drawn once
+(a single-env run's ``train/bandit/success`` is ``train/success``), and families whose members
+have different units or scales (losses, filter statistics, info metrics) give each member its
+own axes. Runs with gradient analysis (``grad_analysis.every > 0``) also get ``grad_norms.png``:
 per analysed step, the task / entropy / KL gradient norm of every reward-std bucket. Uses
 matplotlib's non-interactive Agg backend (works on headless machines).
 """
@@ -40,7 +41,7 @@ class Panel:
 
 
 PANELS: list[Panel] = [
-    Panel("success", r"^(train|val-env)/(.+/)?success$", "success rate"),
+    Panel("success", r"^(train|val-env)/([^/]+/)?success$", "success rate"),  # not an env's info/success
     Panel("reward", r"^(train|val-env)/reward$|^(train|val-env)/[^/]+/episodic_return$", "reward per episode"),
     Panel("actor_loss", r"^actor/(pg_loss|entropy|kl_loss|ppo_kl|grad_norm)$", "", own_scale=True),
     # logged only when a critic trains (PPO): a GRPO run has no critic panel
@@ -48,6 +49,8 @@ PANELS: list[Panel] = [
     Panel("filter", r"^rollout/(filter_kept_ratio|trained_group_ratio|in_group_reward_std|chosen_in_group_reward_std|empty_after_filter)$",
           "", own_scale=True),
     Panel("validity", r"^(train|val-env)/[^/]+/action_is_valid$", "share of valid actions"),
+    # the info keys an env declares in info_metrics (WebShop's raw_reward, Bandit's expected_reward): each its own scale
+    Panel("env_info", r"^(train|val-env)/[^/]+/info/.+$", "", own_scale=True),
     Panel("timing", r"^timing_s/(step|gen|update_actor|update_critic)$", "seconds per step"),
     # the collapse diagnostic's estimates, not its bookkeeping (counts, flags, errors: 12 of those hid MI)
     Panel("collapse", r"^collapse_(first_turn|trajectory)_sample/(mi_estimate|conditional_entropy_est|reasoning_entropy_est|retrieval_accuracy)$",

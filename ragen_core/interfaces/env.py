@@ -20,7 +20,8 @@ import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, NamedTuple, get_args
 
 from pydantic import Field
 
@@ -82,6 +83,38 @@ def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train"
         raise UsageError(f"{where}mode takes 'train' or 'val', not {mode!r}")
 
 
+InfoAggregation = Literal["mean", "sum", "last", "max", "min"]
+"""How an episode folds the values one info key took over its actions (:attr:`Env.info_metrics`)."""
+INFO_AGGREGATIONS: tuple[str, ...] = get_args(InfoAggregation)
+
+
+def checked_info_metrics(env: Any) -> tuple[tuple[str, str], ...]:
+    """An env's (or env class's) :attr:`Env.info_metrics` as ``((key, mode), ...)``, the rule the
+    class definition, the pools and the conformance kit share; ``()`` for an env without one.
+
+    Raises:
+        EnvError: the declaration is not a dict of non-empty str keys to one of
+            :data:`INFO_AGGREGATIONS`, naming the env class.
+    """
+    declared = getattr(env, "info_metrics", None)
+    if declared is None:
+        return ()
+    from ragen_core.config import short_repr
+    from ragen_core.errors import EnvError
+
+    kind = env if isinstance(env, type) else type(env)
+    where = f"{kind.__module__}.{kind.__qualname__}.info_metrics"
+    hint = "declare e.g. info_metrics = {'raw_reward': 'last', 'hit': 'mean'}: info keys to one of " + ", ".join(INFO_AGGREGATIONS)
+    if not isinstance(declared, Mapping):
+        raise EnvError(f"{where} must be a dict of info key -> aggregation, not {type(declared).__name__} {short_repr(declared, 60)}", [hint])
+    for key, mode in declared.items():
+        if not isinstance(key, str) or not key.strip():
+            raise EnvError(f"{where} has key {short_repr(key, 40)} of type {type(key).__name__}: keys are info keys, non-empty str", [hint])
+        if mode not in INFO_AGGREGATIONS:
+            raise EnvError(f"{where}[{key!r}] is {short_repr(mode, 40)}, not one of {', '.join(INFO_AGGREGATIONS)}", [hint])
+    return tuple((key, str(mode)) for key, mode in declared.items())
+
+
 def _checked_reset(reset: Any) -> Any:
     """``reset`` refusing what :func:`check_reset_args` refuses, before the env sees it. The
     arguments are read by the subclass's own signature (keyword-only ``seed``, a gym-style
@@ -115,7 +148,8 @@ class Env(ABC):
     Subclasses set ``config_class`` and implement :meth:`reset`, :meth:`step`, :meth:`render`
     and :meth:`instruction`. Optional: :attr:`action_names` (a fixed action vocabulary the
     rollout layer maps replies onto, case-insensitively), :meth:`oracle_actions` (a solver used
-    by conformance and oracle tests), :meth:`render_image`.
+    by conformance and oracle tests), :meth:`render_image`, :attr:`info_metrics` (info keys logged
+    as metrics, each with how an episode aggregates it).
 
     Call order: ``__init__(config)`` -> ``reset(seed, ...)`` -> ``step(action)`` * n ->
     ``reset`` again or ``close()``. ``close`` must be idempotent.
@@ -123,10 +157,13 @@ class Env(ABC):
     A subclass's ``reset`` is wrapped when the class is defined: a seed that is not an int, a
     negative member or a mode other than ``train`` / ``val`` is refused with a one-line
     :class:`~ragen_core.errors.UsageError` before the env sees it (:func:`check_reset_args`).
+    A subclass's :attr:`info_metrics` is checked there too (:func:`checked_info_metrics`).
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "info_metrics" in cls.__dict__:
+            checked_info_metrics(cls)  # a bad declaration fails where the class is defined, naming it
         own = cls.__dict__.get("reset")
         if callable(own) and not getattr(own, "__ragen_checked__", False):
             cls.reset = _checked_reset(own)  # type: ignore[method-assign]
@@ -135,6 +172,12 @@ class Env(ABC):
     #: Separator between several actions in one ``<answer>``; ``None`` for envs whose answer is
     #: one free-form string that may itself contain the separator (code, proofs, expressions).
     action_sep: str | None = "||"
+    #: Info keys logged as metrics, each with how an episode aggregates the values its actions
+    #: reported: ``"mean"``, ``"sum"``, ``"last"``, ``"max"`` or ``"min"``. The run logs
+    #: ``train/<tag>/info/<key>`` (``val-env/...`` in validation): the mean over the episodes that
+    #: reported the key of each one's aggregate. A value must be a finite number or a bool (1/0);
+    #: an action whose info lacks the key adds nothing (it does not count as 0).
+    info_metrics: ClassVar[Mapping[str, InfoAggregation]] = {}
 
     def __init__(self, config: EnvConfig | None = None, **overrides: Any) -> None:
         self.config = with_overrides(self.config_class, config, overrides)  # overrides validated, also beside a config

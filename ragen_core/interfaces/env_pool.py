@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from ragen_core.interfaces.env import check_reset_args
+from ragen_core.interfaces.env import check_reset_args, checked_info_metrics
 from ragen_core.specs import CheckedModel, PluginConfig, with_overrides
 
 #: Environment variables a run sets in the trainer's process for the envs wherever they run (a
@@ -110,6 +110,12 @@ class EnvFacts:
     max_turns: int
     max_tokens: int
     """Response-length hint shown in the prompt."""
+    info_metrics: tuple[tuple[str, str], ...] = ()
+    """The env's :attr:`~ragen_core.interfaces.env.Env.info_metrics` as ``((key, mode), ...)``:
+    how the runner aggregates each episode's :attr:`StepOutcome.info_records`."""
+
+    def __post_init__(self) -> None:  # pairs that travelled as JSON come back as lists
+        object.__setattr__(self, "info_metrics", tuple((str(k), str(m)) for k, m in self.info_metrics))
 
     @classmethod
     def of(cls, env: Any) -> EnvFacts:
@@ -122,6 +128,7 @@ class EnvFacts:
             max_actions_per_turn=int(c.max_actions_per_turn),
             max_turns=int(c.max_turns),
             max_tokens=int(c.max_tokens),
+            info_metrics=checked_info_metrics(env),
         )
 
 
@@ -225,6 +232,9 @@ class StepOutcome:
     """Set when the pool ended the episode (see :data:`PoolEndReason`)."""
     error: str = ""
     """One line saying what went wrong when ``end_reason`` is ``"timeout"`` or ``"failed"``."""
+    info_records: list[dict[str, float]] = field(default_factory=list)
+    """One record per executed action: the values its info gave for the env's declared
+    ``info_metrics`` keys, as floats (a bool as 1.0/0.0); a key the action's info lacked is absent."""
 
 
 class EnvPoolConfig(PluginConfig):

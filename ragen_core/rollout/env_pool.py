@@ -7,12 +7,14 @@ serves train and validation rollouts of different sizes; instances are reused, n
 except after a step timeout.
 
 Stepping an episode (:func:`run_actions`, shared with the ``process`` pool's workers) executes
-its actions in order, sums their rewards, stops at the first ``done`` and says which actions ran;
+its actions in order, sums their rewards, stops at the first ``done``, says which actions ran and
+keeps each one's values of the env's declared ``info_metrics`` keys (:func:`info_record`);
 an empty action list executes nothing and returns ``env.render()``. An env that raises, returns
 a reward that is not a finite number (``None``, a string, NaN), an observation that is not text
-(``None`` would otherwise reach the model as the word "None") or an info that is not a dict is a
-bug in the env: :class:`~ragen_core.errors.EnvError` names the env, its preset, the seed and the
-member (:func:`episode_label`).
+(``None`` would otherwise reach the model as the word "None"), an info that is not a dict or a
+declared info-metric value that is not a finite number or a bool is a bug in the env:
+:class:`~ragen_core.errors.EnvError` names the env, its preset, the seed and the member
+(:func:`episode_label`).
 
 Threads: the episodes of one turn step in ``threads`` threads (for envs whose ``step`` waits on a
 server; default one, or 16 for envs whose spec sets ``async_step``). With a ``step_timeout_s`` every
@@ -39,7 +41,7 @@ from pydantic import Field
 
 from ragen_core.config import short_repr
 from ragen_core.errors import EnvError, RagenError, UsageError
-from ragen_core.interfaces.env import Env
+from ragen_core.interfaces.env import Env, checked_info_metrics
 from ragen_core.interfaces.env_pool import (
     EnvFacts,
     EnvPool,
@@ -279,14 +281,46 @@ def _reward(value: Any, label: str, what: str) -> float:
     return reward
 
 
+def _finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int past a float's range
+        return False
+
+
+def info_record(info: Mapping[str, Any], keys: Iterable[str], label: str, what: str) -> dict[str, float]:
+    """The values ``info`` gives for the declared info-metric ``keys``, as floats (a bool, numpy's
+    too, as 1.0/0.0); a key ``info`` lacks is left out, not read as 0.
+
+    Raises:
+        EnvError: a value that is not a finite number or a bool, naming the env, the key and the value.
+    """
+    record: dict[str, float] = {}
+    for key in keys:
+        if key not in info:
+            continue
+        value = info[key]
+        if is_bool(value):
+            record[key] = float(bool(value))
+        elif isinstance(value, numbers.Real) and _finite(value):
+            record[key] = float(value)
+        else:
+            raise EnvError(f"{label} returned info[{key!r}] = {short_repr(value, 60)} of type {type(value).__name__} {what}: "
+                           "a key declared in info_metrics takes a finite number or a bool",
+                           hints=[f"report a number for {key!r}, leave the key out of this step's info, or drop it from the env's info_metrics"])
+    return record
+
+
 def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str) -> StepOutcome:
     """Execute ``actions`` in order in ``env``; stop at the first ``done``.
 
-    ``label`` names the episode in errors (:func:`episode_label`).
+    ``label`` names the episode in errors (:func:`episode_label`). Each executed action adds its
+    :func:`info_record` of the env's declared ``info_metrics`` keys to the outcome's ``info_records``.
 
     Raises:
         EnvError: the env raised, or returned a reward that is not a finite number, an
-            observation that is not a str, or an info that is not a dict.
+            observation that is not a str, an info that is not a dict, or a declared
+            info-metric value that is not a finite number or a bool.
     """
     if not actions:
         try:
@@ -296,6 +330,8 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         return StepOutcome(episode_id, observation=_observation(rendered, label, "from render()"))
     observation, reward, done, executed = "", 0.0, False, []
     info: Mapping[str, Any] = {}
+    declared = [key for key, _ in checked_info_metrics(env)]
+    records: list[dict[str, float]] = []
     for action in actions:
         what = f"for action {short_repr(action, 60)}"
         try:
@@ -321,12 +357,14 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
         done = _flag(done, "done", label, what)
         if "success" in info:
             info = {**info, "success": _flag(info["success"], "info['success']", label, what)}
+        records.append(info_record(info, declared, label, what))
         executed.append(action)
         if done:
             if "success" not in info:
                 _say_no_success(env, label)
             break
-    return StepOutcome(episode_id, observation=observation, reward=reward, done=done, info=dict(info), executed=executed)
+    return StepOutcome(episode_id, observation=observation, reward=reward, done=done, info=dict(info), executed=executed,
+                       info_records=records)
 
 
 def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:

@@ -10,7 +10,8 @@ against the spec in one place:
 * :func:`map_actions` -- parsed actions onto the env's vocabulary, case-insensitively;
 * :func:`plan_turn` -- which actions go to the env, the format penalty, validity;
 * :func:`end_of_turn` -- whether the episode ends after a pool outcome, and why;
-* :func:`apply_outcome` -- the record after the pool stepped the episode.
+* :func:`apply_outcome` -- the record after the pool stepped the episode;
+* :func:`aggregate_info` -- an episode's value of each declared info metric.
 
 Deviation from the reference, on purpose: an explicit seed in train mode advances the counter
 by ``env_groups`` (the reference adds 1, spec 4.2 / 17 L27), so explicit and implicit resets
@@ -19,6 +20,7 @@ never reuse seeds; the counter is part of the runner's state dict and so of chec
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,3 +188,31 @@ def apply_outcome(ep: EpisodeRecord, plan: TurnPlan, outcome: StepOutcome) -> No
         ep.traj.terminated, ep.traj.truncated = end.terminated, end.truncated
     ep.traj.success = ep.traj.terminated and not ep.traj.truncated
     ep.traj.final_observation = ep.observation
+
+
+def aggregate_info(records: Iterable[dict[str, float]], declared: Iterable[tuple[str, str]]) -> dict[str, float]:
+    """An episode's value of each ``declared`` ``(key, mode)`` from its actions' info ``records``
+    in order: the ``mean``, ``sum``, ``last``, ``max`` or ``min`` of the values reported for the
+    key. A key no action reported is left out (an action without it does not count as 0)."""
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for key, value in record.items():
+            values.setdefault(key, []).append(value)
+    out: dict[str, float] = {}
+    for key, mode in declared:
+        seen = values.get(key)
+        if not seen:
+            continue
+        if mode == "mean":
+            out[key] = sum(seen) / len(seen)
+        elif mode == "sum":
+            out[key] = float(sum(seen))
+        elif mode == "last":
+            out[key] = seen[-1]
+        elif mode == "max":
+            out[key] = max(seen)
+        elif mode == "min":
+            out[key] = min(seen)
+        else:
+            raise ValueError(f"info metric {key!r}: unknown aggregation {mode!r}")
+    return out

@@ -45,7 +45,15 @@ from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeSta
 from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.rollout import prompts
 from ragen_core.rollout.chat import ChatTokens
-from ragen_core.rollout.episodes import EpisodeRecord, SeedSchedule, apply_outcome, plan_turn, reset_requests, turn_info
+from ragen_core.rollout.episodes import (
+    EpisodeRecord,
+    SeedSchedule,
+    aggregate_info,
+    apply_outcome,
+    plan_turn,
+    reset_requests,
+    turn_info,
+)
 from ragen_core.rollout.parser import ParsedReply, parse_reply
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import derive_seed
@@ -242,6 +250,7 @@ class RolloutRunner:
                         penalty=plan.penalty,
                         valid=plan.valid,
                         info=turn_info(outcome, plan),
+                        info_records=[dict(record) for record in outcome.info_records],
                         observation=ep.observation,
                         response_logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
                         finish_reason=gen.finish_reason,
@@ -253,6 +262,7 @@ class RolloutRunner:
             if not ep.done:
                 ep.finish("max_turns", truncated=False)
             ep.traj.final_observation = ep.observation
+            ep.traj.info_metrics = aggregate_info((r for turn in ep.traj.turns for r in turn.info_records), ep.facts.info_metrics)
         return [ep.traj for ep in episodes]
 
     @contextlib.contextmanager

@@ -43,6 +43,9 @@ class Turn:
     """Why generation stopped: ``"stop"`` (an end token was sampled) or ``"length"`` (cut)."""
     policy_version: int = 0
     """Version of the policy weights that sampled this reply (see ``Engine.sync_weights``)."""
+    info_records: list[dict[str, float]] = field(default_factory=list)
+    """One record per executed action: its values of the env's declared ``info_metrics`` keys
+    (a key the action's info lacked is absent)."""
 
 
 @dataclass
@@ -67,6 +70,9 @@ class Trajectory:
     ``max_model_len - max_new_tokens``; the episode counts as truncated), or ``"timeout"`` /
     ``"failed"`` (the env pool gave up on the episode's env; truncated, the last turn's
     ``info["pool_error"]`` says why)."""
+    info_metrics: dict[str, float] = field(default_factory=dict)
+    """The episode's value of each declared info-metric key some action reported, aggregated over
+    its turns' ``info_records`` as the env declares (``mean``, ``sum``, ``last``, ``max``, ``min``)."""
 
     @property
     def env_reward(self) -> float:

@@ -16,9 +16,9 @@ from typing import Any
 
 from ragen_core import registry
 from ragen_core.errors import EnvError
-from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.interfaces.env import Env, StepResult, checked_info_metrics
 from ragen_core.interfaces.env_pool import checked_action_names
-from ragen_core.rollout.env_pool import is_bool
+from ragen_core.rollout.env_pool import info_record, is_bool
 from ragen_core.testing.plugin_checks import check_spec_is_light, check_spec_roundtrip
 
 DOC = "see the contract in ragen_core/interfaces/env.py"
@@ -51,6 +51,10 @@ GARBAGE_REPLIES: tuple[str, ...] = (
 def _make(name: str, preset: str | None) -> Env:
     env = registry.make("env", name, preset=preset)
     assert isinstance(env, Env), f"env {name!r}: factory returned {type(env).__name__}, not a ragen_core.Env ({DOC})"
+    try:
+        checked_info_metrics(env)
+    except EnvError as exc:
+        raise AssertionError(f"env {name!r}: {exc.message} ({DOC})") from None
     return env
 
 
@@ -64,7 +68,7 @@ def _sample_actions(env: Env, n: int = 6) -> list[str]:
     return ["1", "a", "0"][:n]
 
 
-def _assert_step(name: str, result: Any, action: str) -> StepResult:
+def _assert_step(name: str, result: Any, action: str, env: Env | None = None) -> StepResult:
     # the runtime's rules (ragen_core.rollout.env_pool.run_actions): what it accepts, the kit accepts
     assert isinstance(result, (tuple, list)) and len(result) == 4, f"env {name!r}: step must return (obs, reward, done, info) ({DOC})"
     obs, reward, done, info = result
@@ -76,6 +80,11 @@ def _assert_step(name: str, result: Any, action: str) -> StepResult:
     if "success" in info:  # read by train/success: the string "no" would be a truthy success
         success = info["success"]
         assert is_bool(success), f"env {name!r}: info['success'] must be bool, got {type(success).__name__} {success!r}"
+    if env is not None:  # its declared info metrics, as a run reads them
+        try:
+            info_record(info, [key for key, _ in checked_info_metrics(env)], f"env {name!r}", f"for action {action[:40]!r}")
+        except EnvError as exc:
+            raise AssertionError(f"{exc.message} ({DOC})") from None
     return StepResult(obs, float(reward), bool(done), dict(info))
 
 
@@ -118,8 +127,8 @@ def check_step_determinism(name: str, preset: str | None = None) -> None:
             a.reset(seed, member=1)
             b.reset(seed, member=1)
             for action in _sample_actions(a):
-                ra = _assert_step(name, a.step(action), action)
-                rb = _assert_step(name, b.step(action), action)
+                ra = _assert_step(name, a.step(action), action, a)
+                rb = _assert_step(name, b.step(action), action, b)
                 assert (ra.observation, ra.reward, ra.done) == (rb.observation, rb.reward, rb.done), (
                     f"env {name!r}: step({action!r}) is not deterministic for seed {seed} ({DOC})"
                 )
@@ -140,7 +149,7 @@ def check_garbage_actions(name: str, preset: str | None = None) -> None:
                 result = env.step(reply)
             except Exception as exc:  # the whole point of the check
                 raise AssertionError(f"env {name!r}: step({reply[:40]!r}) raised {type(exc).__name__}: {exc} ({DOC})") from exc
-            _assert_step(name, result, reply)
+            _assert_step(name, result, reply, env)
     finally:
         env.close()
 
@@ -164,7 +173,7 @@ def check_picklable(name: str, preset: str | None = None) -> None:
         assert clone.render() == env.render(), f"env {name!r}: unpickled env renders differently"
         if len(actions) > 1:
             # the step's own faults first (a NaN reward is never equal to itself: "steps differently" misled)
-            r1, r2 = _assert_step(name, env.step(actions[1]), actions[1]), _assert_step(name, clone.step(actions[1]), actions[1])
+            r1, r2 = _assert_step(name, env.step(actions[1]), actions[1], env), _assert_step(name, clone.step(actions[1]), actions[1], clone)
             assert (r1[0], r1[1], r1[2]) == (r2[0], r2[1], r2[2]), f"env {name!r}: unpickled env steps differently"
         clone.close()
     finally:
@@ -200,7 +209,7 @@ def check_oracle(name: str, preset: str | None = None, seeds: tuple[int, ...] = 
             info: dict[str, Any] = {}
             done = False
             for action in actions:  # the winning step is checked like any other (a NaN reward on success, say)
-                _, _, done, info = _assert_step(name, env.step(action), action)
+                _, _, done, info = _assert_step(name, env.step(action), action, env)
                 if done:
                     break
             assert "success" in info, (f"env {name!r}: the oracle's last step (seed {seed}, done={done}) has no info['success']; "

@@ -31,9 +31,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ragen_core.interfaces.env import checked_info_metrics
 from ragen_core.interfaces.env_pool import EnvPool, EnvRef, ResetRequest, StepOutcome, StepRequest
+from ragen_core.rollout.env_pool import info_record
 from ragen_core.testing.toy_env import (
     MARKED_TOY_FACTORY,
+    SCORED_TOY_FACTORY,
     SLOW_TOY_FACTORY,
     TOY_MARK_VARIABLE,
     UNSAID_TOY_FACTORY,
@@ -58,6 +61,9 @@ UNSAID = EnvRef(name="unsaid", factory=UNSAID_TOY_FACTORY, config={"length": 2})
 #: An env whose instruction ends with the value of :data:`~ragen_core.testing.toy_env.TOY_MARK_VARIABLE` where it runs.
 MARKED = EnvRef(name="marked", factory=MARKED_TOY_FACTORY, config={"length": 2})
 
+#: An env declaring info metrics (``distance``: mean, ``moved``: sum), reported by valid moves only.
+SCORED = EnvRef(name="scored", factory=SCORED_TOY_FACTORY, config={"length": 7})
+
 MakePool = Callable[[EnvRef, "float | None"], EnvPool]
 
 
@@ -65,9 +71,9 @@ def _requests(groups: int, size: int, base: int = 100, mode: str = "train") -> l
     return [ResetRequest(g * size + m, base + g, m, mode) for g in range(groups) for m in range(size)]
 
 
-def _reference(request: ResetRequest) -> Any:
+def _reference(request: ResetRequest, ref: EnvRef = TOY) -> Any:
     """The same env built and reset in this process."""
-    env = TOY.build()
+    env = ref.build()
     env.reset(request.seed, member=request.member, mode=request.mode)
     return env
 
@@ -76,18 +82,20 @@ def _expected(env: Any, episode_id: int, actions: list[str]) -> StepOutcome:
     """What stepping ``actions`` in a plain env gives (the contract a pool must reproduce)."""
     if not actions:
         return StepOutcome(episode_id, env.render())
-    reward, executed = 0.0, []
+    reward, executed, records = 0.0, [], []
+    declared = [key for key, _ in checked_info_metrics(env)]
     for action in actions:
         obs, r, done, info = env.step(action)
         reward += r
         executed.append(action)
+        records.append(info_record(info, declared, "", ""))
         if done:
             break
-    return StepOutcome(episode_id, obs, reward, done, dict(info), executed)
+    return StepOutcome(episode_id, obs, reward, done, dict(info), executed, info_records=records)
 
 
 def _same(got: StepOutcome, want: StepOutcome, what: str) -> None:
-    fields = ("episode_id", "observation", "reward", "done", "info", "executed", "end_reason", "error")
+    fields = ("episode_id", "observation", "reward", "done", "info", "executed", "end_reason", "error", "info_records")
     diff = [f"{f}: {getattr(got, f)!r} != {getattr(want, f)!r}" for f in fields if getattr(got, f) != getattr(want, f)]
     assert not diff, f"{what}: " + "; ".join(diff) + f" ({DOC})"
 
@@ -302,6 +310,24 @@ def check_run_variables_reach_the_envs(make: MakePool) -> None:
     assert marks == [value, value], f"{TOY_MARK_VARIABLE}={value!r} here, but the envs saw {marks} ({DOC})"
 
 
+def check_info_records_travel(make: MakePool) -> None:
+    """The env's declared info metrics reach the runner: the declaration in the facts, one record per
+    executed action of plain floats (a bool as 1.0/0.0), a key the action's info lacked left out."""
+    requests = _requests(2, 1, base=21)
+    envs = {r.episode_id: _reference(r, SCORED) for r in requests}
+    with make(SCORED, None) as pool:
+        starts = pool.reset(requests)
+        assert all(s.facts.info_metrics == (("distance", "mean"), ("moved", "sum")) for s in starts), (
+            f"facts.info_metrics must carry the env's declaration, got {[s.facts.info_metrics for s in starts]} ({DOC})")
+        actions = ["Jump", "Left", "Right"]  # "Jump" is an invalid move: its info reports neither key
+        outcomes = pool.step([StepRequest(r.episode_id, tuple(actions)) for r in requests])
+    for r, got in zip(requests, outcomes):
+        want = _expected(envs[r.episode_id], r.episode_id, actions)
+        _same(got, want, f"episode {r.episode_id} of an env with info_metrics")
+        assert got.info_records[0] == {} and all(type(v) is float for rec in got.info_records for v in rec.values()), (
+            f"info_records must be plain floats, a missing key absent: {got.info_records} ({DOC})")
+
+
 POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "reset-determinism": check_reset_determinism,
     "group-members-share-first-observation": check_group_members_share_first_observation,
@@ -316,6 +342,7 @@ POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "refuses-ended-episodes": check_refuses_ended_episodes,
     "env-warnings-reach-this-process": check_env_warnings_reach_this_process,
     "run-variables-reach-the-envs": check_run_variables_reach_the_envs,
+    "info-records-travel": check_info_records_travel,
 }
 
 

@@ -4,17 +4,20 @@ Not installed as an entry point; tests register it in-process with :func:`regist
 so core tests never depend on env packages. :class:`SlowCorridorEnv` adds an action that blocks,
 for env-pool timeout checks; pools in other processes build it from :data:`SLOW_TOY_FACTORY`.
 :class:`UnsaidCorridorEnv` (:data:`UNSAID_TOY_FACTORY`) never reports ``info["success"]``;
-:class:`MarkedCorridorEnv` (:data:`MARKED_TOY_FACTORY`) shows a run variable of its process.
+:class:`MarkedCorridorEnv` (:data:`MARKED_TOY_FACTORY`) shows a run variable of its process;
+:class:`ScoredCorridorEnv` (:data:`SCORED_TOY_FACTORY`) declares info metrics.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from typing import ClassVar
 
 from pydantic import Field
 
-from ragen_core.interfaces.env import Env, EnvConfig, StepResult
+from ragen_core.interfaces.env import Env, EnvConfig, InfoAggregation, StepResult
 from ragen_core.seeding import make_rng
 from ragen_core.specs import EnvSpec
 
@@ -135,6 +138,23 @@ class MarkedCorridorEnv(CorridorEnv):
 
 #: Import string of :class:`MarkedCorridorEnv` for ``EnvRef(factory=...)``.
 MARKED_TOY_FACTORY = "ragen_core.testing.toy_env:MarkedCorridorEnv"
+
+
+class ScoredCorridorEnv(CorridorEnv):
+    """The corridor declaring info metrics: a valid move reports ``distance`` (cells left to G
+    after it) and ``moved`` (a bool); an invalid action reports neither (absent, not 0)."""
+
+    info_metrics: ClassVar[Mapping[str, InfoAggregation]] = {"distance": "mean", "moved": "sum"}
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        if result.info["action_is_valid"]:
+            result.info.update(distance=abs(self.goal - self.player), moved=result.info["action_is_effective"])
+        return result
+
+
+#: Import string of :class:`ScoredCorridorEnv` for ``EnvRef(factory=...)``.
+SCORED_TOY_FACTORY = "ragen_core.testing.toy_env:ScoredCorridorEnv"
 
 
 class DyingCorridorConfig(CorridorConfig):

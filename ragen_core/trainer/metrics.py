@@ -9,6 +9,9 @@ prefixed ``train/<tag>/...`` or ``val-env/<tag>/...``:
 * ``action_is_valid`` — fraction of turns whose reply parsed and named only known actions;
 * ``format_penalty`` — mean penalty per episode; ``episodic_return`` — mean env reward;
 * ``reward`` — mean training score (env reward + penalty); ``num_turns``;
+* ``info/<key>`` — for each info key the env declares in ``info_metrics``: the mean, over the
+  episodes that reported the key, of each episode's aggregate (``Trajectory.info_metrics``);
+  nothing for a key no episode reported;
 * ``env_timeouts`` / ``env_failures`` (overall only) — episodes the env pool ended because a step
   took longer than its ``step_timeout_s`` / because its worker crashed.
 """
@@ -45,6 +48,12 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
         out[f"{base}/action_is_valid"] = (sum(turn.valid for turn in turns) / len(turns)) if turns else 0.0
         out[f"{base}/episodic_return"] = sum(t.env_reward for t in trajs) / n
         out[f"{base}/format_penalty"] = sum(t.penalty for t in trajs) / n
+        reported: dict[str, list[float]] = defaultdict(list)
+        for t in trajs:
+            for key, value in t.info_metrics.items():
+                reported[key].append(value)
+        for key in sorted(reported):
+            out[f"{base}/info/{key}"] = sum(reported[key]) / len(reported[key])
     n_all = len(trajectories)
     out[f"{prefix}/reward"] = sum(t.total_reward for t in trajectories) / n_all
     out[f"{prefix}/success"] = sum(t.success for t in trajectories) / n_all

@@ -112,6 +112,8 @@ class WebShopEnv(Env):
 
     config_class = WebShopConfig
     config: WebShopConfig
+    #: The WebShop score of the purchase (partial credit; 0 until one), logged as train/<tag>/info/raw_reward.
+    info_metrics = {"raw_reward": "last"}
 
     def __init__(self, config: WebShopConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)

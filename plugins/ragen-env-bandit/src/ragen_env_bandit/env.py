@@ -42,6 +42,8 @@ class BanditEnv(Env):
     config_class = BanditConfig
     config: BanditConfig
     action_sep = "||"
+    #: Per pull, averaged over the episode: the chosen arm's expected payout, whether it was the best arm.
+    info_metrics = {"expected_reward": "mean", "chose_best_arm": "mean"}
 
     def __init__(self, config: BanditConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)

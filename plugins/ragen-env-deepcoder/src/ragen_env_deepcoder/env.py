@@ -60,6 +60,8 @@ class DeepCoderEnv(Env):
 
     config_class = DeepCoderConfig
     config: DeepCoderConfig
+    #: The share of unit tests the final answer passed.
+    info_metrics = {"pass_reward": "last"}
     #: The answer is one program; never split it (the reference split code on ``||``).
     action_sep = None
 

@@ -67,6 +67,8 @@ class SearchQAEnv(Env):
 
     config_class = SearchQAConfig
     config: SearchQAConfig
+    #: The answer's exact match and F1 (reported by the answering action only: an episode that never answers adds nothing).
+    info_metrics = {"exact_match": "last", "f1": "last"}
 
     def __init__(self, config: SearchQAConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
