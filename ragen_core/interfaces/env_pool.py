@@ -110,7 +110,7 @@ class EnvFacts:
     max_actions_per_turn: int
     max_turns: int
     max_tokens: int
-    """Response-length hint shown in the prompt."""
+    """Response-length hint shown in the prompt (a reply cap too under the runner's ``enforce_env_max_tokens``)."""
 
     @classmethod
     def of(cls, env: Any) -> EnvFacts:
