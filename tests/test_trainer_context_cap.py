@@ -96,3 +96,18 @@ def test_tied_reply_budgets_are_both_named(short_model):
     with pytest.raises(ResourceError) as err:
         preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
     assert err.value.hints == ["raise rollout.max_model_len or lower sampling.train.max_new_tokens and sampling.val.max_new_tokens"]
+
+
+def test_an_enforced_env_budget_leaves_the_prompt_the_rest_of_the_context(short_model):
+    """With rollout.enforce_env_max_tokens, replies stop at the env's max_tokens: the first prompt
+    needs room for that many tokens only, and a prompt that does not fit names that setting."""
+    fits = ("rollout.max_model_len=600", "env_config.length=300", "sampling.train.max_new_tokens=300", "sampling.val.max_new_tokens=300")
+    with pytest.raises(ResourceError):  # the global budget of 300 leaves too little room: refused as before
+        preflight(_config(*fits), *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    preflight(_config(*fits, "rollout.enforce_env_max_tokens=true", "env_config.max_tokens=50"), *short_model,
+              needs_critic=False, needs_ref=False, device="cpu")
+    cfg = _config(*fits, "rollout.enforce_env_max_tokens=true", "env_config.max_tokens=290")
+    with pytest.raises(ResourceError) as err:
+        preflight(cfg, *short_model, needs_critic=False, needs_ref=False, device="cpu")
+    assert "plus max_tokens=290, more than rollout.max_model_len=600" in err.value.message
+    assert err.value.hints == ["raise rollout.max_model_len or lower env_config.max_tokens"]

@@ -44,6 +44,10 @@ def test_the_check_key_follows_what_a_format_check_depends_on_only():
     assert warm_policy.check_key(_cfg("sampling.train.temperature=0.5")) != base
     assert warm_policy.check_key(_cfg("sampling.train.max_new_tokens=20")) != base
     assert warm_policy.check_key(_cfg("rollout.enable_think=false")) != base
+    # a setting added after the shipped builds: off (its default) keeps their keys, on is another check
+    assert warm_policy.check_key(_cfg("rollout.enforce_env_max_tokens=false")) == base
+    assert "enforce_env_max_tokens" not in warm_policy.check_payload(_cfg())["rollout"]
+    assert warm_policy.check_key(_cfg("rollout.enforce_env_max_tokens=true")) != base
 
 
 @pytest.mark.parametrize(("env", "same", "other"), [

@@ -209,3 +209,20 @@ def test_demonstrations_cut_by_the_reply_budget_stop_the_warm_start_before_sft(t
     # on_gate_miss=continue: the user accepted a missed gate, so the cut is a warning and training goes on
     warmstart.warm_start(_cfg(tmp_path, "sampling.train.max_new_tokens=6", "warm_start.on_gate_miss=continue"), model, tok)
     assert "warning: warm start: " in capsys.readouterr().err and measured["calls"] >= 1
+
+
+def test_demonstrations_cut_by_an_enforced_env_budget_name_that_budget(tmp_path, measured):
+    """Under rollout.enforce_env_max_tokens the env's max_tokens cuts the demonstrations, not
+    sampling.train.max_new_tokens: the refusal said to raise the latter, which changed nothing."""
+    from ragen_core.errors import ConfigError
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "sampling.train.max_new_tokens=48", "rollout.enforce_env_max_tokens=true", "env_config.max_tokens=6")
+    with pytest.raises(ConfigError) as err:
+        warmstart.warm_start(cfg, model, tok)
+    first, hint, _ = str(err.value).splitlines()
+    found = re.search(r"demonstration replies need more than env_config.max_tokens=6 tokens \(up to (\d+)\)", first)
+    assert found is not None, first
+    assert hint == f"hint: raise env_config.max_tokens to {found.group(1)} or more, or set rollout.enforce_env_max_tokens=false"
+    assert measured["calls"] == 0

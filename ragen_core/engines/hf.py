@@ -56,7 +56,7 @@ import torch
 from ragen_core.engines.config import HFEngineConfig
 from ragen_core.engines.sampling import row_uniforms, sample_next
 from ragen_core.errors import RagenError
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, checked_budgets, per_prompt_seeds
 
 __all__ = ["HFEngine", "additive_prefill_mask", "sample_next"]
 
@@ -171,12 +171,26 @@ class HFEngine(Engine):
         from (temperature, top-k, top-p applied); for greedy decoding they are the model's plain
         log-softmax.
         """
+        return self._generate(prompts, params, seeds, None)
+
+    def generate_capped(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None, max_new_tokens: Sequence[int],
+    ) -> list[Generation]:
+        """:meth:`generate` with a budget per prompt, in one batch: a row stops at its own budget
+        (``finish_reason="length"``), with the ids, log-probs and seed stream it would have had
+        alone with ``params.max_new_tokens`` equal to that budget (see :meth:`Engine.generate_capped`)."""
+        return self._generate(prompts, params, seeds, checked_budgets(max_new_tokens, params, len(prompts)))
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None,
+                  caps: list[int] | None) -> list[Generation]:
+        """Both ``generate`` methods; ``caps``: per-prompt budgets (None: ``params.max_new_tokens`` for all)."""
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
             raise RagenError("HFEngine.generate got an empty prompt", hints=["every prompt needs at least one token"])
         started = time.perf_counter()
         row_seeds = per_prompt_seeds(seeds, len(prompts))
+        budgets = caps if caps is not None else [params.max_new_tokens] * len(prompts)
         if row_seeds is None:
             row_seeds = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF for _ in prompts]
         self.load()
@@ -195,7 +209,8 @@ class HFEngine(Engine):
         try:
             with torch.no_grad():
                 for start in range(0, len(prompts), size):
-                    out.extend(self._generate_batch(prompts[start : start + size], params, row_seeds[start : start + size]))
+                    rows = slice(start, start + size)
+                    out.extend(self._generate_batch(prompts[rows], params, row_seeds[rows], budgets[rows]))
         finally:
             model.train(was_training)
             torch.set_num_threads(threads)
@@ -217,15 +232,18 @@ class HFEngine(Engine):
         device: torch.device = next(self.model.parameters()).device
         return device
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]) -> list[Generation]:
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int], caps: list[int]) -> list[Generation]:
+        """One batch; row ``i`` stops at an end token or after ``caps[i]`` new tokens."""
         from transformers import DynamicCache
 
         from ragen_core.engines._kv import use_growable_layers
 
         model, device = self.model, self._device()
         greedy = not params.do_sample or params.temperature == 0
-        # One stream per reply: column t is the uniform of its t-th new token (see row_uniforms).
-        uniforms = None if greedy else row_uniforms(seeds, params.max_new_tokens, device)
+        steps = max(caps)
+        # One stream per reply: column t is the uniform of its t-th new token (see row_uniforms);
+        # a stream's first values do not depend on its length, so a shorter cap samples a prefix.
+        uniforms = None if greedy else row_uniforms(seeds, steps, device)
         stop = torch.tensor(sorted(self.stop_ids), device=device)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else int(stop[0])
         vocab_limit = len(self.tokenizer) if self.config.mask_unused_vocab else None
@@ -258,7 +276,7 @@ class HFEngine(Engine):
             mask[i, width_c - c : width_c] = 1
             mask[i, width_c + width_s - len(suf) :] = 1
         cache = DynamicCache(config=model.config)
-        use_growable_layers(cache, reserve=params.max_new_tokens + 1)
+        use_growable_layers(cache, reserve=steps + 1)
         if width_c:
             self._fill_cache(cache, hits, width_c, width_s, device)
         cache_kw = _cache_kwarg(model)
@@ -279,7 +297,7 @@ class HFEngine(Engine):
         rows = torch.arange(n, device=device)  # original index of each live batch row
         alive = [True] * n  # per batch row
         store: list[_Entry] = []
-        for step in range(params.max_new_tokens):
+        for step in range(steps):
             u = None if uniforms is None else uniforms[rows, step]
             tok, lp = sample_next(logits.float(), params, u, vocab_limit)
             stopped = torch.isin(tok, stop).tolist()
@@ -289,7 +307,9 @@ class HFEngine(Engine):
                     logps[row].append(logp)
                     if stopped[i]:
                         reasons[row], alive[i] = "stop", False
-            if not any(alive) or step == params.max_new_tokens - 1:
+                    elif len(tokens[row]) == caps[row]:  # its budget is spent: "length", as for the run's own cap
+                        alive[i] = False
+            if not any(alive) or step == steps - 1:
                 break
             if self.config.drop_finished and not all(alive):
                 self._save(store, cache, mask, rows, [i for i, a in enumerate(alive) if not a], prompts, tokens)

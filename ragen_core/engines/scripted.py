@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, checked_budgets, per_prompt_seeds
 
 Reply = str | Sequence[int]
 #: ``script(call_index, row_index, prompt_ids) -> reply``
@@ -64,6 +64,15 @@ class ScriptedEngine(Engine):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
         """The scripted replies (``seeds`` are only recorded: replies do not depend on them)."""
+        return self._replies(prompts, seeds, [params.max_new_tokens] * len(prompts))
+
+    def generate_capped(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None, max_new_tokens: Sequence[int],
+    ) -> list[Generation]:
+        """The scripted replies, each cut at its own budget; one recorded call, as :meth:`generate`."""
+        return self._replies(prompts, seeds, checked_budgets(max_new_tokens, params, len(prompts)))
+
+    def _replies(self, prompts: list[list[int]], seeds: int | Sequence[int] | None, caps: list[int]) -> list[Generation]:
         call = len(self.calls)
         self.calls.append([list(p) for p in prompts])
         self.seeds.append(per_prompt_seeds(seeds, len(prompts)))
@@ -77,8 +86,8 @@ class ScriptedEngine(Engine):
             else:
                 ids = [int(i) for i in reply]
             reason = "stop" if ids and ids[-1] == self.eos_id else "length"
-            if len(ids) > params.max_new_tokens:
-                ids, reason = ids[: params.max_new_tokens], "length"
+            if len(ids) > caps[row]:
+                ids, reason = ids[: caps[row]], "length"
             gen = Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason=reason, policy_version=self.policy_version)  # type: ignore[arg-type]
             out.append(gen)
         return out

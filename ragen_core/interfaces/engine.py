@@ -70,6 +70,40 @@ def per_prompt_seeds(seeds: int | Sequence[int] | None, n: int) -> list[int] | N
     return out
 
 
+def checked_budgets(max_new_tokens: Sequence[int], params: SamplingParams, n: int) -> list[int]:
+    """Per-prompt reply budgets as ints, each in ``1..params.max_new_tokens``.
+
+    Raises:
+        ValueError: not one budget per prompt, or a budget outside that range.
+    """
+    caps = [int(c) for c in max_new_tokens]
+    if len(caps) != n:
+        raise ValueError(f"generate_capped got {len(caps)} budgets for {n} prompts (one max_new_tokens per prompt)")
+    bad = next((c for c in caps if not 1 <= c <= params.max_new_tokens), None)
+    if bad is not None:
+        raise ValueError(f"generate_capped got a budget of {bad} tokens: each must be 1..params.max_new_tokens={params.max_new_tokens}")
+    return caps
+
+
+def generate_by_budget(
+    engine: Any, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None, max_new_tokens: Sequence[int],
+) -> list[Generation]:
+    """:meth:`Engine.generate_capped` for any engine: one ``generate`` call per distinct budget
+    (prompts of one budget keep their order and their own seeds), replies put back in prompt order."""
+    caps = checked_budgets(max_new_tokens, params, len(prompts))
+    row_seeds = per_prompt_seeds(seeds, len(prompts))
+    out: list[Generation] = [None] * len(prompts)  # type: ignore[list-item]  # every slot is filled below
+    for cap in dict.fromkeys(caps):
+        rows = [i for i, c in enumerate(caps) if c == cap]
+        sub = params if cap == params.max_new_tokens else params.model_copy(update={"max_new_tokens": cap})
+        gens = engine.generate([prompts[i] for i in rows], sub, None if row_seeds is None else [row_seeds[i] for i in rows])
+        if not isinstance(gens, list) or len(gens) != len(rows):
+            return gens  # type: ignore[no-any-return]  # passed on as is: the caller's check names the engine
+        for i, gen in zip(rows, gens):
+            out[i] = gen
+    return out
+
+
 class Engine(ABC):
     """Base class of engine plugins (see the module docstring for the contract)."""
 
@@ -96,6 +130,18 @@ class Engine(ABC):
         ``seeds``: one per prompt (see :func:`per_prompt_seeds`); the same prompt, params,
         weights and seed give the same reply whatever else is in the batch.
         """
+
+    def generate_capped(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None, max_new_tokens: Sequence[int],
+    ) -> list[Generation]:
+        """:meth:`generate` with a reply budget per prompt (``max_new_tokens[i]``, each at most
+        ``params.max_new_tokens``): reply ``i`` is the reply :meth:`generate` gives with
+        ``params.max_new_tokens = max_new_tokens[i]`` (the runner's per-env caps, ``rollout.enforce_env_max_tokens``).
+
+        The default makes one :meth:`generate` call per distinct budget, which the seed contract
+        makes exact; engines that can stop each row at its own budget in one batch override it.
+        """
+        return generate_by_budget(self, prompts, params, seeds, max_new_tokens)
 
     def sync_weights(self, weights: Mapping[str, Any], version: int) -> None:
         """Sample from ``weights`` (a state dict of the attached architecture) from now on.

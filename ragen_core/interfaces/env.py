@@ -38,7 +38,8 @@ class EnvConfig(PluginConfig):
     max_turns: int = Field(default=5, ge=1)
     """Model turns per episode."""
     max_tokens: int = Field(default=100, ge=1)
-    """Response-length hint shown in the prompt ("max response length: N words (tokens)")."""
+    """Response-length hint shown in the prompt ("max response length: N words (tokens)"); a run with
+    ``rollout.enforce_env_max_tokens=true`` also stops each reply there (when below its ``max_new_tokens``)."""
 
     @property
     def action_budget(self) -> int:

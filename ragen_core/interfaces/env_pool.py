@@ -109,7 +109,7 @@ class EnvFacts:
     max_actions_per_turn: int
     max_turns: int
     max_tokens: int
-    """Response-length hint shown in the prompt."""
+    """Response-length hint shown in the prompt (a reply cap too under the runner's ``enforce_env_max_tokens``)."""
     info_metrics: tuple[tuple[str, str], ...] = ()
     """The env's :attr:`~ragen_core.interfaces.env.Env.info_metrics` as ``((key, mode), ...)``:
     how the runner aggregates each episode's :attr:`StepOutcome.info_records`."""

@@ -83,6 +83,12 @@ class EpisodeRecord:
     """State block of every turn so far (windowed context modes re-render them)."""
     parsed: list[ParsedReply] = field(default_factory=list)
     """Parse of every reply so far (single-turn mode digests them)."""
+    max_new_tokens: int = 0
+    """Reply budget of each of its turns (set by the runner: the rollout's ``max_new_tokens``, or
+    the env's ``max_tokens`` when that is smaller and ``enforce_env_max_tokens`` is on)."""
+    length_hint: int = 0
+    """The "max response length" its prompts state (the env's ``max_tokens``, or the budget above
+    when ``enforce_env_max_tokens`` is on)."""
 
     @property
     def actions_left(self) -> int:

@@ -26,6 +26,13 @@ Context modes:
 Length limit (spec 17 L3): a prompt may use at most ``max_model_len - max_new_tokens`` tokens.
 In ``full`` mode an episode whose next prompt would not fit ends there, truncated, with
 ``end_reason = "context_length"``; the other modes first drop history turns.
+
+Reply budget (spec 17 L33): an env's ``max_tokens`` is only the length hint its prompts state
+("Max response length: N"); every reply may use the rollout's ``max_new_tokens``. With
+``enforce_env_max_tokens`` each episode's replies stop at ``min(max_new_tokens, env max_tokens)``
+instead (the engine's :meth:`~ragen_core.interfaces.engine.Engine.generate_capped`, so episodes of
+envs with different budgets still share one batch), its prompts state that budget, and its prompts
+get ``max_model_len`` minus that budget (its replies cannot be longer).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ragen_core.errors import PluginError
-from ragen_core.interfaces.engine import Engine, SamplingParams
+from ragen_core.interfaces.engine import Engine, SamplingParams, generate_by_budget
 from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepOutcome, StepRequest
 from ragen_core.registry import plugin_call, plugin_label
 from ragen_core.rollout import prompts
@@ -85,6 +92,9 @@ class RolloutConfig(PluginConfig):
     """Turns per prompt in ``last-k``/``single-turn`` mode, current one included (None = 1)."""
     max_model_len: int = Field(default=3600, ge=16)
     """Prompt + reply budget in tokens; prompts get ``max_model_len - max_new_tokens``."""
+    enforce_env_max_tokens: bool = False
+    """Stop each reply at ``min(max_new_tokens, the env's max_tokens)`` and state that budget in the
+    prompt; False: the env's ``max_tokens`` is only the prompt's length hint (the reference)."""
     seed_train: int = 10000
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
@@ -196,8 +206,7 @@ class RolloutRunner:
         _replies_match(self.pool, "reset", requests, starts, EpisodeStart)
         self._say_if_members_start_apart(requests, starts)
         self._progress(f"the reset of a {mode} rollout")
-        episodes = [self._record(req, start, size) for req, start in zip(requests, starts)]
-        budget = self.config.max_model_len - sampling.max_new_tokens
+        episodes = [self._record(req, start, size, sampling) for req, start in zip(requests, starts)]
         think = self.config.enable_think
         max_turns = max((ep.facts.max_turns for ep in episodes), default=0)
         for turn_no in range(1, max_turns + 1):
@@ -209,7 +218,7 @@ class RolloutRunner:
                 if turn_no > ep.facts.max_turns:
                     ep.finish("max_turns", truncated=False)
                     continue
-                ids = self._next_prompt(ep, turn_no, budget, think)
+                ids = self._next_prompt(ep, turn_no, self.config.max_model_len - ep.max_new_tokens, think)
                 if ids is None:
                     ep.finish("context_length", truncated=True)
                     continue
@@ -218,8 +227,7 @@ class RolloutRunner:
             if not live:
                 break
             seeds = [derive_seed("rollout", mode, ep.traj.seed, ep.traj.member, turn_no) for ep in live]
-            with self._waiting_on(f"the engine's generate (turn {turn_no} of a {mode} rollout)"), plugin_call(self.engine, "generate"):
-                gens = self.engine.generate(batch, sampling, seeds)
+            gens = self._generate(batch, sampling, seeds, [ep.max_new_tokens for ep in live], f"turn {turn_no} of a {mode} rollout")
             if not isinstance(gens, list) or len(gens) != len(batch) or not all(isinstance(getattr(g, "token_ids", None), list) for g in gens):
                 raise PluginError(f"{plugin_label(self.engine)}: generate returned {_counted(gens)} for {len(batch)} prompts",
                                   ["generate returns one Generation (token_ids: a list of ints) per prompt, in prompt order"])
@@ -265,6 +273,17 @@ class RolloutRunner:
             ep.traj.info_metrics = aggregate_info((r for turn in ep.traj.turns for r in turn.info_records), ep.facts.info_metrics)
         return [ep.traj for ep in episodes]
 
+    def _generate(self, batch: list[list[int]], sampling: SamplingParams, seeds: list[int], budgets: list[int], when: str) -> Any:
+        """The engine's replies to ``batch``: one ``generate`` call, or ``generate_capped`` when some
+        episode's reply budget is below ``sampling.max_new_tokens`` (``enforce_env_max_tokens``)."""
+        if all(b == sampling.max_new_tokens for b in budgets):
+            with self._waiting_on(f"the engine's generate ({when})"), plugin_call(self.engine, "generate"):
+                return self.engine.generate(batch, sampling, seeds)
+        with self._waiting_on(f"the engine's generate_capped ({when})"), plugin_call(self.engine, "generate_capped"):
+            if isinstance(self.engine, Engine):
+                return self.engine.generate_capped(batch, sampling, seeds, budgets)
+            return generate_by_budget(self.engine, batch, sampling, seeds, budgets)  # a duck-typed engine: Engine's default
+
     @contextlib.contextmanager
     def _waiting_on(self, what: str) -> Iterator[None]:
         """:attr:`waiting_on` is ``what`` while the block runs, and after an interrupt (Ctrl-C, SIGTERM)
@@ -281,8 +300,8 @@ class RolloutRunner:
         if self.progress is not None:
             self.progress(what)
 
-    def _record(self, request: ResetRequest, start: EpisodeStart, group_size: int) -> EpisodeRecord:
-        """The runner's record of a new episode: trajectory header, system prompt, facts."""
+    def _record(self, request: ResetRequest, start: EpisodeStart, group_size: int, sampling: SamplingParams) -> EpisodeRecord:
+        """The runner's record of a new episode: trajectory header, system prompt, facts, reply budget."""
         facts = self._facts(start.facts)
         traj = Trajectory(
             env=self.env.name,
@@ -298,7 +317,10 @@ class RolloutRunner:
             max_actions_per_episode=facts.max_actions_per_episode,
             action_sep=facts.action_sep,
         )
-        return EpisodeRecord(traj=traj, observation=start.observation, facts=facts)
+        budget, hint = sampling.max_new_tokens, facts.max_tokens
+        if self.config.enforce_env_max_tokens:
+            budget = hint = min(budget, facts.max_tokens)
+        return EpisodeRecord(traj=traj, observation=start.observation, facts=facts, max_new_tokens=budget, length_hint=hint)
 
     def _facts(self, facts: EnvFacts) -> EnvFacts:
         """The pool's facts with this runner's ``max_turns``/``max_actions_per_turn`` overrides."""
@@ -312,7 +334,7 @@ class RolloutRunner:
             turn_no,
             ep.observation,
             actions_left=ep.actions_left,
-            max_tokens=ep.facts.max_tokens,
+            max_tokens=ep.length_hint,
             think=think,
             warn_invalid=ep.warn_invalid,
         )
@@ -355,7 +377,7 @@ class RolloutRunner:
                 ep.observation,
                 past,
                 actions_left=ep.actions_left,
-                max_tokens=ep.facts.max_tokens,
+                max_tokens=ep.length_hint,
                 think=think,
                 warn_invalid=ep.warn_invalid,
             )

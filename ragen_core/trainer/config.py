@@ -87,6 +87,10 @@ class RolloutSection(_Section):
     or val) of this size or more is refused with the config (``--print-config`` too)."""
     format_penalty: float = Field(default=-0.1, le=0)
     """Added once per turn whose reply did not parse or named unknown actions."""
+    enforce_env_max_tokens: bool = False
+    """Make the env's ``max_tokens`` a real cap: each reply stops at ``min(sampling.<train|val>.max_new_tokens,
+    env max_tokens)`` and the prompt's "max response length" states that number. False (the reference):
+    ``max_tokens`` is only that hint, and replies may use the whole ``max_new_tokens``."""
     enable_think: bool = True
     """``<think>..</think><answer>..</answer>`` replies (False: answer only)."""
     pool: str = "local"
@@ -125,6 +129,22 @@ class RolloutSection(_Section):
     @classmethod
     def _default_timeouts(cls, value: dict[str, Any]) -> dict[str, Any]:
         return {"step_timeout_s": DEFAULT_STEP_TIMEOUT_S, "reset_timeout_s": DEFAULT_RESET_TIMEOUT_S, **value}
+
+
+#: Rollout settings added after shipped warm policies and cached warm starts recorded the rollout
+#: settings they were made with, by their default: left out of those records while at it, so the
+#: records' keys stay what they were (see :func:`rollout_record`).
+LATER_ROLLOUT_DEFAULTS: dict[str, Any] = {"enforce_env_max_tokens": False}
+
+
+def rollout_record(rollout: RolloutSection, exclude: set[str]) -> dict[str, Any]:
+    """``rollout`` as the warm-start cache key and the warm-policy check key record it: its settings
+    but ``exclude``, and those of :data:`LATER_ROLLOUT_DEFAULTS` only when they differ from the default."""
+    out = rollout.model_dump(mode="json", exclude=exclude)
+    for key, default in LATER_ROLLOUT_DEFAULTS.items():
+        if out.get(key, default) == default:
+            out.pop(key, None)
+    return out
 
 
 class PeftSection(_Section):

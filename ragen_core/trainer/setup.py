@@ -106,6 +106,7 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
         "max_model_len": r.max_model_len,
         "format_penalty": r.format_penalty,
         "enable_think": r.enable_think,
+        "enforce_env_max_tokens": r.enforce_env_max_tokens,
         "seed_train": config.seed,
         "seed_val": config.seed_val,
     }
@@ -211,6 +212,7 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     budget = max(config.sampling.train.max_new_tokens, config.sampling.val.max_new_tokens)
     # the budget is the larger of the two: lowering one that ties with the other changes nothing
     lower = " and ".join(f"sampling.{m}.max_new_tokens" for m in ("train", "val") if getattr(config.sampling, m).max_new_tokens == budget)
+    reply = "max_new_tokens"  # what bounds a reply, as the error names it
     if r.max_model_len <= budget:
         shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
@@ -221,6 +223,8 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
     from ragen_core.rollout.env_pool import episode_label, reset_env
 
     env = registry.make_env(config.env, preset=config.preset, **config.env_config)
+    if r.enforce_env_max_tokens and int(env.config.max_tokens) < budget:  # replies stop there: the prompt may use the rest
+        budget, lower, reply = int(env.config.max_tokens), "env_config.max_tokens", "max_tokens"
     ref = EnvRef(name=config.env, preset=config.preset)
     try:  # an env that raises here is named with its preset and seed (EnvError), like in a rollout
         start = reset_env(env, ResetRequest(0, config.seed), label=episode_label(ref, config.seed))
@@ -238,7 +242,7 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
                      f"(its env_config, or the env's render) or {raise_cap}"]
         shown = f"rollout.max_model_len={r.max_model_len}" if cap == "rollout.max_model_len" else cap
         raise ResourceError(
-            f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus max_new_tokens={budget}, more than {shown}", hints)
+            f"the first prompt of env {config.env!r} needs ~{prompt_len} tokens plus {reply}={budget}, more than {shown}", hints)
     import torch
 
     n_params = sum(p.numel() for p in model.parameters())

@@ -48,7 +48,7 @@ from typing import Any
 
 from ragen_core.distributions import source_commit
 from ragen_core.errors import RagenError
-from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS, RunConfig, plain_preset
+from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS, RunConfig, plain_preset, rollout_record
 
 #: Where shipped policies live (package data of ragen-core), one folder each.
 SHIPPED_ROOT = Path(__file__).resolve().parents[1] / "models" / "warm"
@@ -121,7 +121,7 @@ def check_payload(config: RunConfig) -> dict[str, Any]:
         "env": config.env,
         "preset": plain_preset(config.env, config.preset),  # a preset that changes nothing is no preset
         "env_config": changed_env_settings(config),
-        "rollout": config.rollout.model_dump(mode="json", exclude=set(BATCH_ROLLOUT_KEYS)),
+        "rollout": rollout_record(config.rollout, set(BATCH_ROLLOUT_KEYS)),
         "sampling": config.sampling.train.model_dump(mode="json"),
     }
 

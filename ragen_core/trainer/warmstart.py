@@ -63,7 +63,7 @@ from ragen_core.errors import ConfigError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
-from ragen_core.trainer.config import RunConfig
+from ragen_core.trainer.config import RunConfig, rollout_record
 
 _THOUGHTS = ("", "{a}", "I pick {a}.")
 
@@ -151,6 +151,9 @@ class DemoEngine(Engine):
         """Replies cut to ``max_new_tokens`` (too long even with an empty thought)."""
         self.needed = 0
         """Tokens the longest cut reply needed."""
+        self.budget = 0
+        """The smallest reply budget a reply was cut at (below ``sampling.train.max_new_tokens``: the env's
+        ``max_tokens`` under ``rollout.enforce_env_max_tokens``)."""
 
     def latest_state(self, prompt_text: str) -> str | None:
         """The recorded observation that appears last in the prompt (the current state)."""
@@ -203,6 +206,7 @@ class DemoEngine(Engine):
             if len(ids) > params.max_new_tokens:  # still too long: cut (an invalid reply), and counted
                 self.cut += 1
                 self.needed = max(self.needed, len(ids))
+                self.budget = min(self.budget or params.max_new_tokens, params.max_new_tokens)
             out.append(Generation(token_ids=ids[: params.max_new_tokens], logprobs=None, finish_reason="stop", policy_version=self.policy_version))
         return out
 
@@ -226,7 +230,7 @@ def cache_payload(config: RunConfig, shipped: Any = _LOOK_UP) -> dict[str, Any]:
         # group) nor the check, so changing it keeps the cached warm start; nor does where the envs
         # run (the pool: --workers process / ray, its workers and timeouts), so a run moved to Ray
         # does not warm-start again.
-        "rollout": config.rollout.model_dump(mode="json", exclude={"env_groups", "group_size", "pool", "pool_config"}),
+        "rollout": rollout_record(config.rollout, {"env_groups", "group_size", "pool", "pool_config"}),
         "max_new_tokens": config.sampling.train.max_new_tokens,
         # (how a run reacts to a missed gate and how a batch is split for memory do not change the model)
         "warm_start": config.warm_start.model_dump(mode="json", exclude={"cache_dir", "enabled", "on_gate_miss", "micro_batch_size"}),
@@ -538,10 +542,14 @@ def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
     if replies == 0 or n_cut / replies <= 1.0 - ws.target_valid_rate:
         return
     budget = config.sampling.train.max_new_tokens
-    what = (f"warm start: {n_cut} of {replies} demonstration replies need more than sampling.train.max_new_tokens={budget} "
+    setting = "sampling.train.max_new_tokens"
+    fix = f"raise sampling.train.max_new_tokens to {cut['needed']} or more (and sampling.val.max_new_tokens with it)"
+    if 0 < cut.get("budget", budget) < budget:  # the env's max_tokens stopped them (rollout.enforce_env_max_tokens)
+        budget, setting = cut["budget"], "env_config.max_tokens"
+        fix = f"raise env_config.max_tokens to {cut['needed']} or more, or set rollout.enforce_env_max_tokens=false"
+    what = (f"warm start: {n_cut} of {replies} demonstration replies need more than {setting}={budget} "
             f"tokens (up to {cut['needed']}), so replies are cut before </answer> and warm_start.target_valid_rate "
             f"{ws.target_valid_rate:g} cannot be reached")
-    fix = f"raise sampling.train.max_new_tokens to {cut['needed']} or more (and sampling.val.max_new_tokens with it)"
     if ws.on_gate_miss == "continue":  # the user accepted a missed gate: say it, train on
         print(f"warning: {what}; {fix}", file=sys.stderr, flush=True)
         return
@@ -704,7 +712,8 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     ``balance`` (see :meth:`DemoEngine.pick`) carries the per-state action queues across rounds;
     ``None`` with ``warm_start.balanced`` starts fresh queues for this call. ``cut``, when given,
     receives ``replies``, ``cut`` (replies longer than ``sampling.train.max_new_tokens`` even with
-    an empty thought) and ``needed`` (the longest of those, in tokens).
+    an empty thought, or than the env's ``max_tokens`` under ``rollout.enforce_env_max_tokens``),
+    ``needed`` (the longest of those, in tokens) and ``budget`` (the smallest budget one was cut at).
     """
     from ragen_core.interfaces.env_pool import EnvRef
     from ragen_core.rollout.env_pool import LocalEnvPool
@@ -730,7 +739,7 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     finally:
         runner.close()
     if cut is not None:
-        cut.update(replies=sum(len(t.turns) for t in trajs), cut=engine.cut, needed=engine.needed)
+        cut.update(replies=sum(len(t.turns) for t in trajs), cut=engine.cut, needed=engine.needed, budget=engine.budget)
     return trajs
 
 

@@ -133,3 +133,39 @@ def test_run_without_vllm_is_refused_before_the_run_folder_or_a_warm_start(tmp_p
     line = one_line_error(capsys.readouterr().err)
     assert line.startswith("RagenError: engine 'vllm' needs the vllm package, which is not installed")
     assert not run_dir.exists()  # no folder holding only warm_start.json, which a rerun would then refuse
+
+
+def test_generate_capped_gives_each_request_its_own_max_tokens_in_one_call(monkeypatch):
+    """rollout.enforce_env_max_tokens: episodes of envs with different budgets share one
+    LLM.generate call, each request limited by vLLM's per-request max_tokens (a fake vLLM here)."""
+    import sys
+    import types
+
+    import ragen_engine_vllm.engine as eng_mod
+
+    from ragen_core.interfaces.engine import SamplingParams
+
+    class FakeSamplingParams:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class FakeLLM:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, inputs, requests, use_tqdm=False):
+            self.calls.append([r.max_tokens for r in requests])
+            choice = lambda n: types.SimpleNamespace(token_ids=list(range(1, n + 1)), logprobs=None,  # noqa: E731
+                                                     finish_reason="length")
+            return [types.SimpleNamespace(outputs=[choice(r.max_tokens)], num_cached_tokens=0) for r in requests]
+
+    monkeypatch.setattr(eng_mod, "_import_vllm", lambda: types.SimpleNamespace(SamplingParams=FakeSamplingParams))
+    monkeypatch.setitem(sys.modules, "vllm.inputs", types.SimpleNamespace(TokensPrompt=lambda prompt_token_ids: prompt_token_ids))
+    engine = VLLMEngine(VLLMEngineConfig())
+    engine.llm, engine._shared = FakeLLM(), types.SimpleNamespace(owner=engine._token, asleep=False)
+    monkeypatch.setattr(engine, "_start", lambda *a: None)
+    params = SamplingParams(max_new_tokens=10)
+    gens = engine.generate_capped([[1], [2], [3]], params, [1, 2, 3], [3, 10, 6])
+    assert engine.llm.calls == [[3, 10, 6]] and [len(g.token_ids) for g in gens] == [3, 10, 6]
+    engine.generate([[1], [2]], params, [1, 2])
+    assert engine.llm.calls[-1] == [10, 10]

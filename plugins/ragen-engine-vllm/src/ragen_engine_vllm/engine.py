@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ragen_core.errors import ConfigError, RagenError
-from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, per_prompt_seeds
+from ragen_core.interfaces.engine import Engine, Generation, SamplingParams, checked_budgets, per_prompt_seeds
 from ragen_engine_vllm.config import VLLMEngineConfig
 from ragen_engine_vllm.plugin import INSTALL_HINTS, check_model_name
 
@@ -256,14 +256,15 @@ class VLLMEngine(Engine):
         n = len(self.tokenizer)
         return list(range(n)) if n < vocab else None
 
-    def _request_params(self, params: SamplingParams, seed: int, allowed: list[int] | None) -> Any:
+    def _request_params(self, params: SamplingParams, seed: int, allowed: list[int] | None, budget: int | None = None) -> Any:
+        """vLLM's sampling settings of one request; ``budget``: its own reply budget (None: ``params.max_new_tokens``)."""
         greedy = not params.do_sample or params.temperature == 0
         return self._vllm.SamplingParams(
             n=1,
             temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p,
             top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
-            max_tokens=params.max_new_tokens,
+            max_tokens=params.max_new_tokens if budget is None else budget,
             stop_token_ids=self.stop_ids,
             allowed_token_ids=allowed,
             logprobs=0,  # the sampled token's log-prob only
@@ -273,6 +274,17 @@ class VLLMEngine(Engine):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None = None) -> list[Generation]:
         """One batched ``LLM.generate`` call over token-id prompts, request ``i`` seeded with ``seeds[i]``."""
+        return self._generate(prompts, params, seeds, None)
+
+    def generate_capped(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None, max_new_tokens: Sequence[int],
+    ) -> list[Generation]:
+        """:meth:`generate` in one ``LLM.generate`` call with request ``i`` limited to ``max_new_tokens[i]``
+        tokens (vLLM's per-request ``max_tokens``)."""
+        return self._generate(prompts, params, seeds, checked_budgets(max_new_tokens, params, len(prompts)))
+
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, seeds: int | Sequence[int] | None,
+                  caps: list[int] | None) -> list[Generation]:
         if not prompts:
             return []
         if any(len(p) == 0 for p in prompts):
@@ -292,7 +304,8 @@ class VLLMEngine(Engine):
         if row_seeds is None:
             row_seeds = [int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF for _ in prompts]
         allowed = self._allowed_ids()
-        requests = [self._request_params(params, seed, allowed) for seed in row_seeds]
+        budgets: list[int | None] = list(caps) if caps is not None else [None] * len(prompts)
+        requests = [self._request_params(params, seed, allowed, budget) for seed, budget in zip(row_seeds, budgets)]
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
         import torch
 
