@@ -126,6 +126,22 @@ def test_wrong_purchase_ends_with_zero_reward_and_partial_raw_score(env):
     assert after.done and not after.info["action_is_valid"] and after.reward == 0.0
 
 
+def test_score_reward_pays_1_and_succeeds_for_the_goal_product():
+    env = WebShopEnv(purchase_reward="score")
+    env.reset(3)
+    results = [env.step(action) for action in env.oracle_actions()]
+    rewards, result = [r.reward for r in results], results[-1]
+    assert rewards[-1] == 1.0 and set(rewards[:-1]) == {0.0}  # only the purchase is paid
+    assert result.done and result.info["raw_reward"] == 1.0 and result.info["success"]
+
+
+def test_an_unknown_purchase_reward_is_refused_naming_the_choices():
+    from ragen_core.errors import PluginConfigError
+
+    with pytest.raises(PluginConfigError, match="purchase_reward: Input should be 'binary' or 'score'"):
+        WebShopEnv(purchase_reward="f1")
+
+
 def test_selected_options_are_shown_and_the_last_pick_wins(env):
     env.reset(4)
     goal = env.goal

@@ -104,6 +104,42 @@ def test_in_process_and_http_episodes_are_identical():
         local.close()
 
 
+def buy_another_product(env: WebShopEnv, seed: int):
+    """Search the goal's instruction, open a product other than the goal's, buy it: the last step."""
+    env.reset(seed)
+    goal = engine_for(env.config.catalog).goals[env._require_reset()]
+    env.step(f"search[{goal.instruction}]")
+    other = next(a for a in env.available_actions() if a.startswith("click[b0") and a != f"click[{goal.asin.lower()}]")
+    env.step(other)
+    return env.step("click[buy now]")
+
+
+@pytest.mark.parametrize("purchase_reward", ["binary", "score"])
+def test_the_purchase_reward_is_the_same_in_both_shops(client, purchase_reward):
+    """A bought product that matches part of the goal: reward = its score under ``score``, 0 under
+    ``binary`` (the default), in process, from the server the env starts and from one reached by
+    URL; success still means score 1, and nothing more is paid once bought."""
+    assert WebShopConfig().purchase_reward == "binary"
+    envs = [WebShopEnv(purchase_reward=purchase_reward), WebShopEnv(shop="server", purchase_reward=purchase_reward),
+            WebShopEnv(shop="server", server={"url": client.url}, purchase_reward=purchase_reward)]
+    try:
+        for seed in (4, 5):
+            results = [buy_another_product(env, seed) for env in envs]
+            raw = results[0].info["raw_reward"]
+            assert 0.0 < raw < 1.0
+            for result in results:
+                assert result.done and result.info["raw_reward"] == raw
+                assert result.reward == result.info["reward"] == (raw if purchase_reward == "score" else 0.0)
+                assert not result.info["success"] and result.info["success_purchase"]
+        for env in envs:
+            after = env.step("click[back to search]")
+            assert after.done and after.reward == 0.0 and not after.info["success"]
+        assert envs[1]._http is not None and envs[1]._http.handle.pid is not None  # a real child served it
+    finally:
+        for env in envs:
+            env.close()
+
+
 class _Visible(html.parser.HTMLParser):
     """Text nodes of the body, stripped, in document order (what a person reads)."""
 

@@ -60,6 +60,11 @@ class WebShopConfig(EnvConfig):
     """Append the nine guidance lines of the reference to every observation."""
     expert_instruction: bool = False
     """Use the short one-sentence instruction of the reference's ``WebShopFull`` tag."""
+    purchase_reward: Literal["binary", "score"] = "binary"
+    """Reward of ``click[buy now]``: ``binary`` pays 1 when the WebShop score is 1, else 0 (the
+    reference); ``score`` pays the score itself, partial credit in [0, 1] (spec 17.5's shaped
+    reward). Either way ``info["raw_reward"]`` is the score and ``info["success"]`` means score 1.
+    The env computes it from the score, so it is the same in both shops and with ``server.url``."""
 
     shop: Literal["inprocess", "server"] = "inprocess"
     """``inprocess``: the shop engine runs in this process (fast path for training).

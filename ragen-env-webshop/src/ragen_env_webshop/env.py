@@ -5,7 +5,8 @@ shows the goal's instruction text, ``.``, the guidance lines and the available a
 step applies ``search[...]`` or ``click[...]`` and shows the new page in simple-text form
 (strings joined by `` [SEP] ``), ``.``, the guidance lines and the available actions. An invalid
 action changes nothing. ``click[buy now]`` ends the episode with reward 1 when the WebShop
-score is 1, else 0 (the score itself is ``info["raw_reward"]``).
+score is 1, else 0 (the score itself is ``info["raw_reward"]``); ``purchase_reward: score`` pays
+the score instead. The reward is computed here from the score either shop returns, so both agree.
 
 Where the shop runs: in this process (``shop: inprocess``, the default), or in the HTTP shop
 server (``shop: server``), started as a child by :mod:`ragen_core.services` and shared by every
@@ -27,6 +28,7 @@ from ragen_core.services import ServiceHandle, ServiceSpec, acquire
 from ragen_env_webshop.config import WebShopConfig
 from ragen_env_webshop.engine import SEP, Location, ShopEngine, engine_for, well_formed_action
 from ragen_env_webshop.goals import Goal
+from ragen_env_webshop.scoring import purchase_reward
 
 GUIDANCE = (
     "Buy a product within {budget} actions.",
@@ -180,8 +182,10 @@ class WebShopEnv(Env):
         self._view = view
         self._at_reset = self._at_reset and not view["valid"]  # an invalid action changes nothing, the view included
         self._done = bool(view["done"])
-        info = self._info(bool(view["valid"]), effective, float(view["reward"]), float(view["raw_reward"]), self.well_formed(action))
-        return StepResult(self.render(), self.finite(view["reward"]), self._done, info)
+        raw = float(view["raw_reward"])
+        reward = self.finite(purchase_reward(raw, self.config.purchase_reward) if self._done else 0.0)
+        info = self._info(bool(view["valid"]), effective, reward, raw, self.well_formed(action))
+        return StepResult(self.render(), reward, self._done, info)
 
     def well_formed(self, action: Any) -> bool:
         """Whether ``action`` has the shape of a WebShop action at all: ``search[...]`` with 1 to
@@ -192,7 +196,7 @@ class WebShopEnv(Env):
     def _info(self, valid: bool, effective: bool, reward: float, raw: float, well_formed: bool) -> dict[str, Any]:
         # action_is_well_formed: the reply named an action of the right shape (search[..] / click[..]),
         # offered here or not; the warm start's gate measures the format by it (as Sudoku's placements)
-        success = self._done and reward == 1.0
+        success = self._done and raw >= 1.0  # a perfect purchase, whatever purchase_reward pays
         return {"reward": reward, "raw_reward": raw, "action_is_valid": valid, "action_is_effective": effective,
                 "action_is_well_formed": well_formed, "success": success, "success_purchase": self._done, "success_find": success,
                 "end_of_page": bool(self._view.get("end_of_page", False))}

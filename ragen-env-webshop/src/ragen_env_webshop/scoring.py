@@ -1,4 +1,4 @@
-"""The WebShop score of a purchase (spec 13.6) and RAGEN's binary reward.
+"""The WebShop score of a purchase (spec 13.6) and the reward RAGEN pays for it.
 
 ``raw = r_type * (attributes matched + options matched + [price <= bound]) / (attributes + options + 1)``
 
@@ -115,3 +115,13 @@ def score(product: Product, chosen: dict[str, str], goal: Goal) -> Score:
 def binary_reward(raw: float) -> float:
     """RAGEN's reward: 1 for a perfect purchase, else 0 (partial credit is logged, not paid)."""
     return 1.0 if raw >= 1.0 else 0.0
+
+
+def purchase_reward(raw: float, kind: str) -> float:
+    """The reward of a purchase with score ``raw``: ``binary`` (:func:`binary_reward`, the
+    reference) or ``score`` (the score itself, partial credit in [0, 1]; spec 17.5)."""
+    if kind == "binary":
+        return binary_reward(raw)
+    if kind == "score":
+        return float(raw)
+    raise ValueError(f"unknown purchase_reward {kind!r}: use 'binary' or 'score'")
