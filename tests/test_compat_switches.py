@@ -299,3 +299,13 @@ def test_a_separate_gradient_analysis_rollout_is_adjusted_like_a_training_batch(
                                  "grad_analysis.group_size=3")).train()
     assert row["grad_analysis/uses_training_batch"] == 0.0 and row["grad_analysis/source_batch_size"] == 9
     assert row["grad_analysis/adjusted_batch_size"] == 12 and row["train/batch_size"] == 8
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_delete_of_every_kept_row_is_an_empty_step_that_says_why(tmp_path, capsys):
+    from ragen_core.trainer.trainer import Trainer
+
+    # 2 groups x 2 episodes, mini-batches of 8: the multiple is 8, so delete removes all 4 rows
+    (row,) = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8")).train()
+    assert row["rollout/empty_after_filter"] == 1.0 and "actor/pg_loss" not in row
+    assert "compat.batch_adjust=delete removed all 4 kept rows" in capsys.readouterr().err
