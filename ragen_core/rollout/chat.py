@@ -79,3 +79,32 @@ class ChatTokens:
         if self.end_of_turn_text and response_ids and response_ids[-1] == self.end_of_turn_id:
             tail = tail[len(self.end_of_turn_text) :]
         return self.encode(tail)
+
+
+#: Turn-start tokens of the chat templates the reference's shifted mask knows (spec 5.7): ChatML
+#: (Qwen) and Llama 3.
+TURN_START_TOKENS = ("<|im_start|>", "<|start_header_id|>")
+
+
+def turn_start_id(tokenizer: Any) -> int:
+    """Id of the token that opens every message of ``tokenizer``'s chat template: the first of
+    :data:`TURN_START_TOKENS` that is one token of the vocabulary and occurs once per message when
+    a system, a user and an assistant message are rendered (what ``compat.shifted_mask`` counts).
+
+    Raises:
+        ConfigError: no such token (one line naming the setting to turn off).
+    """
+    from ragen_core.errors import ConfigError
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+    except Exception:  # noqa: BLE001 - any template failure means: no identifiable turn start
+        ids = []
+    for token in TURN_START_TOKENS:
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and ids.count(tid) == len(messages):
+            return tid
+    raise ConfigError(f"compat.shifted_mask needs a chat template that opens every message with one of {', '.join(TURN_START_TOKENS)}; "
+                      "this tokenizer's does not: set compat.shifted_mask=false")

@@ -4,7 +4,9 @@
 which (by the runner's append-only construction) contains every earlier prompt and reply
 verbatim. The loss mask is the union of the reply spans -- the ids the engine sampled, EOS
 included when it was sampled. Role headers, the generation prefix (``<think>``), appended
-end-of-turn tokens and observations are prompt tokens and are never trained.
+end-of-turn tokens and observations are prompt tokens and are never trained (unless the run
+asks for the reference's shifted mask, ``compat.shifted_mask``:
+:func:`ragen_core.trainer.batch.shifted_mask`).
 
 ``last-k`` and ``single-turn`` modes give one sample per turn (:func:`turn_samples`).
 

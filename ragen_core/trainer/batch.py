@@ -17,10 +17,16 @@ used for next-token prediction: position ``t`` holds quantities about predicting
 
 No row is ever duplicated or deleted to reach a batch multiple (L8): mini-batches simply have
 variable size, so padding can never enter group statistics.
+
+Two reference quirks come back on request (the run's ``compat`` settings, spec 17 [compat]):
+``build_batch(turn_start_id=...)`` builds the reference's shifted mask instead of the exact one
+(L2, :func:`shifted_mask`), and :func:`adjust_batch` copies or deletes random rows to reach a
+batch multiple (L8, spec 7.3).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -29,6 +35,7 @@ from ragen_core.rollout.layout import episode_layout, turn_samples
 from ragen_core.rollout.types import Trajectory
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -125,6 +132,7 @@ def build_batch(
     normalization: str = "identity",
     grouping: str = "state",
     per_turn: bool = False,
+    turn_start_id: int | None = None,
 ) -> TrainBatch:
     """Build the training tensors of a list of episodes (see the module docstring).
 
@@ -137,6 +145,10 @@ def build_batch(
         per_turn: One row per turn (windowed context modes, spec 5.5): every row carries its
             episode's score on its reply's last token and the episode's id in ``episode_ids``,
             so group statistics count each episode once.
+        turn_start_id: The chat template's turn-start token (:func:`~ragen_core.rollout.chat.turn_start_id`):
+            build the reference's shifted mask (:func:`shifted_mask`, ``compat.shifted_mask``)
+            instead of the exact one. The batch then has no ``engine_logprobs`` (the engine
+            reports none for the tokens it did not sample).
     """
     import torch
 
@@ -152,11 +164,11 @@ def build_batch(
                 layouts.append((ids, spans))
                 episode.append(i)
                 turn_no.append(k)
-        batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False)
+        batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False, turn_start_id)
         batch.episode_ids = torch.as_tensor(episode, dtype=torch.long)
         return batch
     layouts = [episode_layout(t)[:2] for t in trajectories]
-    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level)
+    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level, turn_start_id)
 
 
 def _tensors(
@@ -166,9 +178,11 @@ def _tensors(
     scores: list[float],
     turn_index: list[int] | None,
     turn_level: bool,
+    turn_start_id: int | None = None,
 ) -> TrainBatch:
     """Pad the rows: ``layouts[i]`` is row ``i``'s ``(input_ids, reply spans)`` (unshifted,
-    half-open); ``turn_index[i]`` the turn a per-turn row holds (None: whole episodes)."""
+    half-open); ``turn_index[i]`` the turn a per-turn row holds (None: whole episodes);
+    ``turn_start_id``: the shifted mask instead of the exact one (compat L2)."""
     import torch
 
     n = len(trajectories)
@@ -197,6 +211,10 @@ def _tensors(
             else:
                 have_engine_lp = False
         turn_ends.append(ends)
+        if turn_start_id is not None:
+            compat = shifted_mask(ids, turn_start_id, last_turn_only=turn_index is not None)
+            response_mask[i, : len(compat)] = torch.as_tensor(compat, dtype=torch.float32)
+            have_engine_lp = False
         last = ends[-1] if ends else max(0, len(ids) - 2)
         if turn_level:
             for turn, pos in zip(traj.turns, ends):
@@ -216,6 +234,87 @@ def _tensors(
         tags=[t.tag for t in trajectories],
         env_rewards=torch.as_tensor([t.env_reward for t in trajectories], dtype=torch.float64),
     )
+
+
+def shifted_mask(ids: Sequence[int], turn_start_id: int, *, last_turn_only: bool = False) -> list[float]:
+    """The reference's loss mask over the ``len(ids) - 1`` shifted positions of one row (spec 5.7,
+    17 L2; ``compat.shifted_mask``).
+
+    Position ``t`` (predicting token ``t+1``) is trained when the number of turn-start tokens in
+    ``ids[: t + 1]`` is odd and above 1: the system message is turn 1, the first user message turn
+    2, the first assistant turn 3. Because of the shift an assistant turn trains its role name and
+    newline, the generation prefix, the reply, the end-of-turn token, the newline after it and
+    the *next* turn-start token. ``last_turn_only`` (one row per turn, the windowed context
+    modes): everything from the row's last turn-start token on is trained.
+
+    Raises:
+        ValueError: ``ids`` hold no turn-start token (the mask would train nothing).
+    """
+    n = max(len(ids) - 1, 0)
+    starts = [t for t, tok in enumerate(ids) if tok == turn_start_id]
+    if not starts:
+        raise ValueError(f"compat.shifted_mask: a training row holds no turn-start token (id {turn_start_id}), so the "
+                         "reference's mask would train nothing; set compat.shifted_mask=false")
+    if last_turn_only:
+        first = max(starts[-1] - 1, 0)
+        return [1.0 if t >= first else 0.0 for t in range(n)]
+    out: list[float] = []
+    count = 0
+    for t in range(n):
+        count += ids[t] == turn_start_id
+        out.append(1.0 if count > 1 and count % 2 == 1 else 0.0)
+    return out
+
+
+def batch_divisor(env_groups: int, mini_batch_size: int, ranks: int) -> int:
+    """``lcm(env_groups, mini_batch_size, ranks)``: the multiple :func:`adjust_batch` pads or cuts
+    a batch to (spec 7.3; the reference's defaults give lcm(8, 32, 1) = 32)."""
+    return math.lcm(env_groups, mini_batch_size, ranks)
+
+
+def adjusted_rows(size: int, divisor: int, mode: str, rng: np.random.Generator) -> list[int]:
+    """Row indices of a ``size``-row batch after spec 7.3's adjustment (``compat.batch_adjust``).
+
+    ``none``, or ``size`` already a multiple of ``divisor``: every row once. ``copy``: every row,
+    then ``divisor - size % divisor`` rows drawn at random (without replacement unless more are
+    needed than there are rows). ``delete``: every row but ``size % divisor`` drawn at random, in
+    batch order (all of them when ``size < divisor``).
+    """
+    rest = size % divisor
+    if mode == "none" or rest == 0:
+        return list(range(size))
+    if mode == "copy":
+        need = divisor - rest
+        return list(range(size)) + [int(i) for i in rng.choice(size, need, replace=need > size)]
+    if mode == "delete":
+        gone = {int(i) for i in rng.choice(size, rest, replace=False)}
+        return [i for i in range(size) if i not in gone]
+    raise ValueError(f"compat.batch_adjust={mode!r} is not one of none, copy, delete")
+
+
+def adjust_batch(batch: TrainBatch, divisor: int, mode: str, rng: np.random.Generator, *, per_turn: bool = False) -> TrainBatch:
+    """``batch`` with its rows copied or deleted to a multiple of ``divisor`` (:func:`adjusted_rows`;
+    spec 7.3, 17 L8, ``compat.batch_adjust``); ``batch`` itself when nothing changes.
+
+    A copy is a full copy of its row (group, tokens, rewards, log-probs). With one row per episode
+    it also gets an episode id of its own: the reference's episode rows carry none, so its group
+    statistics count every row, copies too. One row per turn (``per_turn``) keeps the copied row's
+    episode id, as the reference's turn rows do: the statistics count an episode once, the loss
+    counts the copy.
+    """
+    import torch
+
+    rows = adjusted_rows(len(batch), divisor, mode, rng)
+    if rows == list(range(len(batch))):
+        return batch
+    out = batch.select(rows)
+    n = len(batch)
+    if per_turn or len(rows) <= n:
+        return out
+    ids = out.episode_ids.clone()
+    base = int(batch.episode_ids.max()) + 1
+    ids[n:] = torch.arange(base, base + len(rows) - n, dtype=ids.dtype)
+    return replace(out, episode_ids=ids)
 
 
 def row_scores(token_rewards: torch.Tensor) -> torch.Tensor:

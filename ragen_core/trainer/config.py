@@ -358,6 +358,29 @@ class DistributedSection(_Section):
     generates with an unsharded copy. ``fsdp`` needs several ranks; no LoRA or async rollout."""
 
 
+class CompatSection(_Section):
+    """Reference quirks that published numbers depend on (spec section 17, the items marked
+    [compat]), each turned back on by one setting. Every default is the fixed behaviour; set
+    them only to repeat the reference step for step."""
+
+    batch_adjust: Literal["none", "copy", "delete"] = "none"
+    """Spec 7.3 / 17 L8. After filtering, a kept batch whose row count is not a multiple of
+    ``lcm(rollout.env_groups, optim.mini_batch_size, ranks)`` gets ``copy``: randomly chosen kept
+    rows appended as full copies (same group, so they enter the group mean and std of GRPO and
+    weigh twice in the loss), or ``delete``: that many random rows removed (a batch smaller than
+    the multiple is removed whole: the step trains nothing). Drawn from ``seed`` and the step.
+    ``none``: mini-batches have variable size and nothing is copied or removed."""
+    shifted_mask: bool = False
+    """Spec 5.7 / 17 L2. Train, for each assistant turn, what the reference's mask trains: the role
+    name and newline after the turn-start token (``<|im_start|>``), the generation prefix
+    (``<think>``), the reply, the end-of-turn token, the newline after it and, for a turn that is
+    not the last, the next turn-start token (the windowed context modes, one row per turn: from
+    the reply's turn-start token to its end). The episode score stays on the last sampled token (a
+    row here ends there; the reference's ends with one more newline). ``false``: exactly the
+    sampled tokens. Needs a chat template whose messages open with ``<|im_start|>`` or
+    ``<|start_header_id|>``."""
+
+
 class RunConfig(_Section):
     """Everything a training run needs; written to ``RUN_DIR/config.yaml``."""
 
@@ -411,6 +434,8 @@ class RunConfig(_Section):
     early_stop: EarlyStopSection = Field(default_factory=EarlyStopSection)
     grad_analysis: GradAnalysisSection = Field(default_factory=GradAnalysisSection)
     distributed: DistributedSection = Field(default_factory=DistributedSection)
+    compat: CompatSection = Field(default_factory=CompatSection)
+    """Reference quirks reproduced on request (:class:`CompatSection`); defaults are the fixes."""
     steps: int = Field(default=20, ge=1)
     """Training steps."""
     save_freq: int = Field(default=10, ge=-1)

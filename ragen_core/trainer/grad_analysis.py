@@ -292,16 +292,17 @@ def separate_batch(trainer: Any, source: AnalysisRollout, step: int) -> tuple[An
 
     Returns ``(batch or None when filtered empty, metrics, unfiltered batch (unprepared))``.
     """
-    from ragen_core.seeding import derive_seed
-    from ragen_core.trainer.batch import build_batch, per_turn_rows
+    from ragen_core.seeding import derive_seed, make_rng
+    from ragen_core.trainer.batch import adjust_batch, batch_divisor, build_batch, per_turn_rows
     from ragen_core.trainer.selection import mean_entropies, select
 
     cfg = trainer.config
     trajs = source.runner.run(mode="train", sampling=trainer.train_sampling, seed=derive_seed(cfg.seed, "grad_analysis", step))
     metrics = {"grad_analysis/source_env_groups": float(source.env_groups), "grad_analysis/source_group_size": float(source.group_size),
                "grad_analysis/source_batch_size": float(len(trajs)), "grad_analysis/uses_training_batch": 0.0}
+    per_turn = per_turn_rows(source.runner.config)
     batch = build_batch([t for t in trajs if t.turns], trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
-                        grouping=cfg.reward.grouping, per_turn=per_turn_rows(source.runner.config))
+                        grouping=cfg.reward.grouping, per_turn=per_turn, turn_start_id=getattr(trainer, "turn_start", None))
     entropies = None
     if source.filter.needs_entropies:
         entropies = mean_entropies(trainer.model, batch, cfg.optim.micro_batch_size, trainer.train_sampling.temperature)
@@ -311,6 +312,12 @@ def separate_batch(trainer: Any, source: AnalysisRollout, step: int) -> tuple[An
     if selection.empty:
         return None, metrics, batch
     kept = batch.select(selection.rows)
+    if cfg.compat.batch_adjust != "none":  # as a training step pads or cuts its batch (spec 7.3)
+        kept = adjust_batch(kept, batch_divisor(source.env_groups, cfg.optim.mini_batch_size, 1), cfg.compat.batch_adjust,
+                            make_rng(cfg.seed, "compat.batch_adjust", "grad_analysis", step), per_turn=per_turn)
+        if not len(kept):
+            metrics["grad_analysis/empty_after_filter"] = 1.0
+            return None, metrics, batch
     metrics["grad_analysis/adjusted_batch_size"] = float(len(kept))
     return prepare_for_probe(trainer, kept, selection.group_weights, selection.kept_ratio), metrics, batch
 

@@ -8,6 +8,7 @@ One step is a chain of values, each made by a plain function from the one before
     batch       = build_batch(trajectories, ...)           # tokens, masks, rewards  (batch.py)
     selection   = select(batch, filter, algorithm)         # kept groups, rows, weights, ratio  (selection.py)
         -> empty: count the streak, maybe stop, validate; no update
+        -> compat.batch_adjust: copy or delete random kept rows to a batch multiple (spec 7.3, L8; off by default)
     prepared    = prepare(batch.select(selection.rows), ...)   # old/ref log-probs, values, advantages  (update.py)
     update_critic(prepared, ...)                           # when the algorithm has a critic
         -> gradient analysis when due (grad_analysis.py, spec 11)
@@ -62,8 +63,10 @@ from ragen_core.errors import shell_word
 from ragen_core.hookspecs import METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
 from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 from ragen_core.interfaces.env_pool import LOST_END_REASONS
+from ragen_core.rollout.chat import turn_start_id
+from ragen_core.seeding import make_rng
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
-from ragen_core.trainer.batch import TrainBatch, build_batch, per_turn_rows
+from ragen_core.trainer.batch import TrainBatch, adjust_batch, batch_divisor, build_batch, per_turn_rows
 from ragen_core.trainer.checkpoint import STATE_FILE, CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
@@ -299,6 +302,8 @@ class Trainer(CheckpointMixin):
         su.check_lora_targets(cfg, self.model)  # before a warm start or lora_base/ in the run folder
         su.preflight(cfg, self.model, self.tokenizer, needs_critic=self.needs_critic, needs_ref=self.needs_ref, device=self.device,
                      lora=lora)
+        self.turn_start: int | None = turn_start_id(self.tokenizer) if cfg.compat.shifted_mask else None
+        """The chat template's turn-start token with ``compat.shifted_mask`` (the reference's mask), else None."""
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
         if ckpt is None and self._warm_start_enabled() and world.main:  # the other ranks receive its weights below
@@ -893,6 +898,15 @@ class Trainer(CheckpointMixin):
         stop = self.stopper.observe_reward_std(selection.reward_std)
         unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
         kept = batch.select(selection.rows)
+        if cfg.compat.batch_adjust != "none":  # the reference's padding by copies or deletion (spec 7.3, 17 L8)
+            kept = adjust_batch(kept, batch_divisor(cfg.rollout.env_groups, cfg.optim.mini_batch_size, self.world.size),
+                                cfg.compat.batch_adjust, make_rng(cfg.seed, "compat.batch_adjust", step),
+                                per_turn=per_turn_rows(self.runner.config))
+            if not len(kept):
+                if self.world.main:
+                    report(f"step {step}: compat.batch_adjust=delete removed all {len(selection.rows)} kept rows (fewer than the "
+                           "batch multiple lcm(rollout.env_groups, optim.mini_batch_size, ranks))")
+                return self._empty_step(step, metrics, timer, t_step)
         metrics["train/batch_size"] = float(len(kept))
         metrics["train/num_mini_batches"] = float(math.ceil(len(kept) / cfg.optim.mini_batch_size))
 
@@ -945,7 +959,8 @@ class Trainer(CheckpointMixin):
         """The training tensors of a rollout (episodes whose first prompt did not fit the context have no tokens to train on)."""
         cfg = self.config
         return build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
-                           normalization=cfg.reward.normalization, grouping=cfg.reward.grouping, per_turn=per_turn_rows(self.runner.config))
+                           normalization=cfg.reward.normalization, grouping=cfg.reward.grouping, per_turn=per_turn_rows(self.runner.config),
+                           turn_start_id=self.turn_start)
 
     def _collect(self, behaviour: Any) -> tuple[list[Any], TrainBatch]:
         """Async rollout's job (a background thread): a training rollout, its batch, and the old

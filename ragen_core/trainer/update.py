@@ -20,8 +20,9 @@ weights that sampled the episodes (:mod:`ragen_core.trainer.async_rollout`).
 
 :func:`update_actor` and :func:`update_critic` are the PPO loops: for each epoch, for each
 mini-batch (contiguous slices of ``optim.mini_batch_size`` rows; the last may be smaller and
-nothing is duplicated, L8), for each micro-batch of ``optim.micro_batch_size`` rows: forward,
-loss, backward; then clip the global grad norm and step (a non-finite norm skips the step).
+nothing is duplicated, L8, unless ``compat.batch_adjust`` copied rows before :func:`prepare`),
+for each micro-batch of ``optim.micro_batch_size`` rows: forward, loss, backward; then clip the
+global grad norm and step (a non-finite norm skips the step).
 With the algorithm's ``global_token_norm`` (default) every micro-batch loss is normalised by the
 *mini-batch's* token (or sequence) count, so the accumulated gradient equals the mini-batch
 loss exactly, whatever the micro-batch size (fixes L9); otherwise each micro-batch mean is

