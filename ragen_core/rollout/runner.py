@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from ragen_core.config import short_repr
 from ragen_core.errors import PluginError
 from ragen_core.interfaces.engine import Engine, SamplingParams, generate_by_budget
 from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepOutcome, StepRequest
@@ -258,7 +259,7 @@ class RolloutRunner:
                         penalty=plan.penalty,
                         valid=plan.valid,
                         info=turn_info(outcome, plan),
-                        info_records=[dict(record) for record in outcome.info_records],
+                        info_records=[{k: float(v) for k, v in record.items()} for record in outcome.info_records],
                         observation=ep.observation,
                         response_logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
                         finish_reason=gen.finish_reason,
@@ -424,3 +425,13 @@ def _replies_match(pool: Any, what: str, requests: list[Any], replies: Any, kind
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             raise PluginError(f"{plugin_label(pool)}: {what} returned reward {reward!r} for episode {reply.episode_id}: "  # type: ignore[attr-defined]
                               "not a finite number", ["the pools' run_actions (ragen_core.rollout.env_pool) checks an env's rewards"])
+        records = getattr(reply, "info_records", [])
+        if not isinstance(records, list) or not all(isinstance(r, dict) and all(isinstance(k, str) and _finite_number(v) for k, v in r.items())
+                                                    for r in records):
+            raise PluginError(f"{plugin_label(pool)}: {what} returned info_records {short_repr(records, 60)} for episode "
+                              f"{request.episode_id}: not a list of dicts of info key -> finite number",
+                              ["the pools' run_actions (ragen_core.rollout.env_pool) keeps one such record per executed action"])
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
