@@ -92,7 +92,8 @@ class RolloutConfig(PluginConfig):
     max_context_turns: int | None = Field(default=None, ge=1)
     """Turns per prompt in ``last-k``/``single-turn`` mode, current one included (None = 1)."""
     max_model_len: int = Field(default=3600, ge=16)
-    """Prompt + reply budget in tokens; prompts get ``max_model_len - max_new_tokens``."""
+    """Prompt + reply budget in tokens; prompts get ``max_model_len`` minus the episode's reply budget
+    (``max_new_tokens``, or the env's ``max_tokens`` when smaller and ``enforce_env_max_tokens`` is on)."""
     enforce_env_max_tokens: bool = False
     """Stop each reply at ``min(max_new_tokens, the env's max_tokens)`` and state that budget in the
     prompt; False: the env's ``max_tokens`` is only the prompt's length hint (the reference)."""
