@@ -281,10 +281,12 @@ class RolloutRunner:
         if all(b == sampling.max_new_tokens for b in budgets):
             with self._waiting_on(f"the engine's generate ({when})"), plugin_call(self.engine, "generate"):
                 return self.engine.generate(batch, sampling, seeds)
-        with self._waiting_on(f"the engine's generate_capped ({when})"), plugin_call(self.engine, "generate_capped"):
+        # a duck-typed engine gets Engine's default, one generate call per budget: errors name what it has
+        method = "generate_capped" if isinstance(self.engine, Engine) else "generate"
+        with self._waiting_on(f"the engine's {method} ({when})"), plugin_call(self.engine, method):
             if isinstance(self.engine, Engine):
                 return self.engine.generate_capped(batch, sampling, seeds, budgets)
-            return generate_by_budget(self.engine, batch, sampling, seeds, budgets)  # a duck-typed engine: Engine's default
+            return generate_by_budget(self.engine, batch, sampling, seeds, budgets)
 
     @contextlib.contextmanager
     def _waiting_on(self, what: str) -> Iterator[None]:
