@@ -110,6 +110,22 @@ def test_eval_record_aligns_rewards_with_the_reply_that_earned_them():
     assert s["success"] == 0.5 and s["pass@2"] == 1.0 and s["mean_reward"] == pytest.approx(0.9)
 
 
+def test_eval_reports_the_envs_info_metrics_as_validation_logs_them():
+    """``ragen eval`` printed success, reward and pass@k only: WebShop's partial-credit score
+    (info raw_reward) or SearchQA's F1 were in no summary and no record of an evaluation."""
+    from ragen_core.cli.evaluate import summarize, trajectory_record
+    from ragen_core.trainer.metrics import episode_metrics
+
+    a, b, c = _traj(), _traj(), _traj()
+    a.info_metrics, b.info_metrics = {"raw_reward": 0.5, "f1": 1.0}, {"raw_reward": 0.25}  # c reported neither key
+    s = summarize([a, b, c])
+    assert s["info/raw_reward"] == pytest.approx(0.375) and s["info/f1"] == 1.0  # over the episodes that reported it
+    logged = episode_metrics([a, b, c], "val-env")
+    assert {k.removeprefix("val-env/Toy/"): v for k, v in logged.items() if "/info/" in k} == {k: s[k] for k in s if k.startswith("info/")}
+    assert trajectory_record(0, a)["info_metrics"] == {"raw_reward": 0.5, "f1": 1.0} and trajectory_record(2, c)["info_metrics"] == {}
+    assert not [k for k in summarize([c]) if k.startswith("info/")]
+
+
 def test_episode_metrics_and_pass_at_k():
     from ragen_core.trainer.metrics import episode_metrics
 

@@ -175,6 +175,24 @@ def test_an_engine_without_generate_capped_is_asked_once_per_budget(mt):
     assert inner.seeds[:2] == [mine[0::2], mine[1::2]]  # every episode keeps its own seed
 
 
+def test_a_duck_typed_engine_that_raises_is_named_by_the_method_it_has(mt):
+    """Its generate raised under the caps: the line said 'raised in generate_capped', a method it lacks."""
+    from ragen_core.errors import PluginError
+
+    _model, tok = mt
+
+    class Bare:
+        def generate(self, prompts, params, seeds=None):
+            raise RuntimeError("out of memory")
+
+        def rollout_done(self):
+            pass
+
+    with pytest.raises(PluginError) as err:
+        _run(tok, Bare(), SamplingParams(max_new_tokens=20), max_tokens=5, enforce_env_max_tokens=True)
+    assert err.value.message.endswith("Bare raised in generate: RuntimeError: out of memory"), err.value.message
+
+
 def test_the_run_setting_reaches_the_runner_and_a_bad_value_is_one_line():
     cfg = load_config(RunConfig, [], ["rollout.enforce_env_max_tokens=true"])
     assert rollout_config(cfg, "train").enforce_env_max_tokens and rollout_config(cfg, "val").enforce_env_max_tokens

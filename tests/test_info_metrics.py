@@ -183,3 +183,21 @@ def test_a_shipped_env_logs_its_declared_metrics(tok):
     metrics = episode_metrics(trajs, "train")
     assert metrics["train/bandit/info/chose_best_arm"] == 1.0
     assert metrics["train/bandit/info/expected_reward"] == pytest.approx(sum(expected) / 3)
+
+
+def test_facts_take_a_pools_dict_of_declarations_and_refuse_a_bad_mode_in_one_line():
+    """A pool that builds its facts from an env's own ``info_metrics`` dict: {'f1': 'last'} was read
+    as the pair ('f', '1') (no metric ever logged, without a word) and {'score': 'last'} as a bare
+    unpacking error."""
+    from ragen_core.interfaces.env_pool import EnvFacts
+
+    base = dict(action_names=None, action_sep="||", max_actions_per_episode=3, max_actions_per_turn=2, max_turns=2, max_tokens=10)
+    assert EnvFacts(**base, info_metrics={"f1": "last", "score": "mean"}).info_metrics == (("f1", "last"), ("score", "mean"))
+    assert EnvFacts(**base, info_metrics=[["f1", "max"]]).info_metrics == (("f1", "max"),)  # as JSON brings it back
+    assert EnvFacts(**base, info_metrics=iter([("f1", "min")])).info_metrics == (("f1", "min"),)
+    for bad in ({"f1": "median"}, "f1", [("f1",)], [(1, "mean")]):
+        with pytest.raises(ValueError) as caught:
+            EnvFacts(**base, info_metrics=bad)
+        said = str(caught.value)
+        assert "\n" not in said and said.startswith("EnvFacts.info_metrics takes (key, mode) pairs or a dict of info key -> mode"), said
+        assert "mean, sum, last, max, min" in said

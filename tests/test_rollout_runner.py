@@ -463,6 +463,8 @@ class _MisbehavingPool(LocalEnvPool):
                 o.reward = float("nan")
         if self.how == "raises":
             raise KeyError(0)
+        if self.how == "info-records":  # the env's raw info value, not a number
+            outcomes[0].info_records = [{"score": "high"}]
         return outcomes
 
 
@@ -472,6 +474,7 @@ class _MisbehavingPool(LocalEnvPool):
     ("dicts", "step returned dict items, not StepOutcome"),
     ("nan", "step returned reward nan for episode 0: not a finite number"),
     ("raises", "raised in step: KeyError: 0"),
+    ("info-records", "step returned info_records [{'score': 'high'}] for episode 0: not a list of dicts of info key -> finite number"),
 ])
 def test_a_pool_that_answers_wrongly_is_named_not_trained_on(tok, how, said):
     """The runner paired replies with episodes by position: a short or reordered list trained on wrong data."""

@@ -226,3 +226,21 @@ def test_demonstrations_cut_by_an_enforced_env_budget_name_that_budget(tmp_path,
     assert found is not None, first
     assert hint == f"hint: raise env_config.max_tokens to {found.group(1)} or more, or set rollout.enforce_env_max_tokens=false"
     assert measured["calls"] == 0
+
+
+def test_demonstrations_longer_than_both_budgets_name_both(tmp_path, measured):
+    """The env's max_tokens (6) cut them, but they also need more than sampling.train.max_new_tokens (8):
+    raising max_tokens alone, or turning rollout.enforce_env_max_tokens off, still leaves them cut at 8."""
+    from ragen_core.errors import ConfigError
+    from ragen_core.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("tiny")
+    cfg = _cfg(tmp_path, "sampling.train.max_new_tokens=8", "rollout.enforce_env_max_tokens=true", "env_config.max_tokens=6")
+    with pytest.raises(ConfigError) as err:
+        warmstart.warm_start(cfg, model, tok)
+    first, hint, _ = str(err.value).splitlines()
+    found = re.search(r"need more than env_config.max_tokens=6 tokens \(up to (\d+)\)", first)
+    assert found is not None and int(found.group(1)) > 8, first
+    assert hint == (f"hint: raise env_config.max_tokens and sampling.train.max_new_tokens to {found.group(1)} or more "
+                    "(and sampling.val.max_new_tokens with it)")
+    assert measured["calls"] == 0

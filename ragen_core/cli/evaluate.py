@@ -14,13 +14,15 @@ them (one naming another preset drops the run's env settings, as ``--preset`` do
 overrides over those). The first line printed names what was evaluated.
 A checkpoint is checked against its manifest first and its weights load from safetensors only;
 a damaged one is a one-line error (an older checkpoint is never evaluated in its place).
-Prints success rate, mean reward (env reward + format penalty) and pass@k (k = group size), and
-writes one JSON line per trajectory (spec 14.3, fixed variant):
+Prints success rate, mean reward (env reward + format penalty), pass@k (k = group size) and the
+env's declared info metrics (``info/<key>``, as a run's validation logs them), and writes one JSON
+line per trajectory (spec 14.3, fixed variant):
 
 ``{"custom_id", "env", "tag", "group_id", "member", "seed", "system_prompt",
 "messages": [system, user (observation 1), assistant (reply 1, with "actions", "reward",
 "penalty", "valid"), user (observation 2), ...], "context": exact decoded token sequence,
-"success", "return", "env_reward", "penalty", "num_turns", "num_actions", "terminated", "truncated"}``
+"success", "return", "env_reward", "penalty", "num_turns", "num_actions", "terminated", "truncated",
+"info_metrics"}`` (``info_metrics``: the episode's value of each declared info metric it reported).
 
 Each assistant message carries the reward its own actions earned (no off-by-one), ``return`` is
 the episode total including penalties, and ``success`` is the real flag.
@@ -126,6 +128,7 @@ def trajectory_record(index: int, traj: Any, tokenizer: Any = None) -> dict[str,
         "num_actions": traj.num_actions,
         "terminated": bool(traj.terminated),
         "truncated": bool(traj.truncated),
+        "info_metrics": dict(getattr(traj, "info_metrics", {})),
     }
 
 
@@ -143,7 +146,18 @@ def summarize(trajs: list[Any]) -> dict[str, float]:
         "mean_env_reward": sum(t.env_reward for t in trajs) / n,
         f"pass@{k}": sum(any(t.success for t in g) for g in groups.values()) / max(len(groups), 1),
         "valid_turn_rate": sum(turn.valid for t in trajs for turn in t.turns) / max(sum(len(t.turns) for t in trajs), 1),
+        **info_means(trajs),
     }
+
+
+def info_means(trajs: list[Any]) -> dict[str, float]:
+    """``info/<key>`` for each info metric the env declares (``Env.info_metrics``): the mean over the
+    episodes that reported it of each one's value, as a run logs ``val-env/<tag>/info/<key>``."""
+    reported: dict[str, list[float]] = {}
+    for t in trajs:
+        for key, value in getattr(t, "info_metrics", {}).items():
+            reported.setdefault(key, []).append(float(value))
+    return {f"info/{key}": sum(values) / len(values) for key, values in sorted(reported.items())}
 
 
 def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> tuple[list[Any], dict[str, float], Any]:

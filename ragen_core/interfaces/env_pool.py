@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from ragen_core.interfaces.env import check_reset_args, checked_info_metrics
+from ragen_core.interfaces.env import INFO_AGGREGATIONS, check_reset_args, checked_info_metrics
 from ragen_core.specs import CheckedModel, PluginConfig, with_overrides
 
 #: Environment variables a run sets in the trainer's process for the envs wherever they run (a
@@ -114,8 +114,18 @@ class EnvFacts:
     """The env's :attr:`~ragen_core.interfaces.env.Env.info_metrics` as ``((key, mode), ...)``:
     how the runner aggregates each episode's :attr:`StepOutcome.info_records`."""
 
-    def __post_init__(self) -> None:  # pairs that travelled as JSON come back as lists
-        object.__setattr__(self, "info_metrics", tuple((str(k), str(m)) for k, m in self.info_metrics))
+    def __post_init__(self) -> None:
+        # pairs that travelled as JSON come back as lists; a pool that copied an env's own dict gives a dict
+        declared: Any = self.info_metrics
+        pairs = list(declared.items()) if isinstance(declared, Mapping) else \
+            list(declared) if isinstance(declared, Iterable) and not isinstance(declared, (str, bytes)) else None
+        if pairs is None or not all(
+                isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) and p[1] in INFO_AGGREGATIONS for p in pairs):
+            from ragen_core.config import short_repr
+
+            raise ValueError(f"EnvFacts.info_metrics takes (key, mode) pairs or a dict of info key -> mode, each mode one of "
+                             f"{', '.join(INFO_AGGREGATIONS)}, not {short_repr(declared, 80)} (EnvFacts.of(env) builds it)")
+        object.__setattr__(self, "info_metrics", tuple((str(k), str(m)) for k, m in pairs))
 
     @classmethod
     def of(cls, env: Any) -> EnvFacts:

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from ragen_core.config import short_repr
 from ragen_core.errors import PluginError
 from ragen_core.interfaces.engine import Engine, SamplingParams, generate_by_budget
 from ragen_core.interfaces.env_pool import EnvFacts, EnvPool, EnvRef, EpisodeStart, ResetRequest, StepOutcome, StepRequest
@@ -91,7 +92,8 @@ class RolloutConfig(PluginConfig):
     max_context_turns: int | None = Field(default=None, ge=1)
     """Turns per prompt in ``last-k``/``single-turn`` mode, current one included (None = 1)."""
     max_model_len: int = Field(default=3600, ge=16)
-    """Prompt + reply budget in tokens; prompts get ``max_model_len - max_new_tokens``."""
+    """Prompt + reply budget in tokens; prompts get ``max_model_len`` minus the episode's reply budget
+    (``max_new_tokens``, or the env's ``max_tokens`` when smaller and ``enforce_env_max_tokens`` is on)."""
     enforce_env_max_tokens: bool = False
     """Stop each reply at ``min(max_new_tokens, the env's max_tokens)`` and state that budget in the
     prompt; False: the env's ``max_tokens`` is only the prompt's length hint (the reference)."""
@@ -258,7 +260,7 @@ class RolloutRunner:
                         penalty=plan.penalty,
                         valid=plan.valid,
                         info=turn_info(outcome, plan),
-                        info_records=[dict(record) for record in outcome.info_records],
+                        info_records=[{k: float(v) for k, v in record.items()} for record in outcome.info_records],
                         observation=ep.observation,
                         response_logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
                         finish_reason=gen.finish_reason,
@@ -279,10 +281,12 @@ class RolloutRunner:
         if all(b == sampling.max_new_tokens for b in budgets):
             with self._waiting_on(f"the engine's generate ({when})"), plugin_call(self.engine, "generate"):
                 return self.engine.generate(batch, sampling, seeds)
-        with self._waiting_on(f"the engine's generate_capped ({when})"), plugin_call(self.engine, "generate_capped"):
+        # a duck-typed engine gets Engine's default, one generate call per budget: errors name what it has
+        method = "generate_capped" if isinstance(self.engine, Engine) else "generate"
+        with self._waiting_on(f"the engine's {method} ({when})"), plugin_call(self.engine, method):
             if isinstance(self.engine, Engine):
                 return self.engine.generate_capped(batch, sampling, seeds, budgets)
-            return generate_by_budget(self.engine, batch, sampling, seeds, budgets)  # a duck-typed engine: Engine's default
+            return generate_by_budget(self.engine, batch, sampling, seeds, budgets)
 
     @contextlib.contextmanager
     def _waiting_on(self, what: str) -> Iterator[None]:
@@ -424,3 +428,13 @@ def _replies_match(pool: Any, what: str, requests: list[Any], replies: Any, kind
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             raise PluginError(f"{plugin_label(pool)}: {what} returned reward {reward!r} for episode {reply.episode_id}: "  # type: ignore[attr-defined]
                               "not a finite number", ["the pools' run_actions (ragen_core.rollout.env_pool) checks an env's rewards"])
+        records = getattr(reply, "info_records", [])
+        if not isinstance(records, list) or not all(isinstance(r, dict) and all(isinstance(k, str) and _finite_number(v) for k, v in r.items())
+                                                    for r in records):
+            raise PluginError(f"{plugin_label(pool)}: {what} returned info_records {short_repr(records, 60)} for episode "
+                              f"{request.episode_id}: not a list of dicts of info key -> finite number",
+                              ["the pools' run_actions (ragen_core.rollout.env_pool) keeps one such record per executed action"])
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -67,7 +67,7 @@ class Trajectory:
     end_reason: str = ""
     """Why the episode ended: ``"done"`` (the env said so), ``"action_budget"`` (per-episode action
     cap reached), ``"max_turns"``, ``"context_length"`` (the next prompt would not fit in
-    ``max_model_len - max_new_tokens``; the episode counts as truncated), or ``"timeout"`` /
+    ``max_model_len`` minus its reply budget, see ``RolloutConfig.max_model_len``; the episode counts as truncated), or ``"timeout"`` /
     ``"failed"`` (the env pool gave up on the episode's env; truncated, the last turn's
     ``info["pool_error"]`` says why)."""
     info_metrics: dict[str, float] = field(default_factory=dict)

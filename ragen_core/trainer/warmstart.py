@@ -547,6 +547,9 @@ def refuse_cut_demonstrations(config: RunConfig, cut: dict[str, int]) -> None:
     if 0 < cut.get("budget", budget) < budget:  # the env's max_tokens stopped them (rollout.enforce_env_max_tokens)
         budget, setting = cut["budget"], "env_config.max_tokens"
         fix = f"raise env_config.max_tokens to {cut['needed']} or more, or set rollout.enforce_env_max_tokens=false"
+        if cut["needed"] > config.sampling.train.max_new_tokens:  # either way sampling.train.max_new_tokens would cut them next
+            fix = (f"raise env_config.max_tokens and sampling.train.max_new_tokens to {cut['needed']} or more "
+                   "(and sampling.val.max_new_tokens with it)")
     what = (f"warm start: {n_cut} of {replies} demonstration replies need more than {setting}={budget} "
             f"tokens (up to {cut['needed']}), so replies are cut before </answer> and warm_start.target_valid_rate "
             f"{ws.target_valid_rate:g} cannot be reached")
