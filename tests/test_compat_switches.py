@@ -309,3 +309,18 @@ def test_delete_of_every_kept_row_is_an_empty_step_that_says_why(tmp_path, capsy
     (row,) = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8")).train()
     assert row["rollout/empty_after_filter"] == 1.0 and "actor/pg_loss" not in row
     assert "compat.batch_adjust=delete removed all 4 kept rows" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_steps_emptied_by_delete_count_towards_the_empty_stop(tmp_path, capsys):
+    from ragen_core.trainer.trainer import Trainer
+
+    # every step's 4 rows are below the multiple 8: each step is empty, and the streak reaches empty_stop_steps=2
+    rows = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8", "steps=3",
+                               "filter_config.empty_stop_steps=2")).train()
+    assert [r["rollout/consecutive_empty_after_filter_steps"] for r in rows] == [1.0, 2.0]
+    assert rows[-1]["early_stopped/empty_filtered_steps"] == 1.0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 2:")]
+    # one line per step, saying what removed the rows (not the filter, which kept them) and the multiple
+    assert len(lines) == 1 and "compat.batch_adjust=delete removed all 4 kept rows" in lines[0]
+    assert "multiple 8" in lines[0] and "after the filter" not in lines[0] and "2 such step(s) in a row" in lines[0]
