@@ -419,8 +419,9 @@ class RunConfig(_Section):
     """The episode rewards the filter ranks groups by. ``score`` (reference): env reward plus format
     penalty, after ``reward.normalization`` (what the update trains on), so format penalties alone
     can give a group spread. ``env_reward``: the task reward alone, before the penalty and the
-    normalisation (spec 17 L19). The ``rollout/in_group_reward_*`` metrics and the
-    reward-variance early stop read the same rewards; the update always trains on the score."""
+    normalisation (spec 17 L19). The ``rollout/in_group_reward_*`` metrics, the
+    reward-variance early stop and the gradient analysis's buckets (``grad_analysis``) read the
+    same rewards; the update always trains on the score."""
     model: str = "tiny"
     """``tiny`` (the small local model: runs start from its shipped warm policy, see ``warm_start``)
     or a local HF model folder."""
@@ -666,7 +667,8 @@ def run_warnings(config: RunConfig) -> list[str]:
       (``snr-topk-abs`` keeping every group of the batch).
     * ``filter_signal=env_reward`` with a filter that scores groups by something else than their
       rewards (:meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.scores_without_rewards`:
-      ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop.
+      ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop
+      and the gradient analysis's buckets.
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -701,8 +703,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     scored_by = chosen.scores_without_rewards() if config.filter_signal != "score" else None  # type: ignore[attr-defined]
     if scored_by:
         out.append(f"filter_signal={config.filter_signal} picks the rewards a filter scores groups by, but filter {config.filter!r} "
-                   f"scores them by {scored_by}: the setting changes only the reward-variance early stop, not which groups "
-                   f"train; leave filter_signal at score, or change {scored_by} to a reward score")
+                   f"scores them by {scored_by}: the setting changes only the reward-variance early stop and the gradient "
+                   f"analysis's buckets, not which groups train; leave filter_signal at score, or change {scored_by} to a reward score")
     engine_model = config.engine_config.get("model") if registry.get_spec("engine", config.engine).name == "hf" else None
     # the trainer attaches its policy: the engine never loads this one. "tiny" is the old default that every run's config.yaml
     # recorded before it was emptied: a resumed run of another model holds it without anyone having asked for it
