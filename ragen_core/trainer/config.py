@@ -13,6 +13,7 @@ overrides (``rollout.group_size=16``).
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -368,7 +369,8 @@ class CompatSection(_Section):
     ``lcm(rollout.env_groups, optim.mini_batch_size, ranks)`` gets ``copy``: randomly chosen kept
     rows appended as full copies (same group, so they enter the group mean and std of GRPO and
     weigh twice in the loss), or ``delete``: that many random rows removed (a batch smaller than
-    the multiple is removed whole: the step trains nothing). Drawn from ``seed`` and the step.
+    the multiple is removed whole: the step trains nothing, and counts towards
+    ``filter_config.empty_stop_steps``; a run whose every step must end so is warned about at its start). Drawn from ``seed`` and the step.
     ``none``: mini-batches have variable size and nothing is copied or removed."""
     shifted_mask: bool = False
     """Spec 5.7 / 17 L2. Train, for each assistant turn, what the reference's mask trains: the role
@@ -669,6 +671,9 @@ def run_warnings(config: RunConfig) -> list[str]:
       rewards (:meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.scores_without_rewards`:
       ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop
       and the gradient analysis's buckets.
+    * ``compat.batch_adjust=delete`` in the ``full`` context mode (one row per episode) with fewer
+      episodes per step than ``lcm(rollout.env_groups, optim.mini_batch_size)``: every step's rows
+      are all deleted, so nothing ever trains (each step is an empty one).
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -692,6 +697,12 @@ def run_warnings(config: RunConfig) -> list[str]:
         out.append(f"{greedy} trains greedy with estimator {estimator.name!r}: the {config.rollout.group_size} episodes of a group "
                    "reply alike, so unless the env itself is random their advantages against the group baseline are all zero "
                    f"and nothing is learned; sample instead: {fix}")
+    divisor = math.lcm(config.rollout.env_groups, config.optim.mini_batch_size)  # ranks can only raise it
+    full = config.rollout.extra.get("context_window", "full") == "full"
+    if config.compat.batch_adjust == "delete" and full and config.episodes_per_step < divisor:
+        out.append(f"compat.batch_adjust=delete with {config.episodes_per_step} episodes per step (rollout.env_groups x "
+                   f"rollout.group_size), fewer than the batch multiple {divisor} = lcm(rollout.env_groups, optim.mini_batch_size): "
+                   "every step's rows are deleted and nothing trains; lower optim.mini_batch_size, or use compat.batch_adjust=copy")
     peft = config.optim.peft
     if peft is not None and peft.rank == 0:
         unused = [f"optim.peft.{name}" for name in ("alpha", "target_modules") if getattr(peft, name) != PeftSection.model_fields[name].default]
