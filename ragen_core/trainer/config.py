@@ -368,10 +368,12 @@ class CompatSection(_Section):
     """Spec 7.3 / 17 L8. After filtering, a kept batch whose row count is not a multiple of
     ``lcm(rollout.env_groups, optim.mini_batch_size, ranks)`` gets ``copy``: randomly chosen kept
     rows appended as full copies (same group, so they enter the group mean and std of GRPO and
-    weigh twice in the loss), or ``delete``: that many random rows removed (a batch smaller than
-    the multiple is removed whole: the step trains nothing, and counts towards
-    ``filter_config.empty_stop_steps``; a run whose every step must end so is warned about at its start). Drawn from ``seed`` and the step.
-    ``none``: mini-batches have variable size and nothing is copied or removed."""
+    weigh twice in the loss; in the windowed context modes, one row per turn, a copied row keeps
+    its episode, which the group statistics count once, as the reference's do), or ``delete``:
+    that many random rows removed (a batch smaller than the multiple is removed whole: the step
+    trains nothing and counts towards ``filter_config.empty_stop_steps``; a run whose every step
+    must end so is warned about at its start). Drawn from ``seed`` and the step. ``none``:
+    mini-batches have variable size and nothing is copied or removed."""
     shifted_mask: bool = False
     """Spec 5.7 / 17 L2. Train, for each assistant turn, what the reference's mask trains: the role
     name and newline after the turn-start token (``<|im_start|>``), the generation prefix
