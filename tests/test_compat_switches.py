@@ -309,3 +309,39 @@ def test_delete_of_every_kept_row_is_an_empty_step_that_says_why(tmp_path, capsy
     (row,) = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8")).train()
     assert row["rollout/empty_after_filter"] == 1.0 and "actor/pg_loss" not in row
     assert "compat.batch_adjust=delete removed all 4 kept rows" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_steps_emptied_by_delete_count_towards_the_empty_stop(tmp_path, capsys):
+    from ragen_core.trainer.trainer import Trainer
+
+    # every step's 4 rows are below the multiple 8: each step is empty, and the streak reaches empty_stop_steps=2
+    rows = Trainer(_run_config(tmp_path, "compat.batch_adjust=delete", "rollout.group_size=2", "optim.mini_batch_size=8", "steps=3",
+                               "filter_config.empty_stop_steps=2")).train()
+    assert [r["rollout/consecutive_empty_after_filter_steps"] for r in rows] == [1.0, 2.0]
+    assert rows[-1]["early_stopped/empty_filtered_steps"] == 1.0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step 2:")]
+    # one line per step, saying what removed the rows (not the filter, which kept them) and the multiple
+    assert len(lines) == 1 and "compat.batch_adjust=delete removed all 4 kept rows" in lines[0]
+    assert "multiple 8" in lines[0] and "after the filter" not in lines[0] and "2 such step(s) in a row" in lines[0]
+
+
+def test_delete_that_can_never_leave_a_row_is_warned_about_at_the_start():
+    """Fewer episodes per step than the multiple in the full context mode: every step trained nothing, said only step by step."""
+    from ragen_core.config import load_config
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.config import run_warnings
+
+    def warned(*overrides: str) -> list[str]:
+        base = [f"env={register_toy_env()}", "rollout.env_groups=2", "rollout.group_size=2", "optim.micro_batch_size=2"]
+        return [w for w in run_warnings(load_config(RunConfig, [], base + list(overrides))) if "compat.batch_adjust" in w]
+
+    assert warned("compat.batch_adjust=delete", "optim.mini_batch_size=8") == [
+        "compat.batch_adjust=delete with 4 episodes per step (rollout.env_groups x rollout.group_size), fewer than the batch "
+        "multiple 8 = lcm(rollout.env_groups, optim.mini_batch_size): every step's rows are deleted and nothing trains; "
+        "lower optim.mini_batch_size, or use compat.batch_adjust=copy"]
+    assert warned("compat.batch_adjust=delete", "optim.mini_batch_size=4") == []  # 4 rows can make one multiple
+    assert warned("compat.batch_adjust=copy", "optim.mini_batch_size=8") == []  # copies pad up to it
+    # one row per turn: a step may hold more rows than episodes
+    assert warned("compat.batch_adjust=delete", "optim.mini_batch_size=8", "rollout.extra.context_window=last-k",
+                  "rollout.extra.max_context_turns=1") == []

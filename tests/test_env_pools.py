@@ -213,11 +213,13 @@ def test_a_reset_past_reset_timeout_s_names_the_env_and_the_seed():
     slow = EnvRef(name="slow", factory=SLOW_TOY_FACTORY, config={"reset_sleep_s": 60})
     with LocalEnvPool(slow, reset_timeout_s=0.5) as pool, pytest.raises(EnvError) as info:
         pool.reset([ResetRequest(0, 7, 1)])
-    assert info.value.message == "env 'slow' (seed 7, member 1) did not reset within reset_timeout_s=0.5"
+    assert info.value.message == ("env 'slow' (seed 7, member 1) did not reset within reset_timeout_s=0.5: raise it "
+                                  "(rollout.pool_config.reset_timeout_s in a run; null waits forever) if its resets load data or start a service")
     with ProcessEnvPool(slow, workers=1, reset_timeout_s=1) as pool, pytest.raises(EnvError) as info:
         pool.reset([ResetRequest(0, 7, 0), ResetRequest(1, 7, 1), ResetRequest(2, 8, 0)])
     assert re.fullmatch(r"env 'slow' \(seed 7, member 0\) and 2 more episodes did not reset within reset_timeout_s=1 "
-                        r"in process pool worker 0 \(pid \d+\)", info.value.message), info.value.message
+                        r"in process pool worker 0 \(pid \d+\): raise it \(rollout\.pool_config\.reset_timeout_s in a run; .*",
+                        info.value.message), info.value.message
 
 
 KILLED_TRAINER = """

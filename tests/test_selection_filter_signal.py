@@ -150,7 +150,8 @@ def test_the_env_reward_signal_with_a_filter_scoring_without_rewards_is_warned_a
     base = [f"env={register_toy_env()}", "filter=snr-topp", f"filter_config.metric={metric}"]
     warned = [w for w in run_warnings(load_config(RunConfig, [], [*base, "filter_signal=env_reward"])) if "filter_signal" in w]
     assert warned == [f"filter_signal=env_reward picks the rewards a filter scores groups by, but filter 'snr-topp' scores them by "
-                      f"filter_config.metric={metric}: the setting changes only the reward-variance early stop, not which groups train; "
+                      f"filter_config.metric={metric}: the setting changes only the reward-variance early stop and the gradient "
+                      "analysis's buckets, not which groups train; "
                       f"leave filter_signal at score, or change filter_config.metric={metric} to a reward score"]
     assert not [w for w in run_warnings(load_config(RunConfig, [], base)) if "filter_signal" in w]  # the default signal
     for rewards in ("reward_variance", "reward", "reward_sum"):

@@ -100,10 +100,12 @@ def episode_start_from_dict(data: Mapping[str, Any]) -> EpisodeStart:
 def reset_timeout_error(env: EnvRef, requests: Sequence[ResetRequest], limit: float | None, where: str = "") -> str:
     """One line for ``requests`` not reset within ``reset_timeout_s`` (in the worker ``where``),
     naming the env and the first episode's seed (a worker resets its episodes in turn, so which
-    one hung is not known)."""
+    one hung is not known) and the setting that raises the limit (a first reset that loads data
+    or starts a service may need longer than a run's 600 s)."""
     first = episode_label(env, requests[0].seed, requests[0].member)
     more = f" and {len(requests) - 1} more episode{'s' if len(requests) > 2 else ''}" if len(requests) > 1 else ""
-    return f"{first}{more} did not reset within reset_timeout_s={limit:g}" + (f" in {where}" if where else "")
+    return (f"{first}{more} did not reset within reset_timeout_s={limit:g}" + (f" in {where}" if where else "")
+            + ": raise it (rollout.pool_config.reset_timeout_s in a run; null waits forever) if its resets load data or start a service")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ overrides (``rollout.group_size=16``).
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -367,9 +368,12 @@ class CompatSection(_Section):
     """Spec 7.3 / 17 L8. After filtering, a kept batch whose row count is not a multiple of
     ``lcm(rollout.env_groups, optim.mini_batch_size, ranks)`` gets ``copy``: randomly chosen kept
     rows appended as full copies (same group, so they enter the group mean and std of GRPO and
-    weigh twice in the loss), or ``delete``: that many random rows removed (a batch smaller than
-    the multiple is removed whole: the step trains nothing). Drawn from ``seed`` and the step.
-    ``none``: mini-batches have variable size and nothing is copied or removed."""
+    weigh twice in the loss; in the windowed context modes, one row per turn, a copied row keeps
+    its episode, which the group statistics count once, as the reference's do), or ``delete``:
+    that many random rows removed (a batch smaller than the multiple is removed whole: the step
+    trains nothing and counts towards ``filter_config.empty_stop_steps``; a run whose every step
+    must end so is warned about at its start). Drawn from ``seed`` and the step. ``none``:
+    mini-batches have variable size and nothing is copied or removed."""
     shifted_mask: bool = False
     """Spec 5.7 / 17 L2. Train, for each assistant turn, what the reference's mask trains: the role
     name and newline after the turn-start token (``<|im_start|>``), the generation prefix
@@ -419,8 +423,9 @@ class RunConfig(_Section):
     """The episode rewards the filter ranks groups by. ``score`` (reference): env reward plus format
     penalty, after ``reward.normalization`` (what the update trains on), so format penalties alone
     can give a group spread. ``env_reward``: the task reward alone, before the penalty and the
-    normalisation (spec 17 L19). The ``rollout/in_group_reward_*`` metrics and the
-    reward-variance early stop read the same rewards; the update always trains on the score."""
+    normalisation (spec 17 L19). The ``rollout/in_group_reward_*`` metrics, the
+    reward-variance early stop and the gradient analysis's buckets (``grad_analysis``) read the
+    same rewards; the update always trains on the score."""
     model: str = "tiny"
     """``tiny`` (the small local model: runs start from its shipped warm policy, see ``warm_start``)
     or a local HF model folder."""
@@ -666,7 +671,11 @@ def run_warnings(config: RunConfig) -> list[str]:
       (``snr-topk-abs`` keeping every group of the batch).
     * ``filter_signal=env_reward`` with a filter that scores groups by something else than their
       rewards (:meth:`~ragen_core.interfaces.rollout_filter.FilterConfig.scores_without_rewards`:
-      ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop.
+      ``filter_config.metric=entropy``): the signal then changes only the reward-variance early stop
+      and the gradient analysis's buckets.
+    * ``compat.batch_adjust=delete`` in the ``full`` context mode (one row per episode) with fewer
+      episodes per step than ``lcm(rollout.env_groups, optim.mini_batch_size)``: every step's rows
+      are all deleted, so nothing ever trains (each step is an empty one).
     * ``diagnostics_config.NAME`` for an installed diagnostic that ``diagnostics`` does not list:
       its settings are unused. A warning, not a refusal: turning a diagnostic off with
       ``diagnostics=[]`` while a config file keeps its settings is a normal thing to do.
@@ -690,6 +699,12 @@ def run_warnings(config: RunConfig) -> list[str]:
         out.append(f"{greedy} trains greedy with estimator {estimator.name!r}: the {config.rollout.group_size} episodes of a group "
                    "reply alike, so unless the env itself is random their advantages against the group baseline are all zero "
                    f"and nothing is learned; sample instead: {fix}")
+    divisor = math.lcm(config.rollout.env_groups, config.optim.mini_batch_size)  # ranks can only raise it
+    full = config.rollout.extra.get("context_window", "full") == "full"
+    if config.compat.batch_adjust == "delete" and full and config.episodes_per_step < divisor:
+        out.append(f"compat.batch_adjust=delete with {config.episodes_per_step} episodes per step (rollout.env_groups x "
+                   f"rollout.group_size), fewer than the batch multiple {divisor} = lcm(rollout.env_groups, optim.mini_batch_size): "
+                   "every step's rows are deleted and nothing trains; lower optim.mini_batch_size, or use compat.batch_adjust=copy")
     peft = config.optim.peft
     if peft is not None and peft.rank == 0:
         unused = [f"optim.peft.{name}" for name in ("alpha", "target_modules") if getattr(peft, name) != PeftSection.model_fields[name].default]
@@ -701,8 +716,8 @@ def run_warnings(config: RunConfig) -> list[str]:
     scored_by = chosen.scores_without_rewards() if config.filter_signal != "score" else None  # type: ignore[attr-defined]
     if scored_by:
         out.append(f"filter_signal={config.filter_signal} picks the rewards a filter scores groups by, but filter {config.filter!r} "
-                   f"scores them by {scored_by}: the setting changes only the reward-variance early stop, not which groups "
-                   f"train; leave filter_signal at score, or change {scored_by} to a reward score")
+                   f"scores them by {scored_by}: the setting changes only the reward-variance early stop and the gradient "
+                   f"analysis's buckets, not which groups train; leave filter_signal at score, or change {scored_by} to a reward score")
     engine_model = config.engine_config.get("model") if registry.get_spec("engine", config.engine).name == "hf" else None
     # the trainer attaches its policy: the engine never loads this one. "tiny" is the old default that every run's config.yaml
     # recorded before it was emptied: a resumed run of another model holds it without anyone having asked for it

@@ -892,21 +892,20 @@ class Trainer(CheckpointMixin):
         metrics["train/rollout_attempts"] = 1.0
         if selection.empty:
             return self._empty_step(step, metrics, timer, t_step)
+        kept = batch.select(selection.rows)
+        if cfg.compat.batch_adjust != "none":  # the reference's padding by copies or deletion (spec 7.3, 17 L8)
+            divisor = batch_divisor(cfg.rollout.env_groups, cfg.optim.mini_batch_size, self.world.size)
+            kept = adjust_batch(kept, divisor, cfg.compat.batch_adjust, make_rng(cfg.seed, "compat.batch_adjust", step),
+                                per_turn=per_turn_rows(self.runner.config))
+            if not len(kept):  # an empty step like one the filter left empty: its streak counts towards empty_stop_steps
+                return self._empty_step(step, metrics, timer, t_step, why=(
+                    f"compat.batch_adjust=delete removed all {len(selection.rows)} kept rows (fewer than the batch multiple "
+                    f"{divisor} = lcm(rollout.env_groups, optim.mini_batch_size, ranks); compat.batch_adjust=copy pads instead)"))
         self.empty_streak = 0
         metrics["rollout/empty_after_filter"] = 0.0
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
         stop = self.stopper.observe_reward_std(selection.reward_std)
         unfiltered = batch if cfg.grad_analysis.log_prefilter else None  # for the pre-filter gradient analysis
-        kept = batch.select(selection.rows)
-        if cfg.compat.batch_adjust != "none":  # the reference's padding by copies or deletion (spec 7.3, 17 L8)
-            kept = adjust_batch(kept, batch_divisor(cfg.rollout.env_groups, cfg.optim.mini_batch_size, self.world.size),
-                                cfg.compat.batch_adjust, make_rng(cfg.seed, "compat.batch_adjust", step),
-                                per_turn=per_turn_rows(self.runner.config))
-            if not len(kept):
-                if self.world.main:
-                    report(f"step {step}: compat.batch_adjust=delete removed all {len(selection.rows)} kept rows (fewer than the "
-                           "batch multiple lcm(rollout.env_groups, optim.mini_batch_size, ranks))")
-                return self._empty_step(step, metrics, timer, t_step)
         metrics["train/batch_size"] = float(len(kept))
         metrics["train/num_mini_batches"] = float(math.ceil(len(kept) / cfg.optim.mini_batch_size))
 
@@ -974,16 +973,18 @@ class Trainer(CheckpointMixin):
                                                    self.train_sampling.temperature)[0]
         return trajs, batch
 
-    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float) -> dict[str, float]:
-        """Nothing survived the filter: no update; count the streak (spec 12 rule 1) and validate."""
+    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float, why: str | None = None) -> dict[str, float]:
+        """Nothing survived the filter (or ``why``: what else removed every row): no update; count the
+        streak (spec 12 rule 1) and validate."""
         self.empty_streak += 1
         metrics["rollout/empty_after_filter"] = 1.0
         if self.world.main:
             stop_after = self.stopper.empty_stop_steps
             limit = f"; the run stops after {stop_after} in a row (filter_config.empty_stop_steps)" if stop_after else ""
-            lost = int(metrics.get("rollout/env_lost_groups", 0))
-            why = f"the filter and the env pool (which lost {lost} group(s))" if lost else "the filter"
-            report(f"step {step}: nothing left to train after {why}: no update ({self.empty_streak} such step(s) in a row{limit})")
+            if why is None:
+                lost = int(metrics.get("rollout/env_lost_groups", 0))
+                why = "nothing left to train after " + (f"the filter and the env pool (which lost {lost} group(s))" if lost else "the filter")
+            report(f"step {step}: {why}: no update ({self.empty_streak} such step(s) in a row{limit})")
         if self.config.grad_analysis.only and self._grad_analysis(step, None, None, metrics, timer):  # a separate analysis rollout still runs
             metrics["timing_s/step"] = time.perf_counter() - t_step
             return metrics
