@@ -439,3 +439,14 @@ def test_the_merge_quirk_cannot_be_set_around_the_compat_section(quirk_env):
     with pytest.raises(ConfigError, match="set compat.prompt_merge_quirk instead"):
         rollout_config(cfg)
     assert rollout_config(_quirk_config(quirk_env, True)).prompt_merge_quirk is True
+
+
+def test_the_env_kit_checks_the_merge_quirk_text(monkeypatch):
+    from ragen_core.testing import env_checks
+    from ragen_core.testing.toy_env import CorridorEnv, register_toy_env
+
+    name = register_toy_env()
+    env_checks.check_instruction(name)
+    monkeypatch.setattr(CorridorEnv, "merge_quirk_instruction", lambda self: None)
+    with pytest.raises(AssertionError, match=r"merge_quirk_instruction\(\) must return str"):
+        env_checks.check_instruction(name)
