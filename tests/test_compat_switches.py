@@ -6,6 +6,8 @@ items marked [compat]), each off by default.
 * ``compat.shifted_mask`` (spec 5.7 items 4-5, 17 L2): the loss mask counts turn-start tokens on
   shifted positions, so it trains role headers, the ``<think>`` prefix, the newline after the
   end-of-turn token and the next turn's start token.
+* ``compat.prompt_merge_quirk`` (spec 3.2, 5.1, 17 L30): system prompts carry the env's
+  ``merge_quirk_instruction()`` (appendices of its default config) instead of ``instruction()``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 from ragen_core.errors import ConfigError
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult
 from ragen_core.rollout.chat import ChatTokens, turn_start_id
 from ragen_core.rollout.types import Trajectory, Turn
 from ragen_core.seeding import make_rng
@@ -48,9 +51,9 @@ def _batch(rewards: list[tuple[int, float]]):
     return build_batch([_episode(g, [10 + i] * (1 + i % 3), r, i) for i, (g, r) in enumerate(rewards)], PAD)
 
 
-def test_both_switches_default_to_the_fixed_behaviour():
+def test_every_switch_defaults_to_the_fixed_behaviour():
     compat = RunConfig().compat
-    assert compat.batch_adjust == "none" and compat.shifted_mask is False
+    assert compat.batch_adjust == "none" and compat.shifted_mask is False and compat.prompt_merge_quirk is False
 
 
 # ---------------------------------------------------------------- L8: batch adjustment
@@ -345,3 +348,141 @@ def test_delete_that_can_never_leave_a_row_is_warned_about_at_the_start():
     # one row per turn: a step may hold more rows than episodes
     assert warned("compat.batch_adjust=delete", "optim.mini_batch_size=8", "rollout.extra.context_window=last-k",
                   "rollout.extra.max_context_turns=1") == []
+
+
+# ---------------------------------------------------------------- L30: system-prompt merge quirk
+
+
+class QuirkEnv(Env):
+    """One-turn env whose merge-quirk instruction differs from its own."""
+
+    config_class = EnvConfig
+    OWN, QUIRK = "Own legend: W wall.", "Default legend: # wall."
+
+    @property
+    def action_names(self) -> list[str]:
+        return ["Up", "Down"]
+
+    def instruction(self) -> str:
+        return self.OWN
+
+    def merge_quirk_instruction(self) -> str:
+        return self.QUIRK
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        return self.render()
+
+    def render(self) -> str:
+        return "state"
+
+    def step(self, action: str) -> StepResult:
+        return StepResult("state", 1.0, True, {"success": True, "action_is_valid": True})
+
+
+class PlainEnv:
+    """A duck-typed env (no :class:`Env` base, so no ``merge_quirk_instruction``)."""
+
+    config = EnvConfig()
+    action_names = None
+    action_sep = "||"
+
+    def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
+        return "state"
+
+    def instruction(self) -> str:
+        return "Plain."
+
+
+QUIRK_ENV = "compat-test-merge-quirk"
+
+
+@pytest.fixture(scope="module")
+def quirk_env() -> str:
+    from ragen_core import registry
+    from ragen_core.specs import EnvSpec
+
+    registry.register(EnvSpec(name=QUIRK_ENV, config_model=EnvConfig, factory=f"{__name__}:QuirkEnv"))
+    return QUIRK_ENV
+
+
+def _quirk_config(env: str, quirk: bool) -> RunConfig:
+    return RunConfig(env=env, compat={"prompt_merge_quirk": quirk}, rollout={"env_groups": 1, "group_size": 2})
+
+
+@pytest.mark.parametrize("quirk", [False, True])
+@pytest.mark.parametrize("mode", ["train", "val"])
+def test_the_merge_quirk_reaches_the_system_prompt_of_train_and_val_rollouts(quirk_env, quirk, mode):
+    """The trainer, its validation, ``ragen eval`` and the warm start build their runners through
+    ``make_runner`` / ``rollout_config``, so this is where the switch must arrive."""
+    from ragen_core.engines.scripted import ScriptedEngine
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.rollout import prompts
+    from ragen_core.trainer.setup import make_runner
+
+    tok = build_byte_tokenizer()
+    runner = make_runner(_quirk_config(quirk_env, quirk), ScriptedEngine(["go</think><answer>Up</answer>"], tok), tok, mode)
+    try:
+        trajs = runner.run(mode=mode)
+    finally:
+        runner.close()
+    shown = QuirkEnv.QUIRK if quirk else QuirkEnv.OWN
+    assert trajs  # (validation runs its own val_groups x val_group_size)
+    for traj in trajs:
+        assert traj.system_prompt.startswith(prompts.PREAMBLE + shown)
+        assert (QuirkEnv.OWN if quirk else QuirkEnv.QUIRK) not in traj.system_prompt
+
+
+def test_the_merge_quirk_crosses_to_pool_workers_and_into_the_warm_starts_recording_env(quirk_env):
+    import dataclasses
+
+    from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
+    from ragen_core.rollout.env_pool import reset_slots
+    from ragen_core.trainer.warmstart import RecordingEnv
+
+    requests = [dataclasses.asdict(ResetRequest(0, 1)), dataclasses.asdict(ResetRequest(1, 1, prompt_merge_quirk=True))]
+    starts = reset_slots(EnvRef(name=quirk_env), {}, {}, requests, lambda: QuirkEnv(EnvConfig()))  # as a worker gets them
+    assert [s["instruction"] for s in starts] == [QuirkEnv.OWN, QuirkEnv.QUIRK]
+    recording = RecordingEnv(QuirkEnv(EnvConfig()), 0, {})
+    assert (recording.instruction(), recording.merge_quirk_instruction()) == (QuirkEnv.OWN, QuirkEnv.QUIRK)
+
+
+def test_an_env_without_a_merge_quirk_text_keeps_its_instruction():
+    from ragen_core.interfaces.env_pool import ResetRequest
+    from ragen_core.rollout.env_pool import reset_env
+
+    assert reset_env(PlainEnv(), ResetRequest(0, 1, prompt_merge_quirk=True), label="plain").instruction == "Plain."
+    start = reset_env(QuirkEnv(EnvConfig()), ResetRequest(0, 1), label="quirk")  # off: the env's own text
+    assert start.instruction == QuirkEnv.OWN
+
+
+def test_the_merge_quirk_keeps_the_warm_start_and_check_keys_while_off(quirk_env):
+    from ragen_core.trainer import warm_policy, warmstart
+
+    off, on = _quirk_config(quirk_env, False), _quirk_config(quirk_env, True)
+    # off: the payloads are what they were before the switch existed, so shipped policies' check
+    # keys and cached warm starts still match
+    assert "compat" not in warm_policy.check_payload(off) and "compat" not in warmstart.cache_payload(off, shipped=None)
+    assert warm_policy.check_key(off) == warm_policy.check_key(RunConfig(env=quirk_env))
+    # on: other system prompts, so another check and another warm start
+    assert warm_policy.check_key(on) != warm_policy.check_key(off)
+    assert warmstart.cache_key(on, warmstart.cache_payload(on, shipped=None)) != warmstart.cache_key(off, warmstart.cache_payload(off, shipped=None))
+
+
+def test_the_merge_quirk_cannot_be_set_around_the_compat_section(quirk_env):
+    from ragen_core.trainer.setup import rollout_config
+
+    cfg = RunConfig(env=quirk_env, rollout={"extra": {"prompt_merge_quirk": True}})
+    with pytest.raises(ConfigError, match="set compat.prompt_merge_quirk instead"):
+        rollout_config(cfg)
+    assert rollout_config(_quirk_config(quirk_env, True)).prompt_merge_quirk is True
+
+
+def test_the_env_kit_checks_the_merge_quirk_text(monkeypatch):
+    from ragen_core.testing import env_checks
+    from ragen_core.testing.toy_env import CorridorEnv, register_toy_env
+
+    name = register_toy_env()
+    env_checks.check_instruction(name)
+    monkeypatch.setattr(CorridorEnv, "merge_quirk_instruction", lambda self: None)
+    with pytest.raises(AssertionError, match=r"merge_quirk_instruction\(\) must return str"):
+        env_checks.check_instruction(name)

@@ -243,3 +243,52 @@ def test_presets_build_and_roundtrip(preset):
     expected = {"LargerSokoban": (8, 8)}.get(preset, (6, 6))
     assert cfg.dim_room == expected
     assert (cfg.max_tokens == 120) == (preset == "CoordSokoban")
+
+
+DEFAULT_LEGEND = "#: wall, _: empty, O: target, √: box on target, X: box, P: player, S: player on target"  # spec 5.1
+
+
+@pytest.mark.parametrize("preset", ["SimpleSokoban", "LargerSokoban", "CoordSokoban"])
+def test_merge_quirk_changes_nothing_for_presets_with_the_default_symbols(preset):
+    env = registry.make_env("sokoban", preset=preset)
+    assert env.merge_quirk_instruction() == env.instruction()
+
+
+def test_merge_quirk_shows_the_default_legend_for_another_vocabulary():
+    """compat.prompt_merge_quirk (spec 3.2, 5.1, 17 L30): the reference's prompt lists the default
+    symbols while the grid shows the preset's own."""
+    variant = registry.make_env("sokoban", preset="SokobanDifferentGridVocab")
+    defaults = SokobanConfig()
+    same_room = SokobanEnv(variant.config.model_copy(update={"grid_lookup": defaults.grid_lookup, "grid_vocab": defaults.grid_vocab}))
+    text = variant.merge_quirk_instruction()
+    assert text == same_room.instruction() != variant.instruction()
+    assert DEFAULT_LEGEND in text and "W: wall" not in text and "W: wall" in variant.instruction()
+
+
+def test_merge_quirk_gives_a_coordinate_format_the_grid_legend_and_no_coordinate_hint():
+    coord = SokobanEnv(SokobanConfig(dim_room=(7, 8), observation_format="coord"))
+    text = coord.merge_quirk_instruction()
+    assert text == SokobanEnv(SokobanConfig(dim_room=(7, 8))).instruction()  # as if the format were the default grid
+    assert DEFAULT_LEGEND in text and "(6, 7)" not in text and "(6, 7)" in coord.instruction()
+
+
+@pytest.mark.parametrize("quirk", [False, True])
+def test_a_rollout_with_the_merge_quirk_prompts_the_default_legend_over_the_variant_grid(quirk):
+    from ragen_core.engines.scripted import ScriptedEngine
+    from ragen_core.interfaces.env_pool import EnvRef
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
+
+    tok = build_byte_tokenizer()
+    config = RolloutConfig(env_groups=1, group_size=1, max_turns=1, prompt_merge_quirk=quirk)
+    runner = RolloutRunner(EnvRef(name="sokoban", preset="SokobanDifferentGridVocab"), ScriptedEngine(["go</think><answer>Up</answer>"], tok),
+                           tok, config)
+    try:
+        (traj,) = runner.run()
+    finally:
+        runner.close()
+    assert "A" in traj.turns[0].observation and "P" not in traj.turns[0].observation  # the grid keeps the preset's symbols
+    variant = registry.make_env("sokoban", preset="SokobanDifferentGridVocab")
+    expected = variant.merge_quirk_instruction() if quirk else variant.instruction()
+    assert traj.system_prompt.startswith("You are a helpful assistant. " + expected)
+    assert (DEFAULT_LEGEND in traj.system_prompt) is quirk

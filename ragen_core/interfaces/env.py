@@ -216,6 +216,16 @@ class Env(ABC):
         these from default configs only, spec 17 L30).
         """
 
+    def merge_quirk_instruction(self) -> str:
+        """:meth:`instruction` as the reference built it, for the run's ``compat.prompt_merge_quirk``
+        (spec 3.2 "merge quirk", 5.1, 17 L30): this config's task text, but the symbol legend, the
+        coordinate hint and the action list of the env type's *default* config.
+
+        Override it where those appendices depend on the config (Sokoban's ``grid_vocab``, an
+        ``observation_format``); the default returns :meth:`instruction`.
+        """
+        return self.instruction()
+
     # ----------------------------------------------------------------- optional
     @property
     def action_names(self) -> list[str] | None:

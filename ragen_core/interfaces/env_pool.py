@@ -182,6 +182,9 @@ class ResetRequest:
     member: int = 0
     mode: str = "train"
     """``"train"`` or ``"val"``."""
+    prompt_merge_quirk: bool = False
+    """Start the episode with ``env.merge_quirk_instruction()`` instead of ``env.instruction()``
+    (the run's ``compat.prompt_merge_quirk``, spec 17 L30)."""
 
     def __post_init__(self) -> None:
         _require_ints(self, "episode_id")

@@ -369,15 +369,24 @@ def run_actions(env: Any, episode_id: int, actions: Sequence[str], *, label: str
                        info_records=records)
 
 
+def _instruction(env: Any, merge_quirk: bool) -> Any:
+    """``env.instruction()``, or with ``merge_quirk`` its ``merge_quirk_instruction()`` (an env that
+    is not an :class:`~ragen_core.interfaces.env.Env` and lacks it: its instruction)."""
+    if merge_quirk:
+        return getattr(env, "merge_quirk_instruction", env.instruction)()
+    return env.instruction()
+
+
 def reset_env(env: Any, request: ResetRequest, *, label: str) -> EpisodeStart:
-    """Reset ``env`` for ``request`` and describe the start.
+    """Reset ``env`` for ``request`` and describe the start (its instruction: the merge-quirk one
+    when ``request.prompt_merge_quirk``).
 
     Raises:
         EnvError: the env raised while resetting, or its first observation is not a str.
     """
     try:
         observation = env.reset(request.seed, member=request.member, mode=request.mode)
-        instruction = env.instruction()
+        instruction = _instruction(env, request.prompt_merge_quirk)
         facts = EnvFacts.of(env)
     except RagenError as exc:  # said on purpose (a bad data file, a missing server): keep its hints
         kind = "" if isinstance(exc, EnvError) else f"{type(exc).__name__}: "  # no "EnvError: EnvError:"

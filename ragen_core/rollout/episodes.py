@@ -59,12 +59,14 @@ class SeedSchedule:
         self.val_base = int(state.get("val_base", self.val_base))
 
 
-def reset_requests(base: int, env_groups: int, group_size: int, mode: str) -> list[ResetRequest]:
-    """One request per episode, group-major: episode ``g * group_size + m`` gets seed ``base + g``."""
+def reset_requests(base: int, env_groups: int, group_size: int, mode: str, *, prompt_merge_quirk: bool = False) -> list[ResetRequest]:
+    """One request per episode, group-major: episode ``g * group_size + m`` gets seed ``base + g``
+    (``prompt_merge_quirk``: see :attr:`ResetRequest.prompt_merge_quirk`)."""
     if env_groups < 1 or group_size < 1:
         raise ValueError(f"env_groups and group_size must be >= 1, got {env_groups} x {group_size}")
     return [
-        ResetRequest(episode_id=g * group_size + m, seed=base + g, member=m, mode=mode) for g in range(env_groups) for m in range(group_size)
+        ResetRequest(episode_id=g * group_size + m, seed=base + g, member=m, mode=mode, prompt_merge_quirk=prompt_merge_quirk)
+        for g in range(env_groups) for m in range(group_size)
     ]
 
 

@@ -97,6 +97,10 @@ class RolloutConfig(PluginConfig):
     enforce_env_max_tokens: bool = False
     """Stop each reply at ``min(max_new_tokens, the env's max_tokens)`` and state that budget in the
     prompt; False: the env's ``max_tokens`` is only the prompt's length hint (the reference)."""
+    prompt_merge_quirk: bool = False
+    """System prompts carry each env's ``merge_quirk_instruction()`` (legend, coordinate hint and
+    action list of the env's default config, the reference's quirk: spec 17 L30) instead of its
+    ``instruction()``. A run sets it from ``compat.prompt_merge_quirk``."""
     seed_train: int = 10000
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
@@ -202,7 +206,8 @@ class RolloutRunner:
 
     def _play(self, mode: str, sampling: SamplingParams, n_groups: int, size: int, seed: int | None) -> list[Trajectory]:
         """The rollout of :meth:`run`, its arguments resolved."""
-        requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode)
+        requests = reset_requests(self.seeds.next_base(mode, n_groups, seed), n_groups, size, mode,
+                                  prompt_merge_quirk=self.config.prompt_merge_quirk)
         with self._waiting_on(f"the reset of env {self.env.name!r} (a {mode} rollout)"), plugin_call(self.pool, "reset"):
             starts = self.pool.reset(requests)
         _replies_match(self.pool, "reset", requests, starts, EpisodeStart)

@@ -186,6 +186,8 @@ def check_instruction(name: str, preset: str | None = None) -> None:
         env.reset(0)
         text = env.instruction()
         assert isinstance(text, str), f"env {name!r}: instruction() must return str"
+        quirk = getattr(env, "merge_quirk_instruction", None)  # compat.prompt_merge_quirk's text (spec 17 L30)
+        assert quirk is None or isinstance(quirk(), str), f"env {name!r}: merge_quirk_instruction() must return str"
         try:
             checked_action_names(env.action_names)
         except EnvError as exc:

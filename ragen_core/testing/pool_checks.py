@@ -118,6 +118,19 @@ def check_reset_determinism(make: MakePool) -> None:
         )
 
 
+def check_reset_passes_the_merge_quirk(make: MakePool) -> None:
+    """A request's ``prompt_merge_quirk`` reaches the env: its start carries the env's
+    ``merge_quirk_instruction()`` (the run's ``compat.prompt_merge_quirk``), the others its ``instruction()``."""
+    requests = [ResetRequest(0, 100, 0), ResetRequest(1, 100, 1, prompt_merge_quirk=True)]
+    with make(TOY, None) as pool:
+        starts = pool.reset(requests)
+    env = _reference(requests[0])
+    want = [env.instruction(), env.merge_quirk_instruction()]
+    assert [s.instruction for s in starts] == want, (
+        f"instructions {[s.instruction for s in starts]!r} != {want!r}: pass each ResetRequest on whole, "
+        f"prompt_merge_quirk included ({DOC})")
+
+
 def check_group_members_share_first_observation(make: MakePool) -> None:
     """Members of a group (same seed, own member index) start from the same observation."""
     with make(TOY, None) as pool:
@@ -330,6 +343,7 @@ def check_info_records_travel(make: MakePool) -> None:
 
 POOL_CHECKS: dict[str, Callable[[MakePool], object]] = {
     "reset-determinism": check_reset_determinism,
+    "reset-passes-the-merge-quirk": check_reset_passes_the_merge_quirk,
     "group-members-share-first-observation": check_group_members_share_first_observation,
     "many-episodes-in-one-step": check_many_episodes_in_one_step,
     "empty-actions-render": check_empty_actions_render,

@@ -49,6 +49,11 @@ class CorridorEnv(Env):
     def instruction(self) -> str:
         return "Walk to G. Actions: Left, Right. Example: <answer>Right || Right</answer>"
 
+    def merge_quirk_instruction(self) -> str:
+        """A text of its own, so checks can tell which instruction a reset carried (the corridor
+        has no default-config appendices to show)."""
+        return "Walk to G. Example: <answer>Right || Right</answer>"
+
     def reset(self, seed: int, *, member: int = 0, mode: str = "train") -> str:
         cells = make_rng(seed, "corridor").choice(self.config.length, size=2, replace=False)
         self.player, self.goal = int(cells[0]), int(cells[1])

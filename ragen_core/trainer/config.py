@@ -383,6 +383,28 @@ class CompatSection(_Section):
     row here ends there; the reference's ends with one more newline). ``false``: exactly the
     sampled tokens. Needs a chat template whose messages open with ``<|im_start|>`` or
     ``<|start_header_id|>``."""
+    prompt_merge_quirk: bool = False
+    """Spec 3.2 / 5.1 / 17 L30. Build the system prompt's appendices from the env's *default*
+    config, as the reference did: the symbol legend of the default vocabulary (a
+    SokobanDifferentGridVocab prompt lists ``#: wall, ...`` while its grid shows ``W``), no
+    coordinate hint for an ``observation_format: coord`` config (and the grid legend instead), the
+    action list. The task text itself still follows the config (a ``grid_coord`` preset names its
+    coordinates, as the reference's CoordSokoban instruction does). Reaches every prompt a run
+    builds: training and validation rollouts, the warm start's demonstrations and checks, and
+    ``ragen eval``. ``false``: every appendix follows the env's own config."""
+
+
+#: ``compat`` settings that change what the model is shown (the prompts), so the warm start and
+#: the warm-policy format check depend on them (see :func:`prompt_compat_record`).
+PROMPT_COMPAT_KEYS = ("prompt_merge_quirk",)
+
+
+def prompt_compat_record(compat: CompatSection) -> dict[str, Any]:
+    """The prompt-changing ``compat`` settings that are on, as the warm-start cache key and the
+    warm-policy check key record them: ``{}`` while all are off (so those keys stay what they were
+    before the settings existed), else ``{"compat": {name: value}}``."""
+    on = {key: value for key, value in compat.model_dump(mode="json", include=set(PROMPT_COMPAT_KEYS)).items() if value}
+    return {"compat": on} if on else {}
 
 
 class RunConfig(_Section):

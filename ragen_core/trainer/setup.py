@@ -107,9 +107,12 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
         "format_penalty": r.format_penalty,
         "enable_think": r.enable_think,
         "enforce_env_max_tokens": r.enforce_env_max_tokens,
+        "prompt_merge_quirk": config.compat.prompt_merge_quirk,
         "seed_train": config.seed,
         "seed_val": config.seed_val,
     }
+    if "prompt_merge_quirk" in r.extra:  # it would bypass the warm-start and check keys, which read compat
+        raise ConfigError("invalid config: rollout.extra.prompt_merge_quirk: set compat.prompt_merge_quirk instead")
     values.update(r.extra)
     fields = RolloutConfig.model_fields
     unknown = [k for k in r.extra if k not in fields]
@@ -227,7 +230,8 @@ def preflight(config: RunConfig, model: Any, tokenizer: Any, *, needs_critic: bo
         budget, lower, reply = int(env.config.max_tokens), "env_config.max_tokens", "max_tokens"
     ref = EnvRef(name=config.env, preset=config.preset)
     try:  # an env that raises here is named with its preset and seed (EnvError), like in a rollout
-        start = reset_env(env, ResetRequest(0, config.seed), label=episode_label(ref, config.seed))
+        quirk = config.compat.prompt_merge_quirk  # the instruction the prompts will carry
+        start = reset_env(env, ResetRequest(0, config.seed, prompt_merge_quirk=quirk), label=episode_label(ref, config.seed))
         text = start.instruction + "\n" + start.observation
         if config.test_freq > 0 or config.val_before_train:  # validation's first episode too: a split that cannot
             # start (a data file with nothing held out) fails here, not after a step whose work has no checkpoint yet

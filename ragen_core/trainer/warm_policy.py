@@ -48,7 +48,7 @@ from typing import Any
 
 from ragen_core.distributions import source_commit
 from ragen_core.errors import RagenError
-from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS, RunConfig, plain_preset, rollout_record
+from ragen_core.trainer.config import BATCH_ROLLOUT_KEYS, RunConfig, plain_preset, prompt_compat_record, rollout_record
 
 #: Where shipped policies live (package data of ragen-core), one folder each.
 SHIPPED_ROOT = Path(__file__).resolve().parents[1] / "models" / "warm"
@@ -123,6 +123,7 @@ def check_payload(config: RunConfig) -> dict[str, Any]:
         "env_config": changed_env_settings(config),
         "rollout": rollout_record(config.rollout, set(BATCH_ROLLOUT_KEYS)),
         "sampling": config.sampling.train.model_dump(mode="json"),
+        **prompt_compat_record(config.compat),  # another system prompt is another check
     }
 
 

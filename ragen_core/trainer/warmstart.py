@@ -63,7 +63,7 @@ from ragen_core.errors import ConfigError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
 from ragen_core.interfaces.env import Env, StepResult
 from ragen_core.seeding import derive_seed, make_rng
-from ragen_core.trainer.config import RunConfig, rollout_record
+from ragen_core.trainer.config import RunConfig, prompt_compat_record, rollout_record
 
 _THOUGHTS = ("", "{a}", "I pick {a}.")
 
@@ -117,6 +117,9 @@ class RecordingEnv(Env):
 
     def instruction(self) -> str:
         return self.inner.instruction()
+
+    def merge_quirk_instruction(self) -> str:
+        return str(getattr(self.inner, "merge_quirk_instruction", self.inner.instruction)())
 
     @property
     def action_names(self) -> list[str] | None:
@@ -237,6 +240,7 @@ def cache_payload(config: RunConfig, shipped: Any = _LOOK_UP) -> dict[str, Any]:
         "seed": config.seed,
         # the shipped policy a warm start starts from (a rebuilt one is another start)
         "shipped": shipped.digest if shipped is not None else None,
+        **prompt_compat_record(config.compat),  # the demonstrations' and the check's system prompts
     }
 
 

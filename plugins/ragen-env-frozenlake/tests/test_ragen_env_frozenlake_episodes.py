@@ -149,3 +149,16 @@ def test_presets_and_config_validation():
     with pytest.raises(ValueError):
         FrozenLakeConfig(success_rate=1.5)
     assert FrozenLakeConfig.model_validate_json(coord.model_dump_json()) == coord
+
+
+@pytest.mark.parametrize(("fmt", "as_if"), [("grid", "grid"), ("grid_coord", "grid_coord"), ("coord", "grid")])
+def test_merge_quirk_builds_the_legend_and_the_coordinate_hint_from_the_default_format(fmt, as_if):
+    """compat.prompt_merge_quirk (spec 3.2, 5.1, 17 L30): the reference's appendices read the default
+    format (grid): a coord config gets the grid legend and no coordinate hint; grid_coord keeps
+    its coordinate sentence (the reference's CoordFrozenLake instruction names them itself)."""
+    env = FrozenLakeEnv(size=5, observation_format=fmt, success_rate=0.8)
+    text = env.merge_quirk_instruction()
+    assert text == FrozenLakeEnv(size=5, observation_format=as_if, success_rate=0.8).instruction()
+    assert "P: player, _: empty, O: hole, G: goal, X: player in hole, √: player on goal" in text
+    assert ("(4, 4)" in text) is (fmt == "grid_coord")
+    assert (text == env.instruction()) is (fmt != "coord")

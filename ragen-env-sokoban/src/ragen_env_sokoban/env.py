@@ -278,6 +278,23 @@ class SokobanEnv(Env):
     def instruction(self) -> str:
         """Rules, answer format, legend, coordinate hint and action list for this config."""
         cfg = self.config
+        fmt = cfg.observation_format
+        legend = cfg.grid_vocab if fmt in ("grid", "grid_coord") else None
+        return self._instruction(coordinates=fmt in ("coord", "grid_coord"), legend=legend)
+
+    def merge_quirk_instruction(self) -> str:
+        """The reference's text (spec 3.2, 5.1, 17 L30): the legend of the default vocabulary
+        (its default format is ``grid``), whatever this config's symbols and format. Coordinates
+        are explained only for ``grid_coord``, which the reference's CoordSokoban instruction
+        names itself; ``coord`` alone gets no hint (the reference's hint reads the default format)."""
+        defaults = SokobanConfig()
+        legend = defaults.grid_vocab if defaults.observation_format in ("grid", "grid_coord") else None
+        return self._instruction(coordinates=self.config.observation_format == "grid_coord", legend=legend)
+
+    def _instruction(self, *, coordinates: bool, legend: dict[str, str] | None) -> str:
+        """The instruction: rules, the coordinate sentence if ``coordinates``, the answer format,
+        the symbol legend ``legend`` (none: left out) and the action list."""
+        cfg = self.config
         rows, cols = cfg.dim_room
         fmt = cfg.observation_format
         text = (
@@ -286,7 +303,7 @@ class SokobanEnv(Env):
             "behind it is free; boxes cannot go through walls or other boxes, and you can never "
             "pull a box, so a box stuck in a corner stays stuck. "
         )
-        if fmt in ("coord", "grid_coord"):
+        if coordinates:
             shown = (
                 "a symbol grid and coordinate lists"
                 if fmt == "grid_coord"
@@ -299,11 +316,9 @@ class SokobanEnv(Env):
                 "the column and Right increases it. "
             )
         text += "Reply with your moves in order, for example: <answer>Right || Right || Up</answer>\n"
-        if fmt in ("grid", "grid_coord"):
-            legend = ", ".join(
-                f"{symbol}: {meaning}" for symbol, meaning in cfg.grid_vocab.items()
-            )
-            text += f"\nWhat the grid symbols mean:\n{legend}\n"
+        if legend is not None:
+            pairs = ", ".join(f"{symbol}: {meaning}" for symbol, meaning in legend.items())
+            text += f"\nWhat the grid symbols mean:\n{pairs}\n"
         # the per-episode cap sentence follows from the core's system prompt (envs with action names, spec 5.1)
         text += f"\nAvailable actions:\n{', '.join(ACTION_NAMES)}\n"
         return text

@@ -174,6 +174,20 @@ class FrozenLakeEnv(Env):
 
     def instruction(self) -> str:
         """Task text for the system prompt, written from this instance's size and slipperiness."""
+        fmt = self.config.observation_format
+        return self._instruction(coordinates=fmt != "grid", legend=fmt != "coord")
+
+    def merge_quirk_instruction(self) -> str:
+        """The reference's text (spec 3.2, 5.1, 17 L30): the symbol legend whenever the default
+        format (``grid``) shows one, so a ``coord`` config gets it too. Coordinates are explained
+        only for ``grid_coord``, which the reference's CoordFrozenLake instruction names itself;
+        ``coord`` alone gets no hint (the reference's hint reads the default format)."""
+        fmt = self.config.observation_format
+        return self._instruction(coordinates=fmt == "grid_coord", legend=FrozenLakeConfig().observation_format != "coord")
+
+    def _instruction(self, *, coordinates: bool, legend: bool) -> str:
+        """The instruction: rules, the coordinate sentence if ``coordinates``, the answer format,
+        the symbol legend if ``legend``, and the action list."""
         cfg = self.config
         rows, cols = (len(self._desc), len(self._desc[0])) if self._desc else (cfg.size, cfg.size)
         intro = (
@@ -192,7 +206,7 @@ class FrozenLakeEnv(Env):
                 f"the time; otherwise you slide to one of the two sideways directions "
                 f"({side:.0%} each)."
             )
-        if cfg.observation_format != "grid":
+        if coordinates:
             parts.append(
                 "The state lists zero-indexed (row, col) coordinates of the start, the goal, your "
                 f"position and the holes, from (0, 0) at the top-left to ({rows - 1}, {cols - 1}) at the "
@@ -200,7 +214,7 @@ class FrozenLakeEnv(Env):
             )
         parts.append("Reply with one or more moves separated by ' || ', for example <answer>Left || Up</answer>.")
         text = " ".join(parts)
-        if cfg.observation_format != "coord":
+        if legend:
             text += "\nGrid symbols:\n" + ", ".join(f"{k}: {v}" for k, v in LEGEND.items())
         text += "\nAvailable actions:\n" + ", ".join(ACTION_NAMES)
         return text
