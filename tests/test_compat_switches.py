@@ -8,6 +8,8 @@ items marked [compat]), each off by default.
   end-of-turn token and the next turn's start token.
 * ``compat.prompt_merge_quirk`` (spec 3.2, 5.1, 17 L30): system prompts carry the env's
   ``merge_quirk_instruction()`` (appendices of its default config) instead of ``instruction()``.
+* ``compat.retokenized_text`` (spec 5.3-5.7, 17 L1): history shows reconstructed replies and a
+  training row is the conversation rendered with the chat template and tokenised again.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _batch(rewards: list[tuple[int, float]]):
 def test_every_switch_defaults_to_the_fixed_behaviour():
     compat = RunConfig().compat
     assert compat.batch_adjust == "none" and compat.shifted_mask is False and compat.prompt_merge_quirk is False
+    assert compat.retokenized_text is False
 
 
 # ---------------------------------------------------------------- L8: batch adjustment
@@ -305,6 +308,27 @@ def test_a_separate_gradient_analysis_rollout_is_adjusted_like_a_training_batch(
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_a_separate_gradient_analysis_rollout_is_retokenized_like_a_training_batch(tmp_path, monkeypatch):
+    from ragen_core.trainer import batch as batch_module
+    from ragen_core.trainer.trainer import Trainer
+
+    built = []
+
+    def spy(trajs, *args, **kwargs):
+        out = real(trajs, *args, **kwargs)
+        built.append((kwargs.get("chat"), out))
+        return out
+
+    real = batch_module.build_batch
+    monkeypatch.setattr(batch_module, "build_batch", spy)  # the analysis imports it at call time
+    (row,) = Trainer(_run_config(tmp_path, "compat.retokenized_text=true", "grad_analysis.every=1", "grad_analysis.env_groups=3",
+                                 "grad_analysis.group_size=3")).train()
+    assert row["grad_analysis/uses_training_batch"] == 0.0 and row["grad_analysis/source_batch_size"] == 9
+    assert math.isfinite(row["actor/pg_loss"])
+    assert built and all(chat is not None and batch.engine_logprobs is None for chat, batch in built)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_delete_of_every_kept_row_is_an_empty_step_that_says_why(tmp_path, capsys):
     from ragen_core.trainer.trainer import Trainer
 
@@ -486,3 +510,147 @@ def test_the_env_kit_checks_the_merge_quirk_text(monkeypatch):
     monkeypatch.setattr(CorridorEnv, "merge_quirk_instruction", lambda self: None)
     with pytest.raises(AssertionError, match=r"merge_quirk_instruction\(\) must return str"):
         env_checks.check_instruction(name)
+
+
+# ---------------------------------------------------------------- L1: re-tokenised reply text
+
+#: Extra whitespace and a surplus action (max_actions_per_turn=1); "Jump" is no corridor action,
+#: so the next prompt carries the invalid-action warning.
+SLOPPY = "  I think.  </think>\n <answer> Jump || Left || Right </answer>"
+SLOPPY_REBUILT = "<think>I think.</think><answer>Jump</answer>"
+
+
+def _rollout(tok, retokenized: bool, context_window: str = "full", reply: str = SLOPPY):
+    from ragen_core.engines.scripted import ScriptedEngine
+    from ragen_core.interfaces.env_pool import EnvRef
+    from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
+    from ragen_core.testing.toy_env import register_toy_env
+
+    cfg = RolloutConfig(env_groups=1, group_size=2, max_turns=2, max_actions_per_turn=1, context_window=context_window,
+                        max_context_turns=None if context_window == "full" else 2, retokenized_text=retokenized)
+    engine = ScriptedEngine([reply], tok)
+    runner = RolloutRunner(EnvRef(name=register_toy_env(), config={"length": 5}), engine, tok, cfg)
+    try:
+        trajs = runner.run()
+    finally:
+        runner.close()
+    assert all(len(t.turns) == 2 for t in trajs)
+    return trajs, runner.chat, engine
+
+
+def test_retokenized_text_trains_the_reconstruction_and_the_default_the_sampled_ids(tokenizer):
+    from ragen_core.rollout.parser import parse_reply
+
+    assert parse_reply("<think>" + SLOPPY, max_actions=1).reconstructed == SLOPPY_REBUILT
+    sampled, chat, _ = _rollout(tokenizer, False)
+    exact = build_batch(sampled, PAD)
+    reply_ids = sampled[0].turns[0].response_ids
+    assert exact.input_ids[0, 1:][exact.response_mask[0] > 0].tolist() == reply_ids * 2  # as sampled, both turns
+    trajs, chat, _ = _rollout(tokenizer, True)
+    batch = build_batch(trajs, PAD, chat=chat)
+    # the reconstruction after the <think> prefix (the prompt's at generation time) and the end-of-turn token
+    assert _trained_runs(tokenizer, batch) == ["I think.</think><answer>Jump</answer><|im_end|>"] * 2
+    assert batch.engine_logprobs is None
+    last = int(batch.token_rewards[0].nonzero())  # the episode score on the last trained position
+    assert batch.response_mask[0, last] == 1 and not batch.response_mask[0, last + 1 :].any()
+
+
+def test_retokenized_rows_are_the_chat_template_rendering_of_the_reconstructed_conversation(tokenizer):
+    from ragen_core.rollout import prompts
+
+    trajs, chat, engine = _rollout(tokenizer, True)
+    traj = trajs[0]
+    messages = traj.turns[1].sample_messages
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert messages[0]["content"] == traj.system_prompt
+    assert messages[2]["content"] == messages[4]["content"] == SLOPPY_REBUILT
+    assert messages[3]["content"].startswith(prompts.reward_prefix(traj.turns[0].reward))
+    assert traj.turns[0].sample_messages == messages[:3]
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    batch = build_batch(trajs, PAD, chat=chat)
+    n = int(batch.attention_mask[0].sum())
+    assert batch.input_ids[0, :n].tolist() == tokenizer(text, add_special_tokens=False)["input_ids"]
+    # the second prompt showed the reconstruction and the warning; the training row has no warning
+    shown = tokenizer.decode(engine.calls[1][0], skip_special_tokens=False)
+    assert SLOPPY_REBUILT in shown and prompts.INVALID_WARNING in shown and SLOPPY.strip() not in shown
+    assert prompts.INVALID_WARNING not in text
+    assert shown.startswith(tokenizer.apply_chat_template(messages[:3], tokenize=False))  # the first turn, rendered anew
+
+
+def test_without_the_switch_the_history_shows_the_sampled_reply(tokenizer):
+    trajs, _, engine = _rollout(tokenizer, False)
+    shown = tokenizer.decode(engine.calls[1][0], skip_special_tokens=False)
+    assert SLOPPY in shown and SLOPPY_REBUILT not in shown
+    assert all(turn.sample_messages is None for turn in trajs[0].turns)
+
+
+def test_retokenized_text_composes_with_the_shifted_mask(tokenizer):
+    trajs, chat, _ = _rollout(tokenizer, True)
+    batch = build_batch(trajs, PAD, chat=chat, turn_start_id=turn_start_id(tokenizer))
+    assert _trained_runs(tokenizer, batch) == [f"assistant\n{SLOPPY_REBUILT}<|im_end|>\n<|im_start|>", f"assistant\n{SLOPPY_REBUILT}<|im_end|>\n"]
+    n = int(batch.attention_mask[0].sum())
+    assert int(batch.token_rewards[0].nonzero()) == n - 2  # spec 5.8: the row's last column, inside this mask
+
+
+@pytest.mark.parametrize("window", ["last-k", "single-turn"])
+def test_retokenized_turn_rows_train_their_last_reply(tokenizer, window):
+    trajs, chat, engine = _rollout(tokenizer, True, window)
+    rows = build_batch(trajs, PAD, per_turn=True, chat=chat)
+    assert len(rows) == 4 and rows.episode_ids.tolist() == [0, 0, 1, 1]
+    for row in range(4):
+        assert _trained_runs(tokenizer, rows, row) == ["I think.</think><answer>Jump</answer><|im_end|>"]
+    assert SLOPPY_REBUILT in tokenizer.decode(engine.calls[1][0], skip_special_tokens=False)
+
+
+def test_a_rollout_without_the_switch_cannot_build_retokenized_rows(tokenizer):
+    trajs, chat, _ = _rollout(tokenizer, False)
+    with pytest.raises(ValueError, match="no sample_messages: compat.retokenized_text"):
+        build_batch(trajs, PAD, chat=chat)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("extra", [[], ["compat.shifted_mask=true"], ["rollout.extra.context_window=last-k", "rollout.extra.max_context_turns=2"]])
+def test_a_run_with_retokenized_text_trains(tmp_path, extra):
+    from ragen_core.trainer.trainer import Trainer
+
+    trainer = Trainer(_run_config(tmp_path, "compat.retokenized_text=true", *extra))
+    trainer.setup()
+    assert trainer.runner.config.retokenized_text is True
+    trajs = trainer.runner.run(mode="train", sampling=trainer.train_sampling)
+    batch = trainer._build_batch(trajs)
+    assert batch.engine_logprobs is None and all(t.turns[-1].sample_messages for t in trajs)
+    trainer.shutdown()
+    (row,) = Trainer(_run_config(tmp_path, "compat.retokenized_text=true", *extra, "run_dir=" + str(tmp_path / "run2"))).train()
+    assert math.isfinite(row["actor/pg_loss"])
+
+
+def test_retokenized_text_keeps_the_warm_start_and_check_keys_while_off():
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer import warm_policy, warmstart
+
+    env = register_toy_env()
+    off, on = RunConfig(env=env), RunConfig(env=env, compat={"retokenized_text": True})
+    assert "compat" not in warm_policy.check_payload(off) and "compat" not in warmstart.cache_payload(off, shipped=None)
+    assert warm_policy.check_key(on) != warm_policy.check_key(off)
+    assert warmstart.cache_key(on, warmstart.cache_payload(on, shipped=None)) != warmstart.cache_key(off, warmstart.cache_payload(off, shipped=None))
+
+
+def test_retokenized_text_cannot_be_set_around_the_compat_section():
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.setup import rollout_config
+
+    env = register_toy_env()
+    with pytest.raises(ConfigError, match="set compat.retokenized_text instead"):
+        rollout_config(RunConfig(env=env, rollout={"extra": {"retokenized_text": True}}))
+    assert rollout_config(RunConfig(env=env, compat={"retokenized_text": True})).retokenized_text is True
+
+
+def test_warm_start_demonstrations_keep_their_sampled_ids():
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.testing.toy_env import register_toy_env
+    from ragen_core.trainer.warmstart import demonstrations
+
+    cfg = RunConfig(env=register_toy_env(), env_config={"max_turns": 2}, compat={"retokenized_text": True}, warm_start={"episodes": 2})
+    trajs = demonstrations(cfg, build_byte_tokenizer())
+    assert trajs and all(turn.sample_messages is None for t in trajs for turn in t.turns)
+    build_batch(trajs, PAD)  # the warm start's SFT rows: the sampled ids, append-only

@@ -5,7 +5,8 @@ once. Every later prompt (``full`` context mode) is the previous prompt, plus ex
 the model sampled, plus the tokens of the *template text that follows an assistant message*:
 the end-of-turn marker (only if the model did not sample it), the next user message, the
 assistant header and the generation prefix. History is never decoded and re-tokenised, so the
-context the model sees and the sequence the trainer trains on are the sampled ids (spec 17 L1).
+context the model sees and the sequence the trainer trains on are the sampled ids (spec 17 L1;
+``compat.retokenized_text`` brings the reference's re-rendered text back).
 
 The template text around an assistant message is discovered by rendering a conversation with a
 sentinel assistant message and cutting at the sentinel, so any chat template that places

@@ -85,6 +85,8 @@ class EpisodeRecord:
     """State block of every turn so far (windowed context modes re-render them)."""
     parsed: list[ParsedReply] = field(default_factory=list)
     """Parse of every reply so far (single-turn mode digests them)."""
+    sample_head: list[dict[str, str]] = field(default_factory=list)
+    """``retokenized_text``: the training messages of the current turn's prompt (no warnings)."""
     max_new_tokens: int = 0
     """Reply budget of each of its turns (set by the runner: the rollout's ``max_new_tokens``, or
     the env's ``max_tokens`` when that is smaller and ``enforce_env_max_tokens`` is on)."""

@@ -10,6 +10,9 @@ asks for the reference's shifted mask, ``compat.shifted_mask``:
 
 ``last-k`` and ``single-turn`` modes give one sample per turn (:func:`turn_samples`).
 
+A run with ``compat.retokenized_text`` trains re-rendered text instead
+(:func:`ragen_core.trainer.batch.retokenized_row`).
+
 Spans are half-open ``(start, end)`` indices into ``input_ids``; ``turn_ends[k]`` is the index
 of the last sampled token of turn ``k`` (where a per-turn reward belongs). A trajectory with no
 turns (its first prompt did not fit the context budget) yields empty lists.

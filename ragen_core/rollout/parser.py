@@ -7,7 +7,8 @@ The first such pair counts; both captures are non-greedy and may span lines. Spe
 the env's action separator, empty pieces are dropped and at most ``max_actions`` are kept.
 
 The parse result is used only to drive the environment and for reports: training uses the
-sampled token ids, never :attr:`ParsedReply.reconstructed` (spec 17 L1).
+sampled token ids, not :attr:`ParsedReply.reconstructed` (spec 17 L1), unless the run sets
+``compat.retokenized_text`` (the reference's text, in history and training).
 
 Matching is done with ``str.find`` and one anchored regex per candidate instead of a single
 ``.*?`` regex, so an adversarial reply (thousands of unclosed ``<think>`` tags) costs linear

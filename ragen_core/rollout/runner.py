@@ -17,7 +17,9 @@ Context modes:
 * ``full`` (default): one growing context per episode built by appending ids
   (:mod:`ragen_core.rollout.chat`); ``turns[k+1].prompt_ids`` starts with
   ``turns[k].prompt_ids + turns[k].response_ids``. Train on it with
-  :func:`ragen_core.rollout.layout.episode_layout`.
+  :func:`ragen_core.rollout.layout.episode_layout`. With ``retokenized_text`` (the reference's
+  text, spec 17 L1) every prompt is the conversation rendered anew, replies reconstructed, and
+  each turn records the messages it trains on (``Turn.sample_messages``).
 * ``last-k``: each turn's prompt re-renders the last ``max_context_turns`` turns (the current one
   included) as chat messages; train per turn with :func:`~ragen_core.rollout.layout.turn_samples`.
 * ``single-turn``: each prompt is ``[system, user]`` where the user message digests the last
@@ -101,6 +103,11 @@ class RolloutConfig(PluginConfig):
     """System prompts carry each env's ``merge_quirk_instruction()`` (legend, coordinate hint and
     action list of the env's default config, the reference's quirk: spec 17 L30) instead of its
     ``instruction()``. A run sets it from ``compat.prompt_merge_quirk``."""
+    retokenized_text: bool = False
+    """History shows each reply's reconstruction (:attr:`ParsedReply.reconstructed`, the reference's
+    text: spec 5.3, 17 L1) and every turn records its training messages (``Turn.sample_messages``);
+    ``full`` prompts are then rendered and tokenised anew each turn instead of appending ids. A run
+    sets it from ``compat.retokenized_text``."""
     seed_train: int = 10000
     """Base seed of training rollouts (advanced by ``env_groups`` every rollout)."""
     seed_val: int = 123
@@ -252,6 +259,7 @@ class RolloutRunner:
             self._progress(f"turn {turn_no} of a {mode} rollout")
             for ep, ids, gen, text, parsed, plan, outcome in zip(live, batch, gens, texts, parses, plans, outcomes):
                 ep.parsed.append(parsed)
+                sample = ep.sample_head + [{"role": "assistant", "content": parsed.reconstructed}] if self.config.retokenized_text else None
                 ep.traj.turns.append(
                     Turn(
                         prompt_ids=ids,
@@ -270,6 +278,7 @@ class RolloutRunner:
                         response_logprobs=list(gen.logprobs) if gen.logprobs is not None else None,
                         finish_reason=gen.finish_reason,
                         policy_version=gen.policy_version,
+                        sample_messages=sample,
                     )
                 )
                 apply_outcome(ep, plan, outcome)
@@ -355,6 +364,9 @@ class RolloutRunner:
         block = self._block(ep, turn_no, think)
         turns = ep.traj.turns
         mode = self.config.context_window
+        if mode == "full" and self.config.retokenized_text:
+            ids = self._retokenized_prompt(ep)
+            return ids if len(ids) <= budget else None
         if mode == "full":
             if not turns:
                 ids = self.chat.first_prompt(ep.traj.system_prompt, block)
@@ -369,6 +381,20 @@ class RolloutRunner:
             if len(ids) <= budget:
                 return ids
         return None
+
+    def _retokenized_prompt(self, ep: EpisodeRecord) -> list[int]:
+        """``full`` prompt with ``retokenized_text``: the whole conversation rendered with every reply
+        reconstructed (blocks as they were shown, warnings included); its training messages, without
+        warnings, go to ``ep.sample_head``."""
+        turns, blocks = ep.traj.turns, ep.blocks
+        shown = [{"role": "system", "content": ep.traj.system_prompt}]
+        for j, block in enumerate(blocks):
+            head = prompts.reward_prefix(turns[j - 1].reward) if j else ""
+            shown.append({"role": "user", "content": head + block})
+            if j < len(turns):
+                shown.append({"role": "assistant", "content": ep.parsed[j].reconstructed})
+        ep.sample_head = [{**m, "content": _strip_warning(m["content"])} if m["role"] == "user" else m for m in shown]
+        return self.chat.prompt(shown)
 
     def _windowed_prompt(self, ep: EpisodeRecord, turn_no: int, history: int, think: bool) -> list[int]:
         """Prompt for ``last-k``/``single-turn`` mode showing ``history`` earlier turns."""
@@ -390,15 +416,21 @@ class RolloutRunner:
                 think=think,
                 warn_invalid=ep.warn_invalid,
             )
+            if self.config.retokenized_text:  # trained without the warning (spec 5.2)
+                ep.sample_head = [system, {"role": "user", "content": prompts.memory_message(
+                    turn_no, ep.observation, past, actions_left=ep.actions_left, max_tokens=ep.length_hint, think=think, warn_invalid=False)}]
             return self.chat.prompt([system, {"role": "user", "content": user}])
         blocks = ep.blocks
         messages = [system]
         for j in range(first, len(turns)):
             head = prompts.reward_prefix(turns[j - 1].reward) if j > first else ""
             messages.append({"role": "user", "content": head + _strip_warning(blocks[j])})
-            messages.append({"role": "assistant", "content": turns[j].response_text})
+            reply = ep.parsed[j].reconstructed if self.config.retokenized_text else turns[j].response_text
+            messages.append({"role": "assistant", "content": reply})
         head = prompts.reward_prefix(turns[-1].reward) if history else ""
         messages.append({"role": "user", "content": head + blocks[-1]})
+        if self.config.retokenized_text:
+            ep.sample_head = messages[:-1] + [{"role": "user", "content": head + _strip_warning(blocks[-1])}]
         return self.chat.prompt(messages)
 
 

@@ -46,6 +46,11 @@ class Turn:
     info_records: list[dict[str, float]] = field(default_factory=list)
     """One record per executed action: its values of the env's declared ``info_metrics`` keys
     (a key the action's info lacked is absent)."""
+    sample_messages: list[dict[str, str]] | None = None
+    """Runs with ``compat.retokenized_text`` (spec 17 L1): the chat messages this turn trains on,
+    rendered and tokenised again by :func:`ragen_core.trainer.batch.build_batch` (system prompt,
+    user messages without the invalid-action warning, replies reconstructed, this turn's last);
+    None otherwise."""
 
 
 @dataclass

@@ -20,8 +20,9 @@ variable size, so padding can never enter group statistics.
 
 Two reference quirks come back on request (the run's ``compat`` settings, spec 17 [compat]):
 ``build_batch(turn_start_id=...)`` builds the reference's shifted mask instead of the exact one
-(L2, :func:`shifted_mask`), and :func:`adjust_batch` copies or deletes random rows to reach a
-batch multiple (L8, spec 7.3).
+(L2, :func:`shifted_mask`), :func:`adjust_batch` copies or deletes random rows to reach a
+batch multiple (L8, spec 7.3), and ``build_batch(chat=...)`` trains the turns' recorded messages,
+rendered with the chat template and tokenised again (L1, :func:`retokenized_row`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from ragen_core.rollout.types import Trajectory
 if TYPE_CHECKING:
     import numpy as np
     import torch
+
+    from ragen_core.rollout.chat import ChatTokens
 
 
 @dataclass
@@ -133,6 +136,7 @@ def build_batch(
     grouping: str = "state",
     per_turn: bool = False,
     turn_start_id: int | None = None,
+    chat: ChatTokens | None = None,
 ) -> TrainBatch:
     """Build the training tensors of a list of episodes (see the module docstring).
 
@@ -149,6 +153,11 @@ def build_batch(
             build the reference's shifted mask (:func:`shifted_mask`, ``compat.shifted_mask``)
             instead of the exact one. The batch then has no ``engine_logprobs`` (the engine
             reports none for the tokens it did not sample).
+        chat: The rollout's :class:`~ragen_core.rollout.chat.ChatTokens` (``compat.retokenized_text``):
+            each row is its turns' ``sample_messages`` rendered and tokenised again
+            (:func:`retokenized_row`) instead of the sampled ids. The batch has no
+            ``engine_logprobs`` (the tokens are not the sampled ones), and the episode score sits on
+            the row's last trained position (its last column with ``turn_start_id``, spec 5.8).
     """
     import torch
 
@@ -161,14 +170,77 @@ def build_batch(
         for i, traj in enumerate(trajectories):
             for k, (ids, spans, _ends) in enumerate(turn_samples(traj)):
                 rows.append(traj)
-                layouts.append((ids, spans))
+                layouts.append((ids, spans) if chat is None else retokenized_row(chat, _sample(traj, k), last_only=True))
                 episode.append(i)
                 turn_no.append(k)
-        batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False, turn_start_id)
+        batch = _tensors(rows, layouts, pad_token_id, [scores[e] for e in episode], turn_no, False, turn_start_id, chat is not None)
         batch.episode_ids = torch.as_tensor(episode, dtype=torch.long)
         return batch
-    layouts = [episode_layout(t)[:2] for t in trajectories]
-    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level, turn_start_id)
+    if chat is None:
+        layouts = [episode_layout(t)[:2] for t in trajectories]
+    else:
+        layouts = [retokenized_row(chat, _sample(t, len(t.turns) - 1), last_only=False) if t.turns else ([], []) for t in trajectories]
+    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level, turn_start_id, chat is not None)
+
+
+def _sample(traj: Trajectory, k: int) -> list[dict[str, str]]:
+    """Turn ``k``'s recorded training messages.
+
+    Raises:
+        ValueError: the rollout did not record them (it ran without ``retokenized_text``).
+    """
+    messages = traj.turns[k].sample_messages
+    if messages is None:
+        raise ValueError(f"turn {k} of episode env_id={traj.env_id} has no sample_messages: compat.retokenized_text trains on "
+                         "the messages a rollout with RolloutConfig.retokenized_text=true records")
+    return messages
+
+
+def retokenized_row(chat: ChatTokens, messages: list[dict[str, str]], *, last_only: bool) -> tuple[list[int], list[tuple[int, int]]]:
+    """``(input_ids, spans)`` of one ``compat.retokenized_text`` row (spec 5.7, 17 L1).
+
+    ``input_ids`` are ``messages`` rendered with the chat template (no generation prompt) and
+    tokenised once, as the reference does. Each span (half-open, one per assistant message, or
+    the last one alone with ``last_only``) covers the tokens of the reply after the generation
+    prefix (``<think>``: part of the prompt when the reply was sampled) and the end-of-turn token
+    that closes it; a token that straddles a span's edge belongs to it.
+
+    Raises:
+        ValueError: the template does not place assistant messages verbatim after the rendering of
+            the messages before them with a generation prompt (the spans cannot be found).
+    """
+    tok = chat.tokenizer
+    text = chat.render(messages, add_generation_prompt=False)
+    char_spans: list[tuple[int, int]] = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or (last_only and i != len(messages) - 1):
+            continue
+        head: str = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
+        content = message["content"]
+        start = len(head)
+        if not text.startswith(head) or text[start : start + len(content)] != content:
+            raise ValueError("compat.retokenized_text needs a chat template that renders an assistant message verbatim after the "
+                             "messages before it with their generation prompt; this tokenizer's does not: set compat.retokenized_text=false")
+        end = start + len(content)
+        if chat.generation_prefix and content.startswith(chat.generation_prefix):
+            start += len(chat.generation_prefix)
+        if chat.end_of_turn_text and text.startswith(chat.end_of_turn_text, end):
+            end += len(chat.end_of_turn_text)
+        char_spans.append((start, end))
+    if getattr(tok, "is_fast", False):
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
+    else:  # a slow tokenizer: the token count of each text prefix
+        ids = chat.encode(text)
+        offsets = []
+    spans: list[tuple[int, int]] = []
+    for lo, hi in char_spans:
+        if offsets:
+            inside = [k for k, (a, b) in enumerate(offsets) if a < hi and b > lo]
+            spans.append((inside[0], inside[-1] + 1) if inside else (0, 0))
+        else:
+            spans.append((len(chat.encode(text[:lo])), len(chat.encode(text[:hi]))))
+    return ids, spans
 
 
 def _tensors(
@@ -179,10 +251,12 @@ def _tensors(
     turn_index: list[int] | None,
     turn_level: bool,
     turn_start_id: int | None = None,
+    retokenized: bool = False,
 ) -> TrainBatch:
     """Pad the rows: ``layouts[i]`` is row ``i``'s ``(input_ids, reply spans)`` (unshifted,
     half-open); ``turn_index[i]`` the turn a per-turn row holds (None: whole episodes);
-    ``turn_start_id``: the shifted mask instead of the exact one (compat L2)."""
+    ``turn_start_id``: the shifted mask instead of the exact one (compat L2); ``retokenized``: the
+    rows are re-rendered text (compat L1), no engine log-probs, the score on the last trained position."""
     import torch
 
     n = len(trajectories)
@@ -206,7 +280,7 @@ def _tensors(
             response_mask[i, start - 1 : end - 1] = 1.0
             ends.append(end - 2)
             lps = turn.response_logprobs
-            if lps is not None and len(lps) == end - start:
+            if lps is not None and len(lps) == end - start and not retokenized:
                 engine_lp[i, start - 1 : end - 1] = torch.as_tensor(lps, dtype=torch.float32)
             else:
                 have_engine_lp = False
@@ -216,6 +290,8 @@ def _tensors(
             response_mask[i, : len(compat)] = torch.as_tensor(compat, dtype=torch.float32)
             have_engine_lp = False
         last = ends[-1] if ends else max(0, len(ids) - 2)
+        if retokenized and turn_start_id is not None:  # the row's last column, which the reference's mask trains (spec 5.8)
+            last = max(0, len(ids) - 2)
         if turn_level:
             for turn, pos in zip(traj.turns, ends):
                 token_rewards[i, pos] += float(turn.reward + turn.penalty)
@@ -230,7 +306,7 @@ def _tensors(
         episode_ids=torch.arange(n, dtype=torch.long),
         scores=row_scores(token_rewards),
         turn_ends=turn_ends,
-        engine_logprobs=engine_lp if (have_engine_lp and n > 0) else None,
+        engine_logprobs=engine_lp if (have_engine_lp and n > 0 and not retokenized) else None,
         tags=[t.tag for t in trajectories],
         env_rewards=torch.as_tensor([t.env_reward for t in trajectories], dtype=torch.float64),
     )

@@ -392,11 +392,23 @@ class CompatSection(_Section):
     coordinates, as the reference's CoordSokoban instruction does). Reaches every prompt a run
     builds: training and validation rollouts, the warm start's demonstrations and checks, and
     ``ragen eval``. ``false``: every appendix follows the env's own config."""
+    retokenized_text: bool = False
+    """Spec 5.3-5.7 / 17 L1. Keep each reply's *reconstruction* (``<think>R</think><answer>A</answer>``:
+    tags re-emitted, whitespace stripped, special strings removed, actions past
+    ``max_actions_per_turn`` cut; an unparsed reply as sampled) instead of its sampled ids: later
+    prompts show it, and a training row is the conversation rendered with the chat template
+    (invalid-action warnings left out) and tokenised again, so the trained tokens can differ from
+    the sampled ones. The mask covers each reconstructed reply after the generation prefix and the
+    end-of-turn token closing it (``shifted_mask`` on: the reference's mask over that row), the
+    episode score sits on the last trained position, the engine's log-probs go unused and old
+    log-probs come from the training model. Training rollouts, validation and ``ragen eval`` play
+    so; the warm start's demonstrations do not (they train on their sampled ids). ``false``:
+    prompts append the sampled ids, which are what trains."""
 
 
 #: ``compat`` settings that change what the model is shown (the prompts), so the warm start and
 #: the warm-policy format check depend on them (see :func:`prompt_compat_record`).
-PROMPT_COMPAT_KEYS = ("prompt_merge_quirk",)
+PROMPT_COMPAT_KEYS = ("prompt_merge_quirk", "retokenized_text")
 
 
 def prompt_compat_record(compat: CompatSection) -> dict[str, Any]:

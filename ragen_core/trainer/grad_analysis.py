@@ -302,7 +302,8 @@ def separate_batch(trainer: Any, source: AnalysisRollout, step: int) -> tuple[An
                "grad_analysis/source_batch_size": float(len(trajs)), "grad_analysis/uses_training_batch": 0.0}
     per_turn = per_turn_rows(source.runner.config)
     batch = build_batch([t for t in trajs if t.turns], trainer.pad_id, turn_level=cfg.reward.turn_level, normalization=cfg.reward.normalization,
-                        grouping=cfg.reward.grouping, per_turn=per_turn, turn_start_id=getattr(trainer, "turn_start", None))
+                        grouping=cfg.reward.grouping, per_turn=per_turn, turn_start_id=getattr(trainer, "turn_start", None),
+                        chat=source.runner.chat if cfg.compat.retokenized_text else None)
     entropies = None
     if source.filter.needs_entropies:
         entropies = mean_entropies(trainer.model, batch, cfg.optim.micro_batch_size, trainer.train_sampling.temperature)

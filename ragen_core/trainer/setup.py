@@ -108,11 +108,13 @@ def rollout_config(config: RunConfig, mode: str = "train", groups: int | None = 
         "enable_think": r.enable_think,
         "enforce_env_max_tokens": r.enforce_env_max_tokens,
         "prompt_merge_quirk": config.compat.prompt_merge_quirk,
+        "retokenized_text": config.compat.retokenized_text,
         "seed_train": config.seed,
         "seed_val": config.seed_val,
     }
-    if "prompt_merge_quirk" in r.extra:  # it would bypass the warm-start and check keys, which read compat
-        raise ConfigError("invalid config: rollout.extra.prompt_merge_quirk: set compat.prompt_merge_quirk instead")
+    for key in ("prompt_merge_quirk", "retokenized_text"):
+        if key in r.extra:  # it would bypass the warm-start and check keys (and the trainer's batch), which read compat
+            raise ConfigError(f"invalid config: rollout.extra.{key}: set compat.{key} instead")
     values.update(r.extra)
     fields = RolloutConfig.model_fields
     unknown = [k for k in r.extra if k not in fields]

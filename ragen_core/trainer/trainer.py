@@ -959,7 +959,7 @@ class Trainer(CheckpointMixin):
         cfg = self.config
         return build_batch([t for t in trajs if t.turns], self.pad_id, turn_level=cfg.reward.turn_level,
                            normalization=cfg.reward.normalization, grouping=cfg.reward.grouping, per_turn=per_turn_rows(self.runner.config),
-                           turn_start_id=self.turn_start)
+                           turn_start_id=self.turn_start, chat=self.runner.chat if cfg.compat.retokenized_text else None)
 
     def _collect(self, behaviour: Any) -> tuple[list[Any], TrainBatch]:
         """Async rollout's job (a background thread): a training rollout, its batch, and the old

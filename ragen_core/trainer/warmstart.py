@@ -732,7 +732,8 @@ def demonstrations(config: RunConfig, tokenizer: Any, *, round_no: int = 0, bala
     demo_cfg = config.model_copy(update={"seed": seed})
     if ws.max_turns is not None:
         demo_cfg = demo_cfg.model_copy(update={"rollout": config.rollout.model_copy(update={"max_turns": ws.max_turns})})
-    runner_config = rollout_config(demo_cfg, "train", groups=ws.episodes, group_size=1)
+    # demonstrations train on their sampled ids (sft builds no compat.retokenized_text rows)
+    runner_config = rollout_config(demo_cfg, "train", groups=ws.episodes, group_size=1).model_copy(update={"retokenized_text": False})
     env = with_overrides(EnvRef(name=config.env, config=dict(config.env_config), preset=config.preset), runner_config)
     legal: LegalActions = {}
     drawn: list[str] = []
