@@ -520,6 +520,13 @@ SLOPPY = "  I think.  </think>\n <answer> Jump || Left || Right </answer>"
 SLOPPY_REBUILT = "<think>I think.</think><answer>Jump</answer>"
 
 
+def _is_reply_run(run: str) -> bool:
+    """``run`` is the reconstruction after the ``<think>`` prefix, plus the end-of-turn token; a BPE
+    token straddling the prefix's end (Qwen's ``>I``) belongs to the run."""
+    tail = SLOPPY_REBUILT.removeprefix("<think>") + "<|im_end|>"
+    return run.endswith(tail) and ("<think>" + tail).endswith(run)
+
+
 def _rollout(tok, retokenized: bool, context_window: str = "full", reply: str = SLOPPY):
     from ragen_core.engines.scripted import ScriptedEngine
     from ragen_core.interfaces.env_pool import EnvRef
@@ -549,7 +556,8 @@ def test_retokenized_text_trains_the_reconstruction_and_the_default_the_sampled_
     trajs, chat, _ = _rollout(tokenizer, True)
     batch = build_batch(trajs, PAD, chat=chat)
     # the reconstruction after the <think> prefix (the prompt's at generation time) and the end-of-turn token
-    assert _trained_runs(tokenizer, batch) == ["I think.</think><answer>Jump</answer><|im_end|>"] * 2
+    runs = _trained_runs(tokenizer, batch)
+    assert len(runs) == 2 and all(_is_reply_run(run) for run in runs)
     assert batch.engine_logprobs is None
     last = int(batch.token_rewards[0].nonzero())  # the episode score on the last trained position
     assert batch.response_mask[0, last] == 1 and not batch.response_mask[0, last + 1 :].any()
@@ -598,7 +606,8 @@ def test_retokenized_turn_rows_train_their_last_reply(tokenizer, window):
     rows = build_batch(trajs, PAD, per_turn=True, chat=chat)
     assert len(rows) == 4 and rows.episode_ids.tolist() == [0, 0, 1, 1]
     for row in range(4):
-        assert _trained_runs(tokenizer, rows, row) == ["I think.</think><answer>Jump</answer><|im_end|>"]
+        (run,) = _trained_runs(tokenizer, rows, row)
+        assert _is_reply_run(run)
     assert SLOPPY_REBUILT in tokenizer.decode(engine.calls[1][0], skip_special_tokens=False)
 
 
