@@ -663,3 +663,15 @@ def test_warm_start_demonstrations_keep_their_sampled_ids():
     trajs = demonstrations(cfg, build_byte_tokenizer())
     assert trajs and all(turn.sample_messages is None for t in trajs for turn in t.turns)
     build_batch(trajs, PAD)  # the warm start's SFT rows: the sampled ids, append-only
+
+
+def test_a_slow_tokenizer_finds_the_same_reply_tokens(monkeypatch):
+    from ragen_core.models.tiny import build_byte_tokenizer
+
+    tok = build_byte_tokenizer()
+    trajs, chat, _ = _rollout(tok, True)
+    fast = build_batch(trajs, PAD, chat=chat)
+    monkeypatch.setattr(type(tok), "is_fast", property(lambda self: False))  # no offsets: token counts of text prefixes
+    slow = build_batch(trajs, PAD, chat=chat)
+    assert torch.equal(slow.input_ids, fast.input_ids) and torch.equal(slow.response_mask, fast.response_mask)
+    assert torch.equal(slow.token_rewards, fast.token_rewards)
