@@ -60,7 +60,7 @@ from typing import Any
 
 from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
-from ragen_core.hookspecs import METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
+from ragen_core.hookspecs import CORE_FAMILIES, CORE_TIMINGS, METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
 from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.rollout.chat import turn_start_id
@@ -76,18 +76,6 @@ from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
-
-#: Metric families the run logs itself (``actor/pg_loss``, ``critic/vf_loss``, ``train/success``, the filter's
-#: ``rollout/...``), some only on some steps (``val-env/`` on validation steps, ``grad_norm/`` on analysis
-#: steps, ``early_stopped/`` at a stop, none of the update's on a step the filter left empty): a plugin's
-#: metric in one is not logged, from the first step on (it was, until the run's own key first appeared).
-CORE_FAMILIES = ("actor/", "critic/", "rollout/", "train/", "val-env/", "response_length/", "grad_norm/", "grad_norm_prefilter/",
-                 "grad_analysis/", "trainer/", "warm_start/", "early_stopped/", "diverged/")
-
-#: The run's own ``timing_s/`` keys, logged on every step or only on some (``testing``, ``grad_analysis``). The
-#: family is shared: a diagnostic may time itself (``timing_s/collapse_first_turn_step``).
-CORE_TIMINGS = tuple(f"timing_s/{phase}" for phase in ("gen", "collapse_metrics", "filter", "old_log_prob", "ref", "values", "adv",
-                                                      "update_critic", "grad_analysis", "update_actor", "testing", "step", "total"))
 
 #: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
 #: process or Ray pool ends it at once; an in-process env stuck in a step never does).
