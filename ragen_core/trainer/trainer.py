@@ -354,6 +354,10 @@ class Trainer(CheckpointMixin):
         self.val_sampling = cfg.sampling.val
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.empty_streak = 0
+        self.empty_causes: list[str] = []
+        """What emptied each step of the current :attr:`empty_streak` run in this process (the filter, the env
+        pool, the keep mask, ``compat.batch_adjust=delete``), in words; ``ragen run`` names them when the run
+        stopped without an update. A resumed streak's earlier steps are not in it."""
         self.policy_version = 0
         """Actor updates so far: the version the engine samples (``Generation.policy_version``)."""
         self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience,
@@ -879,17 +883,18 @@ class Trainer(CheckpointMixin):
         metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0
         if selection.empty:
-            return self._empty_step(step, metrics, timer, t_step)
+            return self._empty_step(step, metrics, timer, t_step, cause=self._emptied_by(selection, lost))
         kept = batch.select(selection.rows)
         if cfg.compat.batch_adjust != "none":  # the reference's padding by copies or deletion (spec 7.3, 17 L8)
             divisor = batch_divisor(cfg.rollout.env_groups, cfg.optim.mini_batch_size, self.world.size)
             kept = adjust_batch(kept, divisor, cfg.compat.batch_adjust, make_rng(cfg.seed, "compat.batch_adjust", step),
                                 per_turn=per_turn_rows(self.runner.config))
             if not len(kept):  # an empty step like one the filter left empty: its streak counts towards empty_stop_steps
-                return self._empty_step(step, metrics, timer, t_step, why=(
+                return self._empty_step(step, metrics, timer, t_step, cause="compat.batch_adjust=delete removed every kept row", why=(
                     f"compat.batch_adjust=delete removed all {len(selection.rows)} kept rows (fewer than the batch multiple "
                     f"{divisor} = lcm(rollout.env_groups, optim.mini_batch_size, ranks); compat.batch_adjust=copy pads instead)"))
         self.empty_streak = 0
+        self.empty_causes = []
         metrics["rollout/empty_after_filter"] = 0.0
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
         stop = self.stopper.observe_reward_std(selection.reward_std)
@@ -961,10 +966,21 @@ class Trainer(CheckpointMixin):
                                                    self.train_sampling.temperature)[0]
         return trajs, batch
 
-    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float, why: str | None = None) -> dict[str, float]:
+    def _emptied_by(self, selection: Any, lost: set[int]) -> str:
+        """What left ``selection`` with no group, in words: the env pool (every group had a lost episode),
+        the filter, or the algorithm's keep mask (it drops a group with any dropped row)."""
+        if not selection.grouped.group_ids:
+            return "the env pool lost every group (an episode in each timed out or failed)" if lost else "the rollout had no episode to train on"
+        if not selection.result.kept_groups:
+            return f"the filter {self.config.filter!r} kept no group"
+        return f"the algorithm {self.config.algo!r}'s keep mask dropped every group the filter kept"
+
+    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float, why: str | None = None,
+                    cause: str = "the filter kept no group") -> dict[str, float]:
         """Nothing survived the filter (or ``why``: what else removed every row): no update; count the
-        streak (spec 12 rule 1) and validate."""
+        streak (spec 12 rule 1), note its ``cause`` (:attr:`empty_causes`) and validate."""
         self.empty_streak += 1
+        self.empty_causes.append(cause)
         metrics["rollout/empty_after_filter"] = 1.0
         if self.world.main:
             stop_after = self.stopper.empty_stop_steps
