@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import string
+from collections.abc import Mapping
 from typing import Any
 
 try:
@@ -63,7 +64,7 @@ class RagenGymEnv(gymnasium.Env):
         self.action_space = spaces.Text(max_length=10_000, charset=CHARSET)
         self._actions = 0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if is_int(seed):  # gymnasium's own seeding takes only a Python int: np.int64(3) raised its Error
             seed = int(seed)  # type: ignore[arg-type]
         super().reset(seed=seed)
@@ -74,14 +75,15 @@ class RagenGymEnv(gymnasium.Env):
         self._actions = 0
         return obs, {"instruction": self.inner.instruction(), "action_names": self.inner.action_names}
 
-    def _check_options(self, seed: int, options: dict[str, Any] | None) -> dict[str, Any]:
-        """``options`` when it holds only ``member`` and ``mode``, each as :meth:`ragen_core.Env.reset`
-        takes it (an unknown key was ignored, ``"2"`` and ``2.7`` were read as members 2)."""
+    def _check_options(self, seed: int, options: Mapping[str, Any] | None) -> Mapping[str, Any]:
+        """``options`` (a dict or any other mapping) when it holds only ``member`` and ``mode``, each as
+        :meth:`ragen_core.Env.reset` takes it (an unknown key was ignored, ``"2"`` and ``2.7`` were read as members 2)."""
         if options is None:
             return {}
         where = f"ragen/{self._env_name} reset"
-        if not isinstance(options, dict):
-            raise UsageError(f"{where}: options takes a dict (keys 'member', 'mode') or None, not {type(options).__name__} {options!r}")
+        if not isinstance(options, Mapping):  # a MappingProxyType or a frozen mapping is as good as a dict
+            raise UsageError(f"{where}: options takes a dict or another mapping (keys 'member', 'mode') or None, "
+                             f"not {type(options).__name__} {options!r}")
         unknown = sorted(set(options) - set(RESET_OPTIONS), key=str)
         if unknown:
             close = difflib.get_close_matches(str(unknown[0]), RESET_OPTIONS, n=1, cutoff=0.6)

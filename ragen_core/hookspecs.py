@@ -131,6 +131,26 @@ METRIC_KEY_RULE = "a metric is named 'family/metric' (e.g. 'mine/mi')"
 """What :func:`is_metric_key` asks of the keys ``ragen_on_rollout_end`` returns, in words."""
 
 
+#: Metric families the run logs itself (``actor/pg_loss``, ``critic/vf_loss``, ``train/success``, the filter's
+#: ``rollout/...``), some only on some steps (``val-env/`` on validation steps, ``grad_norm/`` on analysis
+#: steps, ``early_stopped/`` at a stop, none of the update's on a step the filter left empty): a plugin's
+#: metric in one is not logged, from the first step on (it was, until the run's own key first appeared).
+#: Here rather than in the trainer so that ``check_diagnostic`` reads them without importing torch.
+CORE_FAMILIES = ("actor/", "critic/", "rollout/", "train/", "val-env/", "response_length/", "grad_norm/", "grad_norm_prefilter/",
+                 "grad_analysis/", "trainer/", "warm_start/", "early_stopped/", "diverged/")
+
+#: The run's own ``timing_s/`` keys, logged on every step or only on some (``testing``, ``grad_analysis``). The
+#: family is shared: a diagnostic may time itself (``timing_s/collapse_first_turn_step``).
+CORE_TIMINGS = tuple(f"timing_s/{phase}" for phase in ("gen", "collapse_metrics", "filter", "old_log_prob", "ref", "values", "adv",
+                                                      "update_critic", "grad_analysis", "update_actor", "testing", "step", "total"))
+
+
+def is_core_metric(key: str) -> bool:
+    """Whether ``key`` is in one of the run's own families (:data:`CORE_FAMILIES`) or is one of its timings
+    (:data:`CORE_TIMINGS`): a plugin's metric of that name is not logged."""
+    return key.startswith(CORE_FAMILIES) or key in CORE_TIMINGS
+
+
 def is_metric_key(key: object) -> bool:
     """Whether ``key`` names a metric as the hook's dict must (:data:`METRIC_KEY_RULE`): a string
     ``family/metric``, both parts non-empty. A key without a family can clash with the run's own

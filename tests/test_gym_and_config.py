@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 import warnings
+from types import MappingProxyType
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,6 +91,8 @@ def test_gymnasium_reset_options_reach_the_env_and_unknown_ones_are_refused(toy)
         with pytest.raises(UsageError, match=rf"^ragen/{toy} reset.*{re.escape(message)}"):
             env.reset(seed=4, options=options)
     assert len(calls) == 2, "a refused reset must not reach the env"
+    env.reset(seed=4, options=MappingProxyType({"member": 1}))  # any mapping, not only a dict (it was refused)
+    assert calls[-1] == (4, {"member": 1, "mode": "train"})
 
 
 def test_gymnasium_takes_numpy_integers_as_seeds_and_actions(toy):

@@ -201,3 +201,32 @@ def test_facts_take_a_pools_dict_of_declarations_and_refuse_a_bad_mode_in_one_li
         said = str(caught.value)
         assert "\n" not in said and said.startswith("EnvFacts.info_metrics takes (key, mode) pairs or a dict of info key -> mode"), said
         assert "mean, sum, last, max, min" in said
+
+
+class MisspeltEnv(ValuesEnv):
+    """Declares 'hit' but its info says 'hits': the key was never logged, and nothing said so."""
+
+    info_metrics = {"mean_v": "mean", "hit": "sum"}
+
+    def step(self, action: str) -> StepResult:
+        result = super().step(action)
+        result.info["hits"] = result.info.pop("hit", 0)
+        return result
+
+
+def test_the_env_kit_refuses_a_declared_info_metric_no_step_reports():
+    from ragen_core import registry
+    from ragen_core.specs import EnvSpec
+    from ragen_core.testing.env_checks import ENV_CHECKS, check_info_metrics
+
+    assert ENV_CHECKS["info-metrics"] is check_info_metrics  # run by check_env and parametrize_env_checks
+    for name, factory in (("misspelt-info", f"{__name__}:MisspeltEnv"), ("values-info", VALUES)):
+        registry.register(EnvSpec(name=name, summary="declared info metrics", config_model=ValuesConfig, factory=factory))
+    try:
+        with pytest.raises(AssertionError, match=r"^env 'misspelt-info': info_metrics declares 'hit', in the info of no step of "
+                                                 r"the oracle, sample actions or an invalid reply .*'hits'"):
+            check_info_metrics("misspelt-info")
+        check_info_metrics("values-info")  # its keys are in some steps' info, not every step's
+    finally:
+        registry.unregister("env", "misspelt-info")
+        registry.unregister("env", "values-info")

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -620,6 +623,32 @@ def test_a_diagnostic_metric_named_as_a_metric_of_the_run_is_said_once_and_not_l
     assert said == [f"diagnostic 'test-odd-return' (<in-process>) returned {key!r} from ragen_on_rollout_end, a metric the run logs "
                     "itself: not logged (name it in a family of the plugin's own, e.g. 'mine/...')"
                     for key in ("actor/lr_factor", "actor/entropy", "timing_s/total")]  # once each, not every step
+
+
+def test_check_diagnostic_refuses_a_key_the_run_logs_itself_as_the_run_drops_it():
+    """The kit passed a diagnostic returning 'actor/entropy' or 'val-env/mine', keys a run never logs
+    (the run's own families and timings): it now refuses them, and a timing of the diagnostic's own passes."""
+    from ragen_core import Trajectory, Turn
+    from ragen_core.testing.plugin_checks import check_diagnostic
+
+    traj = Trajectory(env="bandit", tag="Bandit", group_id=0, member=0, seed=0, env_id=0,
+                      turns=[Turn(prompt_ids=[1], response_ids=[2], response_text="x")])
+
+    def returning(key):
+        return type("Diag", (), {"ragen_on_rollout_end": hookimpl(lambda self, trajectories, step, context: {key: 1.0})})()
+
+    for key in ("actor/entropy", "val-env/mine", "grad_norm/all/task", "timing_s/total"):
+        with pytest.raises(AssertionError, match=rf"^diagnostic metric key {re.escape(repr(key))} is one the run logs itself "):
+            check_diagnostic(returning(key), [traj], context=None)
+    assert check_diagnostic(returning("timing_s/mine_step"), [traj], context=None) == {"timing_s/mine_step": 1.0}
+
+
+def test_the_run_families_are_read_without_torch():
+    """The conformance kit reads the run's metric families from ragen_core.hookspecs, which imports no torch."""
+    code = ("import sys; from ragen_core.hookspecs import CORE_FAMILIES, CORE_TIMINGS, is_core_metric; "
+            "assert is_core_metric('actor/x') and not is_core_metric('mine/x'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False"
 
 
 def test_a_diagnostic_metric_in_a_family_the_run_logs_only_later_is_never_logged(tmp_path, capsys):

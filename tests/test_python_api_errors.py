@@ -88,6 +88,22 @@ def test_numpy_integers_are_ints_where_ints_are_taken():
     assert per_prompt_seeds(np.int64(7), 2) == per_prompt_seeds(7, 2)
 
 
+@pytest.mark.parametrize("seeds, said", [([1.7, 2], r"seeds\[0\] takes an int, not float 1\.7"),
+                                         ([1, True], r"seeds\[1\] takes an int, not bool True"),
+                                         (["12"], r"seeds\[0\] takes an int, not str '12'"),
+                                         ([2**64], r"seeds\[0\] 18446744073709551616 does not fit in 64 bits"),
+                                         (1.5, r"seeds take an int, a sequence of ints \(one per prompt\) or None, not float 1\.5")])
+def test_per_prompt_seeds_refuse_what_is_no_integer_seed(seeds, said):
+    """[1.7] was read as seed 1 (int()), and True as 1: a seed that is no int is refused in one line, as elsewhere."""
+    import numpy as np
+
+    from ragen_core.interfaces.engine import per_prompt_seeds
+
+    with pytest.raises(UsageError, match=rf"^generate's {said}"):
+        per_prompt_seeds(seeds, 1 if isinstance(seeds, list) and len(seeds) == 1 else 2)
+    assert per_prompt_seeds([np.int64(3), np.array(4)], 2) == [3, 4]
+
+
 def test_registry_calls_name_what_they_take():
     with pytest.raises(UsageError, match=r"cannot register an object: register takes a plugin spec \(EnvSpec, "):
         registry.register(object())  # type: ignore[arg-type]

@@ -186,6 +186,45 @@ def test_a_cli_run_that_stopped_without_one_update_fails_naming_the_filter(tmp_p
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]  # its metrics are kept
 
 
+def test_a_cli_run_emptied_by_batch_adjust_says_so_not_that_the_filter_kept_nothing(tmp_path, capsys):
+    """compat.batch_adjust=delete deleting every row stopped the run with "the filter 'none' kept no
+    group", though the filter kept every group."""
+    from ragen_core.cli.main import main
+    from ragen_core.testing.run_helpers import TOY_RUN, one_line_error
+
+    code = main(["run", "--env", register_toy_env(), "--run-dir", str(tmp_path / "cli"), "--no-progress", *TOY_RUN, "--steps", "5",
+                 "compat.batch_adjust=delete", "optim.mini_batch_size=8", "filter_config.empty_stop_steps=2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert one_line_error(err) == ("TrainingError: the run stopped at step 2 without a single update: compat.batch_adjust=delete "
+                                   "removed every kept row in 2 steps in a row (filter_config.empty_stop_steps)")
+    assert "hint: compat.batch_adjust=copy pads the kept rows" in err and "rollout/dropped" not in err
+
+
+def test_what_emptied_a_step_is_named_by_the_trainer_and_the_cli_summary():
+    """The env pool losing every group, or the algorithm's keep mask dropping every kept group, was said
+    as "the filter kept no group"; a streak of mixed causes (or resumed) is said cause by cause."""
+    from types import SimpleNamespace
+
+    from ragen_core.cli.run import _emptied_by, _empty_hints
+
+    trainer = SimpleNamespace(config=SimpleNamespace(filter="std", algo="dapo"))
+
+    def cause(grouped, kept_by_filter, lost=()):
+        selection = SimpleNamespace(grouped=SimpleNamespace(group_ids=grouped), result=SimpleNamespace(kept_groups=kept_by_filter))
+        return Trainer._emptied_by(trainer, selection, set(lost))
+
+    pool, filt, mask = cause([], [], lost=[0, 1]), cause([0, 0], []), cause([0, 0], [0])
+    assert pool == "the env pool lost every group (an episode in each timed out or failed)"
+    assert filt == "the filter 'std' kept no group"
+    assert mask == "the algorithm 'dapo''s keep mask dropped every group the filter kept"
+    assert cause([], []) == "the rollout had no episode to train on"
+    assert _emptied_by([pool, pool], 2) == f"{pool} in 2 steps in a row"
+    assert _emptied_by([filt, pool, filt], 3) == f"nothing trained in 3 steps in a row ({filt} in 2 steps, {pool} in 1 step)"
+    assert _emptied_by([mask], 3) == f"nothing trained in 3 steps in a row ({mask} in 1 step, 2 steps before the resume)"
+    assert [h.split(" ")[1] for h in _empty_hints([pool, mask])] == ["log", "algorithm's"]
+
+
 def test_preflight_rejects_context_too_small_before_rollout(tmp_path):
     cfg = make_config(tmp_path, "rollout.max_model_len=16", "sampling.train.max_new_tokens=10")
     trainer = Trainer(cfg)

@@ -174,6 +174,18 @@ def test_info_fields_and_episode_end():
     assert (after.reward, after.done, after.info["action_is_valid"], after.info["status"]) == (0.0, True, False, "done")
 
 
+def test_the_checker_time_is_an_info_metric_summed_over_the_episode():
+    """info['lean_time_s'] (the checker's seconds for a tactic) was in every checked step's info, and never logged."""
+    from ragen_core.interfaces.env import checked_info_metrics
+    from ragen_core.rollout.env_pool import info_record
+    from ragen_core.rollout.episodes import aggregate_info
+
+    env, _ = _env([CheckResult("ok", (UNSOLVED,), time_s=0.25), CheckResult("ok", time_s=0.5)])
+    declared = checked_info_metrics(env)
+    records = [info_record(env.step(t).info, [key for key, _ in declared], "lean", t) for t in ("subst h₀", "", "norm_num")]
+    assert aggregate_info(records, declared) == {"lean_time_s": 0.75}  # the refused tactic took no checker time
+
+
 def test_max_steps_ends_the_episode_with_its_penalty():
     env, _ = _env([CheckResult("ok", (UNSOLVED,)), CheckResult("ok", (WRONG,))], max_steps=2)
     first, second = env.step("subst h₀"), env.step("simpx")

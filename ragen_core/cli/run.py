@@ -242,12 +242,8 @@ def run(args: argparse.Namespace) -> int:
         from ragen_core.errors import TrainingError  # the run cannot learn as set: not a success ('&& ragen eval')
 
         empty = int(last.get("rollout/consecutive_empty_after_filter_steps", 0))
-        raise TrainingError(f"the run stopped at step {trainer.start_step - 1 + len(history)} without a single update: the filter "
-                            f"{config.filter!r} kept no group in {empty} step{'' if empty == 1 else 's'} in a row "
-                            "(filter_config.empty_stop_steps)",
-                            ["metrics.jsonl's rollout/dropped/* say why it dropped each group",
-                             "a variance filter drops groups whose episodes all score the same: let them differ (a higher "
-                             "sampling.train.temperature, a larger rollout.group_size, a warm start), or choose --filter none"])
+        raise TrainingError(f"the run stopped at step {trainer.start_step - 1 + len(history)} without a single update: "
+                            f"{_emptied_by(trainer.empty_causes, empty)} (filter_config.empty_stop_steps)", _empty_hints(trainer.empty_causes))
     signum = trainer.interrupted_by
     done = trainer.start_step - 1 + len(history)  # history: this call's steps, one row each
     if signum is None:
@@ -264,3 +260,38 @@ def run(args: argparse.Namespace) -> int:
         saved = f" and was saved (checkpoints/{newest[1].name})" if newest is not None and newest[0] == done else ""
         print(f"interrupted by {name} during step {done}, the last of {config.steps}: it finished{saved}, so the run finished all its steps")
     return 128 + signum
+
+
+def _emptied_by(causes: list[str], empty: int) -> str:
+    """The streak of ``empty`` steps that stopped a run, said by what emptied them (``causes``: one per step
+    of this process, :attr:`~ragen_core.trainer.trainer.Trainer.empty_causes`; a resumed streak's earlier
+    steps are said as such)."""
+    from collections import Counter
+
+    def steps(n: int) -> str:
+        return f"{n} step{'' if n == 1 else 's'}"
+
+    counts = Counter(causes[-empty:] if empty else causes)
+    unknown = max(empty - sum(counts.values()), 0)
+    if len(counts) == 1 and not unknown:
+        return f"{next(iter(counts))} in {steps(empty)} in a row"
+    parts = [f"{cause} in {steps(n)}" for cause, n in counts.items()] + ([f"{steps(unknown)} before the resume"] if unknown else [])
+    return f"nothing trained in {steps(empty)} in a row ({', '.join(parts)})"
+
+
+def _empty_hints(causes: list[str]) -> list[str]:
+    """What to do about each thing that emptied the steps (see :func:`_emptied_by`)."""
+    hints = []
+    if any(c.startswith("the filter ") for c in causes):
+        hints += ["metrics.jsonl's rollout/dropped/* say why it dropped each group",
+                  "a variance filter drops groups whose episodes all score the same: let them differ (a higher "
+                  "sampling.train.temperature, a larger rollout.group_size, a warm start), or choose --filter none"]
+    if any(c.startswith("the env pool ") for c in causes):
+        hints.append("the log above says, per step, how many episodes the env pool ended and the first error "
+                     "(rollout/env_lost_groups counts the groups): fix the env, or give its steps more time")
+    if any("keep mask" in c for c in causes):
+        hints.append("the algorithm's keep mask drops groups whose episodes all score the same (DAPO's dynamic sampling, "
+                     "rollout/dynamic_sampling_dropped): let them differ, or choose another algo")
+    if any(c.startswith("compat.batch_adjust") for c in causes):
+        hints.append("compat.batch_adjust=copy pads the kept rows instead of deleting them")
+    return hints

@@ -56,15 +56,26 @@ def per_prompt_seeds(seeds: int | Sequence[int] | None, n: int) -> list[int] | N
     expanded as ``derive_seed(base, i)`` (convenience for tests and one-off calls); None = unseeded.
 
     Raises:
-        ValueError: a sequence of the wrong length.
+        ValueError: a sequence of the wrong length; a :class:`~ragen_core.errors.UsageError` (a ValueError)
+            for ``seeds`` that is no int, sequence of ints or None, or an element that is no int or
+            does not fit in 64 bits.
     """
-    from ragen_core.seeding import derive_seed, is_int
+    from ragen_core.errors import UsageError
+    from ragen_core.seeding import check_key, derive_seed, is_int
 
     if seeds is None:
         return None
     if is_int(seeds):  # numpy's integers too: np.int64(3) was iterated and raised a bare TypeError
         return [derive_seed(int(seeds), i) for i in range(n)]  # type: ignore[arg-type]
-    out = [int(s) for s in cast("Sequence[int]", seeds)]
+    try:
+        items = list(cast("Sequence[int]", seeds))
+    except TypeError:
+        raise UsageError(f"generate's seeds take an int, a sequence of ints (one per prompt) or None, not "
+                         f"{type(seeds).__name__} {seeds!r}") from None
+    for i, s in enumerate(items):  # 1.7 was read as seed 1 (int()), True as 1
+        if not is_int(s):
+            raise UsageError(f"generate's seeds[{i}] takes an int, not {type(s).__name__} {s!r}")
+    out = [check_key(int(s), f"generate's seeds[{i}]") for i, s in enumerate(items)]
     if len(out) != n:
         raise ValueError(f"generate got {len(out)} seeds for {n} prompts (one seed per prompt)")
     return out

@@ -223,6 +223,33 @@ def check_oracle(name: str, preset: str | None = None, seeds: tuple[int, ...] = 
         env.close()
 
 
+def check_info_metrics(name: str, preset: str | None = None, seeds: tuple[int, ...] = SEEDS[:3]) -> None:
+    """Every key of :attr:`Env.info_metrics` is in the info of at least one step the kit drives (the
+    oracle's episodes, sample actions, an invalid reply): a misspelt key was never logged, saying nothing."""
+    env = _make(name, preset)
+    try:
+        declared = [key for key, _ in checked_info_metrics(env)]
+        if not declared:
+            return
+        seen: set[str] = set()
+        for seed in seeds:
+            env.reset(seed)
+            episodes = [env.oracle_actions() or [], _sample_actions(env), [GARBAGE_REPLIES[0]]]
+            for actions in episodes:
+                env.reset(seed)
+                for action in actions:
+                    result = _assert_step(name, env.step(action), action, env)
+                    seen.update(result.info)
+                    if result.done:
+                        break
+        missing = [key for key in declared if key not in seen]
+        assert not missing, (f"env {name!r}: info_metrics declares {', '.join(map(repr, missing))}, in the info of no step of the "
+                             f"oracle, sample actions or an invalid reply (seeds {', '.join(map(str, seeds))}): a misspelt key is "
+                             f"never logged; its info keys were {', '.join(map(repr, sorted(seen))) or 'none'} ({DOC})")
+    finally:
+        env.close()
+
+
 ENV_CHECKS: dict[str, Callable[..., None]] = {
     "spec": check_spec,
     "light-import": check_light_import,
@@ -233,6 +260,7 @@ ENV_CHECKS: dict[str, Callable[..., None]] = {
     "picklable": check_picklable,
     "instruction": check_instruction,
     "oracle": check_oracle,
+    "info-metrics": check_info_metrics,
 }
 
 

@@ -186,8 +186,9 @@ def check_estimator(estimator: Any, *, needs_values: bool | None = None) -> None
 
 def check_diagnostic(diagnostic: Any, trajectories: list[Any], context: Any, *, step: int = 1) -> dict[str, float]:
     """A diagnostic is a pure observer returning ``dict[str, float]`` (or None): numbers (NaN and
-    inf too: a run logs them as null) under keys named ``family/metric``, the keys a run logs."""
-    from ragen_core.hookspecs import METRIC_KEY_RULE, is_metric_key
+    inf too: a run logs them as null) under keys named ``family/metric`` outside the run's own
+    families and timings (:data:`~ragen_core.hookspecs.CORE_FAMILIES`, ``CORE_TIMINGS``): the keys a run logs."""
+    from ragen_core.hookspecs import METRIC_KEY_RULE, is_core_metric, is_metric_key
 
     before = copy.deepcopy(trajectories)
     hook = getattr(diagnostic, "ragen_on_rollout_end", None)
@@ -198,6 +199,8 @@ def check_diagnostic(diagnostic: Any, trajectories: list[Any], context: Any, *, 
     assert isinstance(metrics, dict)
     for k, v in metrics.items():
         assert is_metric_key(k), f"diagnostic metric key {k!r}: {METRIC_KEY_RULE}, as a run logs only those"
+        assert not is_core_metric(k), (f"diagnostic metric key {k!r} is one the run logs itself (its family or timing), so a run "
+                                       "does not log it: name it in a family of the diagnostic's own, e.g. 'mine/...'")
         # a number, as a run takes it (NaN or inf too: logged as null, "undefined this step")
         assert isinstance(v, (int, float)), f"diagnostic metric {k} = {v!r} is not a number"
     return metrics

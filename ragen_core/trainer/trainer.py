@@ -60,7 +60,7 @@ from typing import Any
 
 from ragen_core.config import short_repr
 from ragen_core.errors import shell_word
-from ragen_core.hookspecs import METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
+from ragen_core.hookspecs import CORE_FAMILIES, CORE_TIMINGS, METRIC_KEY_RULE, call_hook, hook_metrics, is_metric_key
 from ragen_core.interfaces.algorithm import check_agg_kwargs, check_metric_names
 from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.rollout.chat import turn_start_id
@@ -76,18 +76,6 @@ from ragen_core.trainer.metrics import EarlyStopper, episode_metrics, is_number
 from ragen_core.trainer.selection import mean_entropies, select
 from ragen_core.trainer.update import PreparedBatch, prepare, update_actor, update_critic
 from ragen_core.trainer.watchdog import Watchdog, report_pool_failures
-
-#: Metric families the run logs itself (``actor/pg_loss``, ``critic/vf_loss``, ``train/success``, the filter's
-#: ``rollout/...``), some only on some steps (``val-env/`` on validation steps, ``grad_norm/`` on analysis
-#: steps, ``early_stopped/`` at a stop, none of the update's on a step the filter left empty): a plugin's
-#: metric in one is not logged, from the first step on (it was, until the run's own key first appeared).
-CORE_FAMILIES = ("actor/", "critic/", "rollout/", "train/", "val-env/", "response_length/", "grad_norm/", "grad_norm_prefilter/",
-                 "grad_analysis/", "trainer/", "warm_start/", "early_stopped/", "diverged/")
-
-#: The run's own ``timing_s/`` keys, logged on every step or only on some (``testing``, ``grad_analysis``). The
-#: family is shared: a diagnostic may time itself (``timing_s/collapse_first_turn_step``).
-CORE_TIMINGS = tuple(f"timing_s/{phase}" for phase in ("gen", "collapse_metrics", "filter", "old_log_prob", "ref", "values", "adv",
-                                                      "update_critic", "grad_analysis", "update_actor", "testing", "step", "total"))
 
 #: Seconds an async rollout in flight is given to end once its env pool is closed under it (a
 #: process or Ray pool ends it at once; an in-process env stuck in a step never does).
@@ -366,6 +354,10 @@ class Trainer(CheckpointMixin):
         self.val_sampling = cfg.sampling.val
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.empty_streak = 0
+        self.empty_causes: list[str] = []
+        """What emptied each step of the current :attr:`empty_streak` run in this process (the filter, the env
+        pool, the keep mask, ``compat.batch_adjust=delete``), in words; ``ragen run`` names them when the run
+        stopped without an update. A resumed streak's earlier steps are not in it."""
         self.policy_version = 0
         """Actor updates so far: the version the engine samples (``Generation.policy_version``)."""
         self.stopper = EarlyStopper(cfg.early_stop.reward_variance_collapse, cfg.early_stop.low_val_success, cfg.early_stop.low_val_success_patience,
@@ -891,17 +883,18 @@ class Trainer(CheckpointMixin):
         metrics.update(selection.metrics)
         metrics["train/rollout_attempts"] = 1.0
         if selection.empty:
-            return self._empty_step(step, metrics, timer, t_step)
+            return self._empty_step(step, metrics, timer, t_step, cause=self._emptied_by(selection, lost))
         kept = batch.select(selection.rows)
         if cfg.compat.batch_adjust != "none":  # the reference's padding by copies or deletion (spec 7.3, 17 L8)
             divisor = batch_divisor(cfg.rollout.env_groups, cfg.optim.mini_batch_size, self.world.size)
             kept = adjust_batch(kept, divisor, cfg.compat.batch_adjust, make_rng(cfg.seed, "compat.batch_adjust", step),
                                 per_turn=per_turn_rows(self.runner.config))
             if not len(kept):  # an empty step like one the filter left empty: its streak counts towards empty_stop_steps
-                return self._empty_step(step, metrics, timer, t_step, why=(
+                return self._empty_step(step, metrics, timer, t_step, cause="compat.batch_adjust=delete removed every kept row", why=(
                     f"compat.batch_adjust=delete removed all {len(selection.rows)} kept rows (fewer than the batch multiple "
                     f"{divisor} = lcm(rollout.env_groups, optim.mini_batch_size, ranks); compat.batch_adjust=copy pads instead)"))
         self.empty_streak = 0
+        self.empty_causes = []
         metrics["rollout/empty_after_filter"] = 0.0
         metrics["rollout/consecutive_empty_after_filter_steps"] = 0.0
         stop = self.stopper.observe_reward_std(selection.reward_std)
@@ -973,10 +966,21 @@ class Trainer(CheckpointMixin):
                                                    self.train_sampling.temperature)[0]
         return trajs, batch
 
-    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float, why: str | None = None) -> dict[str, float]:
+    def _emptied_by(self, selection: Any, lost: set[int]) -> str:
+        """What left ``selection`` with no group, in words: the env pool (every group had a lost episode),
+        the filter, or the algorithm's keep mask (it drops a group with any dropped row)."""
+        if not selection.grouped.group_ids:
+            return "the env pool lost every group (an episode in each timed out or failed)" if lost else "the rollout had no episode to train on"
+        if not selection.result.kept_groups:
+            return f"the filter {self.config.filter!r} kept no group"
+        return f"the algorithm {self.config.algo!r}'s keep mask dropped every group the filter kept"
+
+    def _empty_step(self, step: int, metrics: dict[str, float], timer: _Timer, t_step: float, why: str | None = None,
+                    cause: str = "the filter kept no group") -> dict[str, float]:
         """Nothing survived the filter (or ``why``: what else removed every row): no update; count the
-        streak (spec 12 rule 1) and validate."""
+        streak (spec 12 rule 1), note its ``cause`` (:attr:`empty_causes`) and validate."""
         self.empty_streak += 1
+        self.empty_causes.append(cause)
         metrics["rollout/empty_after_filter"] = 1.0
         if self.world.main:
             stop_after = self.stopper.empty_stop_steps

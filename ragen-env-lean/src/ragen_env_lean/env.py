@@ -23,7 +23,7 @@ Per step (one tactic), with the reward table of the config:
 
 ``info``: ``success``, ``action_is_valid`` = ``action_is_effective`` = accepted, ``status``
 (``ok``, ``timeout``, ``server_error``, ``repl_error``, ``refused``), ``messages`` (Lean's, as
-dicts), ``lean_time_s``.
+dicts), ``lean_time_s`` (the checker's seconds; an info metric, summed over the episode).
 
 The env never guesses: constructing it without a configured checker (or with a ``server_url``
 where nothing answers) raises the same one-line :class:`~ragen_core.errors.ConfigError` as the
@@ -60,6 +60,7 @@ class LeanEnv(Env):
 
     config_class = LeanConfig
     config: LeanConfig
+    info_metrics = {"lean_time_s": "sum"}  # the checker's seconds over an episode's tactics
 
     def __init__(self, config: LeanConfig | None = None, **overrides: Any) -> None:
         super().__init__(config, **overrides)
