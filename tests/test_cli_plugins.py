@@ -549,3 +549,38 @@ def test_plugins_check_strict_builds_the_plugins_whose_building_is_cheap(tmp_pat
                                                                 "walkplug:BrokenFilter: RuntimeError: walkfilter cannot be built")
     assert "FAILED    PluginError: algorithm 'walkzero' (ragen-walk 0.0.1): its agg_kwargs give norm_constant=0.0" in rows["walkzero"]
     assert " ok " in rows["grpo"]  # an installed algorithm, built
+
+
+class InfoEnv:
+    """An env class for ``plugins show``: only its declared info metrics are read."""
+
+    info_metrics = {"hit": "mean", "score": "last"}
+
+
+class PlainEnv:
+    pass
+
+
+def test_plugins_show_env_names_its_info_metrics(capsys):
+    """`plugins show env NAME` said nothing of the info metrics a run logs for the env (train/TAG/info/KEY),
+    so a user learnt them only from the code (helper-114's walk)."""
+    from ragen_core import registry
+    from ragen_core.cli.main import main
+    from ragen_core.specs import EnvSpec
+
+    specs = [EnvSpec(name="test-info-env", summary="declares two", factory=f"{__name__}:InfoEnv"),
+             EnvSpec(name="test-plain-env", summary="declares none", factory=f"{__name__}:PlainEnv")]
+    for spec in specs:
+        registry.register(spec)
+    try:
+        assert main(["plugins", "show", "env", "test-info-env"]) == 0
+        info = capsys.readouterr().out
+        assert main(["plugins", "show", "env", "test-plain-env"]) == 0
+        plain = capsys.readouterr().out
+    finally:
+        for spec in specs:
+            registry.unregister("env", spec.name)
+    notes = [line for line in info.split("\nconfig fields:")[0].splitlines() if line.startswith("info metrics")]
+    assert notes == ["info metrics: hit (mean), score (last): logged as train/TAG/info/KEY, TAG the run's preset or else "
+                     "test-info-env (val-env/TAG/info/KEY in validation, info/KEY in ragen eval)"]
+    assert "info metrics: none" in plain.split("\nconfig fields:")[0]

@@ -9,7 +9,7 @@ is a failure too (``ragen run`` would refuse it). Any failure exits 1. ``--stric
 the env's own dependencies), and builds the estimators, algorithms, filters and diagnostics with
 their default settings (:data:`BUILT_BY_STRICT`), for CI. ``ragen plugins show KIND NAME`` prints a plugin's config fields
 (and of an algorithm, built with its default settings, whether it has a ``token_loss`` of its own and which metrics of its
-own it logs).
+own it logs; of an env, the info metrics a run logs for it).
 """
 
 from __future__ import annotations
@@ -437,6 +437,9 @@ def show_plugin(args: argparse.Namespace) -> int:
             print(line)
     if spec.kind == "filter":
         print(filter_signal_note())
+    if spec.kind == "env":
+        for line in env_notes(spec):
+            print(line)
     if not spec.config_model.model_fields:  # an empty FIELD/TYPE/DEFAULT/DESCRIPTION table said nothing
         print(f"\nconfig fields: none ({spec.kind} {spec.name} takes no settings)")
         return 0
@@ -478,6 +481,24 @@ def algorithm_notes(entry: Any) -> list[str]:
     if names:
         notes.append(f"metrics of its own: {', '.join(f'actor/algo/{n}' for n in names)}")
     return notes
+
+
+def env_notes(spec: Any) -> list[str]:
+    """What ``plugins show`` says of an env besides its settings: the info metrics a run logs for it
+    (its class's ``info_metrics``, read from the class without building an env). Nothing when the
+    class cannot be imported (a run says why)."""
+    from ragen_core.errors import RagenError
+    from ragen_core.interfaces.env import checked_info_metrics
+
+    try:
+        declared = checked_info_metrics(spec.load_factory())
+    except (ImportError, AttributeError, RagenError):
+        return []
+    if not declared:
+        return ["info metrics: none (the env declares no info_metrics)"]
+    keys = ", ".join(f"{key} ({mode})" for key, mode in declared)
+    return [f"info metrics: {keys}: logged as train/TAG/info/KEY, TAG the run's preset or else {spec.name} "
+            "(val-env/TAG/info/KEY in validation, info/KEY in ragen eval)"]
 
 
 #: Terminal width from which ``ragen plugins show`` prints settings as a table: the width alone

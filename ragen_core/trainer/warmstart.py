@@ -61,7 +61,7 @@ from typing import Any
 
 from ragen_core.errors import ConfigError
 from ragen_core.interfaces.engine import Engine, Generation, SamplingParams
-from ragen_core.interfaces.env import Env, StepResult
+from ragen_core.interfaces.env import Env, EnvConfig, StepResult
 from ragen_core.seeding import derive_seed, make_rng
 from ragen_core.trainer.config import RunConfig, prompt_compat_record, rollout_record
 
@@ -278,6 +278,32 @@ def cache_folder(config: RunConfig) -> Path:
     return cache_root(config) / cache_key(config)
 
 
+def enforced_budget_note(config: RunConfig) -> str | None:
+    """Why the prompts differ from those shipped warm policies were built on, when
+    ``rollout.enforce_env_max_tokens`` makes them state a smaller reply budget than the env's
+    ``max_tokens`` ("Max response length: N"), the env's (or preset's) default one, which shipped
+    policies saw; ``None`` otherwise (the flag off, the budgets not smaller, a ``max_tokens`` of the
+    user's own, with which the prompts differ from the shipped policy's in any case)."""
+    if not config.rollout.enforce_env_max_tokens:
+        return None
+    from ragen_core import registry
+
+    def max_tokens(values: dict[str, Any]) -> int:
+        made = registry.make_config("env", config.env, values, preset=config.preset)
+        return int(made.max_tokens) if isinstance(made, EnvConfig) else 0
+
+    stated = max_tokens(dict(config.env_config))
+    if not stated or stated != max_tokens({}):
+        return None  # a max_tokens of the user's own: the prompts differ from the shipped policy's anyway
+    low = [m for m in ("train", "val") if getattr(config.sampling, m).max_new_tokens < stated]
+    if not low:
+        return None
+    named = " and ".join(f"sampling.{m}.max_new_tokens={getattr(config.sampling, m).max_new_tokens}" for m in low)
+    return (f"rollout.enforce_env_max_tokens=true: the prompts state {named} as the reply budget, not "
+            f"env_config.max_tokens={stated} as the shipped warm policy's prompts did; to keep its prompts, raise "
+            f"{' and '.join(f'sampling.{m}.max_new_tokens' for m in low)} to {stated}")
+
+
 def has_random_actions(config: RunConfig) -> bool:
     """True when the env exposes legal actions (``action_names`` or an overridden ``random_action``)."""
     from ragen_core import registry
@@ -356,6 +382,9 @@ def warm_start(config: RunConfig, model: Any, tokenizer: Any, *, device: str = "
         if check is not None and verbose:
             print(f"warm start: the shipped warm policy {shipped.folder.name!r} writes {check.valid_rate:.3f} valid replies on these env settings "
                   f"(target {ws.target_valid_rate:.2f})" + ("" if check.valid_rate >= ws.target_valid_rate else "; training it further"))
+            note = enforced_budget_note(config)
+            if note and check.valid_rate < ws.target_valid_rate:
+                print(f"warm start: {note}")
         if check is not None and check.valid_rate >= ws.target_valid_rate:
             meta = {**base, "valid_rate": check.valid_rate, "reached_target": True, "measured": "checked by this run",
                     "history": [{"round": 0, "valid_rate": check.valid_rate, "seconds": round(time.time() - t0, 1),
