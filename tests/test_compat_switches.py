@@ -592,6 +592,14 @@ def test_without_the_switch_the_history_shows_the_sampled_reply(tokenizer):
     assert all(turn.sample_messages is None for turn in trajs[0].turns)
 
 
+def test_saved_rollouts_carry_sample_messages_only_with_the_switch(tokenizer):
+    sampled, _, _ = _rollout(tokenizer, False)
+    assert all("sample_messages" not in turn for turn in sampled[0].to_dict()["turns"])  # rollout files as before the switch
+    trajs, _, _ = _rollout(tokenizer, True)
+    saved = trajs[0].to_dict()["turns"]
+    assert [turn["sample_messages"] for turn in saved] == [turn.sample_messages for turn in trajs[0].turns]
+
+
 def test_retokenized_text_composes_with_the_shifted_mask(tokenizer):
     trajs, chat, _ = _rollout(tokenizer, True)
     batch = build_batch(trajs, PAD, chat=chat, turn_start_id=turn_start_id(tokenizer))
