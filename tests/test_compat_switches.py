@@ -641,6 +641,35 @@ def test_a_run_with_retokenized_text_trains(tmp_path, extra):
     assert math.isfinite(row["actor/pg_loss"])
 
 
+PAST_THINK_DROPPED = (  # a template that shows earlier replies without their reasoning, as Qwen3's does
+    "{%- for message in messages %}{%- set content = message['content'] %}"
+    "{%- if message['role'] == 'assistant' and not loop.last %}{%- set content = content.split('</think>')[-1] %}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>' + '\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_run_refuses_a_template_retokenized_text_cannot_use_before_it_starts(tmp_path, monkeypatch):
+    from ragen_core.trainer import setup
+    from ragen_core.trainer.trainer import Trainer
+
+    load = setup.load_policy
+
+    def load_policy(*args, **kwargs):
+        model, tok = load(*args, **kwargs)
+        tok.chat_template = PAST_THINK_DROPPED
+        return model, tok
+
+    monkeypatch.setattr(setup, "load_policy", load_policy)
+    with pytest.raises(ConfigError, match=r"^compat\.retokenized_text needs a chat template .*set compat\.retokenized_text=false$"):
+        Trainer(_run_config(tmp_path, "compat.retokenized_text=true")).setup()
+    assert not (tmp_path / "run").exists()  # refused before it wrote anything
+    trainer = Trainer(_run_config(tmp_path, "run_dir=" + str(tmp_path / "run2")))
+    trainer.setup()  # the switch off: the template is fine
+    trainer.close()
+
+
 def test_retokenized_text_keeps_the_warm_start_and_check_keys_while_off():
     from ragen_core.testing.toy_env import register_toy_env
     from ragen_core.trainer import warm_policy, warmstart
