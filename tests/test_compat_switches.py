@@ -649,6 +649,28 @@ PAST_THINK_DROPPED = (  # a template that shows earlier replies without their re
 )
 
 
+TRIMMED = (  # a template that trims message contents, as Llama 3's does
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_template_that_trims_replies_trains_the_trimmed_text():
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.trainer.batch import retokenized_row
+
+    tok = build_byte_tokenizer()
+    tok.chat_template = TRIMMED
+    chat = ChatTokens(tok, "<think>")
+    cut = "<think>a reply cut at the length limit \n"  # unparsed: kept as sampled, trailing whitespace included
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": cut},
+                {"role": "user", "content": "v"}, {"role": "assistant", "content": "<think>x</think><answer>y</answer>"}]
+    ids, spans = retokenized_row(chat, messages, last_only=False)
+    assert ids == tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    trained = [tok.decode(ids[a:b], skip_special_tokens=False) for a, b in spans]
+    assert trained == ["a reply cut at the length limit<|im_end|>", "x</think><answer>y</answer><|im_end|>"]
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_run_refuses_a_template_retokenized_text_cannot_use_before_it_starts(tmp_path, monkeypatch):
     from ragen_core.trainer import setup

@@ -216,12 +216,13 @@ def retokenized_row(chat: ChatTokens, messages: list[dict[str, str]], *, last_on
 
     ``input_ids`` are ``messages`` rendered with the chat template (no generation prompt) and
     tokenised once, as the reference does. Each span (half-open, one per assistant message, or
-    the last one alone with ``last_only``) covers the tokens of the reply after the generation
+    the last one alone with ``last_only``) covers the tokens of the reply (as the template renders
+    it: verbatim, or with surrounding whitespace trimmed) after the generation
     prefix (``<think>``: part of the prompt when the reply was sampled) and the end-of-turn token
     that closes it; a token that straddles a span's edge belongs to it.
 
     Raises:
-        ConfigError: the template does not place assistant messages verbatim after the rendering of
+        ConfigError: the template does not place assistant messages verbatim (or trimmed) after the rendering of
             the messages before them with a generation prompt (the spans cannot be found).
     """
     tok = chat.tokenizer
@@ -231,9 +232,9 @@ def retokenized_row(chat: ChatTokens, messages: list[dict[str, str]], *, last_on
         if message["role"] != "assistant" or (last_only and i != len(messages) - 1):
             continue
         head: str = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-        content = message["content"]
-        start = len(head)
-        if not text.startswith(head) or text[start : start + len(content)] != content:
+        start = len(head)  # the reply as rendered: verbatim, or trimmed (Llama 3's template trims contents)
+        content = next((c for c in (message["content"], message["content"].strip()) if text.startswith(c, start)), None)
+        if not text.startswith(head) or content is None:
             from ragen_core.errors import ConfigError
 
             raise ConfigError("compat.retokenized_text needs a chat template that renders an assistant message verbatim after the "
