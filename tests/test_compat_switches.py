@@ -592,6 +592,14 @@ def test_without_the_switch_the_history_shows_the_sampled_reply(tokenizer):
     assert all(turn.sample_messages is None for turn in trajs[0].turns)
 
 
+def test_saved_rollouts_carry_sample_messages_only_with_the_switch(tokenizer):
+    sampled, _, _ = _rollout(tokenizer, False)
+    assert all("sample_messages" not in turn for turn in sampled[0].to_dict()["turns"])  # rollout files as before the switch
+    trajs, _, _ = _rollout(tokenizer, True)
+    saved = trajs[0].to_dict()["turns"]
+    assert [turn["sample_messages"] for turn in saved] == [turn.sample_messages for turn in trajs[0].turns]
+
+
 def test_retokenized_text_composes_with_the_shifted_mask(tokenizer):
     trajs, chat, _ = _rollout(tokenizer, True)
     batch = build_batch(trajs, PAD, chat=chat, turn_start_id=turn_start_id(tokenizer))
@@ -631,6 +639,57 @@ def test_a_run_with_retokenized_text_trains(tmp_path, extra):
     trainer.shutdown()
     (row,) = Trainer(_run_config(tmp_path, "compat.retokenized_text=true", *extra, "run_dir=" + str(tmp_path / "run2"))).train()
     assert math.isfinite(row["actor/pg_loss"])
+
+
+PAST_THINK_DROPPED = (  # a template that shows earlier replies without their reasoning, as Qwen3's does
+    "{%- for message in messages %}{%- set content = message['content'] %}"
+    "{%- if message['role'] == 'assistant' and not loop.last %}{%- set content = content.split('</think>')[-1] %}{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>' + '\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+TRIMMED = (  # a template that trims message contents, as Llama 3's does
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_template_that_trims_replies_trains_the_trimmed_text():
+    from ragen_core.models.tiny import build_byte_tokenizer
+    from ragen_core.trainer.batch import retokenized_row
+
+    tok = build_byte_tokenizer()
+    tok.chat_template = TRIMMED
+    chat = ChatTokens(tok, "<think>")
+    cut = "<think>a reply cut at the length limit \n"  # unparsed: kept as sampled, trailing whitespace included
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": cut},
+                {"role": "user", "content": "v"}, {"role": "assistant", "content": "<think>x</think><answer>y</answer>"}]
+    ids, spans = retokenized_row(chat, messages, last_only=False)
+    assert ids == tok(tok.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    trained = [tok.decode(ids[a:b], skip_special_tokens=False) for a, b in spans]
+    assert trained == ["a reply cut at the length limit<|im_end|>", "x</think><answer>y</answer><|im_end|>"]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_run_refuses_a_template_retokenized_text_cannot_use_before_it_starts(tmp_path, monkeypatch):
+    from ragen_core.trainer import setup
+    from ragen_core.trainer.trainer import Trainer
+
+    load = setup.load_policy
+
+    def load_policy(*args, **kwargs):
+        model, tok = load(*args, **kwargs)
+        tok.chat_template = PAST_THINK_DROPPED
+        return model, tok
+
+    monkeypatch.setattr(setup, "load_policy", load_policy)
+    with pytest.raises(ConfigError, match=r"^compat\.retokenized_text needs a chat template .*set compat\.retokenized_text=false$"):
+        Trainer(_run_config(tmp_path, "compat.retokenized_text=true")).setup()
+    assert not (tmp_path / "run").exists()  # refused before it wrote anything
+    trainer = Trainer(_run_config(tmp_path, "run_dir=" + str(tmp_path / "run2")))
+    trainer.setup()  # the switch off: the template is fine
+    trainer.close()
 
 
 def test_retokenized_text_keeps_the_warm_start_and_check_keys_while_off():

@@ -102,5 +102,8 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        for turn in data["turns"]:  # recorded by compat.retokenized_text runs only: other rollout files keep their keys
+            if turn["sample_messages"] is None:
+                del turn["sample_messages"]
         data.update(total_reward=self.total_reward, env_reward=self.env_reward, penalty=self.penalty)
         return data

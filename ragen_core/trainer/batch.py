@@ -196,17 +196,33 @@ def _sample(traj: Trajectory, k: int) -> list[dict[str, str]]:
     return messages
 
 
+def check_retokenized_template(tokenizer: Any) -> None:
+    """Refuse, before a run starts, a chat template :func:`retokenized_row` cannot find replies in
+    (one that rewrites earlier assistant messages, as templates that drop past reasoning do).
+
+    Raises:
+        ConfigError: the template does not render assistant messages verbatim (one line).
+    """
+    from ragen_core.rollout.chat import ChatTokens
+
+    reply = "<think>a</think><answer>b</answer>"
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": reply},
+                {"role": "user", "content": "v"}, {"role": "assistant", "content": reply}]
+    retokenized_row(ChatTokens(tokenizer), messages, last_only=False)
+
+
 def retokenized_row(chat: ChatTokens, messages: list[dict[str, str]], *, last_only: bool) -> tuple[list[int], list[tuple[int, int]]]:
     """``(input_ids, spans)`` of one ``compat.retokenized_text`` row (spec 5.7, 17 L1).
 
     ``input_ids`` are ``messages`` rendered with the chat template (no generation prompt) and
     tokenised once, as the reference does. Each span (half-open, one per assistant message, or
-    the last one alone with ``last_only``) covers the tokens of the reply after the generation
+    the last one alone with ``last_only``) covers the tokens of the reply (as the template renders
+    it: verbatim, or with surrounding whitespace trimmed) after the generation
     prefix (``<think>``: part of the prompt when the reply was sampled) and the end-of-turn token
     that closes it; a token that straddles a span's edge belongs to it.
 
     Raises:
-        ValueError: the template does not place assistant messages verbatim after the rendering of
+        ConfigError: the template does not place assistant messages verbatim (or trimmed) after the rendering of
             the messages before them with a generation prompt (the spans cannot be found).
     """
     tok = chat.tokenizer
@@ -216,10 +232,12 @@ def retokenized_row(chat: ChatTokens, messages: list[dict[str, str]], *, last_on
         if message["role"] != "assistant" or (last_only and i != len(messages) - 1):
             continue
         head: str = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True)
-        content = message["content"]
-        start = len(head)
-        if not text.startswith(head) or text[start : start + len(content)] != content:
-            raise ValueError("compat.retokenized_text needs a chat template that renders an assistant message verbatim after the "
+        start = len(head)  # the reply as rendered: verbatim, or trimmed (Llama 3's template trims contents)
+        content = next((c for c in (message["content"], message["content"].strip()) if text.startswith(c, start)), None)
+        if not text.startswith(head) or content is None:
+            from ragen_core.errors import ConfigError
+
+            raise ConfigError("compat.retokenized_text needs a chat template that renders an assistant message verbatim after the "
                              "messages before it with their generation prompt; this tokenizer's does not: set compat.retokenized_text=false")
         end = start + len(content)
         if chat.generation_prefix and content.startswith(chat.generation_prefix):

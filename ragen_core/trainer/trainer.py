@@ -66,7 +66,7 @@ from ragen_core.interfaces.env_pool import LOST_END_REASONS
 from ragen_core.rollout.chat import turn_start_id
 from ragen_core.seeding import make_rng
 from ragen_core.trainer.async_rollout import AsyncRollout, PolicyCopy, policy_lag
-from ragen_core.trainer.batch import TrainBatch, adjust_batch, batch_divisor, build_batch, per_turn_rows
+from ragen_core.trainer.batch import TrainBatch, adjust_batch, batch_divisor, build_batch, check_retokenized_template, per_turn_rows
 from ragen_core.trainer.checkpoint import STATE_FILE, CheckpointMixin
 from ragen_core.trainer.config import RunConfig, check_plugin_configs, check_run_available, run_warnings
 from ragen_core.trainer.context import TrainContext
@@ -292,6 +292,8 @@ class Trainer(CheckpointMixin):
                      lora=lora)
         self.turn_start: int | None = turn_start_id(self.tokenizer) if cfg.compat.shifted_mask else None
         """The chat template's turn-start token with ``compat.shifted_mask`` (the reference's mask), else None."""
+        if cfg.compat.retokenized_text:  # a template it cannot use fails now, not at the first batch
+            check_retokenized_template(self.tokenizer)
         self.warm_start_meta: dict[str, Any] = {}
         """The warm start's record (``valid_rate``, rounds, ...) when this run made or loaded one."""
         if ckpt is None and self._warm_start_enabled() and world.main:  # the other ranks receive its weights below
