@@ -625,6 +625,76 @@ def test_a_rollout_without_the_switch_cannot_build_retokenized_rows(tokenizer):
         build_batch(trajs, PAD, chat=chat)
 
 
+def _three_turns(tok, retokenized: bool, max_model_len: int):
+    """One corridor episode of three ``SLOPPY`` turns (no valid action: it never ends early)."""
+    from ragen_core.engines.scripted import ScriptedEngine
+    from ragen_core.interfaces.engine import SamplingParams
+    from ragen_core.interfaces.env_pool import EnvRef
+    from ragen_core.rollout.runner import RolloutConfig, RolloutRunner
+    from ragen_core.testing.toy_env import register_toy_env
+
+    cfg = RolloutConfig(env_groups=1, group_size=1, max_turns=3, max_actions_per_turn=1, retokenized_text=retokenized,
+                        max_model_len=max_model_len)
+    engine = ScriptedEngine([SLOPPY], tok)
+    runner = RolloutRunner(EnvRef(name=register_toy_env(), config={"length": 5}), engine, tok, cfg)
+    try:
+        (traj,) = runner.run(sampling=SamplingParams(max_new_tokens=48))
+    finally:
+        runner.close()
+    return traj, runner.chat, engine
+
+
+def test_retokenized_text_drops_the_oldest_turns_to_fit_max_model_len(tokenizer):
+    """Spec 5.6: a prompt too long loses its oldest (user, assistant, user-with-``Reward``) triple,
+    the system message kept; the training row is cut to ``max_model_len`` apart from the prompt."""
+    whole, chat, big = _three_turns(tokenizer, True, 100_000)
+    lengths = [len(call[0]) for call in big.calls]
+    full_row = tokenizer.apply_chat_template(whole.turns[2].sample_messages, tokenize=False)
+    limit = len(tokenizer(full_row, add_special_tokens=False)["input_ids"]) - 1  # the third turn's row misses by one token
+    assert lengths[1] + 48 <= limit < lengths[2] + 48  # the second prompt fits with a 48-token reply, the third does not
+
+    traj, chat, engine = _three_turns(tokenizer, True, limit)
+    assert len(traj.turns) == 3 and traj.end_reason == "max_turns"
+    assert engine.calls[1][0] == big.calls[1][0]  # the second prompt fitted whole
+    shown = tokenizer.decode(big.calls[2][0], skip_special_tokens=False)
+    second_reply = shown.index("<|im_start|>assistant\n", shown.index("<|im_start|>assistant\n") + 1)
+    head = tokenizer.apply_chat_template(whole.turns[2].sample_messages[:1], tokenize=False)
+    expected = head + shown[second_reply:]  # turn 1's state, its reply and turn 2's reward-and-state message dropped
+    assert tokenizer.decode(engine.calls[2][0], skip_special_tokens=False) == expected
+    assert engine.calls[2][0] == tokenizer(expected, add_special_tokens=False)["input_ids"]
+    # the training messages: the second turn's row fits, the third loses the same triple
+    full = whole.turns[2].sample_messages
+    assert traj.turns[1].sample_messages == whole.turns[1].sample_messages
+    assert traj.turns[2].sample_messages == full[:1] + full[4:]
+    batch = build_batch([traj], PAD, chat=chat, turn_level=True)
+    assert len(_trained_runs(tokenizer, batch)) == 2 and len(batch.turn_ends[0]) == 2
+    assert int(batch.attention_mask[0].sum()) <= limit
+
+    plain, _, _ = _three_turns(tokenizer, False, limit)  # the default ends the episode instead (spec 17 L3)
+    assert len(plain.turns) == 2 and plain.end_reason == "context_length"
+
+
+def test_retokenized_turn_rewards_sit_on_the_newline_after_each_end_of_turn(tokenizer):
+    """Spec 5.8 ``use_turn_scores``: with the reference's mask each turn's reward is on the
+    prediction of the newline that follows its ``<|im_end|>``; the exact mask keeps it on the
+    ``<|im_end|>`` prediction, the newline's column being untrained there."""
+    trajs, chat, _ = _rollout(tokenizer, True)
+    eot = chat.end_of_turn_id
+    newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
+    for start_id in (turn_start_id(tokenizer), None):
+        batch = build_batch(trajs, PAD, chat=chat, turn_level=True, turn_start_id=start_id)
+        for row, traj in enumerate(trajs):
+            ids = batch.input_ids[row].tolist()
+            reply_ends = [p for p, t in enumerate(ids) if t == eot][2::2]  # system, user, assistant, user, assistant
+            assert len(reply_ends) == 2
+            cols = [p if start_id is not None else p - 1 for p in reply_ends]
+            assert batch.token_rewards[row].nonzero().flatten().tolist() == cols
+            assert batch.token_rewards[row, cols].tolist() == pytest.approx([t.reward + t.penalty for t in traj.turns])
+            assert all(batch.response_mask[row, c] == 1 for c in cols)
+            if start_id is not None:
+                assert all(ids[c + 1 : c + 1 + len(newline)] == newline for c in cols)
+
+
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("extra", [[], ["compat.shifted_mask=true"], ["rollout.extra.context_window=last-k", "rollout.extra.max_context_turns=2"]])
 def test_a_run_with_retokenized_text_trains(tmp_path, extra):

@@ -68,6 +68,31 @@ class ChatTokens:
         """Ids of an arbitrary message list + assistant header + generation prefix."""
         return self.encode(self.render(messages))
 
+    def truncate_history(self, messages: list[dict[str, str]], limit: int, *, add_generation_prompt: bool) -> tuple[list[dict[str, str]], list[int]]:
+        """``(kept, ids)``: ``messages`` with their oldest turns dropped until their rendering
+        fits in ``limit`` tokens, and the ids of that rendering: the reference's history
+        truncation (spec 5.6; ``compat.retokenized_text``).
+
+        While the rendering (with the assistant header and generation prefix when
+        ``add_generation_prompt``) is longer than ``limit`` and more than two non-system messages
+        remain, the oldest non-system messages go: a (user, assistant, user starting with
+        ``Reward``) triple, else a (user, assistant) pair, else one message. The system message is
+        always kept. ``ids`` may still be longer than ``limit``; the caller decides what then.
+        """
+        out = list(messages)
+        first = 1 if out and out[0]["role"] == "system" else 0
+        ids = self.encode(self.render(out, add_generation_prompt=add_generation_prompt))
+        while len(ids) > limit and len(out) - first > 2:
+            roles = [m["role"] for m in out[first : first + 3]]
+            if roles == ["user", "assistant", "user"] and out[first + 2]["content"].startswith("Reward"):
+                del out[first : first + 3]
+            elif roles[:2] == ["user", "assistant"]:
+                del out[first : first + 2]
+            else:
+                del out[first]
+            ids = self.encode(self.render(out, add_generation_prompt=add_generation_prompt))
+        return out, ids
+
     def continuation(self, response_ids: list[int], next_user: str, *, system: str = "s") -> list[int]:
         """Ids to append after a sampled reply so the context asks for the next reply.
 

@@ -27,7 +27,10 @@ Context modes:
 
 Length limit (spec 17 L3): a prompt may use at most ``max_model_len - max_new_tokens`` tokens.
 In ``full`` mode an episode whose next prompt would not fit ends there, truncated, with
-``end_reason = "context_length"``; the other modes first drop history turns.
+``end_reason = "context_length"``; the other modes first drop history turns. With
+``retokenized_text`` a ``full`` prompt first drops its oldest turns as the reference does (spec
+5.6, :meth:`~ragen_core.rollout.chat.ChatTokens.truncate_history`; the reply budget stays
+reserved, unlike the reference's), and each turn's training messages are cut to ``max_model_len``.
 
 Reply budget (spec 17 L33): an env's ``max_tokens`` is only the length hint its prompts state
 ("Max response length: N"); every reply may use the rollout's ``max_new_tokens``. With
@@ -259,7 +262,7 @@ class RolloutRunner:
             self._progress(f"turn {turn_no} of a {mode} rollout")
             for ep, ids, gen, text, parsed, plan, outcome in zip(live, batch, gens, texts, parses, plans, outcomes):
                 ep.parsed.append(parsed)
-                sample = ep.sample_head + [{"role": "assistant", "content": parsed.reconstructed}] if self.config.retokenized_text else None
+                sample = self._sample_messages(ep, parsed) if self.config.retokenized_text else None
                 ep.traj.turns.append(
                     Turn(
                         prompt_ids=ids,
@@ -365,7 +368,7 @@ class RolloutRunner:
         turns = ep.traj.turns
         mode = self.config.context_window
         if mode == "full" and self.config.retokenized_text:
-            ids = self._retokenized_prompt(ep)
+            ids = self._retokenized_prompt(ep, budget)
             return ids if len(ids) <= budget else None
         if mode == "full":
             if not turns:
@@ -382,10 +385,11 @@ class RolloutRunner:
                 return ids
         return None
 
-    def _retokenized_prompt(self, ep: EpisodeRecord) -> list[int]:
-        """``full`` prompt with ``retokenized_text``: the whole conversation rendered with every reply
-        reconstructed (blocks as they were shown, warnings included); its training messages, without
-        warnings, go to ``ep.sample_head``."""
+    def _retokenized_prompt(self, ep: EpisodeRecord, budget: int) -> list[int]:
+        """``full`` prompt with ``retokenized_text``: the conversation rendered with every reply
+        reconstructed (blocks as they were shown, warnings included), its oldest turns dropped to
+        fit in ``budget`` as the reference does (spec 5.6, :meth:`ChatTokens.truncate_history`);
+        its training messages, without warnings and not truncated, go to ``ep.sample_head``."""
         turns, blocks = ep.traj.turns, ep.blocks
         shown = [{"role": "system", "content": ep.traj.system_prompt}]
         for j, block in enumerate(blocks):
@@ -394,7 +398,20 @@ class RolloutRunner:
             if j < len(turns):
                 shown.append({"role": "assistant", "content": ep.parsed[j].reconstructed})
         ep.sample_head = [{**m, "content": _strip_warning(m["content"])} if m["role"] == "user" else m for m in shown]
-        return self.chat.prompt(shown)
+        return self.chat.truncate_history(shown, budget, add_generation_prompt=True)[1]
+
+    def _sample_messages(self, ep: EpisodeRecord, parsed: ParsedReply) -> list[dict[str, str]]:
+        """``retokenized_text``: the messages this turn trains on; in ``full`` mode the oldest turns
+        are dropped until they fit in ``max_model_len`` (spec 5.6, 5.7: the reference truncates its
+        training rows apart from its prompts) and a row still too long is kept with a warning."""
+        sample = ep.sample_head + [{"role": "assistant", "content": parsed.reconstructed}]
+        if self.config.context_window != "full":
+            return sample
+        kept, ids = self.chat.truncate_history(sample, self.config.max_model_len, add_generation_prompt=False)
+        if len(ids) > self.config.max_model_len:
+            logger.warning("compat.retokenized_text: episode env_id=%s trains a row of %d tokens, longer than rollout.max_model_len=%d "
+                           "even with its oldest turns dropped", ep.traj.env_id, len(ids), self.config.max_model_len)
+        return kept
 
     def _windowed_prompt(self, ep: EpisodeRecord, turn_no: int, history: int, think: bool) -> list[int]:
         """Prompt for ``last-k``/``single-turn`` mode showing ``history`` earlier turns."""

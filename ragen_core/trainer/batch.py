@@ -157,7 +157,11 @@ def build_batch(
             each row is its turns' ``sample_messages`` rendered and tokenised again
             (:func:`retokenized_row`) instead of the sampled ids. The batch has no
             ``engine_logprobs`` (the tokens are not the sampled ones), and the episode score sits on
-            the row's last trained position (its last column with ``turn_start_id``, spec 5.8).
+            the row's last trained position (its last column with ``turn_start_id``, spec 5.8). A
+            row whose oldest turns the rollout dropped (spec 5.6) trains its remaining turns; with
+            ``turn_level`` on a ChatML template each turn's reward sits one position after its
+            end-of-turn token's prediction, on the newline's, when the mask trains that
+            (``turn_start_id``; spec 5.8), else on the end-of-turn token's.
     """
     import torch
 
@@ -180,7 +184,9 @@ def build_batch(
         layouts = [episode_layout(t)[:2] for t in trajectories]
     else:
         layouts = [retokenized_row(chat, _sample(t, len(t.turns) - 1), last_only=False) if t.turns else ([], []) for t in trajectories]
-    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level, turn_start_id, chat is not None)
+    # the reference moves Qwen's turn rewards onto the newline after <|im_end|> (spec 5.8)
+    chatml = chat is not None and chat.end_of_turn_text == "<|im_end|>"
+    return _tensors(list(trajectories), layouts, pad_token_id, scores, None, turn_level, turn_start_id, chat is not None, chatml)
 
 
 def _sample(traj: Trajectory, k: int) -> list[dict[str, str]]:
@@ -270,11 +276,15 @@ def _tensors(
     turn_level: bool,
     turn_start_id: int | None = None,
     retokenized: bool = False,
+    chatml: bool = False,
 ) -> TrainBatch:
     """Pad the rows: ``layouts[i]`` is row ``i``'s ``(input_ids, reply spans)`` (unshifted,
     half-open); ``turn_index[i]`` the turn a per-turn row holds (None: whole episodes);
     ``turn_start_id``: the shifted mask instead of the exact one (compat L2); ``retokenized``: the
-    rows are re-rendered text (compat L1), no engine log-probs, the score on the last trained position."""
+    rows are re-rendered text (compat L1), no engine log-probs, the score on the last trained
+    position, the spans those of the episode's last turns (its oldest may have been dropped, spec
+    5.6); ``chatml`` (with ``retokenized``): each turn-level reward moves one position later, onto
+    the prediction of the newline after ``<|im_end|>`` (spec 5.8), where the mask trains it."""
     import torch
 
     n = len(trajectories)
@@ -291,6 +301,8 @@ def _tensors(
         attention_mask[i, : len(ids)] = 1
         ends: list[int] = []
         turns = traj.turns if turn_index is None else [traj.turns[turn_index[i]]]
+        if retokenized and turn_index is None:  # a row cut to max_model_len holds the last turns only
+            turns = turns[len(turns) - len(spans) :]
         for turn, (start, end) in zip(turns, spans):
             if end <= start or start < 1:
                 ends.append(max(0, start - 1))
@@ -311,7 +323,9 @@ def _tensors(
         if retokenized and turn_start_id is not None:  # the row's last column, which the reference's mask trains (spec 5.8)
             last = max(0, len(ids) - 2)
         if turn_level:
-            for turn, pos in zip(traj.turns, ends):
+            for turn, pos in zip(turns, ends):
+                if chatml and pos + 1 < length - 1 and response_mask[i, pos + 1] > 0:
+                    pos += 1
                 token_rewards[i, pos] += float(turn.reward + turn.penalty)
         else:
             token_rewards[i, last] = float(scores[i])

@@ -401,7 +401,13 @@ class CompatSection(_Section):
     the sampled ones. The mask covers each reconstructed reply after the generation prefix and the
     end-of-turn token closing it (``shifted_mask`` on: the reference's mask over that row), the
     episode score sits on the last trained position, the engine's log-probs go unused and old
-    log-probs come from the training model. Training rollouts, validation and ``ragen eval`` play
+    log-probs come from the training model. In the ``full`` context mode a prompt too long for
+    ``rollout.max_model_len`` minus the reply budget drops its oldest turns as the reference's
+    does (spec 5.6: a user, assistant, ``Reward`` user triple at a time; the system prompt stays)
+    instead of ending the episode (``context_length``), and a training row is cut the same way to
+    ``max_model_len``; the reference reserved no room for the reply (17 L3), this does. With
+    ``reward.turn_level`` and ``shifted_mask`` each turn's reward sits on the newline after its
+    ``<|im_end|>`` (spec 5.8). Training rollouts, validation and ``ragen eval`` play
     so; the warm start's demonstrations do not (they train on their sampled ids). ``false``:
     prompts append the sampled ids, which are what trains."""
 
