@@ -14,13 +14,14 @@ import random
 
 import numpy as np
 
-#: Integer keys must fit 64 bits (signed or unsigned): each becomes two 32-bit words, and a larger
-#: one would wrap silently (2**64 gave seed 0's task in every env).
-_KEY_MIN, _KEY_MAX = -(2**63), 2**64 - 1
+#: Integer keys must fit 64 bits unsigned: each becomes two 32-bit words, and a larger one would
+#: wrap silently (2**64 gave seed 0's task in every env), a negative one too (-1 played 2**64 - 1's).
+_KEY_MIN, _KEY_MAX = 0, 2**64 - 1
 
 
 def check_key(value: int, what: str = "seed") -> int:
-    """``value``, when it fits the 64 bits an integer key becomes (``ResetRequest`` checks its seed here).
+    """``value``, when it is ``0`` to ``2**64 - 1``, the 64 bits an integer key becomes (``ResetRequest``
+    checks its seed here; a run's base seeds stop at ``2**63 - 1``, leaving room to count up).
 
     Raises:
         UsageError: naming ``what`` (a ValueError).
@@ -28,7 +29,7 @@ def check_key(value: int, what: str = "seed") -> int:
     if not _KEY_MIN <= value <= _KEY_MAX:
         from ragen_core.errors import UsageError
 
-        raise UsageError(f"{what} {value} does not fit in 64 bits (use 0 to 2**63 - 1)")
+        raise UsageError(f"{what} {value} is not an unsigned 64-bit int (use 0 to 2**64 - 1)")
     return value
 
 
@@ -48,7 +49,7 @@ def _words(*keys: int | str) -> list[int]:
     """Two 32-bit words per integer key, one per string (its SHA-256 prefix).
 
     Raises:
-        UsageError: An integer key outside ``[-2**63, 2**64 - 1]`` (a ValueError).
+        UsageError: An integer key outside ``[0, 2**64 - 1]`` (a ValueError).
     """
     out: list[int] = []
     for key in keys:

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ragen_core.testing import fake_entry_points
 
 HELLO = '''\
@@ -139,3 +141,14 @@ def test_python_dash_m_ragen_core_is_the_ragen_command():
     bad = subprocess.run([sys.executable, "-m", "ragen_core", "run", "--env", "no-such-env", "--print-config"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "no-such-env" in bad.stderr
+
+
+def test_run_help_says_where_the_settings_are_listed(capsys):
+    """'ragen run --help' took dotted key=value overrides without saying where the keys are listed."""
+    from ragen_core.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    epilog = capsys.readouterr().out.strip().split("\n\n")[-1]
+    assert not epilog.startswith("options:")  # a paragraph after the options (which name --print-config without saying why)
+    assert "--print-config" in epilog and "ragen plugins show env NAME" in epilog and "env_config.KEY" in epilog

@@ -45,7 +45,7 @@ def test_requests_check_their_fields():
 
 def test_a_seed_beyond_64_bits_is_a_usage_error():
     env = CorridorEnv()
-    with pytest.raises(UsageError, match=r"seed 1180591620717411303424 does not fit in 64 bits") as info:
+    with pytest.raises(UsageError, match=r"seed 1180591620717411303424 is not an unsigned 64-bit int") as info:
         env.reset(2**70)
     assert isinstance(info.value, ValueError)  # still what a caller catching ValueError expects
 
@@ -91,7 +91,7 @@ def test_numpy_integers_are_ints_where_ints_are_taken():
 @pytest.mark.parametrize("seeds, said", [([1.7, 2], r"seeds\[0\] takes an int, not float 1\.7"),
                                          ([1, True], r"seeds\[1\] takes an int, not bool True"),
                                          (["12"], r"seeds\[0\] takes an int, not str '12'"),
-                                         ([2**64], r"seeds\[0\] 18446744073709551616 does not fit in 64 bits"),
+                                         ([2**64], r"seeds\[0\] 18446744073709551616 is not an unsigned 64-bit int"),
                                          (1.5, r"seeds take an int, a sequence of ints \(one per prompt\) or None, not float 1\.5")])
 def test_per_prompt_seeds_refuse_what_is_no_integer_seed(seeds, said):
     """[1.7] was read as seed 1 (int()), and True as 1: a seed that is no int is refused in one line, as elsewhere."""
@@ -166,7 +166,7 @@ def test_step_actions_may_be_any_iterable_of_strings():
 
 def test_a_seed_out_of_range_is_the_callers_error_not_the_envs():
     """ResetRequest(0, 2**70) was accepted, and the env was blamed: "env 'x' failed to reset: ..."."""
-    with pytest.raises(UsageError, match=r"ResetRequest.seed 1180591620717411303424 does not fit in 64 bits"):
+    with pytest.raises(UsageError, match=r"ResetRequest.seed 1180591620717411303424 is not an unsigned 64-bit int"):
         ResetRequest(0, 2**70)
     assert ResetRequest(0, 2**63 - 1 + 7).seed == 2**63 + 6  # a base seed near the top, plus its group: what make_rng takes
 
@@ -246,7 +246,7 @@ def test_an_env_reset_directly_refuses_arguments_it_would_take_silently():
         (("3",), {}, r"^CorridorEnv\.reset: seed takes an int, not str '3'$"),
         ((3.5,), {}, r"^CorridorEnv\.reset: seed takes an int, not float 3\.5$"),
         ((True,), {}, r"^CorridorEnv\.reset: seed takes an int, not bool True$"),
-        ((2**64,), {}, r"^CorridorEnv\.reset: seed 18446744073709551616 does not fit in 64 bits"),
+        ((2**64,), {}, r"^CorridorEnv\.reset: seed 18446744073709551616 is not an unsigned 64-bit int"),
         ((3,), {"member": -1}, r"^CorridorEnv\.reset: member takes an int >= 0 \(the env's index in its group\), not -1$"),
         ((3,), {"mode": "test"}, r"^CorridorEnv\.reset: mode takes 'train' or 'val', not 'test'$"),
     ]:

@@ -18,6 +18,7 @@ from ragen_core.testing.run_helpers import TOY_RUN, one_line_error, toy_run_conf
 from ragen_core.testing.toy_env import register_toy_env
 from ragen_core.trainer.config import RunConfig
 from ragen_core.trainer.loggers import read_metrics
+from ragen_core.trainer.run_dir import record_resume_changes
 from ragen_core.trainer.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -240,6 +241,19 @@ def test_resume_names_the_checkpoint_and_every_changed_setting(tmp_path, capsys)
     assert [r["step"] for r in read_metrics(Path(cfg.run_dir) / "metrics.jsonl")] == [1, 2]
     rows = [json.loads(line) for line in (Path(cfg.run_dir) / "config_changes.jsonl").read_text().splitlines()]
     assert [(r["from_step"], r["changed"]) for r in rows] == [(2, {"optim.lr": [cfg.optim.lr, cfg.optim.lr / 2]})]
+
+
+def test_resume_that_changes_the_prompts_text_says_the_policy_saw_other_prompts(tmp_path, capsys):
+    """Turning rollout.enforce_env_max_tokens on at a resume changed every prompt's stated budget and
+    success fell from 0.25 to 0.03, with only the change record to tell."""
+    cfg = make_config(tmp_path, steps=1)
+    Trainer(cfg).train()
+    capsys.readouterr()
+    assert _resume_cli(Path(cfg.run_dir), "--steps", "2", "rollout.enforce_env_max_tokens=true", "compat.prompt_merge_quirk=true") == 0
+    out = capsys.readouterr().out.splitlines()
+    said = [line for line in out if "the policy was trained on other prompts" in line]
+    assert len(said) == 1 and said[0].startswith("resume: rollout.enforce_env_max_tokens, compat.prompt_merge_quirk change the prompts' text")
+    assert record_resume_changes(tmp_path, {"optim.lr": [1e-5, 5e-6]}, 3).count("\n") == 0  # other settings: the record alone
 
 
 def test_resume_applies_changed_optimiser_settings(tmp_path, capsys):

@@ -68,10 +68,35 @@ def test_play_of_several_episodes_ends_with_what_they_add_up_to(capsys):
     assert len(ends) == 6
     wins = sum(success == "True" for _, success in ends)
     mean = sum(float(reward) for reward, _ in ends) / 6
-    last = out.rstrip().splitlines()[-1]
+    last = next(line for line in out.splitlines() if line.startswith("6 episodes"))
     found = re.fullmatch(r"6 episodes \(seeds 40 to 45\): mean reward ([+-]\d\.\d{3}), success (\d)/6 \((\d+)%\)", last)
     assert found, last
     assert abs(float(found.group(1)) - mean) <= 0.0051  # the per-episode totals are printed to 2 decimals
     assert int(found.group(2)) == wins and int(found.group(3)) == round(100 * wins / 6)
     assert main(["env", "play", "bandit", "--agent", "random"]) == 0  # one episode: its own line says it all
     assert "episodes (seeds" not in capsys.readouterr().out
+
+
+def test_play_of_several_episodes_sums_up_the_envs_info_metrics_as_a_run_does(capsys):
+    """The summary of 'ragen env play --episodes N' gave reward and success only, not the info metrics
+    the env declares (what a run logs as info/<key>)."""
+    import re
+
+    registry.register(EnvSpec(name="scored-corridor", config_model=CorridorConfig, factory="ragen_core.testing.toy_env:ScoredCorridorEnv"))
+    try:
+        assert main(["env", "play", "scored-corridor", "--agent", "random", "--episodes", "5", "--seed", "3",
+                     "--set", "length=5", "--set", "max_turns=4"]) == 0
+    finally:
+        registry.unregister("env", "scored-corridor")
+    out = capsys.readouterr().out
+    # per episode, from its printed step infos: distance is declared "mean", moved "sum"
+    distances, moved = [], []
+    for episode in out.split("=== ")[1:]:
+        steps = re.findall(r"info: .*distance=(\d+), moved=(True|False)", episode)
+        if steps:  # an episode of invalid actions only reports neither
+            distances.append(sum(int(d) for d, _ in steps) / len(steps))
+            moved.append(sum(m == "True" for _, m in steps))
+    assert distances, out
+    last = out.rstrip().splitlines()[-1]
+    assert last == (f"info metrics (mean over the episodes that reported each): distance {sum(distances) / len(distances):.3f}, "
+                    f"moved {sum(moved) / len(moved):.3f}")

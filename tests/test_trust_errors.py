@@ -86,10 +86,24 @@ def test_env_play_seed_beyond_64_bits_is_one_line(capsys):
 
 def test_seeds_beyond_64_bits_never_wrap():
     assert _words(10000) == [10000, 0] and _words(2**64 - 1) == [0xFFFFFFFF, 0xFFFFFFFF]  # existing seeds keep their streams
-    with pytest.raises(ValueError, match="64 bits"):
+    with pytest.raises(ValueError, match="64-bit"):
         make_rng(2**64, "corridor")
-    with pytest.raises(ValueError, match="64 bits"):
+    with pytest.raises(ValueError, match="64-bit"):
         derive_seed("rollout", "train", 2**70, 0, 1)
+
+
+def test_seeds_take_the_range_their_message_states():
+    """Env.reset(seed=-1) was taken and played seed 2**64 - 1's episode, while the message said 0 to 2**63 - 1."""
+    from ragen_core.interfaces.engine import per_prompt_seeds
+    from ragen_core.interfaces.env_pool import ResetRequest
+
+    with pytest.raises(ValueError, match=r"use 0 to 2\*\*(\d+) - 1") as info:
+        CorridorEnv().reset(seed=-1)
+    top = 2 ** int(re.search(r"use 0 to 2\*\*(\d+) - 1", str(info.value)).group(1)) - 1
+    assert CorridorEnv().reset(seed=0) and CorridorEnv().reset(seed=top)  # both ends of the stated range play
+    for refused in (lambda: ResetRequest(0, -1), lambda: per_prompt_seeds([-1], 1), lambda: make_rng(-1, "corridor")):
+        with pytest.raises(ValueError, match=r"-1 is not an unsigned 64-bit int \(use 0 to 2\*\*64 - 1\)"):
+            refused()
 
 
 def test_an_unavailable_cuda_device_is_one_line(tmp_path, capsys):

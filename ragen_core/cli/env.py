@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", help="named preset of the env (e.g. CoordSokoban)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     parser.add_argument("--agent", choices=["human", "random"], default="human", help="who plays (default: human)")
-    parser.add_argument("--episodes", type=positive_int, default=1, help="episodes to play")
+    parser.add_argument("--episodes", type=positive_int, default=1,
+                        help="episodes to play (several end with their mean reward, success rate and the env's info metrics)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="env config override (repeatable; KEY or env_config.KEY, as in ragen run)")
 
@@ -73,14 +74,17 @@ def read_reply(inp: TextIO, free_form: bool) -> str | None:
 
 def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any, name: str | None = None,
          preset: str | None = None) -> dict[str, Any]:
-    """Play one episode; returns ``{"reward", "success", "actions"}``.
+    """Play one episode; returns ``{"reward", "success", "actions", "info_metrics"}`` (the episode's
+    value of each info metric the env declares, aggregated as a rollout does).
 
     Resets and steps go through the checks a rollout makes (:func:`~ragen_core.rollout.env_pool.reset_env`,
     :func:`~ragen_core.rollout.env_pool.run_actions`): an env that raises, or returns an observation
     that is not a str, is one :class:`~ragen_core.errors.EnvError` line naming it, as in ``ragen run``.
     """
+    from ragen_core.interfaces.env import checked_info_metrics
     from ragen_core.interfaces.env_pool import EnvRef, ResetRequest
     from ragen_core.rollout.env_pool import episode_label, reset_env, run_actions
+    from ragen_core.rollout.episodes import aggregate_info
 
     cfg = env.config
     label = episode_label(EnvRef(name=name or type(env).__name__, preset=preset), seed)
@@ -89,6 +93,7 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
     if env.instruction():
         print(env.instruction(), file=out)
     total, actions_done, success = 0.0, 0, False
+    records: list[dict[str, float]] = []  # each action's values of the declared info metrics
     limit_actions, limit_turns = cfg.max_actions_per_episode, cfg.max_turns
     free_form = not env.action_names and env.action_sep is None
     if free_form and agent == "human":
@@ -122,6 +127,7 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
             obs, reward, done, info = outcome.observation, outcome.reward, outcome.done, outcome.info
             actions_done += 1
             total += reward
+            records.extend(outcome.info_records)
             valid = info.get("action_is_valid", True)
             print(f"  {action!r}: reward {reward:+.2f}{'' if valid else '  (invalid action)'}", file=out)
             shown = info_line(info)
@@ -141,7 +147,8 @@ def play(env: Any, *, seed: int, agent: str, out: TextIO, inp: TextIO, rng: Any,
         if actions_done:  # the turns ran out: show where the last actions led
             print(f"\n(no turns left)\n{obs}", file=out)
     print(f"\nepisode over: total reward {total:+.2f}, success {success}", file=out)
-    return {"reward": total, "success": success, "actions": actions_done}
+    return {"reward": total, "success": success, "actions": actions_done,
+            "info_metrics": aggregate_info(records, checked_info_metrics(env))}
 
 
 def info_line(info: dict[str, Any], limit: int = 100) -> str:
@@ -195,4 +202,10 @@ def run(args: argparse.Namespace) -> int:
         wins = sum(bool(p["success"]) for p in played)
         print(f"\n{len(played)} episodes (seeds {args.seed} to {args.seed + len(played) - 1}): mean reward "
               f"{sum(p['reward'] for p in played) / len(played):+.3f}, success {wins}/{len(played)} ({wins / len(played):.0%})")
+        from ragen_core.cli.evaluate import info_means
+
+        means = info_means(p["info_metrics"] for p in played)  # what a run logs as info/<key>
+        if means:
+            print("info metrics (mean over the episodes that reported each): "
+                  + ", ".join(f"{key.removeprefix('info/')} {value:.3f}" for key, value in means.items()))
     return 0

@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config (every field, plugin settings too) as YAML and exit")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. rollout.group_size=16")
+    parser.epilog = ("Settings: 'ragen run [--env NAME] --print-config' lists every key a key=value may set; "
+                     "'ragen plugins show env NAME' says what the env's settings (env_config.KEY) mean.")
 
 
 def build_config(args: argparse.Namespace) -> RunConfig:

@@ -58,7 +58,7 @@ def per_prompt_seeds(seeds: int | Sequence[int] | None, n: int) -> list[int] | N
     Raises:
         ValueError: a sequence of the wrong length; a :class:`~ragen_core.errors.UsageError` (a ValueError)
             for ``seeds`` that is no int, sequence of ints or None, or an element that is no int or
-            does not fit in 64 bits.
+            outside 0 to 2**64 - 1.
     """
     from ragen_core.errors import UsageError
     from ragen_core.seeding import check_key, derive_seed, is_int

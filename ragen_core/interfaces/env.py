@@ -65,7 +65,7 @@ RESET_MODES = ("train", "val")
 def check_reset_args(where: str, seed: Any, member: Any = 0, mode: Any = "train") -> None:
     """Refuse reset arguments an env would take silently: a seed that is not an int (``"3"`` and
     ``3`` seed different episodes; ``3.5`` is no seed; numpy integers are ints, see
-    :func:`~ragen_core.seeding.is_int`), one out of 64 bits, a negative or non-int
+    :func:`~ragen_core.seeding.is_int`), one outside 0 to 2**64 - 1, a negative or non-int
     member, a mode other than ``train`` / ``val`` (``"test"`` reset the training split).
 
     Raises:

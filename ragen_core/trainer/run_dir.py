@@ -51,6 +51,11 @@ its settings): the checkpoint's adapters and optimiser state have the run's LoRA
 RESUME_QUIET = ("steps", "run_dir", "progress")
 """Top-level settings a resume changes as a matter of course (not recorded)."""
 
+PROMPT_TEXT_SETTINGS = ("rollout.enforce_env_max_tokens", "rollout.enable_think", "compat.prompt_merge_quirk", "compat.retokenized_text")
+"""Settings that change the text of the prompts the policy is shown (the stated reply budget, the
+answer format, the instruction, the history's text): a resume that changes one says so beyond
+the change record (turning ``enforce_env_max_tokens`` on mid-run took success from 0.25 to 0.03)."""
+
 
 def _suffix() -> str:
     return secrets.token_hex(2)
@@ -341,7 +346,8 @@ def _resolved(config: Any) -> dict[str, Any]:
 
 
 def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_step: int) -> str:
-    """Append ``changes`` to ``config_changes.jsonl``; returns the line to print (``""`` when none).
+    """Append ``changes`` to ``config_changes.jsonl``; returns the line to print (``""`` when none),
+    and a second one when a change is one of :data:`PROMPT_TEXT_SETTINGS`.
 
     A row holds ``changed`` (``{key: [old, new]}``), and, when there are any, ``removed``
     (``{key: old}``: settings the resumed run no longer has, such as a replaced plugin's) and
@@ -362,7 +368,12 @@ def record_resume_changes(run_dir: Path, changes: dict[str, list[Any]], from_ste
     ordered = sorted(changes.items(), key=lambda kv: NOT_SET in kv[1])
     shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in ordered[:8])
     more = f" and {len(changes) - 8} more" if len(changes) > 8 else ""
-    return f"resume: settings changed from the run's config.yaml from step {from_step} on: {shown}{more} (recorded in {CHANGES_FILE})"
+    line = f"resume: settings changed from the run's config.yaml from step {from_step} on: {shown}{more} (recorded in {CHANGES_FILE})"
+    prompt = [k for k in PROMPT_TEXT_SETTINGS if k in changes]
+    if prompt:
+        line += (f"\nresume: {', '.join(prompt)} {'changes' if len(prompt) == 1 else 'change'} the prompts' text: the policy was "
+                 "trained on other prompts, so expect its success to drop at first (resume without the change to keep them)")
+    return line
 
 
 def _section(flat: dict[str, Any], key: str) -> Any:

@@ -265,7 +265,7 @@ _REPLIES = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(-(2**40), 2**40), reply=_REPLIES)
+@given(seed=st.integers(0, 2**40), reply=_REPLIES)
 @example(seed=0, reply="x" * 1_000_000)
 @example(seed=0, reply="9" * 1_000_000)
 @example(seed=0, reply="<answer>" * 100_000 + "</answer")

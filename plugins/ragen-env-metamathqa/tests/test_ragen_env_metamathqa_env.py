@@ -138,7 +138,7 @@ _REPLIES = st.one_of(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(-(2**40), 2**40), reply=_REPLIES, checker=st.sampled_from(["math", "exact"]))
+@given(seed=st.integers(0, 2**40), reply=_REPLIES, checker=st.sampled_from(["math", "exact"]))
 @example(seed=0, reply="x" * 1_000_000, checker="math")
 @example(seed=0, reply="\\boxed{" * 200_000, checker="math")
 def test_any_reply_is_scored_never_raised(seed, reply, checker):
