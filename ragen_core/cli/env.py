@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         wins = sum(bool(p["success"]) for p in played)
         print(f"\n{len(played)} episodes (seeds {args.seed} to {args.seed + len(played) - 1}): mean reward "
               f"{sum(p['reward'] for p in played) / len(played):+.3f}, success {wins}/{len(played)} ({wins / len(played):.0%})")
-        from ragen_core.cli.evaluate import info_means
+        from ragen_core.trainer.metrics import info_means
 
         means = info_means(p["info_metrics"] for p in played)  # what a run logs as info/<key>
         if means:

@@ -35,7 +35,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +134,8 @@ def trajectory_record(index: int, traj: Any, tokenizer: Any = None) -> dict[str,
 
 def summarize(trajs: list[Any]) -> dict[str, float]:
     """Success rate, mean reward, pass@k over groups (k = largest group size)."""
+    from ragen_core.trainer import metrics
+
     groups: dict[int, list[Any]] = {}
     for t in trajs:
         groups.setdefault(t.group_id, []).append(t)
@@ -147,19 +148,8 @@ def summarize(trajs: list[Any]) -> dict[str, float]:
         "mean_env_reward": sum(t.env_reward for t in trajs) / n,
         f"pass@{k}": sum(any(t.success for t in g) for g in groups.values()) / max(len(groups), 1),
         "valid_turn_rate": sum(turn.valid for t in trajs for turn in t.turns) / max(sum(len(t.turns) for t in trajs), 1),
-        **info_means(getattr(t, "info_metrics", {}) for t in trajs),
+        **metrics.info_means(getattr(t, "info_metrics", {}) for t in trajs),
     }
-
-
-def info_means(episodes: Iterable[Mapping[str, float]]) -> dict[str, float]:
-    """``info/<key>`` for each info metric the env declares (``Env.info_metrics``): the mean over the
-    ``episodes`` that reported it (each one's ``Trajectory.info_metrics``) of each one's value, as a
-    run logs ``val-env/<tag>/info/<key>``."""
-    reported: dict[str, list[float]] = {}
-    for episode in episodes:
-        for key, value in episode.items():
-            reported.setdefault(key, []).append(float(value))
-    return {f"info/{key}": sum(values) / len(values) for key, values in sorted(reported.items())}
 
 
 def evaluate(config: Any, model_path: str, *, groups: int, group_size: int) -> tuple[list[Any], dict[str, float], Any]:

@@ -19,7 +19,7 @@ prefixed ``train/<tag>/...`` or ``val-env/<tag>/...``:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ragen_core.rollout.types import Trajectory
@@ -48,12 +48,7 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
         out[f"{base}/action_is_valid"] = (sum(turn.valid for turn in turns) / len(turns)) if turns else 0.0
         out[f"{base}/episodic_return"] = sum(t.env_reward for t in trajs) / n
         out[f"{base}/format_penalty"] = sum(t.penalty for t in trajs) / n
-        reported: dict[str, list[float]] = defaultdict(list)
-        for t in trajs:
-            for key, value in t.info_metrics.items():
-                reported[key].append(value)
-        for key in sorted(reported):
-            out[f"{base}/info/{key}"] = sum(reported[key]) / len(reported[key])
+        out.update({f"{base}/{key}": value for key, value in info_means(t.info_metrics for t in trajs).items()})
     n_all = len(trajectories)
     out[f"{prefix}/reward"] = sum(t.total_reward for t in trajectories) / n_all
     out[f"{prefix}/success"] = sum(t.success for t in trajectories) / n_all
@@ -61,6 +56,17 @@ def episode_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str
     out[f"{prefix}/env_timeouts"] = float(sum(t.end_reason == "timeout" for t in trajectories))
     out[f"{prefix}/env_failures"] = float(sum(t.end_reason == "failed" for t in trajectories))
     return out
+
+
+def info_means(episodes: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """``info/<key>`` for each info metric the env declares (``Env.info_metrics``): the mean over the
+    ``episodes`` that reported it (each one's ``Trajectory.info_metrics``) of each one's value; what a
+    run logs as ``<prefix>/<tag>/info/<key>``, ``ragen eval`` and ``ragen env play`` print."""
+    reported: dict[str, list[float]] = {}
+    for episode in episodes:
+        for key, value in episode.items():
+            reported.setdefault(key, []).append(float(value))
+    return {f"info/{key}": sum(values) / len(values) for key, values in sorted(reported.items())}
 
 
 class EarlyStopper:
