@@ -104,6 +104,18 @@ def test_in_process_and_http_episodes_are_identical():
         local.close()
 
 
+def test_every_seed_a_reset_takes_plays_the_same_goal_over_http(client, engine):
+    """A seed of 2**63 or more (a run's base seed near the top plus its group: ragen_core takes seeds to
+    2**64 - 1) was refused by the server with HTTP 422, an EnvError, while the in-process shop played it."""
+    for seed in (2**63 - 1, 2**63, 2**64 - 1):
+        for mode in ("train", "val"):
+            answer = client.post("/api/reset", body={"seed": seed, "mode": mode})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["goal"] == engine.goal_index(seed, mode)
+    assert client.get("/", params={"seed": 2**64 - 1}).status_code == 200  # the redirect to the test split's goal
+    assert client.post("/api/reset", body={"seed": 2**64}).status_code == 422  # beyond what any reset takes
+
+
 def buy_another_product(env: WebShopEnv, seed: int):
     """Search the goal's instruction, open a product other than the goal's, buy it: the last step."""
     env.reset(seed)

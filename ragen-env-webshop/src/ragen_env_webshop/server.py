@@ -63,7 +63,7 @@ class _Request(BaseModel):
 
 
 class ResetRequest(BaseModel):
-    seed: int = Field(ge=0, le=2**63 - 1)
+    seed: int = Field(ge=0, le=2**64 - 1)  # every seed Env.reset takes (ragen_core.seeding.check_key)
     mode: str = "train"
 
 
@@ -184,7 +184,7 @@ def create_app(engine: ShopEngine) -> FastAPI:
         return {"actions": engine.oracle_actions(req.goal, location(req.location))}
 
     @app.get("/")
-    async def root(seed: int = Query(0, ge=0, le=2**63 - 1)) -> RedirectResponse:
+    async def root(seed: int = Query(0, ge=0, le=2**64 - 1)) -> RedirectResponse:
         return RedirectResponse(f"/g/{engine.goal_index(seed, 'test')}")
 
     @app.get("/g/{goal}")
