@@ -377,7 +377,8 @@ def test_a_person_can_paste_a_program_in_play():
     out = io.StringIO()
     typed = io.StringIO(f"<answer>\n```python\n{SUM}\n```\n</answer>\n")
     result = play(env, seed=seed, agent="human", out=out, inp=typed, rng=make_rng(0))
-    assert result == {"reward": 1.0, "success": True, "actions": 1}
+    # every test passed: the declared pass_reward is 1
+    assert result == {"reward": 1.0, "success": True, "actions": 1, "info_metrics": {"pass_reward": 1.0}}
     assert "Correct!" in out.getvalue() and "start with <answer> or ```" in out.getvalue()
     assert split_reply("<answer>a || b</answer>", env) == ["a || b"]  # code is never split on ||
 
